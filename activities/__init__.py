@@ -1,0 +1,1 @@
+"""Temporal activities: every side effect of an ate operation (Postgres, atelet)."""

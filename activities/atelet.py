@@ -1,0 +1,186 @@
+"""Activities that call atelets over gRPC: run/restore, checkpoint, terminate.
+
+Every call carries the operation ID; the atelet answers a repeat with the first call's result,
+so Temporal may retry any of these after a crash without a double restore or a second
+checkpoint. Channels to atelets are kept open and reused (one per address).
+"""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+import grpc
+from google.protobuf.json_format import MessageToDict, ParseDict
+from temporalio import activity
+
+from activities.errors import from_grpc_error
+from atelet.proto import atelet_pb2 as pb
+from atelet.proto import atelet_pb2_grpc as pb_grpc
+from workflows.quantities import parse_cpu_millis, parse_memory_bytes
+from workflows.types import (
+    ActorRef,
+    AteletCheckpointInput,
+    AteletCheckpointResult,
+    AteletRunInput,
+    AteletRunResult,
+    AteletTerminateInput,
+    SnapshotScope,
+)
+
+_SCOPES = {SnapshotScope.FULL: pb.SNAPSHOT_SCOPE_FULL, SnapshotScope.DATA: pb.SNAPSHOT_SCOPE_DATA}
+
+
+def workload_spec(spec: dict[str, Any]) -> pb.WorkloadSpec:
+    """Convert a validated actor template spec (camelCase, as stored) into the atelet's WorkloadSpec.
+
+    Args:
+        spec: the template spec: containers[{name,image,command,env,wakeupProbe,volumeMounts}],
+            volumes[{name,durableDir}], resources.limits{cpu,memory}.
+
+    Returns:
+        The proto message; CPU in millicores, memory in bytes (0 = no limit).
+    """
+    containers = []
+    for c in spec.get("containers") or []:
+        probe = ((c.get("wakeupProbe") or {}).get("httpGet")) or None
+        env = c.get("env") or {}
+        if isinstance(env, list):
+            env = {e["name"]: str(e.get("value", "")) for e in env}
+        containers.append(
+            pb.Container(
+                name=c["name"],
+                image=c["image"],
+                command=[str(x) for x in c.get("command") or []],
+                env={str(k): str(v) for k, v in env.items()},
+                wakeup_probe=pb.HttpGetProbe(path=probe.get("path", "/"), port=int(probe["port"])) if probe else None,
+                volume_mounts=[
+                    pb.VolumeMount(name=m["name"], mount_path=m["mountPath"]) for m in c.get("volumeMounts") or []
+                ],
+            )
+        )
+    volumes = [
+        pb.Volume(name=v["name"], durable_dir="durableDir" in v) for v in spec.get("volumes") or []
+    ]
+    limits = (spec.get("resources") or {}).get("limits") or {}
+    return pb.WorkloadSpec(
+        containers=containers,
+        volumes=volumes,
+        cpu_millis=parse_cpu_millis(limits["cpu"]) if limits.get("cpu") is not None else 0,
+        memory_bytes=parse_memory_bytes(limits["memory"]) if limits.get("memory") is not None else 0,
+    )
+
+
+def _ref(actor: ActorRef) -> pb.ActorRef:
+    return pb.ActorRef(atespace=actor.atespace, name=actor.name)
+
+
+class AteletActivities:
+    """gRPC activities; `channels` caches one channel per atelet address."""
+
+    def __init__(self, call_timeout_seconds: float = 300.0) -> None:
+        self._channels: dict[str, grpc.aio.Channel] = {}
+        self._lock = asyncio.Lock()
+        self.call_timeout_seconds = call_timeout_seconds
+
+    async def _stub(self, address: str) -> pb_grpc.AteletStub:
+        channel = self._channels.get(address)
+        if channel is None:
+            async with self._lock:
+                channel = self._channels.get(address)
+                if channel is None:
+                    channel = grpc.aio.insecure_channel(address)
+                    self._channels[address] = channel
+        return pb_grpc.AteletStub(channel)
+
+    async def close(self) -> None:
+        """Close every channel."""
+        for channel in self._channels.values():
+            await channel.close()
+        self._channels.clear()
+
+    @activity.defn(name="atelet_start")
+    async def start(self, request: AteletRunInput) -> AteletRunResult:
+        """Boot (no snapshot) or restore (snapshot) the holder's workload on the worker.
+
+        Raises:
+            ApplicationError: non-retryable for INVALID_ARGUMENT/NOT_FOUND/FAILED_PRECONDITION,
+                retryable otherwise.
+        """
+        address = request.worker.atelet_address
+        stub = await self._stub(address)
+        spec = workload_spec(request.spec)
+        try:
+            if request.snapshot is None:
+                run = await stub.Run(
+                    pb.RunRequest(
+                        operation_id=request.operation_id, worker=request.worker.name, actor=_ref(request.holder),
+                        spec=spec, probe_timeout_seconds=request.probe_timeout_seconds,
+                    ),
+                    timeout=self.call_timeout_seconds,
+                )
+                return AteletRunResult(
+                    worker_ip=run.worker_ip, timings={"boot": run.boot_seconds, "probe": run.probe_seconds}
+                )
+            manifest = pb.SnapshotManifest()
+            if request.snapshot.manifest:
+                ParseDict(request.snapshot.manifest, manifest, ignore_unknown_fields=True)
+            restored = await stub.Restore(
+                pb.RestoreRequest(
+                    operation_id=request.operation_id, worker=request.worker.name, actor=_ref(request.holder),
+                    spec=spec, snapshot_uri=request.snapshot.uri, manifest=manifest,
+                    probe_timeout_seconds=request.probe_timeout_seconds,
+                ),
+                timeout=self.call_timeout_seconds,
+            )
+            return AteletRunResult(
+                worker_ip=restored.worker_ip,
+                timings={
+                    "fetch": restored.fetch_seconds,
+                    "restore": restored.restore_seconds,
+                    "probe": restored.probe_seconds,
+                },
+            )
+        except grpc.aio.AioRpcError as error:
+            raise from_grpc_error(error, "Restore" if request.snapshot else "Run", address) from error
+
+    @activity.defn(name="atelet_checkpoint")
+    async def checkpoint(self, request: AteletCheckpointInput) -> AteletCheckpointResult:
+        """Checkpoint the holder into request.snapshot.uri with its scope; the worker is freed.
+
+        Raises:
+            ApplicationError: as for `start`; UNAVAILABLE (e.g. a connection still open) is retried.
+        """
+        address = request.worker.atelet_address
+        stub = await self._stub(address)
+        try:
+            done = await stub.Checkpoint(
+                pb.CheckpointRequest(
+                    operation_id=request.operation_id, worker=request.worker.name, actor=_ref(request.holder),
+                    scope=_SCOPES[request.snapshot.scope], snapshot_uri=request.snapshot.uri,
+                ),
+                timeout=self.call_timeout_seconds,
+            )
+        except grpc.aio.AioRpcError as error:
+            raise from_grpc_error(error, "Checkpoint", address) from error
+        return AteletCheckpointResult(
+            manifest=MessageToDict(done.manifest, preserving_proto_field_name=True),
+            size_bytes=done.size_bytes,
+            timings={"checkpoint": done.checkpoint_seconds, "upload": done.upload_seconds},
+        )
+
+    @activity.defn(name="atelet_terminate")
+    async def terminate(self, request: AteletTerminateInput) -> bool:
+        """Stop and delete the holder's sandbox on the worker (idempotent). Returns whether one ran."""
+        address = request.worker.atelet_address
+        stub = await self._stub(address)
+        try:
+            done = await stub.Terminate(
+                pb.TerminateRequest(
+                    operation_id=request.operation_id, worker=request.worker.name, actor=_ref(request.holder)
+                ),
+                timeout=60,
+            )
+        except grpc.aio.AioRpcError as error:
+            raise from_grpc_error(error, "Terminate", address) from error
+        return bool(done.was_running)

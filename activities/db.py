@@ -1,0 +1,99 @@
+"""Activities that read and write Postgres: every actor state transition of every workflow.
+
+Each is idempotent for its operation ID (see `activities.store.Store`): a retry after a crash
+at any point finds the earlier write and returns the same plan.
+"""
+
+from __future__ import annotations
+
+from temporalio import activity
+
+from activities.errors import from_store_error
+from activities.store import Store, StoreError
+from workflows.types import (
+    BeginResumeInput,
+    BeginSuspendInput,
+    CompleteSnapshotInput,
+    FinishInput,
+    GoldenPlan,
+    GoldenSnapshotInput,
+    ResumePlan,
+    SuspendPlan,
+)
+
+
+class DbActivities:
+    """Postgres activities bound to one `Store`."""
+
+    def __init__(self, store: Store) -> None:
+        self.store = store
+
+    @activity.defn(name="begin_resume")
+    async def begin_resume(self, request: BeginResumeInput) -> ResumePlan:
+        """Place and bind: SUSPENDED -> RESUMING on a chosen worker (one transaction)."""
+        try:
+            return await self.store.begin_resume(request.actor, request.operation_id)
+        except StoreError as error:
+            raise from_store_error(error) from error
+
+    @activity.defn(name="finish_resume")
+    async def finish_resume(self, request: FinishInput) -> None:
+        """RESUMING -> RUNNING."""
+        try:
+            await self.store.finish_resume(request.actor, request.operation_id)
+        except StoreError as error:
+            raise from_store_error(error) from error
+
+    @activity.defn(name="rollback_resume")
+    async def rollback_resume(self, request: FinishInput) -> None:
+        """RESUMING -> SUSPENDED and free the place, recording the error."""
+        await self.store.rollback_resume(request.actor, request.operation_id, request.error or "resume failed")
+
+    @activity.defn(name="begin_suspend")
+    async def begin_suspend(self, request: BeginSuspendInput) -> SuspendPlan:
+        """RUNNING -> SUSPENDING with a PENDING snapshot reserved."""
+        try:
+            return await self.store.begin_suspend(request.actor, request.operation_id)
+        except StoreError as error:
+            raise from_store_error(error) from error
+
+    @activity.defn(name="complete_suspend")
+    async def complete_suspend(self, request: CompleteSnapshotInput) -> None:
+        """Snapshot COMPLETED, actor SUSPENDED, worker freed."""
+        try:
+            await self.store.complete_suspend(
+                request.actor, request.operation_id, request.snapshot_id, request.manifest, request.size_bytes
+            )
+        except StoreError as error:
+            raise from_store_error(error) from error
+
+    @activity.defn(name="rollback_suspend")
+    async def rollback_suspend(self, request: CompleteSnapshotInput) -> None:
+        """SUSPENDING -> RUNNING after a failed checkpoint (the error is in manifest['error'])."""
+        await self.store.rollback_suspend(
+            request.actor, request.operation_id, request.snapshot_id, str(request.manifest.get("error", ""))
+        )
+
+    @activity.defn(name="begin_golden")
+    async def begin_golden(self, request: GoldenSnapshotInput) -> GoldenPlan:
+        """Bind a worker for the template's golden boot and reserve the snapshot."""
+        try:
+            return await self.store.begin_golden(
+                request.atespace, request.template, activity.info().workflow_run_id or ""
+            )
+        except StoreError as error:
+            raise from_store_error(error) from error
+
+    @activity.defn(name="complete_golden")
+    async def complete_golden(self, request: CompleteSnapshotInput) -> None:
+        """Golden snapshot COMPLETED, template Ready."""
+        await self.store.complete_golden(
+            request.actor.atespace, request.actor.name, request.snapshot_id, request.manifest, request.size_bytes
+        )
+
+    @activity.defn(name="fail_golden")
+    async def fail_golden(self, request: FinishInput) -> None:
+        """Template Failed with the reason; its place released."""
+        await self.store.fail_golden(
+            request.actor.atespace, request.actor.name, request.operation_id, request.error or "golden snapshot failed"
+        )

@@ -1,0 +1,23 @@
+"""The Postgres store: named SQL queries, migrations, and the `Store` that runs them."""
+
+from activities.store.errors import (
+    AlreadyExists,
+    FailedPrecondition,
+    NoCapacity,
+    NotFound,
+    StoreError,
+    VersionConflict,
+)
+from activities.store.migrations import migrate
+from activities.store.store import Store
+
+__all__ = [
+    "AlreadyExists",
+    "FailedPrecondition",
+    "NoCapacity",
+    "NotFound",
+    "Store",
+    "StoreError",
+    "VersionConflict",
+    "migrate",
+]

@@ -1,0 +1,46 @@
+"""Errors the store raises; the API maps them to HTTP codes, activities to workflow failures."""
+
+from __future__ import annotations
+
+from typing import Any
+
+
+class StoreError(Exception):
+    """Base class: a message written for the user, a machine-readable reason, optional details."""
+
+    reason = "Internal"
+
+    def __init__(self, message: str, details: dict[str, Any] | None = None) -> None:
+        super().__init__(message)
+        self.message = message
+        self.details = details or {}
+
+
+class NotFound(StoreError):
+    """The named atespace, template, actor or node does not exist."""
+
+    reason = "NotFound"
+
+
+class AlreadyExists(StoreError):
+    """The name is taken."""
+
+    reason = "AlreadyExists"
+
+
+class FailedPrecondition(StoreError):
+    """The object is in a state that does not allow the request (the message names both)."""
+
+    reason = "FailedPrecondition"
+
+
+class VersionConflict(StoreError):
+    """Someone else changed the row between read and write; retry."""
+
+    reason = "VersionConflict"
+
+
+class NoCapacity(StoreError):
+    """No worker passes every placement check; the message names the check that removed the last."""
+
+    reason = "NoCapacity"

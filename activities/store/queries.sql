@@ -1,0 +1,296 @@
+-- create_atespace --
+-- Create an atespace; returns nothing when the name is taken.
+INSERT INTO atespaces (name) VALUES ($1)
+ON CONFLICT DO NOTHING
+RETURNING name, created_at;
+
+-- get_atespace --
+-- One atespace by name.
+SELECT name, created_at FROM atespaces WHERE name = $1;
+
+-- list_atespaces --
+-- Every atespace, by name.
+SELECT name, created_at FROM atespaces ORDER BY name;
+
+-- atespace_usage --
+-- How many actors and templates an atespace still holds.
+SELECT (SELECT count(*) FROM actors WHERE atespace = $1) AS actors,
+       (SELECT count(*) FROM actor_templates WHERE atespace = $1) AS templates;
+
+-- delete_atespace --
+-- Delete an empty atespace.
+DELETE FROM atespaces a WHERE a.name = $1
+  AND NOT EXISTS (SELECT 1 FROM actors WHERE atespace = $1)
+  AND NOT EXISTS (SELECT 1 FROM actor_templates WHERE atespace = $1)
+RETURNING name;
+
+-- create_template --
+-- Create an actor template in phase Pending; returns nothing when the name is taken.
+INSERT INTO actor_templates (atespace, name, spec) VALUES ($1, $2, $3)
+ON CONFLICT DO NOTHING
+RETURNING atespace, name, spec, phase, reason, golden_snapshot_id, created_at;
+
+-- get_template --
+-- One actor template.
+SELECT atespace, name, spec, phase, reason, golden_snapshot_id, created_at
+FROM actor_templates WHERE atespace = $1 AND name = $2;
+
+-- list_templates --
+-- The templates of one atespace.
+SELECT atespace, name, spec, phase, reason, golden_snapshot_id, created_at
+FROM actor_templates WHERE atespace = $1 ORDER BY name;
+
+-- set_template_phase --
+-- Record the outcome of a template's GoldenSnapshot workflow.
+UPDATE actor_templates
+SET phase = $3, reason = $4, golden_snapshot_id = COALESCE($5, golden_snapshot_id), updated_at = now()
+WHERE atespace = $1 AND name = $2
+RETURNING name;
+
+-- delete_template --
+-- Delete a template no actor uses.
+DELETE FROM actor_templates t WHERE t.atespace = $1 AND t.name = $2
+  AND NOT EXISTS (SELECT 1 FROM actors a WHERE a.atespace = $1 AND a.template = $2)
+RETURNING name;
+
+-- template_in_use --
+-- Whether any actor uses a template.
+SELECT EXISTS (SELECT 1 FROM actors WHERE atespace = $1 AND template = $2);
+
+-- create_actor --
+-- Create an actor in SUSPENDED; returns nothing when the name is taken.
+INSERT INTO actors (atespace, name, template, worker_selector) VALUES ($1, $2, $3, $4)
+ON CONFLICT DO NOTHING
+RETURNING atespace, name;
+
+-- get_actor --
+-- One actor with its worker and its latest snapshot (primary-key lookup).
+SELECT a.atespace, a.name, a.template, a.state, a.version, a.worker_selector, a.operation,
+       a.operation_id, a.last_error, a.created_at, a.updated_at,
+       w.id AS worker_id, w.pool AS worker_pool, w.name AS worker_name, w.node AS worker_node,
+       w.ip AS worker_ip, n.address AS atelet_address,
+       s.id AS snapshot_id, s.generation AS snapshot_generation, s.scope AS snapshot_scope,
+       s.uri AS snapshot_uri, s.state AS snapshot_state, s.manifest AS snapshot_manifest
+FROM actors a
+LEFT JOIN workers w ON w.id = a.worker_id
+LEFT JOIN nodes n ON n.name = w.node
+LEFT JOIN snapshots s ON s.id = a.latest_snapshot_id
+WHERE a.atespace = $1 AND a.name = $2;
+
+-- list_actors --
+-- One page of actors after the (atespace, name) key $2/$3, optionally in one atespace $1
+-- (keyset pagination on the primary key: cost independent of the page number).
+SELECT a.atespace, a.name, a.template, a.state, a.version, a.worker_selector, a.operation,
+       a.operation_id, a.last_error, a.created_at, a.updated_at,
+       w.id AS worker_id, w.pool AS worker_pool, w.name AS worker_name, w.node AS worker_node,
+       w.ip AS worker_ip, NULL::text AS atelet_address,
+       s.id AS snapshot_id, s.generation AS snapshot_generation, s.scope AS snapshot_scope,
+       s.uri AS snapshot_uri, s.state AS snapshot_state, NULL::jsonb AS snapshot_manifest
+FROM actors a
+LEFT JOIN workers w ON w.id = a.worker_id
+LEFT JOIN snapshots s ON s.id = a.latest_snapshot_id
+WHERE ($1::text IS NULL OR a.atespace = $1)
+  AND (a.atespace, a.name) > ($2, $3)
+ORDER BY a.atespace, a.name
+LIMIT $4;
+
+-- update_actor_selector --
+-- Replace an actor's worker_selector (used at its next resume).
+UPDATE actors SET worker_selector = $3, version = version + 1, updated_at = now()
+WHERE atespace = $1 AND name = $2
+RETURNING version;
+
+-- delete_actor --
+-- Delete a SUSPENDED actor.
+DELETE FROM actors WHERE atespace = $1 AND name = $2 AND state = 'SUSPENDED'
+RETURNING name;
+
+-- lock_actor --
+-- Lock one actor row for a state transition, with what the transition needs.
+SELECT a.atespace, a.name, a.template, a.state, a.version, a.worker_selector, a.worker_id,
+       a.latest_snapshot_id, a.in_progress_snapshot_id, a.operation, a.operation_id,
+       t.spec, t.golden_snapshot_id, t.phase AS template_phase
+FROM actors a JOIN actor_templates t ON t.atespace = a.atespace AND t.name = a.template
+WHERE a.atespace = $1 AND a.name = $2
+FOR UPDATE OF a;
+
+-- get_snapshot --
+-- One snapshot by id.
+SELECT id, owner, generation, scope, storage, state, uri, node, sandbox_class, manifest, size_bytes
+FROM snapshots WHERE id = $1;
+
+-- get_worker_ref --
+-- A worker with the address of its node's atelet.
+SELECT w.id, w.pool, w.name, w.node, w.ip, n.address AS atelet_address
+FROM workers w JOIN nodes n ON n.name = w.node
+WHERE w.id = $1;
+
+-- placement_candidates --
+-- Up to $7 random workers passing every placement check: ACTIVE, sandbox class $1, labels
+-- containing both selectors $2 and $3, room for one more place, $4 millicores and $5 bytes;
+-- excluding ids in $6. Load is the fullest of the three dimensions after this placement.
+SELECT w.id,
+       GREATEST((u.places + 1)::float8 / w.places,
+                (u.cpu + $4)::float8 / w.cpu_millis,
+                (u.memory + $5)::float8 / w.memory_bytes) AS load
+FROM workers w
+CROSS JOIN LATERAL (
+    SELECT count(*) AS places, COALESCE(sum(p.cpu_millis), 0) AS cpu,
+           COALESCE(sum(p.memory_bytes), 0) AS memory
+    FROM placements p WHERE p.worker_id = w.id
+) u
+WHERE w.state = 'ACTIVE' AND w.sandbox_class = $1
+  AND w.labels @> $2 AND w.labels @> $3
+  AND NOT (w.id = ANY($6::bigint[]))
+  AND u.places + 1 <= w.places AND u.cpu + $4 <= w.cpu_millis AND u.memory + $5 <= w.memory_bytes
+ORDER BY random()
+LIMIT $7;
+
+-- placement_diagnosis --
+-- How many workers survive each placement check, in order, for the "no room" message.
+SELECT count(*) AS total,
+       count(*) FILTER (WHERE w.state = 'ACTIVE') AS active,
+       count(*) FILTER (WHERE w.state = 'ACTIVE' AND w.sandbox_class = $1) AS class_ok,
+       count(*) FILTER (WHERE w.state = 'ACTIVE' AND w.sandbox_class = $1
+                          AND w.labels @> $2 AND w.labels @> $3) AS labels_ok,
+       count(*) FILTER (WHERE w.state = 'ACTIVE' AND w.sandbox_class = $1
+                          AND w.labels @> $2 AND w.labels @> $3
+                          AND u.places + 1 <= w.places) AS places_ok,
+       count(*) FILTER (WHERE w.state = 'ACTIVE' AND w.sandbox_class = $1
+                          AND w.labels @> $2 AND w.labels @> $3
+                          AND u.places + 1 <= w.places AND u.cpu + $4 <= w.cpu_millis) AS cpu_ok
+FROM workers w
+CROSS JOIN LATERAL (
+    SELECT count(*) AS places, COALESCE(sum(p.cpu_millis), 0) AS cpu
+    FROM placements p WHERE p.worker_id = w.id
+) u;
+
+-- lock_worker_room --
+-- Lock a worker row and return its room, to recheck before binding.
+SELECT w.id, w.state, w.places, w.cpu_millis, w.memory_bytes,
+       (SELECT count(*) FROM placements p WHERE p.worker_id = w.id) AS used_places,
+       (SELECT COALESCE(sum(cpu_millis), 0) FROM placements p WHERE p.worker_id = w.id) AS used_cpu,
+       (SELECT COALESCE(sum(memory_bytes), 0) FROM placements p WHERE p.worker_id = w.id) AS used_memory
+FROM workers w WHERE w.id = $1
+FOR UPDATE OF w;
+
+-- insert_placement --
+-- Bind a holder to a worker.
+INSERT INTO placements (holder, worker_id, operation_id, cpu_millis, memory_bytes)
+VALUES ($1, $2, $3, $4, $5);
+
+-- get_placement --
+-- The place a holder occupies, if any.
+SELECT holder, worker_id, operation_id FROM placements WHERE holder = $1;
+
+-- delete_placement --
+-- Free the place a holder occupies.
+DELETE FROM placements WHERE holder = $1 RETURNING worker_id;
+
+-- mark_actor_resuming --
+-- SUSPENDED|PAUSED -> RESUMING, bound to a worker, guarded by the version read under lock.
+UPDATE actors SET state = 'RESUMING', worker_id = $4, operation = 'ResumeActor', operation_id = $5,
+                  last_error = NULL, version = version + 1, updated_at = now()
+WHERE atespace = $1 AND name = $2 AND version = $3
+RETURNING version;
+
+-- mark_actor_running --
+-- RESUMING -> RUNNING for the operation that holds it.
+UPDATE actors SET state = 'RUNNING', operation = NULL, version = version + 1, updated_at = now()
+WHERE atespace = $1 AND name = $2 AND state = 'RESUMING' AND operation_id = $3
+RETURNING version;
+
+-- rollback_actor_resume --
+-- RESUMING -> SUSPENDED after a failed resume: unbound, the error recorded.
+UPDATE actors SET state = 'SUSPENDED', worker_id = NULL, operation = NULL, last_error = $4,
+                  version = version + 1, updated_at = now()
+WHERE atespace = $1 AND name = $2 AND state = 'RESUMING' AND operation_id = $3
+RETURNING version;
+
+-- next_generation --
+-- The next snapshot generation of an owner.
+SELECT COALESCE(max(generation), 0) + 1 FROM snapshots WHERE owner = $1;
+
+-- insert_snapshot --
+-- Record a snapshot about to be written (PENDING: never restored from until COMPLETED).
+INSERT INTO snapshots (owner, generation, scope, uri, sandbox_class, operation_id, node)
+VALUES ($1, $2, $3, $4, $5, $6, $7)
+RETURNING id;
+
+-- complete_snapshot --
+-- PENDING -> COMPLETED, with the manifest the atelet wrote and verified.
+UPDATE snapshots SET state = 'COMPLETED', manifest = $2, size_bytes = $3, completed_at = now()
+WHERE id = $1 AND state = 'PENDING'
+RETURNING id;
+
+-- delete_pending_snapshot --
+-- Forget a snapshot that was never completed.
+DELETE FROM snapshots WHERE id = $1 AND state = 'PENDING';
+
+-- mark_actor_suspending --
+-- RUNNING|PAUSED -> SUSPENDING with the snapshot being written, guarded by version.
+UPDATE actors SET state = 'SUSPENDING', operation = 'SuspendActor', operation_id = $4,
+                  in_progress_snapshot_id = $5, version = version + 1, updated_at = now()
+WHERE atespace = $1 AND name = $2 AND version = $3
+RETURNING version;
+
+-- mark_actor_suspended --
+-- SUSPENDING -> SUSPENDED: the snapshot becomes the latest, the worker is freed.
+UPDATE actors SET state = 'SUSPENDED', worker_id = NULL, latest_snapshot_id = $4,
+                  in_progress_snapshot_id = NULL, operation = NULL, last_error = NULL,
+                  version = version + 1, updated_at = now()
+WHERE atespace = $1 AND name = $2 AND state = 'SUSPENDING' AND operation_id = $3
+RETURNING version;
+
+-- rollback_actor_suspend --
+-- SUSPENDING -> RUNNING after a failed checkpoint (the sandbox still runs).
+UPDATE actors SET state = 'RUNNING', in_progress_snapshot_id = NULL, operation = NULL,
+                  last_error = $4, version = version + 1, updated_at = now()
+WHERE atespace = $1 AND name = $2 AND state = 'SUSPENDING' AND operation_id = $3
+RETURNING version;
+
+-- upsert_node --
+-- Register an atelet (or refresh its heartbeat).
+INSERT INTO nodes (name, address, runsc_version, last_heartbeat) VALUES ($1, $2, $3, now())
+ON CONFLICT (name) DO UPDATE
+SET address = EXCLUDED.address, runsc_version = EXCLUDED.runsc_version, last_heartbeat = now()
+RETURNING name, address, runsc_version, last_heartbeat;
+
+-- upsert_worker --
+-- Register a worker of a node as ACTIVE (or refresh it).
+INSERT INTO workers (node, name, pool, ip, sandbox_class, labels, places, cpu_millis, memory_bytes, state)
+VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, 'ACTIVE')
+ON CONFLICT (node, name) DO UPDATE
+SET pool = EXCLUDED.pool, ip = EXCLUDED.ip, sandbox_class = EXCLUDED.sandbox_class,
+    labels = EXCLUDED.labels, places = EXCLUDED.places, cpu_millis = EXCLUDED.cpu_millis,
+    memory_bytes = EXCLUDED.memory_bytes, state = 'ACTIVE', updated_at = now()
+WHERE (workers.pool, workers.ip, workers.sandbox_class, workers.labels, workers.places,
+       workers.cpu_millis, workers.memory_bytes, workers.state)
+      IS DISTINCT FROM
+      (EXCLUDED.pool, EXCLUDED.ip, EXCLUDED.sandbox_class, EXCLUDED.labels, EXCLUDED.places,
+       EXCLUDED.cpu_millis, EXCLUDED.memory_bytes, 'ACTIVE');
+
+-- retire_missing_workers --
+-- Mark the workers a node no longer reports as UNAVAILABLE.
+UPDATE workers SET state = 'UNAVAILABLE', updated_at = now()
+WHERE node = $1 AND NOT (name = ANY($2::text[])) AND state <> 'UNAVAILABLE';
+
+-- list_workers --
+-- Every worker with its node, usage and the holders on it.
+SELECT w.id, w.node, w.name, w.pool, w.ip, w.sandbox_class, w.labels, w.state, w.places,
+       w.cpu_millis, w.memory_bytes, n.address AS atelet_address,
+       COALESCE(array_agg(p.holder ORDER BY p.holder) FILTER (WHERE p.holder IS NOT NULL), '{}') AS holders,
+       COALESCE(sum(p.cpu_millis), 0) AS used_cpu, COALESCE(sum(p.memory_bytes), 0) AS used_memory
+FROM workers w
+JOIN nodes n ON n.name = w.node
+LEFT JOIN placements p ON p.worker_id = w.id
+GROUP BY w.id, n.address
+ORDER BY w.pool, w.node, w.name;
+
+-- find_snapshot_of_operation --
+-- The snapshot an operation reserved for an owner, if any.
+SELECT id FROM snapshots WHERE owner = $1 AND operation_id = $2;
+
+-- delete_pending_snapshots_of_operation --
+-- Forget the snapshots an operation reserved but never completed.
+DELETE FROM snapshots WHERE owner = $1 AND operation_id = $2 AND state = 'PENDING';

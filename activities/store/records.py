@@ -1,0 +1,184 @@
+"""Rows of the store as plain dataclasses (what `Store` returns to the API and activities)."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+import asyncpg
+
+
+def _json(value: Any) -> Any:
+    return json.loads(value) if isinstance(value, str) else value
+
+
+@dataclass
+class AtespaceRecord:
+    """An atespace."""
+
+    name: str
+    created_at: datetime
+
+
+@dataclass
+class TemplateRecord:
+    """An actor template; phase Pending | Ready | Failed (reason set when Failed)."""
+
+    atespace: str
+    name: str
+    spec: dict[str, Any]
+    phase: str
+    reason: str | None
+    golden_snapshot_id: int | None
+    created_at: datetime
+
+    @classmethod
+    def from_row(cls, row: asyncpg.Record) -> TemplateRecord:
+        """Build from a row of `get_template`/`list_templates`."""
+        return cls(
+            atespace=row["atespace"],
+            name=row["name"],
+            spec=_json(row["spec"]),
+            phase=row["phase"],
+            reason=row["reason"],
+            golden_snapshot_id=row["golden_snapshot_id"],
+            created_at=row["created_at"],
+        )
+
+
+@dataclass
+class ActorWorker:
+    """The worker an actor is bound to."""
+
+    worker_id: int
+    pool: str
+    name: str
+    node: str
+    ip: str
+    atelet_address: str | None
+
+
+@dataclass
+class ActorSnapshot:
+    """An actor's latest COMPLETED snapshot."""
+
+    snapshot_id: int
+    generation: int
+    scope: str
+    uri: str
+    state: str
+
+
+@dataclass
+class ActorRecord:
+    """An actor with its worker (when bound) and latest snapshot (when any)."""
+
+    atespace: str
+    name: str
+    template: str
+    state: str
+    version: int
+    worker_selector: dict[str, str]
+    operation: str | None
+    operation_id: str | None
+    last_error: str | None
+    created_at: datetime
+    updated_at: datetime
+    worker: ActorWorker | None
+    latest_snapshot: ActorSnapshot | None
+
+    @classmethod
+    def from_row(cls, row: asyncpg.Record) -> ActorRecord:
+        """Build from a row of `get_actor`/`list_actors`."""
+        worker = None
+        if row["worker_id"] is not None:
+            worker = ActorWorker(
+                worker_id=row["worker_id"],
+                pool=row["worker_pool"],
+                name=row["worker_name"],
+                node=row["worker_node"],
+                ip=row["worker_ip"],
+                atelet_address=row["atelet_address"],
+            )
+        snapshot = None
+        if row["snapshot_id"] is not None:
+            snapshot = ActorSnapshot(
+                snapshot_id=row["snapshot_id"],
+                generation=row["snapshot_generation"],
+                scope=row["snapshot_scope"],
+                uri=row["snapshot_uri"],
+                state=row["snapshot_state"],
+            )
+        return cls(
+            atespace=row["atespace"],
+            name=row["name"],
+            template=row["template"],
+            state=row["state"],
+            version=row["version"],
+            worker_selector=_json(row["worker_selector"]),
+            operation=row["operation"],
+            operation_id=row["operation_id"],
+            last_error=row["last_error"],
+            created_at=row["created_at"],
+            updated_at=row["updated_at"],
+            worker=worker,
+            latest_snapshot=snapshot,
+        )
+
+
+@dataclass
+class WorkerRecord:
+    """A worker with its usage: holders are placement holder keys (`actor/<a>/<n>`...)."""
+
+    worker_id: int
+    node: str
+    name: str
+    pool: str
+    ip: str
+    sandbox_class: str
+    labels: dict[str, str]
+    state: str
+    places: int
+    cpu_millis: int
+    memory_bytes: int
+    atelet_address: str
+    holders: list[str]
+    used_cpu_millis: int
+    used_memory_bytes: int
+
+    @classmethod
+    def from_row(cls, row: asyncpg.Record) -> WorkerRecord:
+        """Build from a row of `list_workers`."""
+        return cls(
+            worker_id=row["id"],
+            node=row["node"],
+            name=row["name"],
+            pool=row["pool"],
+            ip=row["ip"],
+            sandbox_class=row["sandbox_class"],
+            labels=_json(row["labels"]),
+            state=row["state"],
+            places=row["places"],
+            cpu_millis=row["cpu_millis"],
+            memory_bytes=row["memory_bytes"],
+            atelet_address=row["atelet_address"],
+            holders=list(row["holders"]),
+            used_cpu_millis=int(row["used_cpu"]),
+            used_memory_bytes=int(row["used_memory"]),
+        )
+
+
+@dataclass
+class WorkerRegistration:
+    """A worker as an atelet reports it."""
+
+    name: str
+    pool: str
+    ip: str
+    sandbox_class: str
+    labels: dict[str, str]
+    places: int
+    cpu_millis: int
+    memory_bytes: int

@@ -1,0 +1,65 @@
+"""The FastAPI application: routers, error handlers, /healthz, /metrics, lifespan (store, Temporal)."""
+
+from __future__ import annotations
+
+from collections import Counter as Tally
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+
+from fastapi import FastAPI, Response
+from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+from temporalio.client import Client
+
+from activities.store import Store, migrate
+from api.deps import StoreDep
+from api.errors import install_error_handlers
+from api.metrics import WORKERS
+from api.routes import actors, atespaces, templates, workers
+from api.settings import ApiSettings
+
+
+def create_app(settings: ApiSettings) -> FastAPI:
+    """Build the app; the lifespan opens the store (migrating it) and the Temporal client."""
+
+    @asynccontextmanager
+    async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        store = await Store.connect(settings.database_url, max_size=20)
+        async with store.pool.acquire() as connection:
+            await migrate(connection)
+        app.state.store = store
+        app.state.temporal = await Client.connect(settings.temporal_address, namespace=settings.temporal_namespace)
+        app.state.settings = settings
+        try:
+            yield
+        finally:
+            await store.close()
+
+    app = FastAPI(
+        title="ate API",
+        version="1",
+        description="Actors on pre-started gVisor workers: atespaces, actor templates, actors, workers.",
+        lifespan=lifespan,
+    )
+    install_error_handlers(app)
+    for module in (atespaces, templates, actors, workers):
+        app.include_router(module.router)
+
+    @app.get("/healthz", tags=["health"])
+    async def healthz(store: StoreDep) -> dict[str, str]:
+        """200 when the database answers."""
+        await store.ping()
+        return {"status": "ok"}
+
+    @app.get("/metrics", tags=["health"], include_in_schema=False)
+    async def metrics(store: StoreDep) -> Response:
+        """Prometheus metrics; worker gauges are read from Postgres at scrape time."""
+        tally: Tally[tuple[str, str]] = Tally()
+        for worker in await store.list_workers():
+            state = "unavailable" if worker.state != "ACTIVE" else ("busy" if worker.holders else "idle")
+            tally[(worker.pool, state)] += 1
+        WORKERS.clear()
+        for (pool, state), count in tally.items():
+            WORKERS.labels(pool, state).set(count)
+        return Response(generate_latest(), media_type=CONTENT_TYPE_LATEST)
+
+    return app

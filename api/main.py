@@ -1,0 +1,45 @@
+"""`ate api-server`: loads settings from flags and ATE_* variables, serves the API with uvicorn."""
+
+from __future__ import annotations
+
+import argparse
+import logging
+
+import uvicorn
+
+from api.app import create_app
+from api.settings import ApiSettings
+
+log = logging.getLogger("ate.api")
+
+
+def main(argv: list[str] | None = None) -> None:
+    """`ate api-server [--host H] [--port P] [--database-url URL] [--temporal-address A] [--snapshot-location URI]`."""
+    parser = argparse.ArgumentParser(prog="ate api-server", description="ate REST API server")
+    parser.add_argument("--host", help="listen address (env ATE_HOST, default 127.0.0.1)")
+    parser.add_argument("--port", type=int, help="listen port (env ATE_PORT, default 8080)")
+    parser.add_argument("--database-url", help="PostgreSQL URL (env ATE_DATABASE_URL)")
+    parser.add_argument("--temporal-address", help="Temporal host:port (env ATE_TEMPORAL_ADDRESS)")
+    parser.add_argument("--namespace", help="Temporal namespace (env ATE_TEMPORAL_NAMESPACE)")
+    parser.add_argument("--snapshot-location", help="default snapshot storage, file:///abs/path (env ATE_SNAPSHOT_LOCATION)")
+    args = parser.parse_args(argv)
+    overrides = {
+        k: v
+        for k, v in {
+            "host": args.host,
+            "port": args.port,
+            "database_url": args.database_url,
+            "temporal_address": args.temporal_address,
+            "temporal_namespace": args.namespace,
+            "snapshot_location": args.snapshot_location,
+        }.items()
+        if v
+    }
+    settings = ApiSettings(**overrides)
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    log.info("settings: %s", settings.redacted())
+    uvicorn.run(create_app(settings), host=settings.host, port=settings.port, log_level="warning", access_log=False)
+
+
+if __name__ == "__main__":
+    main()

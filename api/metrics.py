@@ -1,0 +1,35 @@
+"""Prometheus metrics of the API server: operations by kind and outcome, workers by pool and state."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+
+from prometheus_client import Counter, Gauge, Histogram
+
+OPERATIONS = Counter(
+    "ate_api_operations_total", "Operations requested through the API", ["operation", "outcome"]
+)
+OPERATION_SECONDS = Histogram(
+    "ate_api_operation_duration_seconds",
+    "Time from request to result of an operation, in seconds",
+    ["operation", "outcome"],
+    buckets=(0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60),
+)
+WORKERS = Gauge("ate_workers", "Workers by pool and state (idle, busy, unavailable)", ["pool", "state"])
+
+
+@contextmanager
+def timed(operation: str) -> Iterator[None]:
+    """Count and time one operation; the outcome is `ok` or the error's reason."""
+    started = time.perf_counter()
+    outcome = "ok"
+    try:
+        yield
+    except Exception as error:
+        outcome = str(getattr(error, "reason", "Internal"))
+        raise
+    finally:
+        OPERATIONS.labels(operation, outcome).inc()
+        OPERATION_SECONDS.labels(operation, outcome).observe(time.perf_counter() - started)

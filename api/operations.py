@@ -1,0 +1,102 @@
+"""Starting operation workflows with the per-actor workflow-ID lock.
+
+`actor/<atespace>/<name>` admits one running workflow. A request of the same kind attaches to
+the running one and gets its result (a hundred concurrent resumes cause one restore); a request
+of another kind fails fast with `another operation is in progress for this actor`, naming the
+running operation. Workflow failures come back as the store/atelet reason they carry.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from datetime import timedelta
+from typing import Any, TypeVar
+
+from temporalio.client import Client, WorkflowFailureError, WorkflowHandle
+from temporalio.common import (
+    SearchAttributePair,
+    TypedSearchAttributes,
+    WorkflowIDConflictPolicy,
+)
+from temporalio.exceptions import ApplicationError, WorkflowAlreadyStartedError
+
+from api.errors import ApiError, OperationInProgress, Timeout
+from workflows.search_attributes import ACTOR, ATESPACE, OPERATION
+from workflows.types import TASK_QUEUE, Operation
+
+ResultT = TypeVar("ResultT")
+
+# Workflow failure types that are a user-facing reason of their own; anything else is Internal.
+_REASONS = {"NotFound", "FailedPrecondition", "NoCapacity", "InvalidArgument", "AlreadyExists"}
+
+
+def search_attributes(atespace: str, name: str, operation: Operation) -> TypedSearchAttributes:
+    """`AteAtespace`, `AteActor` and `AteOperation` for a workflow on (atespace, name)."""
+    return TypedSearchAttributes(
+        [
+            SearchAttributePair(ATESPACE, atespace),
+            SearchAttributePair(ACTOR, name),
+            SearchAttributePair(OPERATION, operation.value),
+        ]
+    )
+
+
+async def start_or_attach(
+    client: Client,
+    operation: Operation,
+    argument: Any,
+    *,
+    workflow_id: str,
+    atespace: str,
+    name: str,
+    result_type: type[ResultT],
+    subject: str,
+) -> WorkflowHandle[Any, ResultT]:
+    """Start `operation` under `workflow_id`, or attach to a running workflow of the same kind.
+
+    Raises:
+        OperationInProgress: a workflow of another kind holds the ID.
+    """
+    try:
+        return await client.start_workflow(
+            operation.value,
+            argument,
+            id=workflow_id,
+            task_queue=TASK_QUEUE,
+            id_conflict_policy=WorkflowIDConflictPolicy.FAIL,
+            search_attributes=search_attributes(atespace, name, operation),
+            result_type=result_type,
+            execution_timeout=timedelta(minutes=30),
+        )
+    except WorkflowAlreadyStartedError as error:
+        handle = client.get_workflow_handle(workflow_id, run_id=error.run_id, result_type=result_type)
+        description = await handle.describe()
+        if description.workflow_type == operation.value:
+            return handle
+        raise OperationInProgress(
+            "another operation is in progress for this actor",
+            {"operation": description.workflow_type, "actor": subject, "workflow_id": workflow_id},
+        ) from error
+
+
+async def wait_result(handle: WorkflowHandle[Any, ResultT], timeout: float, subject: str, what: str) -> ResultT:
+    """Wait for a workflow's result, mapping its failure to the reason it carries.
+
+    Raises:
+        Timeout: not done within `timeout` seconds (the workflow keeps running).
+        ApiError: the workflow failed; reason NotFound, FailedPrecondition, NoCapacity... or Internal.
+    """
+    try:
+        return await asyncio.wait_for(handle.result(), timeout)
+    except TimeoutError as error:
+        raise Timeout(
+            f"{what} of {subject} did not finish within {timeout:g} s; it continues in the background",
+            {"workflow_id": handle.id},
+        ) from error
+    except WorkflowFailureError as error:
+        cause = error.cause
+        if isinstance(cause, ApplicationError):
+            reason = cause.type if cause.type in _REASONS else "Internal"
+            details = cause.details[0] if cause.details and isinstance(cause.details[0], dict) else {}
+            raise ApiError(cause.message, details, reason=reason) from error
+        raise ApiError(f"{what} of {subject} failed: {cause or error}", reason="Internal") from error

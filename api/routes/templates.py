@@ -1,0 +1,71 @@
+"""/v1/atespaces/{atespace}/templates: create (starts GoldenSnapshot), get, list, delete."""
+
+from __future__ import annotations
+
+import logging
+
+from fastapi import APIRouter, Response
+from temporalio.common import WorkflowIDConflictPolicy, WorkflowIDReusePolicy
+
+from api.deps import SettingsDep, StoreDep, TemporalDep
+from api.names import check_name
+from api.operations import search_attributes
+from api.schemas import TemplateCreate, TemplatePublic
+from api.views import template_view
+from workflows.types import (
+    TASK_QUEUE,
+    GoldenSnapshotInput,
+    GoldenSnapshotResult,
+    Operation,
+    template_workflow_id,
+)
+
+log = logging.getLogger("ate.api")
+router = APIRouter(prefix="/v1/atespaces/{atespace}/templates", tags=["templates"])
+
+
+@router.post("", status_code=201)
+async def create_template(
+    atespace: str, body: TemplateCreate, store: StoreDep, temporal: TemporalDep, settings: SettingsDep,
+    wait: bool = False,
+) -> TemplatePublic:
+    """Create an actor template and start its GoldenSnapshot workflow.
+
+    With `?wait=true`, returns once the template is Ready or Failed.
+    """
+    check_name("name", body.name)
+    spec = body.spec.model_dump(mode="json", exclude_none=True)
+    spec.setdefault("snapshotConfig", {}).setdefault("storageLocation", settings.snapshot_location.rstrip("/"))
+    await store.create_template(atespace, body.name, spec)
+    handle = await temporal.start_workflow(
+        Operation.GOLDEN_SNAPSHOT.value,
+        GoldenSnapshotInput(atespace=atespace, template=body.name),
+        id=template_workflow_id(atespace, body.name),
+        task_queue=TASK_QUEUE,
+        id_conflict_policy=WorkflowIDConflictPolicy.TERMINATE_EXISTING,
+        id_reuse_policy=WorkflowIDReusePolicy.ALLOW_DUPLICATE,
+        search_attributes=search_attributes(atespace, body.name, Operation.GOLDEN_SNAPSHOT),
+        result_type=GoldenSnapshotResult,
+    )
+    if wait:
+        await handle.result()
+    return template_view(await store.get_template(atespace, body.name))
+
+
+@router.get("")
+async def list_templates(atespace: str, store: StoreDep) -> dict[str, list[TemplatePublic]]:
+    """The templates of an atespace."""
+    return {"items": [template_view(t) for t in await store.list_templates(atespace)]}
+
+
+@router.get("/{name}")
+async def get_template(atespace: str, name: str, store: StoreDep) -> TemplatePublic:
+    """One template."""
+    return template_view(await store.get_template(atespace, name))
+
+
+@router.delete("/{name}", status_code=204)
+async def delete_template(atespace: str, name: str, store: StoreDep) -> Response:
+    """Delete a template no actor uses."""
+    await store.delete_template(atespace, name)
+    return Response(status_code=204)

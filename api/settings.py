@@ -1,0 +1,32 @@
+"""Settings of the `ate api-server` process (environment prefix `ATE_`)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+
+class ApiSettings(BaseSettings):
+    """Where the API listens and finds Postgres and Temporal; default snapshot location."""
+
+    model_config = SettingsConfigDict(env_prefix="ATE_")
+
+    host: str = "127.0.0.1"
+    port: int = 8080
+    database_url: str = "postgresql://postgres@127.0.0.1:5432/ate"
+    temporal_address: str = "127.0.0.1:7233"
+    temporal_namespace: str = "default"
+    snapshot_location: str = f"file://{Path('.ate/snapshots').absolute()}"
+    resume_timeout_seconds: float = 30.0
+    suspend_timeout_seconds: float = 60.0
+
+    def redacted(self) -> dict[str, object]:
+        """The settings with the database password hidden, for the start-up log."""
+        values = self.model_dump()
+        url = str(values["database_url"])
+        if "@" in url and ":" in url.split("@", 1)[0].split("//", 1)[-1]:
+            scheme, rest = url.split("//", 1)
+            user = rest.split(":", 1)[0]
+            values["database_url"] = f"{scheme}//{user}:***@{rest.split('@', 1)[1]}"
+        return values

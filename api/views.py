@@ -1,0 +1,95 @@
+"""Store records -> API response models, and page tokens."""
+
+from __future__ import annotations
+
+import base64
+import json
+
+from activities.store.records import ActorRecord, TemplateRecord, WorkerRecord
+from api.errors import InvalidArgument
+from api.schemas import (
+    ActorPublic,
+    SnapshotOfActor,
+    TemplatePublic,
+    WorkerOfActor,
+    WorkerPublic,
+)
+
+
+def actor_view(actor: ActorRecord) -> ActorPublic:
+    """The API shape of an actor."""
+    return ActorPublic(
+        atespace=actor.atespace,
+        name=actor.name,
+        template=actor.template,
+        state=actor.state,
+        version=actor.version,
+        worker_selector=actor.worker_selector,
+        worker=WorkerOfActor(pool=actor.worker.pool, name=actor.worker.name, node=actor.worker.node, ip=actor.worker.ip)
+        if actor.worker
+        else None,
+        latest_snapshot=SnapshotOfActor(
+            generation=actor.latest_snapshot.generation,
+            scope=actor.latest_snapshot.scope,
+            uri=actor.latest_snapshot.uri,
+            state=actor.latest_snapshot.state,
+        )
+        if actor.latest_snapshot
+        else None,
+        operation=actor.operation,
+        last_error=actor.last_error,
+        created_at=actor.created_at,
+        updated_at=actor.updated_at,
+    )
+
+
+def template_view(template: TemplateRecord) -> TemplatePublic:
+    """The API shape of a template."""
+    return TemplatePublic(
+        atespace=template.atespace,
+        name=template.name,
+        spec=template.spec,
+        phase=template.phase,
+        reason=template.reason,
+        golden_snapshot=template.golden_snapshot_id,
+        created_at=template.created_at,
+    )
+
+
+def worker_view(worker: WorkerRecord) -> WorkerPublic:
+    """The API shape of a worker; `actors` lists `<atespace>/<name>` of its actor placements."""
+    return WorkerPublic(
+        pool=worker.pool,
+        name=worker.name,
+        node=worker.node,
+        ip=worker.ip,
+        sandbox_class=worker.sandbox_class,
+        labels=worker.labels,
+        state=worker.state,
+        places=worker.places,
+        used_places=len(worker.holders),
+        cpu_millis=worker.cpu_millis,
+        memory_bytes=worker.memory_bytes,
+        actors=[h.split("/", 1)[1] for h in worker.holders if h.startswith("actor/")],
+    )
+
+
+def encode_page_token(key: tuple[str, str] | None) -> str | None:
+    """An opaque token for the page after `key`."""
+    if key is None:
+        return None
+    return base64.urlsafe_b64encode(json.dumps(list(key)).encode()).decode()
+
+
+def decode_page_token(token: str | None) -> tuple[str, str] | None:
+    """The key a token stands for. Raises InvalidArgument for a token this API did not issue."""
+    if not token:
+        return None
+    try:
+        atespace, name = json.loads(base64.urlsafe_b64decode(token.encode()))
+        return str(atespace), str(name)
+    except (ValueError, TypeError) as error:
+        raise InvalidArgument(
+            "page_token is not a token this API issued; pass next_page_token from the previous page",
+            {"field": "page_token"},
+        ) from error

@@ -1,0 +1,53 @@
+#!/usr/bin/env bash
+# Installs everything ate needs on a fresh Debian bookworm machine (as root), idempotently:
+# system packages (runsc from bookworm-backports, umoci, iproute2...) and a Python virtualenv
+# at .venv with ate and its dependencies. Safe to run again: it skips what is already there.
+set -euo pipefail
+here="$(cd "$(dirname "$0")/.." && pwd)"
+cd "$here"
+
+need_apt=()
+runsc_ok=0
+if command -v runsc >/dev/null 2>&1 && runsc --version 2>/dev/null | grep -q '20240729'; then runsc_ok=1; fi
+command -v umoci >/dev/null 2>&1 || need_apt+=(umoci)
+command -v ip >/dev/null 2>&1 || need_apt+=(iproute2)
+command -v iptables >/dev/null 2>&1 || need_apt+=(iptables)
+command -v curl >/dev/null 2>&1 || need_apt+=(curl)
+command -v busybox >/dev/null 2>&1 || need_apt+=(busybox-static)
+
+if [ "$runsc_ok" = 0 ] || [ "${#need_apt[@]}" -gt 0 ]; then
+  if [ "$(id -u)" != 0 ]; then
+    echo "ate install: root is needed to install: runsc (bookworm-backports) ${need_apt[*]}" >&2
+    echo "  run as root: sudo bash scripts/install.sh" >&2
+    exit 1
+  fi
+  export DEBIAN_FRONTEND=noninteractive
+  if [ "$runsc_ok" = 0 ] && ! grep -rqs 'bookworm-backports' /etc/apt/sources.list /etc/apt/sources.list.d/; then
+    # GVISOR.md: only the bookworm-backports build both runs multi-threaded programs and
+    # checkpoints epoll servers; the stock bookworm build and sid's build each fail one of them.
+    cat > /etc/apt/sources.list.d/ate-bookworm-backports.sources <<'SRC'
+Types: deb
+URIs: http://deb.debian.org/debian
+Suites: bookworm-backports
+Components: main
+Signed-By: /usr/share/keyrings/debian-archive-keyring.gpg
+SRC
+  fi
+  apt-get update -qq
+  if [ "${#need_apt[@]}" -gt 0 ]; then apt-get install -y -qq "${need_apt[@]}" >/dev/null; fi
+  if [ "$runsc_ok" = 0 ]; then apt-get install -y -qq -t bookworm-backports runsc >/dev/null; fi
+fi
+if ! runsc --version 2>/dev/null | grep -q '20240729'; then
+  echo "ate install: runsc from bookworm-backports is required; run as root:" >&2
+  echo "  apt-get install -t bookworm-backports runsc" >&2
+  exit 1
+fi
+
+py="${ATE_PYTHON:-python3}"
+if [ ! -x .venv/bin/python ]; then "$py" -m venv .venv; fi
+stamp=.venv/.ate-installed
+if [ ! -f "$stamp" ] || [ pyproject.toml -nt "$stamp" ]; then
+  .venv/bin/pip install -q --upgrade pip >/dev/null
+  .venv/bin/pip install -q -e '.[dev]'
+  touch "$stamp"
+fi

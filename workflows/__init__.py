@@ -1,0 +1,1 @@
+"""Temporal workflows of ate: deterministic orchestration only, no I/O."""

@@ -1,0 +1,98 @@
+"""GoldenSnapshot: boot a template once, wait for its wakeup probes, checkpoint FULL.
+
+The result is the snapshot every new actor of the template restores on its first resume.
+The template ends in phase Ready (with the snapshot) or Failed (with the reason); the worker
+used for the boot is always released (the reference system leaked its golden actor, #879).
+"""
+
+from __future__ import annotations
+
+from temporalio import workflow
+
+from workflows.steps import (
+    ACTIVITY_FAILURES,
+    ATELET_OPTIONS,
+    DB_OPTIONS,
+    failure_of,
+    show_step,
+)
+
+with workflow.unsafe.imports_passed_through():
+    from workflows.types import (
+        ActorRef,
+        AteletCheckpointInput,
+        AteletCheckpointResult,
+        AteletRunInput,
+        AteletRunResult,
+        AteletTerminateInput,
+        CompleteSnapshotInput,
+        FinishInput,
+        GoldenPlan,
+        GoldenSnapshotInput,
+        GoldenSnapshotResult,
+        Operation,
+    )
+
+
+@workflow.defn(name=Operation.GOLDEN_SNAPSHOT.value)
+class GoldenSnapshotWorkflow:
+    """Take one template's golden snapshot; workflow ID `template/<atespace>/<name>`."""
+
+    @workflow.run
+    async def run(self, request: GoldenSnapshotInput) -> GoldenSnapshotResult:
+        """Boot, probe, checkpoint. Never raises for a workload failure: returns phase Failed."""
+        operation_id = workflow.info().run_id
+        template = ActorRef(atespace=request.atespace, name=request.template)
+        holder = ActorRef(atespace=request.atespace, name=f"golden-{request.template}"[:63])
+        show_step("placement")
+        try:
+            plan: GoldenPlan = await workflow.execute_local_activity(
+                "begin_golden", request, result_type=GoldenPlan, **DB_OPTIONS
+            )
+        except ACTIVITY_FAILURES as error:
+            return await self._fail(template, operation_id, failure_of(error).message)
+        try:
+            show_step(f"boot on worker {plan.worker.pool}/{plan.worker.name}")
+            await workflow.execute_local_activity(
+                "atelet_start",
+                AteletRunInput(
+                    operation_id=operation_id, worker=plan.worker, holder=holder, spec=plan.spec, snapshot=None,
+                    probe_timeout_seconds=request.probe_timeout_seconds,
+                ),
+                result_type=AteletRunResult, **ATELET_OPTIONS,
+            )
+            show_step("checkpoint FULL")
+            done: AteletCheckpointResult = await workflow.execute_local_activity(
+                "atelet_checkpoint",
+                AteletCheckpointInput(operation_id=operation_id, worker=plan.worker, holder=holder, snapshot=plan.snapshot),
+                result_type=AteletCheckpointResult, **ATELET_OPTIONS,
+            )
+        except ACTIVITY_FAILURES as error:
+            show_step("cleanup")
+            try:
+                await workflow.execute_local_activity(
+                    "atelet_terminate",
+                    AteletTerminateInput(operation_id=operation_id, worker=plan.worker, holder=holder),
+                    result_type=bool, **ATELET_OPTIONS,
+                )
+            except ACTIVITY_FAILURES:
+                workflow.logger.warning("terminate after a failed golden boot did not succeed")
+            return await self._fail(template, operation_id, failure_of(error).message)
+        show_step("finalize")
+        await workflow.execute_local_activity(
+            "complete_golden",
+            CompleteSnapshotInput(
+                actor=template, operation_id=operation_id, snapshot_id=plan.snapshot.snapshot_id,
+                manifest=done.manifest, size_bytes=done.size_bytes,
+            ),
+            **DB_OPTIONS,
+        )
+        show_step("done")
+        return GoldenSnapshotResult(phase="Ready", snapshot_id=plan.snapshot.snapshot_id)
+
+    async def _fail(self, template: ActorRef, operation_id: str, reason: str) -> GoldenSnapshotResult:
+        show_step("failed")
+        await workflow.execute_local_activity(
+            "fail_golden", FinishInput(actor=template, operation_id=operation_id, error=reason), **DB_OPTIONS
+        )
+        return GoldenSnapshotResult(phase="Failed", reason=reason)

@@ -1,0 +1,64 @@
+"""Kubernetes-style resource quantities: CPU ("500m", "2") and memory ("256Mi", "1G", "1024")."""
+
+from __future__ import annotations
+
+import re
+
+_CPU = re.compile(r"^(\d+(?:\.\d+)?)(m?)$")
+_MEMORY = re.compile(r"^(\d+(?:\.\d+)?)(Ki|Mi|Gi|Ti|k|M|G|T)?$")
+_MEMORY_FACTORS = {
+    None: 1,
+    "k": 10**3,
+    "M": 10**6,
+    "G": 10**9,
+    "T": 10**12,
+    "Ki": 2**10,
+    "Mi": 2**20,
+    "Gi": 2**30,
+    "Ti": 2**40,
+}
+
+
+def parse_cpu_millis(value: str | int | float) -> int:
+    """Parse a CPU quantity into millicores.
+
+    Args:
+        value: "500m" (millicores), "2" or "0.5" (cores), or a number of cores.
+
+    Returns:
+        Millicores, e.g. 500 for "500m" and 2000 for "2".
+
+    Raises:
+        ValueError: the value is not a positive CPU quantity.
+    """
+    text = str(value).strip()
+    match = _CPU.match(text)
+    if not match:
+        raise ValueError(f"{value!r} is not a CPU quantity (examples: 500m, 1, 2.5)")
+    number = float(match.group(1))
+    millis = round(number if match.group(2) else number * 1000)
+    if millis <= 0:
+        raise ValueError(f"{value!r} must be positive")
+    return millis
+
+
+def parse_memory_bytes(value: str | int) -> int:
+    """Parse a memory quantity into bytes.
+
+    Args:
+        value: "256Mi", "2Gi", "1G", "500k" or a number of bytes.
+
+    Returns:
+        Bytes, e.g. 268435456 for "256Mi".
+
+    Raises:
+        ValueError: the value is not a positive memory quantity.
+    """
+    text = str(value).strip()
+    match = _MEMORY.match(text)
+    if not match:
+        raise ValueError(f"{value!r} is not a memory quantity (examples: 256Mi, 2Gi, 1G)")
+    number = float(match.group(1)) * _MEMORY_FACTORS[match.group(2)]
+    if number <= 0:
+        raise ValueError(f"{value!r} must be positive")
+    return int(number)

@@ -1,0 +1,110 @@
+"""ResumeActor: SUSPENDED -> RESUMING -> RUNNING (placement, atelet restore, finalize).
+
+Steps (each an idempotent local activity keyed by this run's ID as operation ID):
+1. placement: `begin_resume` chooses a worker and binds it, marking RESUMING (one transaction).
+2. restore: `atelet_start` restores the latest snapshot (or the golden one) onto the worker and
+   waits for the wakeup probes.
+3. finalize: `finish_resume` marks RUNNING.
+If the restore fails for good, the sandbox is terminated and the actor rolled back to
+SUSPENDED with its worker freed: never left in RESUMING with a worker held (the reference
+system's failure #1665).
+"""
+
+from __future__ import annotations
+
+from temporalio import workflow
+
+from workflows.steps import (
+    ACTIVITY_FAILURES,
+    ATELET_OPTIONS,
+    DB_OPTIONS,
+    failure_of,
+    reraise,
+    show_step,
+)
+
+with workflow.unsafe.imports_passed_through():
+    from workflows.types import (
+        AteletRunInput,
+        AteletRunResult,
+        AteletTerminateInput,
+        BeginResumeInput,
+        FinishInput,
+        Operation,
+        ResumeActorInput,
+        ResumeActorResult,
+        ResumePlan,
+    )
+
+
+@workflow.defn(name=Operation.RESUME.value)
+class ResumeActorWorkflow:
+    """Resume one actor; the workflow ID `actor/<atespace>/<name>` is the per-actor lock."""
+
+    @workflow.run
+    async def run(self, request: ResumeActorInput) -> ResumeActorResult:
+        """Resume `request.actor`.
+
+        Raises:
+            ApplicationError: type NotFound, FailedPrecondition (state), NoCapacity, or the
+                atelet's reason when the restore failed (the actor is then SUSPENDED again).
+        """
+        operation_id = workflow.info().run_id
+        actor = request.actor
+        timings: dict[str, float] = {}
+        show_step("placement")
+        started = workflow.time()
+        try:
+            plan: ResumePlan = await workflow.execute_local_activity(
+                "begin_resume", BeginResumeInput(actor=actor, operation_id=operation_id),
+                result_type=ResumePlan, **DB_OPTIONS,
+            )
+        except ACTIVITY_FAILURES as error:
+            raise reraise(error) from error
+        timings["placement"] = workflow.time() - started
+        if plan.already_running:
+            return ResumeActorResult(actor=actor, worker=plan.worker, already_running=True, timings=timings)
+        assert plan.worker is not None
+        show_step(f"restore on worker {plan.worker.pool}/{plan.worker.name} ({plan.worker.node})")
+        started = workflow.time()
+        try:
+            restored: AteletRunResult = await workflow.execute_local_activity(
+                "atelet_start",
+                AteletRunInput(
+                    operation_id=operation_id, worker=plan.worker, holder=actor, spec=plan.spec,
+                    snapshot=plan.snapshot, probe_timeout_seconds=request.probe_timeout_seconds,
+                ),
+                result_type=AteletRunResult, **ATELET_OPTIONS,
+            )
+        except ACTIVITY_FAILURES as error:
+            cause = failure_of(error)
+            show_step("rollback")
+            try:
+                await workflow.execute_local_activity(
+                    "atelet_terminate",
+                    AteletTerminateInput(operation_id=operation_id, worker=plan.worker, holder=actor),
+                    result_type=bool, **ATELET_OPTIONS,
+                )
+            except ACTIVITY_FAILURES:
+                workflow.logger.warning("terminate after a failed restore did not succeed; rolling back anyway")
+            await workflow.execute_local_activity(
+                "rollback_resume", FinishInput(actor=actor, operation_id=operation_id, error=cause.message),
+                **DB_OPTIONS,
+            )
+            raise reraise(error, f"resume of actor {actor.key} failed and was rolled back: ") from error
+        timings["atelet"] = workflow.time() - started
+        timings.update({f"atelet_{k}": v for k, v in restored.timings.items()})
+        show_step("finalize")
+        started = workflow.time()
+        try:
+            await workflow.execute_local_activity(
+                "finish_resume", FinishInput(actor=actor, operation_id=operation_id), **DB_OPTIONS
+            )
+        except ACTIVITY_FAILURES as error:
+            raise reraise(error) from error
+        timings["finalize"] = workflow.time() - started
+        show_step("done")
+        return ResumeActorResult(
+            actor=actor, worker=plan.worker, restored_generation=plan.snapshot.generation if plan.snapshot else None,
+            timings=timings,
+        )

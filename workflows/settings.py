@@ -1,0 +1,19 @@
+"""Settings of the `ate worker` process (environment prefix `ATE_`)."""
+
+from __future__ import annotations
+
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+
+class WorkerSettings(BaseSettings):
+    """Where the Temporal worker finds Postgres and Temporal, and how much it runs at once."""
+
+    model_config = SettingsConfigDict(env_prefix="ATE_")
+
+    database_url: str = "postgresql://postgres@127.0.0.1:5432/ate"
+    temporal_address: str = "127.0.0.1:7233"
+    temporal_namespace: str = "default"
+    max_concurrent_workflow_tasks: int = 500
+    max_concurrent_local_activities: int = 500
+    max_cached_workflows: int = 2000
+    metrics_listen: str = "127.0.0.1:9001"

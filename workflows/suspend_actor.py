@@ -1,0 +1,107 @@
+"""SuspendActor (mode sync): RUNNING -> SUSPENDING -> SUSPENDED.
+
+Steps (idempotent local activities, operation ID = this run's ID):
+1. mark: `begin_suspend` marks SUSPENDING and reserves the next snapshot generation (PENDING).
+2. checkpoint: `atelet_checkpoint` writes the snapshot with the template's onCommit scope to its
+   storage location; the atelet stops the sandbox and frees the worker.
+3. finalize: `complete_suspend` marks the snapshot COMPLETED (with the manifest), the actor
+   SUSPENDED with it as latest, and frees the place, in one transaction. A snapshot is never
+   promoted without its data: only the manifest returned by a finished checkpoint completes it.
+If the checkpoint fails for good, the actor goes back to RUNNING (its sandbox still runs) and
+the PENDING snapshot row is dropped.
+"""
+
+from __future__ import annotations
+
+from temporalio import workflow
+
+from workflows.steps import (
+    ACTIVITY_FAILURES,
+    ATELET_OPTIONS,
+    DB_OPTIONS,
+    failure_of,
+    reraise,
+    show_step,
+)
+
+with workflow.unsafe.imports_passed_through():
+    from workflows.types import (
+        AteletCheckpointInput,
+        AteletCheckpointResult,
+        BeginSuspendInput,
+        CompleteSnapshotInput,
+        Operation,
+        SuspendActorInput,
+        SuspendActorResult,
+        SuspendPlan,
+    )
+
+
+@workflow.defn(name=Operation.SUSPEND.value)
+class SuspendActorWorkflow:
+    """Suspend one actor; the workflow ID `actor/<atespace>/<name>` is the per-actor lock."""
+
+    @workflow.run
+    async def run(self, request: SuspendActorInput) -> SuspendActorResult:
+        """Suspend `request.actor` (sync: the snapshot is stored before this returns).
+
+        Raises:
+            ApplicationError: type NotFound, FailedPrecondition (state), or the atelet's reason
+                when the checkpoint failed (the actor is then RUNNING again).
+        """
+        operation_id = workflow.info().run_id
+        actor = request.actor
+        timings: dict[str, float] = {}
+        show_step("mark suspending")
+        started = workflow.time()
+        try:
+            plan: SuspendPlan = await workflow.execute_local_activity(
+                "begin_suspend", BeginSuspendInput(actor=actor, operation_id=operation_id),
+                result_type=SuspendPlan, **DB_OPTIONS,
+            )
+        except ACTIVITY_FAILURES as error:
+            raise reraise(error) from error
+        timings["mark"] = workflow.time() - started
+        if plan.already_suspended:
+            return SuspendActorResult(actor=actor, already_suspended=True, timings=timings)
+        assert plan.worker is not None and plan.snapshot is not None
+        show_step(f"checkpoint {plan.snapshot.scope.value} on worker {plan.worker.pool}/{plan.worker.name}")
+        started = workflow.time()
+        try:
+            done: AteletCheckpointResult = await workflow.execute_local_activity(
+                "atelet_checkpoint",
+                AteletCheckpointInput(
+                    operation_id=operation_id, worker=plan.worker, holder=actor, snapshot=plan.snapshot
+                ),
+                result_type=AteletCheckpointResult, **ATELET_OPTIONS,
+            )
+        except ACTIVITY_FAILURES as error:
+            cause = failure_of(error)
+            show_step("rollback")
+            await workflow.execute_local_activity(
+                "rollback_suspend",
+                CompleteSnapshotInput(
+                    actor=actor, operation_id=operation_id, snapshot_id=plan.snapshot.snapshot_id,
+                    manifest={"error": cause.message}, size_bytes=0,
+                ),
+                **DB_OPTIONS,
+            )
+            raise reraise(error, f"suspend of actor {actor.key} failed; it keeps running: ") from error
+        timings["atelet"] = workflow.time() - started
+        timings.update({f"atelet_{k}": v for k, v in done.timings.items()})
+        show_step("finalize")
+        started = workflow.time()
+        try:
+            await workflow.execute_local_activity(
+                "complete_suspend",
+                CompleteSnapshotInput(
+                    actor=actor, operation_id=operation_id, snapshot_id=plan.snapshot.snapshot_id,
+                    manifest=done.manifest, size_bytes=done.size_bytes,
+                ),
+                **DB_OPTIONS,
+            )
+        except ACTIVITY_FAILURES as error:
+            raise reraise(error) from error
+        timings["finalize"] = workflow.time() - started
+        show_step("done")
+        return SuspendActorResult(actor=actor, generation=plan.snapshot.generation, timings=timings)

@@ -1,0 +1,293 @@
+"""Domain types shared by workflows, activities and the API: states, refs, workflow inputs/results.
+
+Standard library only, so that workflow code (which runs in Temporal's deterministic sandbox)
+can import it. None of these are pydantic models; pydantic lives at the API edge.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from enum import StrEnum
+from typing import Any
+
+TASK_QUEUE = "ate-control"
+"""The Temporal task queue every ate workflow and activity runs on."""
+
+SEARCH_ATTRIBUTES = ("AteAtespace", "AteActor", "AteOperation")
+"""Keyword search attributes set on every workflow (registered on the Temporal server)."""
+
+
+class ActorState(StrEnum):
+    """Actor states (ARCHITECTURE.md, "Actor states")."""
+
+    SUSPENDED = "SUSPENDED"
+    RESUMING = "RESUMING"
+    RUNNING = "RUNNING"
+    SUSPENDING = "SUSPENDING"
+    PAUSING = "PAUSING"
+    PAUSED = "PAUSED"
+    REVERTING = "REVERTING"
+    CRASHED = "CRASHED"
+
+
+class WorkerState(StrEnum):
+    """Worker states: ACTIVE takes actors; UNAVAILABLE does not."""
+
+    ACTIVE = "ACTIVE"
+    UNAVAILABLE = "UNAVAILABLE"
+
+
+class SnapshotScope(StrEnum):
+    """FULL: memory + rootfs delta + durable dirs. DATA: durable dirs only."""
+
+    FULL = "FULL"
+    DATA = "DATA"
+
+
+class SnapshotState(StrEnum):
+    """PENDING: being written (never restored from). COMPLETED: data stored and verified."""
+
+    PENDING = "PENDING"
+    COMPLETED = "COMPLETED"
+
+
+class Operation(StrEnum):
+    """Workflow type names; also the value of the `AteOperation` search attribute."""
+
+    RESUME = "ResumeActor"
+    SUSPEND = "SuspendActor"
+    PAUSE = "PauseActor"
+    REVERT = "RevertActor"
+    GOLDEN_SNAPSHOT = "GoldenSnapshot"
+
+
+TRANSITIONS: dict[Operation, tuple[frozenset[ActorState], ActorState, ActorState]] = {
+    Operation.RESUME: (frozenset({ActorState.SUSPENDED, ActorState.PAUSED}), ActorState.RESUMING, ActorState.RUNNING),
+    Operation.SUSPEND: (frozenset({ActorState.RUNNING, ActorState.PAUSED}), ActorState.SUSPENDING, ActorState.SUSPENDED),
+    Operation.PAUSE: (frozenset({ActorState.RUNNING}), ActorState.PAUSING, ActorState.PAUSED),
+    Operation.REVERT: (
+        frozenset({ActorState.RUNNING, ActorState.PAUSED, ActorState.CRASHED, ActorState.RESUMING, ActorState.SUSPENDING}),
+        ActorState.REVERTING,
+        ActorState.SUSPENDED,
+    ),
+}
+"""Operation -> (states it starts from, transitional state, final state)."""
+
+
+@dataclass(frozen=True)
+class ActorRef:
+    """An actor's identity: (atespace, name), both DNS-1123 labels."""
+
+    atespace: str
+    name: str
+
+    @property
+    def key(self) -> str:
+        """`<atespace>/<name>`, as in the `ate-target-actor` header."""
+        return f"{self.atespace}/{self.name}"
+
+    @property
+    def workflow_id(self) -> str:
+        """The per-actor lock: at most one operation workflow runs under this ID."""
+        return f"actor/{self.atespace}/{self.name}"
+
+
+def template_workflow_id(atespace: str, template: str) -> str:
+    """Workflow ID (and placement holder) of a template's GoldenSnapshot workflow."""
+    return f"template/{atespace}/{template}"
+
+
+@dataclass
+class WorkerRef:
+    """Where a placement put an actor: worker identity plus how to reach its atelet."""
+
+    worker_id: int
+    pool: str
+    name: str
+    node: str
+    ip: str
+    atelet_address: str
+
+
+@dataclass
+class SnapshotRef:
+    """A stored snapshot: where it is and the manifest that restore verifies."""
+
+    snapshot_id: int
+    generation: int
+    scope: SnapshotScope
+    uri: str
+    manifest: dict[str, Any] | None = None
+
+
+# ---- workflow inputs and results ------------------------------------------------------------
+
+
+@dataclass
+class ResumeActorInput:
+    """Input of the ResumeActor workflow."""
+
+    actor: ActorRef
+    probe_timeout_seconds: float = 30.0
+
+
+@dataclass
+class ResumeActorResult:
+    """Result of ResumeActor: where the actor runs now, and step timings in seconds."""
+
+    actor: ActorRef
+    worker: WorkerRef | None
+    already_running: bool = False
+    restored_generation: int | None = None
+    timings: dict[str, float] = field(default_factory=dict)
+
+
+@dataclass
+class SuspendActorInput:
+    """Input of the SuspendActor workflow. Only mode "sync" exists so far."""
+
+    actor: ActorRef
+    mode: str = "sync"
+
+
+@dataclass
+class SuspendActorResult:
+    """Result of SuspendActor: the snapshot generation written (None if already SUSPENDED)."""
+
+    actor: ActorRef
+    already_suspended: bool = False
+    generation: int | None = None
+    timings: dict[str, float] = field(default_factory=dict)
+
+
+@dataclass
+class GoldenSnapshotInput:
+    """Input of the GoldenSnapshot workflow for one actor template."""
+
+    atespace: str
+    template: str
+    probe_timeout_seconds: float = 60.0
+
+
+@dataclass
+class GoldenSnapshotResult:
+    """Result of GoldenSnapshot: the template's phase and, when Ready, its golden snapshot."""
+
+    phase: str
+    reason: str | None = None
+    snapshot_id: int | None = None
+
+
+# ---- activity inputs and results ------------------------------------------------------------
+
+
+@dataclass
+class BeginResumeInput:
+    """Input of the begin_resume activity (marks RESUMING and binds a worker in one transaction)."""
+
+    actor: ActorRef
+    operation_id: str
+
+
+@dataclass
+class ResumePlan:
+    """What begin_resume decided: nothing to do (already RUNNING) or a worker and a snapshot."""
+
+    already_running: bool
+    worker: WorkerRef | None = None
+    snapshot: SnapshotRef | None = None
+    spec: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass
+class AteletRunInput:
+    """Boot (snapshot None) or restore (snapshot set) a workload on a worker."""
+
+    operation_id: str
+    worker: WorkerRef
+    holder: ActorRef
+    spec: dict[str, Any]
+    snapshot: SnapshotRef | None
+    probe_timeout_seconds: float
+
+
+@dataclass
+class AteletRunResult:
+    """Timings reported by the atelet, in seconds."""
+
+    worker_ip: str
+    timings: dict[str, float] = field(default_factory=dict)
+
+
+@dataclass
+class FinishInput:
+    """Input of the finalize/rollback activities: which operation's state to settle."""
+
+    actor: ActorRef
+    operation_id: str
+    error: str | None = None
+
+
+@dataclass
+class BeginSuspendInput:
+    """Input of begin_suspend: mark SUSPENDING and reserve the next snapshot generation."""
+
+    actor: ActorRef
+    operation_id: str
+
+
+@dataclass
+class SuspendPlan:
+    """What begin_suspend decided: nothing to do, or where to checkpoint to."""
+
+    already_suspended: bool
+    worker: WorkerRef | None = None
+    snapshot: SnapshotRef | None = None
+
+
+@dataclass
+class AteletCheckpointInput:
+    """Checkpoint the holder on a worker into snapshot.uri with snapshot.scope."""
+
+    operation_id: str
+    worker: WorkerRef
+    holder: ActorRef
+    snapshot: SnapshotRef
+
+
+@dataclass
+class AteletCheckpointResult:
+    """The manifest the atelet wrote, the stored size in bytes and timings in seconds."""
+
+    manifest: dict[str, Any]
+    size_bytes: int
+    timings: dict[str, float] = field(default_factory=dict)
+
+
+@dataclass
+class CompleteSnapshotInput:
+    """Finish a suspend: mark the snapshot COMPLETED, the actor SUSPENDED, free the worker."""
+
+    actor: ActorRef
+    operation_id: str
+    snapshot_id: int
+    manifest: dict[str, Any]
+    size_bytes: int
+
+
+@dataclass
+class AteletTerminateInput:
+    """Stop whatever the holder runs on a worker (best effort, idempotent)."""
+
+    operation_id: str
+    worker: WorkerRef
+    holder: ActorRef
+
+
+@dataclass
+class GoldenPlan:
+    """Where to boot a template's golden actor and where to store its snapshot."""
+
+    worker: WorkerRef
+    snapshot: SnapshotRef
+    spec: dict[str, Any]

@@ -1,0 +1,105 @@
+"""`ate worker`: the Temporal worker for task queue `ate-control` (all workflows and activities).
+
+Entry point only: loads settings, opens the store and the Temporal client, registers the
+workflows and activities, serves until SIGTERM/SIGINT, then drains and shuts down before the
+event loop closes (TEMPORAL.md: a worker left running at interpreter exit can crash it).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import logging
+import signal
+
+from temporalio.client import Client
+from temporalio.worker import Worker
+
+from activities.atelet import AteletActivities
+from activities.db import DbActivities
+from activities.store import Store, migrate
+from workflows.golden_snapshot import GoldenSnapshotWorkflow
+from workflows.resume_actor import ResumeActorWorkflow
+from workflows.search_attributes import ensure_search_attributes
+from workflows.settings import WorkerSettings
+from workflows.suspend_actor import SuspendActorWorkflow
+from workflows.types import TASK_QUEUE
+
+log = logging.getLogger("ate.worker")
+
+WORKFLOWS = [ResumeActorWorkflow, SuspendActorWorkflow, GoldenSnapshotWorkflow]
+
+
+def build_worker(client: Client, store: Store, atelets: AteletActivities, settings: WorkerSettings) -> Worker:
+    """A Temporal worker with every ate workflow and activity, tuned as TEMPORAL.md measured."""
+    db = DbActivities(store)
+    return Worker(
+        client,
+        task_queue=TASK_QUEUE,
+        workflows=WORKFLOWS,
+        activities=[
+            db.begin_resume, db.finish_resume, db.rollback_resume,
+            db.begin_suspend, db.complete_suspend, db.rollback_suspend,
+            db.begin_golden, db.complete_golden, db.fail_golden,
+            atelets.start, atelets.checkpoint, atelets.terminate,
+        ],
+        max_concurrent_workflow_tasks=settings.max_concurrent_workflow_tasks,
+        max_concurrent_local_activities=settings.max_concurrent_local_activities,
+        max_cached_workflows=settings.max_cached_workflows,
+        max_concurrent_workflow_task_polls=20,
+        nonsticky_to_sticky_poll_ratio=0.5,
+    )
+
+
+async def serve(settings: WorkerSettings) -> None:
+    """Run the worker until cancelled or signalled."""
+    from prometheus_client import start_http_server
+
+    host, _, port = settings.metrics_listen.rpartition(":")
+    start_http_server(int(port), addr=host or "127.0.0.1")
+    store = await Store.connect(settings.database_url, max_size=20)
+    async with store.pool.acquire() as connection:
+        await migrate(connection)
+    client = await Client.connect(settings.temporal_address, namespace=settings.temporal_namespace)
+    await ensure_search_attributes(client, settings.temporal_namespace)
+    atelets = AteletActivities()
+    worker = build_worker(client, store, atelets, settings)
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, stop.set)
+    run = asyncio.create_task(worker.run())
+    print(f"worker: ready on task queue {TASK_QUEUE} ({settings.temporal_address})", flush=True)
+    waiter = asyncio.create_task(stop.wait())
+    await asyncio.wait([run, waiter], return_when=asyncio.FIRST_COMPLETED)
+    await worker.shutdown()
+    waiter.cancel()
+    await atelets.close()
+    await store.close()
+
+
+def main(argv: list[str] | None = None) -> None:
+    """`ate worker [--database-url URL] [--temporal-address HOST:PORT] [--namespace NS]`."""
+    parser = argparse.ArgumentParser(prog="ate worker", description="Temporal worker for ate-control")
+    parser.add_argument("--database-url", help="PostgreSQL URL (env ATE_DATABASE_URL)")
+    parser.add_argument("--temporal-address", help="Temporal frontend host:port (env ATE_TEMPORAL_ADDRESS)")
+    parser.add_argument("--namespace", help="Temporal namespace (env ATE_TEMPORAL_NAMESPACE)")
+    parser.add_argument("--metrics-listen", help="host:port of /metrics (env ATE_METRICS_LISTEN)")
+    args = parser.parse_args(argv)
+    overrides = {
+        k: v
+        for k, v in {
+            "database_url": args.database_url,
+            "temporal_address": args.temporal_address,
+            "temporal_namespace": args.namespace,
+            "metrics_listen": args.metrics_listen,
+        }.items()
+        if v
+    }
+    settings = WorkerSettings(**overrides)
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    asyncio.run(serve(settings))
+
+
+if __name__ == "__main__":
+    main()
