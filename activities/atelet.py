@@ -59,9 +59,7 @@ def workload_spec(spec: dict[str, Any]) -> pb.WorkloadSpec:
                 ],
             )
         )
-    volumes = [
-        pb.Volume(name=v["name"], durable_dir="durableDir" in v) for v in spec.get("volumes") or []
-    ]
+    volumes = [pb.Volume(name=v["name"], durable_dir="durableDir" in v) for v in spec.get("volumes") or []]
     limits = (spec.get("resources") or {}).get("limits") or {}
     return pb.WorkloadSpec(
         containers=containers,
@@ -91,12 +89,12 @@ class AteletActivities:
                 if channel is None:
                     channel = grpc.aio.insecure_channel(address)
                     self._channels[address] = channel
-        return pb_grpc.AteletStub(channel)
+        return pb_grpc.AteletStub(channel)  # type: ignore[no-untyped-call]
 
     async def close(self) -> None:
         """Close every channel."""
         for channel in self._channels.values():
-            await channel.close()
+            await channel.close(grace=None)
         self._channels.clear()
 
     @activity.defn(name="atelet_start")
@@ -114,8 +112,11 @@ class AteletActivities:
             if request.snapshot is None:
                 run = await stub.Run(
                     pb.RunRequest(
-                        operation_id=request.operation_id, worker=request.worker.name, actor=_ref(request.holder),
-                        spec=spec, probe_timeout_seconds=request.probe_timeout_seconds,
+                        operation_id=request.operation_id,
+                        worker=request.worker.name,
+                        actor=_ref(request.holder),
+                        spec=spec,
+                        probe_timeout_seconds=request.probe_timeout_seconds,
                     ),
                     timeout=self.call_timeout_seconds,
                 )
@@ -127,8 +128,12 @@ class AteletActivities:
                 ParseDict(request.snapshot.manifest, manifest, ignore_unknown_fields=True)
             restored = await stub.Restore(
                 pb.RestoreRequest(
-                    operation_id=request.operation_id, worker=request.worker.name, actor=_ref(request.holder),
-                    spec=spec, snapshot_uri=request.snapshot.uri, manifest=manifest,
+                    operation_id=request.operation_id,
+                    worker=request.worker.name,
+                    actor=_ref(request.holder),
+                    spec=spec,
+                    snapshot_uri=request.snapshot.uri,
+                    manifest=manifest,
                     probe_timeout_seconds=request.probe_timeout_seconds,
                 ),
                 timeout=self.call_timeout_seconds,
@@ -156,8 +161,11 @@ class AteletActivities:
         try:
             done = await stub.Checkpoint(
                 pb.CheckpointRequest(
-                    operation_id=request.operation_id, worker=request.worker.name, actor=_ref(request.holder),
-                    scope=_SCOPES[request.snapshot.scope], snapshot_uri=request.snapshot.uri,
+                    operation_id=request.operation_id,
+                    worker=request.worker.name,
+                    actor=_ref(request.holder),
+                    scope=_SCOPES[request.snapshot.scope],
+                    snapshot_uri=request.snapshot.uri,
                 ),
                 timeout=self.call_timeout_seconds,
             )

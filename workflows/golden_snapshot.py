@@ -9,13 +9,7 @@ from __future__ import annotations
 
 from temporalio import workflow
 
-from workflows.steps import (
-    ACTIVITY_FAILURES,
-    ATELET_OPTIONS,
-    DB_OPTIONS,
-    failure_of,
-    show_step,
-)
+from workflows.steps import ACTIVITY_FAILURES, atelet_step, db_step, failure_of, show_step
 
 with workflow.unsafe.imports_passed_through():
     from workflows.types import (
@@ -46,53 +40,57 @@ class GoldenSnapshotWorkflow:
         holder = ActorRef(atespace=request.atespace, name=f"golden-{request.template}"[:63])
         show_step("placement")
         try:
-            plan: GoldenPlan = await workflow.execute_local_activity(
-                "begin_golden", request, result_type=GoldenPlan, **DB_OPTIONS
-            )
+            plan: GoldenPlan = await db_step("begin_golden", request, result_type=GoldenPlan)
         except ACTIVITY_FAILURES as error:
             return await self._fail(template, operation_id, failure_of(error).message)
         try:
             show_step(f"boot on worker {plan.worker.pool}/{plan.worker.name}")
-            await workflow.execute_local_activity(
+            await atelet_step(
                 "atelet_start",
                 AteletRunInput(
-                    operation_id=operation_id, worker=plan.worker, holder=holder, spec=plan.spec, snapshot=None,
+                    operation_id=operation_id,
+                    worker=plan.worker,
+                    holder=holder,
+                    spec=plan.spec,
+                    snapshot=None,
                     probe_timeout_seconds=request.probe_timeout_seconds,
                 ),
-                result_type=AteletRunResult, **ATELET_OPTIONS,
+                result_type=AteletRunResult,
             )
             show_step("checkpoint FULL")
-            done: AteletCheckpointResult = await workflow.execute_local_activity(
+            done: AteletCheckpointResult = await atelet_step(
                 "atelet_checkpoint",
-                AteletCheckpointInput(operation_id=operation_id, worker=plan.worker, holder=holder, snapshot=plan.snapshot),
-                result_type=AteletCheckpointResult, **ATELET_OPTIONS,
+                AteletCheckpointInput(
+                    operation_id=operation_id, worker=plan.worker, holder=holder, snapshot=plan.snapshot
+                ),
+                result_type=AteletCheckpointResult,
             )
         except ACTIVITY_FAILURES as error:
             show_step("cleanup")
             try:
-                await workflow.execute_local_activity(
+                await atelet_step(
                     "atelet_terminate",
                     AteletTerminateInput(operation_id=operation_id, worker=plan.worker, holder=holder),
-                    result_type=bool, **ATELET_OPTIONS,
+                    result_type=bool,
                 )
             except ACTIVITY_FAILURES:
                 workflow.logger.warning("terminate after a failed golden boot did not succeed")
             return await self._fail(template, operation_id, failure_of(error).message)
         show_step("finalize")
-        await workflow.execute_local_activity(
+        await db_step(
             "complete_golden",
             CompleteSnapshotInput(
-                actor=template, operation_id=operation_id, snapshot_id=plan.snapshot.snapshot_id,
-                manifest=done.manifest, size_bytes=done.size_bytes,
+                actor=template,
+                operation_id=operation_id,
+                snapshot_id=plan.snapshot.snapshot_id,
+                manifest=done.manifest,
+                size_bytes=done.size_bytes,
             ),
-            **DB_OPTIONS,
         )
         show_step("done")
         return GoldenSnapshotResult(phase="Ready", snapshot_id=plan.snapshot.snapshot_id)
 
     async def _fail(self, template: ActorRef, operation_id: str, reason: str) -> GoldenSnapshotResult:
         show_step("failed")
-        await workflow.execute_local_activity(
-            "fail_golden", FinishInput(actor=template, operation_id=operation_id, error=reason), **DB_OPTIONS
-        )
+        await db_step("fail_golden", FinishInput(actor=template, operation_id=operation_id, error=reason))
         return GoldenSnapshotResult(phase="Failed", reason=reason)

@@ -14,14 +14,7 @@ from __future__ import annotations
 
 from temporalio import workflow
 
-from workflows.steps import (
-    ACTIVITY_FAILURES,
-    ATELET_OPTIONS,
-    DB_OPTIONS,
-    failure_of,
-    reraise,
-    show_step,
-)
+from workflows.steps import ACTIVITY_FAILURES, atelet_step, db_step, failure_of, reraise, show_step
 
 with workflow.unsafe.imports_passed_through():
     from workflows.types import (
@@ -55,9 +48,8 @@ class ResumeActorWorkflow:
         show_step("placement")
         started = workflow.time()
         try:
-            plan: ResumePlan = await workflow.execute_local_activity(
-                "begin_resume", BeginResumeInput(actor=actor, operation_id=operation_id),
-                result_type=ResumePlan, **DB_OPTIONS,
+            plan: ResumePlan = await db_step(
+                "begin_resume", BeginResumeInput(actor=actor, operation_id=operation_id), result_type=ResumePlan
             )
         except ACTIVITY_FAILURES as error:
             raise reraise(error) from error
@@ -68,43 +60,44 @@ class ResumeActorWorkflow:
         show_step(f"restore on worker {plan.worker.pool}/{plan.worker.name} ({plan.worker.node})")
         started = workflow.time()
         try:
-            restored: AteletRunResult = await workflow.execute_local_activity(
+            restored: AteletRunResult = await atelet_step(
                 "atelet_start",
                 AteletRunInput(
-                    operation_id=operation_id, worker=plan.worker, holder=actor, spec=plan.spec,
-                    snapshot=plan.snapshot, probe_timeout_seconds=request.probe_timeout_seconds,
+                    operation_id=operation_id,
+                    worker=plan.worker,
+                    holder=actor,
+                    spec=plan.spec,
+                    snapshot=plan.snapshot,
+                    probe_timeout_seconds=request.probe_timeout_seconds,
                 ),
-                result_type=AteletRunResult, **ATELET_OPTIONS,
+                result_type=AteletRunResult,
             )
         except ACTIVITY_FAILURES as error:
             cause = failure_of(error)
             show_step("rollback")
             try:
-                await workflow.execute_local_activity(
+                await atelet_step(
                     "atelet_terminate",
                     AteletTerminateInput(operation_id=operation_id, worker=plan.worker, holder=actor),
-                    result_type=bool, **ATELET_OPTIONS,
+                    result_type=bool,
                 )
             except ACTIVITY_FAILURES:
                 workflow.logger.warning("terminate after a failed restore did not succeed; rolling back anyway")
-            await workflow.execute_local_activity(
-                "rollback_resume", FinishInput(actor=actor, operation_id=operation_id, error=cause.message),
-                **DB_OPTIONS,
-            )
+            await db_step("rollback_resume", FinishInput(actor=actor, operation_id=operation_id, error=cause.message))
             raise reraise(error, f"resume of actor {actor.key} failed and was rolled back: ") from error
         timings["atelet"] = workflow.time() - started
         timings.update({f"atelet_{k}": v for k, v in restored.timings.items()})
         show_step("finalize")
         started = workflow.time()
         try:
-            await workflow.execute_local_activity(
-                "finish_resume", FinishInput(actor=actor, operation_id=operation_id), **DB_OPTIONS
-            )
+            await db_step("finish_resume", FinishInput(actor=actor, operation_id=operation_id))
         except ACTIVITY_FAILURES as error:
             raise reraise(error) from error
         timings["finalize"] = workflow.time() - started
         show_step("done")
         return ResumeActorResult(
-            actor=actor, worker=plan.worker, restored_generation=plan.snapshot.generation if plan.snapshot else None,
+            actor=actor,
+            worker=plan.worker,
+            restored_generation=plan.snapshot.generation if plan.snapshot else None,
             timings=timings,
         )

@@ -28,9 +28,7 @@ async def ensure_search_attributes(client: Client, namespace: str) -> None:
     from `--search-attribute` flags.
     """
     try:
-        listed = await client.operator_service.list_search_attributes(
-            ListSearchAttributesRequest(namespace=namespace)
-        )
+        listed = await client.operator_service.list_search_attributes(ListSearchAttributesRequest(namespace=namespace))
         missing = [name for name in SEARCH_ATTRIBUTES if name not in listed.custom_attributes]
         if missing:
             await client.operator_service.add_search_attributes(

@@ -6,24 +6,50 @@ Workflow code only: imports temporalio, the standard library and `workflows.type
 from __future__ import annotations
 
 from datetime import timedelta
+from typing import Any, TypeVar
 
 from temporalio import workflow
 from temporalio.common import RetryPolicy
 from temporalio.exceptions import ActivityError, ApplicationError
 
-DB_OPTIONS = {
-    "start_to_close_timeout": timedelta(seconds=15),
-    "retry_policy": RetryPolicy(initial_interval=timedelta(milliseconds=50), backoff_coefficient=2.0,
-                                maximum_interval=timedelta(seconds=2), maximum_attempts=20),
-}
-"""Postgres steps: short, retried through a database restart (about half a minute in all)."""
+T = TypeVar("T")
 
-ATELET_OPTIONS = {
-    "start_to_close_timeout": timedelta(seconds=120),
-    "retry_policy": RetryPolicy(initial_interval=timedelta(milliseconds=200), backoff_coefficient=2.0,
-                                maximum_interval=timedelta(seconds=5), maximum_attempts=4),
-}
-"""atelet calls: restores and checkpoints take up to a few seconds; a few retries, then roll back."""
+_DB_RETRY = RetryPolicy(
+    initial_interval=timedelta(milliseconds=50),
+    backoff_coefficient=2.0,
+    maximum_interval=timedelta(seconds=2),
+    maximum_attempts=20,
+)
+_ATELET_RETRY = RetryPolicy(
+    initial_interval=timedelta(milliseconds=200),
+    backoff_coefficient=2.0,
+    maximum_interval=timedelta(seconds=5),
+    maximum_attempts=4,
+)
+
+
+async def db_step(activity: str, argument: Any, result_type: type[T] | None = None) -> T:
+    """Run a Postgres activity locally: short, retried through a database restart (~30 s in all)."""
+    result: T = await workflow.execute_local_activity(
+        activity,
+        argument,
+        result_type=result_type,
+        start_to_close_timeout=timedelta(seconds=15),
+        retry_policy=_DB_RETRY,
+    )
+    return result
+
+
+async def atelet_step(activity: str, argument: Any, result_type: type[T] | None = None) -> T:
+    """Run an atelet activity locally: restores and checkpoints take seconds; a few retries, then give up."""
+    result: T = await workflow.execute_local_activity(
+        activity,
+        argument,
+        result_type=result_type,
+        start_to_close_timeout=timedelta(seconds=120),
+        retry_policy=_ATELET_RETRY,
+    )
+    return result
 
 
 ACTIVITY_FAILURES = (ActivityError, ApplicationError)

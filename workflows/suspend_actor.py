@@ -15,14 +15,7 @@ from __future__ import annotations
 
 from temporalio import workflow
 
-from workflows.steps import (
-    ACTIVITY_FAILURES,
-    ATELET_OPTIONS,
-    DB_OPTIONS,
-    failure_of,
-    reraise,
-    show_step,
-)
+from workflows.steps import ACTIVITY_FAILURES, atelet_step, db_step, failure_of, reraise, show_step
 
 with workflow.unsafe.imports_passed_through():
     from workflows.types import (
@@ -55,9 +48,8 @@ class SuspendActorWorkflow:
         show_step("mark suspending")
         started = workflow.time()
         try:
-            plan: SuspendPlan = await workflow.execute_local_activity(
-                "begin_suspend", BeginSuspendInput(actor=actor, operation_id=operation_id),
-                result_type=SuspendPlan, **DB_OPTIONS,
+            plan: SuspendPlan = await db_step(
+                "begin_suspend", BeginSuspendInput(actor=actor, operation_id=operation_id), result_type=SuspendPlan
             )
         except ACTIVITY_FAILURES as error:
             raise reraise(error) from error
@@ -68,23 +60,25 @@ class SuspendActorWorkflow:
         show_step(f"checkpoint {plan.snapshot.scope.value} on worker {plan.worker.pool}/{plan.worker.name}")
         started = workflow.time()
         try:
-            done: AteletCheckpointResult = await workflow.execute_local_activity(
+            done: AteletCheckpointResult = await atelet_step(
                 "atelet_checkpoint",
                 AteletCheckpointInput(
                     operation_id=operation_id, worker=plan.worker, holder=actor, snapshot=plan.snapshot
                 ),
-                result_type=AteletCheckpointResult, **ATELET_OPTIONS,
+                result_type=AteletCheckpointResult,
             )
         except ACTIVITY_FAILURES as error:
             cause = failure_of(error)
             show_step("rollback")
-            await workflow.execute_local_activity(
+            await db_step(
                 "rollback_suspend",
                 CompleteSnapshotInput(
-                    actor=actor, operation_id=operation_id, snapshot_id=plan.snapshot.snapshot_id,
-                    manifest={"error": cause.message}, size_bytes=0,
+                    actor=actor,
+                    operation_id=operation_id,
+                    snapshot_id=plan.snapshot.snapshot_id,
+                    manifest={"error": cause.message},
+                    size_bytes=0,
                 ),
-                **DB_OPTIONS,
             )
             raise reraise(error, f"suspend of actor {actor.key} failed; it keeps running: ") from error
         timings["atelet"] = workflow.time() - started
@@ -92,13 +86,15 @@ class SuspendActorWorkflow:
         show_step("finalize")
         started = workflow.time()
         try:
-            await workflow.execute_local_activity(
+            await db_step(
                 "complete_suspend",
                 CompleteSnapshotInput(
-                    actor=actor, operation_id=operation_id, snapshot_id=plan.snapshot.snapshot_id,
-                    manifest=done.manifest, size_bytes=done.size_bytes,
+                    actor=actor,
+                    operation_id=operation_id,
+                    snapshot_id=plan.snapshot.snapshot_id,
+                    manifest=done.manifest,
+                    size_bytes=done.size_bytes,
                 ),
-                **DB_OPTIONS,
             )
         except ACTIVITY_FAILURES as error:
             raise reraise(error) from error

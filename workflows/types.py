@@ -63,10 +63,16 @@ class Operation(StrEnum):
 
 TRANSITIONS: dict[Operation, tuple[frozenset[ActorState], ActorState, ActorState]] = {
     Operation.RESUME: (frozenset({ActorState.SUSPENDED, ActorState.PAUSED}), ActorState.RESUMING, ActorState.RUNNING),
-    Operation.SUSPEND: (frozenset({ActorState.RUNNING, ActorState.PAUSED}), ActorState.SUSPENDING, ActorState.SUSPENDED),
+    Operation.SUSPEND: (
+        frozenset({ActorState.RUNNING, ActorState.PAUSED}),
+        ActorState.SUSPENDING,
+        ActorState.SUSPENDED,
+    ),
     Operation.PAUSE: (frozenset({ActorState.RUNNING}), ActorState.PAUSING, ActorState.PAUSED),
     Operation.REVERT: (
-        frozenset({ActorState.RUNNING, ActorState.PAUSED, ActorState.CRASHED, ActorState.RESUMING, ActorState.SUSPENDING}),
+        frozenset(
+            {ActorState.RUNNING, ActorState.PAUSED, ActorState.CRASHED, ActorState.RESUMING, ActorState.SUSPENDING}
+        ),
         ActorState.REVERTING,
         ActorState.SUSPENDED,
     ),

@@ -169,9 +169,7 @@ class Store:
 
     # ---- actors ----------------------------------------------------------------------------
 
-    async def create_actor(
-        self, ref: ActorRef, template: str, worker_selector: dict[str, str]
-    ) -> ActorRecord:
+    async def create_actor(self, ref: ActorRef, template: str, worker_selector: dict[str, str]) -> ActorRecord:
         """Create an actor in SUSPENDED. Raises NotFound (atespace, template), AlreadyExists."""
         await self.get_template(ref.atespace, template)
         row = await self.pool.fetchrow(Q["create_actor"], ref.atespace, ref.name, template, worker_selector)
@@ -232,8 +230,16 @@ class Store:
             await connection.execute(Q["upsert_node"], node, address, runsc_version)
             for w in workers:
                 await connection.execute(
-                    Q["upsert_worker"], node, w.name, w.pool, w.ip, w.sandbox_class, w.labels,
-                    w.places, w.cpu_millis, w.memory_bytes,
+                    Q["upsert_worker"],
+                    node,
+                    w.name,
+                    w.pool,
+                    w.ip,
+                    w.sandbox_class,
+                    w.labels,
+                    w.places,
+                    w.cpu_millis,
+                    w.memory_bytes,
                 )
             await connection.execute(Q["retire_missing_workers"], node, [w.name for w in workers])
 
@@ -249,7 +255,11 @@ class Store:
         if row is None:
             raise NotFound(f"worker {worker_id} not found")
         return WorkerRef(
-            worker_id=row["id"], pool=row["pool"], name=row["name"], node=row["node"], ip=row["ip"],
+            worker_id=row["id"],
+            pool=row["pool"],
+            name=row["name"],
+            node=row["node"],
+            ip=row["ip"],
             atelet_address=row["atelet_address"],
         )
 
@@ -258,8 +268,11 @@ class Store:
         if row is None:
             raise NotFound(f"snapshot {snapshot_id} not found")
         return SnapshotRef(
-            snapshot_id=row["id"], generation=row["generation"], scope=SnapshotScope(row["scope"]),
-            uri=row["uri"], manifest=row["manifest"],
+            snapshot_id=row["id"],
+            generation=row["generation"],
+            scope=SnapshotScope(row["scope"]),
+            uri=row["uri"],
+            manifest=row["manifest"],
         )
 
     async def _place(
@@ -290,8 +303,14 @@ class Store:
         excluded: list[int] = []
         for _ in range(PLACEMENT_ATTEMPTS):
             candidates = await connection.fetch(
-                Q["placement_candidates"], sandbox_class, template_selector, actor_selector, cpu, memory,
-                excluded, 2,
+                Q["placement_candidates"],
+                sandbox_class,
+                template_selector,
+                actor_selector,
+                cpu,
+                memory,
+                excluded,
+                2,
             )
             if not candidates:
                 break
@@ -307,7 +326,9 @@ class Store:
                 return int(chosen)
             excluded.append(chosen)
         raise NoCapacity(
-            await self._no_room_message(connection, label, sandbox_class, template_selector, actor_selector, cpu, memory)
+            await self._no_room_message(
+                connection, label, sandbox_class, template_selector, actor_selector, cpu, memory
+            )
         )
 
     async def _no_room_message(
@@ -320,9 +341,7 @@ class Store:
         cpu: int,
         memory: int,
     ) -> str:
-        d = await connection.fetchrow(
-            Q["placement_diagnosis"], sandbox_class, template_selector, actor_selector, cpu
-        )
+        d = await connection.fetchrow(Q["placement_diagnosis"], sandbox_class, template_selector, actor_selector, cpu)
         head = f"no worker has room for {label}"
         if d["total"] == 0:
             why = "no worker is registered (is an atelet running?)"
@@ -382,7 +401,11 @@ class Store:
             if stale is not None:  # left by an operation that died before rolling back
                 await connection.execute(Q["delete_placement"], holder)
             worker_id = await self._place(
-                connection, holder=holder, operation_id=operation_id, label=f"the actor {ref.key}", spec=spec,
+                connection,
+                holder=holder,
+                operation_id=operation_id,
+                label=f"the actor {ref.key}",
+                spec=spec,
                 actor_selector=actor["worker_selector"],
             )
             updated = await connection.fetchval(
@@ -412,9 +435,7 @@ class Store:
     async def rollback_resume(self, ref: ActorRef, operation_id: str, error: str) -> None:
         """RESUMING -> SUSPENDED after a failed resume; frees the place (idempotent)."""
         async with self.pool.acquire() as connection, connection.transaction():
-            updated = await connection.fetchval(
-                Q["rollback_actor_resume"], ref.atespace, ref.name, operation_id, error
-            )
+            updated = await connection.fetchval(Q["rollback_actor_resume"], ref.atespace, ref.name, operation_id, error)
             placement = await connection.fetchrow(Q["get_placement"], ref.workflow_id)
             if placement is not None and (updated is not None or placement["operation_id"] == operation_id):
                 await connection.execute(Q["delete_placement"], ref.workflow_id)
@@ -452,8 +473,14 @@ class Store:
             location = str((spec.get("snapshotConfig") or {}).get("storageLocation") or "")
             uri = snapshot_uri(location, owner, generation, operation_id)
             snapshot_id = await connection.fetchval(
-                Q["insert_snapshot"], owner, generation, scope.value, uri,
-                str(spec.get("sandboxClass") or "gvisor"), operation_id, None,
+                Q["insert_snapshot"],
+                owner,
+                generation,
+                scope.value,
+                uri,
+                str(spec.get("sandboxClass") or "gvisor"),
+                operation_id,
+                None,
             )
             updated = await connection.fetchval(
                 Q["mark_actor_suspending"], ref.atespace, ref.name, actor["version"], operation_id, snapshot_id
@@ -515,8 +542,12 @@ class Store:
             if placement is not None:
                 await connection.execute(Q["delete_placement"], owner)
             worker_id = await self._place(
-                connection, holder=owner, operation_id=operation_id, label=f"the golden boot of template {atespace}/{template}",
-                spec=spec, actor_selector={},
+                connection,
+                holder=owner,
+                operation_id=operation_id,
+                label=f"the golden boot of template {atespace}/{template}",
+                spec=spec,
+                actor_selector={},
             )
             if existing is not None:
                 snapshot = await self._snapshot_ref(connection, existing["id"])
@@ -525,10 +556,18 @@ class Store:
                 location = str((spec.get("snapshotConfig") or {}).get("storageLocation") or "")
                 uri = snapshot_uri(location, owner, generation, operation_id)
                 snapshot_id = await connection.fetchval(
-                    Q["insert_snapshot"], owner, generation, SnapshotScope.FULL.value, uri,
-                    str(spec.get("sandboxClass") or "gvisor"), operation_id, None,
+                    Q["insert_snapshot"],
+                    owner,
+                    generation,
+                    SnapshotScope.FULL.value,
+                    uri,
+                    str(spec.get("sandboxClass") or "gvisor"),
+                    operation_id,
+                    None,
                 )
-                snapshot = SnapshotRef(snapshot_id=snapshot_id, generation=generation, scope=SnapshotScope.FULL, uri=uri)
+                snapshot = SnapshotRef(
+                    snapshot_id=snapshot_id, generation=generation, scope=SnapshotScope.FULL, uri=uri
+                )
             worker = await self._worker_ref(connection, worker_id)
             return GoldenPlan(worker=worker, snapshot=snapshot, spec=spec)
 

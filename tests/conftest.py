@@ -1,0 +1,69 @@
+"""Shared fixtures: a real PostgreSQL server (embedded, or ATE_DATABASE_URL) and a database per test."""
+
+from __future__ import annotations
+
+import os
+import uuid
+from collections.abc import AsyncIterator, Iterator
+from pathlib import Path
+from urllib.parse import urlsplit, urlunsplit
+
+import asyncpg
+import pytest
+
+from activities.store import Store, migrate
+
+
+@pytest.fixture(scope="session")
+def postgres_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """An admin URL of a real PostgreSQL server for the whole session."""
+    given = os.environ.get("ATE_DATABASE_URL")
+    if given:
+        yield given
+        return
+    from ate.dev.postgres import EmbeddedPostgres
+
+    server = EmbeddedPostgres(Path(tmp_path_factory.mktemp("pg")) / "data", database="postgres")
+    url = server.start()
+    try:
+        yield url
+    finally:
+        server.stop()
+
+
+def _with_database(url: str, database: str) -> str:
+    parts = urlsplit(url)
+    return urlunsplit(parts._replace(path=f"/{database}"))
+
+
+@pytest.fixture
+async def database_url(postgres_url: str) -> AsyncIterator[str]:
+    """A fresh, migrated database for one test (dropped afterwards)."""
+    name = f"ate_test_{uuid.uuid4().hex[:12]}"
+    admin = await asyncpg.connect(postgres_url)
+    try:
+        await admin.execute(f'CREATE DATABASE "{name}"')
+    finally:
+        await admin.close()
+    url = _with_database(postgres_url, name)
+    connection = await asyncpg.connect(url)
+    try:
+        await migrate(connection)
+    finally:
+        await connection.close()
+    yield url
+    admin = await asyncpg.connect(postgres_url)
+    try:
+        await admin.execute(f'DROP DATABASE "{name}" WITH (FORCE)')
+    finally:
+        await admin.close()
+
+
+@pytest.fixture
+async def store(database_url: str) -> AsyncIterator[Store]:
+    """A `Store` on a fresh database."""
+    opened = await Store.connect(database_url, min_size=1, max_size=5)
+    try:
+        yield opened
+    finally:
+        await opened.close()
