@@ -21,7 +21,9 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--database-url", help="PostgreSQL URL (env ATE_DATABASE_URL)")
     parser.add_argument("--temporal-address", help="Temporal host:port (env ATE_TEMPORAL_ADDRESS)")
     parser.add_argument("--namespace", help="Temporal namespace (env ATE_TEMPORAL_NAMESPACE)")
-    parser.add_argument("--snapshot-location", help="default snapshot storage, file:///abs/path (env ATE_SNAPSHOT_LOCATION)")
+    parser.add_argument(
+        "--snapshot-location", help="default snapshot storage, file:///abs/path (env ATE_SNAPSHOT_LOCATION)"
+    )
     args = parser.parse_args(argv)
     overrides = {
         k: v

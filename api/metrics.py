@@ -8,9 +8,7 @@ from contextlib import contextmanager
 
 from prometheus_client import Counter, Gauge, Histogram
 
-OPERATIONS = Counter(
-    "ate_api_operations_total", "Operations requested through the API", ["operation", "outcome"]
-)
+OPERATIONS = Counter("ate_api_operations_total", "Operations requested through the API", ["operation", "outcome"])
 OPERATION_SECONDS = Histogram(
     "ate_api_operation_duration_seconds",
     "Time from request to result of an operation, in seconds",

@@ -36,7 +36,9 @@ def check_selector(value: dict[str, str]) -> dict[str, str]:
         if len(key) > 253 or not _LABEL_KEY.match(key):
             raise ValueError(f"label key {key!r} is not a valid label key (e.g. 'tier', 'ate.dev/zone')")
         if len(str(item)) > 63 or not _LABEL_VALUE.match(str(item)):
-            raise ValueError(f"label value {item!r} of {key!r} is not a valid label value (letters, digits, '-', '_', '.')")
+            raise ValueError(
+                f"label value {item!r} of {key!r} is not a valid label value (letters, digits, '-', '_', '.')"
+            )
     return value
 
 
@@ -90,7 +92,9 @@ class Container(Strict):
     def _image(cls, value: str) -> str:
         match = _OCI_IMAGE.match(value)
         if not match:
-            raise ValueError("must be a local OCI image layout 'oci:<path>:<tag>', e.g. oci:examples/counter/oci:latest")
+            raise ValueError(
+                "must be a local OCI image layout 'oci:<path>:<tag>', e.g. oci:examples/counter/oci:latest"
+            )
         if match.group("path").startswith("/") or ".." in match.group("path").split("/"):
             raise ValueError("the image path must be relative to the atelet's image root, without '..'")
         return value

@@ -14,6 +14,7 @@ command -v ip >/dev/null 2>&1 || need_apt+=(iproute2)
 command -v iptables >/dev/null 2>&1 || need_apt+=(iptables)
 command -v curl >/dev/null 2>&1 || need_apt+=(curl)
 command -v busybox >/dev/null 2>&1 || need_apt+=(busybox-static)
+command -v go >/dev/null 2>&1 || need_apt+=(golang-go)
 
 if [ "$runsc_ok" = 0 ] || [ "${#need_apt[@]}" -gt 0 ]; then
   if [ "$(id -u)" != 0 ]; then
@@ -51,3 +52,6 @@ if [ ! -f "$stamp" ] || [ pyproject.toml -nt "$stamp" ]; then
   .venv/bin/pip install -q -e '.[dev]'
   touch "$stamp"
 fi
+
+# The example workload's OCI image (a static Go counter packed with umoci; no registry).
+bash examples/counter/build.sh

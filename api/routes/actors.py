@@ -91,7 +91,11 @@ async def delete_actor(atespace: str, name: str, store: StoreDep) -> Response:
 
 @router.post(PREFIX + "/{name}/resume")
 async def resume_actor(
-    atespace: str, name: str, store: StoreDep, temporal: TemporalDep, settings: SettingsDep,
+    atespace: str,
+    name: str,
+    store: StoreDep,
+    temporal: TemporalDep,
+    settings: SettingsDep,
     body: ResumeRequest | None = None,
 ) -> ActorPublic:
     """Resume the actor and return it RUNNING (at once when it already runs)."""
@@ -102,8 +106,14 @@ async def resume_actor(
             return actor_view(actor)
         timeout = (body.timeout_seconds if body else None) or settings.resume_timeout_seconds
         handle = await start_or_attach(
-            temporal, Operation.RESUME, ResumeActorInput(actor=ref), workflow_id=ref.workflow_id,
-            atespace=atespace, name=name, result_type=ResumeActorResult, subject=f"actor {ref.key}",
+            temporal,
+            Operation.RESUME,
+            ResumeActorInput(actor=ref),
+            workflow_id=ref.workflow_id,
+            atespace=atespace,
+            name=name,
+            result_type=ResumeActorResult,
+            subject=f"actor {ref.key}",
         )
         await wait_result(handle, timeout, f"actor {ref.key}", "resume")
         return actor_view(await store.get_actor(ref))
@@ -111,7 +121,11 @@ async def resume_actor(
 
 @router.post(PREFIX + "/{name}/suspend")
 async def suspend_actor(
-    atespace: str, name: str, store: StoreDep, temporal: TemporalDep, settings: SettingsDep,
+    atespace: str,
+    name: str,
+    store: StoreDep,
+    temporal: TemporalDep,
+    settings: SettingsDep,
     body: SuspendRequest | None = None,
 ) -> ActorPublic:
     """Suspend the actor (sync: its snapshot is stored) and return it SUSPENDED."""
@@ -122,12 +136,14 @@ async def suspend_actor(
             return actor_view(actor)
         timeout = (body.timeout_seconds if body else None) or settings.suspend_timeout_seconds
         handle = await start_or_attach(
-            temporal, Operation.SUSPEND, SuspendActorInput(actor=ref, mode=body.mode if body else "sync"),
-            workflow_id=ref.workflow_id, atespace=atespace, name=name, result_type=SuspendActorResult,
+            temporal,
+            Operation.SUSPEND,
+            SuspendActorInput(actor=ref, mode=body.mode if body else "sync"),
+            workflow_id=ref.workflow_id,
+            atespace=atespace,
+            name=name,
+            result_type=SuspendActorResult,
             subject=f"actor {ref.key}",
         )
         await wait_result(handle, timeout, f"actor {ref.key}", "suspend")
         return actor_view(await store.get_actor(ref))
-
-
-

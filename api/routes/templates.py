@@ -26,7 +26,11 @@ router = APIRouter(prefix="/v1/atespaces/{atespace}/templates", tags=["templates
 
 @router.post("", status_code=201)
 async def create_template(
-    atespace: str, body: TemplateCreate, store: StoreDep, temporal: TemporalDep, settings: SettingsDep,
+    atespace: str,
+    body: TemplateCreate,
+    store: StoreDep,
+    temporal: TemporalDep,
+    settings: SettingsDep,
     wait: bool = False,
 ) -> TemplatePublic:
     """Create an actor template and start its GoldenSnapshot workflow.

@@ -27,8 +27,14 @@ async def register_node(node: str, body: NodeRegistration, store: StoreDep) -> d
         body.runsc_version,
         [
             WorkerRegistration(
-                name=w.name, pool=w.pool, ip=w.ip, sandbox_class=w.sandbox_class, labels=w.labels,
-                places=w.places, cpu_millis=w.cpu_millis, memory_bytes=w.memory_bytes,
+                name=w.name,
+                pool=w.pool,
+                ip=w.ip,
+                sandbox_class=w.sandbox_class,
+                labels=w.labels,
+                places=w.places,
+                cpu_millis=w.cpu_millis,
+                memory_bytes=w.memory_bytes,
             )
             for w in body.workers
         ],

@@ -1,0 +1,5 @@
+"""``python -m atelet``."""
+
+from atelet.main import main
+
+main()

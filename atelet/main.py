@@ -1,0 +1,102 @@
+"""Entry point: ``python -m atelet`` (flags mirror ``AteletSettings``) or ``await serve(settings)``.
+
+``serve`` creates the workers' namespaces, serves gRPC, registers with the API server when one
+is configured, prints ``atelet: ready on <listen> (<n> workers)``, and on SIGTERM/SIGINT or
+cancellation stops cleanly: every sandbox it started is terminated and its namespaces deleted.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import logging
+import signal
+import sys
+from pathlib import Path
+
+import grpc
+
+from atelet import metrics
+from atelet.pool import PoolError, default_pool, load_pools
+from atelet.proto import atelet_pb2_grpc as pb_grpc
+from atelet.registration import heartbeat_loop
+from atelet.sandboxes import Node
+from atelet.service import AteletService
+from atelet.settings import AteletSettings
+
+log = logging.getLogger("atelet")
+
+
+async def serve(settings: AteletSettings, ready: asyncio.Event | None = None) -> None:
+    """Runs the atelet until SIGTERM/SIGINT or cancellation; ``ready`` is set once serving."""
+    pools = load_pools(settings.pool_file) if settings.pool_file else [default_pool(settings.workers)]
+    node = Node(settings, pools)
+    server = grpc.aio.server()
+    pb_grpc.add_AteletServicer_to_server(AteletService(node), server)  # type: ignore[no-untyped-call]
+    if server.add_insecure_port(settings.listen) == 0:
+        raise OSError(f"cannot listen on {settings.listen}")
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    installed = []
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        with contextlib.suppress(NotImplementedError, RuntimeError, ValueError):
+            loop.add_signal_handler(sig, stop.set)
+            installed.append(sig)
+    heartbeat: asyncio.Task[None] | None = None
+    try:
+        await node.start()
+        metrics.serve(settings.metrics_listen)
+        await server.start()
+        if settings.api_server:
+            heartbeat = asyncio.create_task(heartbeat_loop(node))
+        print(f"atelet: ready on {settings.listen} ({len(node.workers)} workers)", flush=True)
+        if ready is not None:
+            ready.set()
+        await stop.wait()
+        log.info("atelet: stopping")
+    finally:
+        if heartbeat is not None:
+            heartbeat.cancel()
+        for sig in installed:
+            loop.remove_signal_handler(sig)
+        await asyncio.shield(_shutdown(server, node))
+
+
+async def _shutdown(server: grpc.aio.Server, node: Node) -> None:
+    await server.stop(grace=2)
+    await node.stop()
+
+
+def parse_args(argv: list[str] | None = None) -> AteletSettings:
+    """Settings from the environment overridden by command-line flags."""
+    parser = argparse.ArgumentParser(prog="atelet", description="ate node agent")
+    parser.add_argument("--node")
+    parser.add_argument("--listen")
+    parser.add_argument("--advertise-address")
+    parser.add_argument("--metrics-listen")
+    parser.add_argument("--state-dir", type=Path)
+    parser.add_argument("--snapshot-root", type=Path, action="append", dest="snapshot_roots")
+    parser.add_argument("--image-root", type=Path, action="append", dest="image_roots")
+    parser.add_argument("--pool", type=Path, dest="pool_file")
+    parser.add_argument("--workers", type=int)
+    parser.add_argument("--api-server")
+    parser.add_argument("--heartbeat-seconds", type=float)
+    parser.add_argument("--subnet")
+    parser.add_argument("--hollow", action="store_true", default=None)
+    parser.add_argument("--log-level", default="INFO")
+    args = vars(parser.parse_args(argv))
+    logging.basicConfig(level=args.pop("log_level").upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    return AteletSettings(**{k: v for k, v in args.items() if v is not None})
+
+
+def main(argv: list[str] | None = None) -> None:
+    """``python -m atelet``."""
+    try:
+        settings = parse_args(argv)
+        asyncio.run(serve(settings))
+    except PoolError as exc:
+        print(f"atelet: {exc}", file=sys.stderr)
+        sys.exit(2)
+    except KeyboardInterrupt:
+        pass

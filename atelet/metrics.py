@@ -1,0 +1,47 @@
+"""Prometheus metrics of the atelet, served on ``metrics_listen`` by prometheus_client.
+
+- ``ate_atelet_operations_total{operation,outcome}``: counter; outcome is ``ok`` or the gRPC code.
+- ``ate_atelet_operation_duration_seconds{operation,outcome}``: histogram, seconds.
+- ``ate_atelet_workers{pool,state}``: gauge, workers per pool and state (idle|running|exited).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+from prometheus_client import Counter, Gauge, Histogram, start_http_server
+
+OPERATIONS = Counter("ate_atelet_operations_total", "atelet operations by outcome", ["operation", "outcome"])
+DURATION = Histogram(
+    "ate_atelet_operation_duration_seconds", "atelet operation duration in seconds", ["operation", "outcome"],
+    buckets=(0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60),
+)
+WORKERS = Gauge("ate_atelet_workers", "workers of this node by pool and state", ["pool", "state"])
+STATES = ("idle", "running", "exited")
+
+
+def observe(operation: str, outcome: str, seconds: float) -> None:
+    """Counts one finished operation and its duration."""
+    OPERATIONS.labels(operation, outcome).inc()
+    DURATION.labels(operation, outcome).observe(seconds)
+
+
+def set_workers(pools_states: Iterable[tuple[str, str]]) -> None:
+    """Sets the worker gauge from (pool, state) pairs, one per worker."""
+    counts: dict[tuple[str, str], int] = {}
+    pools = set()
+    for pool, state in pools_states:
+        pools.add(pool)
+        counts[(pool, state)] = counts.get((pool, state), 0) + 1
+    for pool in pools:
+        for state in STATES:
+            WORKERS.labels(pool, state).set(counts.get((pool, state), 0))
+
+
+def serve(listen: str) -> int | None:
+    """Starts the HTTP endpoint on ``host:port`` (port 0 = any); returns the port, None if disabled."""
+    if not listen:
+        return None
+    host, _, port = listen.rpartition(":")
+    server, _thread = start_http_server(int(port), addr=host or "0.0.0.0")
+    return int(server.server_address[1])

@@ -1,0 +1,104 @@
+"""One network namespace per worker, joined to the host by a veth pair on its own /30.
+
+Worker ``i`` of a node gets the i-th /30 of the node's subnet: the host end of the veth holds
+``base+4i+1``, the worker end (inside namespace ``ate-<node>-<worker>``) ``base+4i+2`` and a
+default route via the host end. runsc takes the worker end over and strips its address and
+routes, and does not give them back when the sandbox exits: call ``ensure`` before every
+run and restore. Interface names must fit IFNAMSIZ (15 chars): ``atv<h><i>`` (host end) and
+``atp<h><i>`` (worker end), where ``h`` is 4 hex digits of a hash of the node name (so two
+atelets on one machine do not collide) and ``i`` the worker index.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import ipaddress
+import logging
+import re
+from dataclasses import dataclass
+from pathlib import Path
+
+from atelet import proc
+from atelet.errors import internal
+
+log = logging.getLogger(__name__)
+
+NETNS_DIR = Path("/var/run/netns")
+
+
+@dataclass(frozen=True)
+class WorkerNet:
+    """Names and addresses of one worker's network namespace (IPs as dotted strings)."""
+
+    netns: str
+    host_if: str
+    peer_if: str
+    host_ip: str
+    worker_ip: str
+    prefixlen: int = 30
+
+    @property
+    def netns_path(self) -> str:
+        """Path runsc's OCI config uses for the namespace."""
+        return str(NETNS_DIR / self.netns)
+
+
+def plan(node: str, worker: str, index: int, subnet: str) -> WorkerNet:
+    """Computes the names and the /30 of worker ``index``; raises ValueError if the subnet is full."""
+    net = ipaddress.IPv4Network(subnet, strict=False)
+    if (index + 1) * 4 > net.num_addresses:
+        raise ValueError(f"subnet {subnet} has no /30 left for worker index {index}")
+    base = int(net.network_address) + 4 * index
+    tag = hashlib.sha256(node.encode()).hexdigest()[:4]
+    safe = re.sub(r"[^A-Za-z0-9_.-]", "-", f"ate-{node}-{worker}")[:200]
+    return WorkerNet(
+        netns=safe,
+        host_if=f"atv{tag}{index}",
+        peer_if=f"atp{tag}{index}",
+        host_ip=str(ipaddress.IPv4Address(base + 1)),
+        worker_ip=str(ipaddress.IPv4Address(base + 2)),
+    )
+
+
+async def _ip(*args: str, check: bool = True) -> proc.Result:
+    result = await proc.run(["ip", *args], timeout=20)
+    if check and not result.ok:
+        raise internal(f"network setup failed: {result.describe()}")
+    return result
+
+
+async def exists(net: WorkerNet) -> bool:
+    """True when the namespace is mounted."""
+    return (NETNS_DIR / net.netns).exists()
+
+
+async def destroy(net: WorkerNet) -> None:
+    """Deletes the namespace and the host end of the veth; no error when they are gone already."""
+    if await exists(net):
+        await _ip("netns", "delete", net.netns, check=False)
+    await _ip("link", "delete", net.host_if, check=False)
+
+
+async def create(net: WorkerNet) -> None:
+    """Creates the namespace and veth pair from scratch, removing leftovers of a crashed run first."""
+    await destroy(net)
+    await _ip("netns", "add", net.netns)
+    await _ip("link", "add", net.host_if, "type", "veth", "peer", "name", net.peer_if)
+    await _ip("link", "set", net.peer_if, "netns", net.netns)
+    await ensure(net)
+    log.info("worker network %s: %s (host %s via %s)", net.netns, net.worker_ip, net.host_ip, net.host_if)
+
+
+async def ensure(net: WorkerNet) -> None:
+    """(Re)applies addresses, link state and the default route; cheap (two ``ip -batch``) and idempotent."""
+    cidr = f"/{net.prefixlen}"
+    host = f"addr replace {net.host_ip}{cidr} dev {net.host_if}\nlink set {net.host_if} up\n"
+    inner = (
+        f"addr replace {net.worker_ip}{cidr} dev {net.peer_if}\n"
+        f"link set {net.peer_if} up\nlink set lo up\n"
+        f"route replace default via {net.host_ip}\n"
+    )
+    for args, script in ((["ip", "-batch", "-"], host), (["ip", "-n", net.netns, "-batch", "-"], inner)):
+        result = await proc.run(args, timeout=20, stdin=script.encode())
+        if not result.ok:
+            raise internal(f"network setup of {net.netns} failed: {result.describe()}")

@@ -1,0 +1,49 @@
+"""Wakeup probes: HTTP GET against a sandbox until it answers 200.
+
+A minimal HTTP/1.1 client on raw asyncio streams (``Connection: close``; the client closes
+first, so no connection to the worker stays open to block a later checkpoint).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+
+from atelet.errors import unavailable
+
+
+async def http_status(host: str, port: int, path: str, timeout: float = 1.0) -> int | None:
+    """Status code of ``GET http://host:port/path``, None when the connection fails."""
+    writer = None
+    try:
+        reader, writer = await asyncio.wait_for(asyncio.open_connection(host, port), timeout)
+        writer.write(f"GET {path} HTTP/1.1\r\nHost: {host}:{port}\r\nConnection: close\r\n\r\n".encode())
+        await writer.drain()
+        line = await asyncio.wait_for(reader.readline(), timeout)
+        parts = line.decode(errors="replace").split()
+        return int(parts[1]) if len(parts) >= 2 and parts[1].isdigit() else None
+    except (TimeoutError, OSError, ValueError):
+        return None
+    finally:
+        if writer is not None:
+            writer.close()
+            try:
+                await writer.wait_closed()
+            except OSError:
+                pass
+
+
+async def wait_ready(host: str, port: int, path: str, timeout: float, interval: float = 0.02) -> float:
+    """Polls every ``interval`` s until 200; returns the seconds waited. UNAVAILABLE after ``timeout`` s."""
+    start = time.monotonic()
+    deadline = start + timeout
+    last: int | None = None
+    while True:
+        remaining = deadline - time.monotonic()
+        last = await http_status(host, port, path or "/", timeout=max(0.05, min(1.0, remaining)))
+        if last == 200:
+            return time.monotonic() - start
+        if time.monotonic() + interval > deadline:
+            raise unavailable(f"wakeup probe GET http://{host}:{port}{path} did not answer 200 within "
+                              f"{timeout:g}s (last: {last if last is not None else 'no connection'})")
+        await asyncio.sleep(interval)

@@ -1,0 +1,235 @@
+# ruff: noqa
+from google.protobuf.internal import containers as _containers
+from google.protobuf.internal import enum_type_wrapper as _enum_type_wrapper
+from google.protobuf import descriptor as _descriptor
+from google.protobuf import message as _message
+from collections.abc import Iterable as _Iterable, Mapping as _Mapping
+from typing import ClassVar as _ClassVar, Optional as _Optional, Union as _Union
+
+DESCRIPTOR: _descriptor.FileDescriptor
+
+class SnapshotScope(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+    __slots__ = ()
+    SNAPSHOT_SCOPE_UNSPECIFIED: _ClassVar[SnapshotScope]
+    SNAPSHOT_SCOPE_FULL: _ClassVar[SnapshotScope]
+    SNAPSHOT_SCOPE_DATA: _ClassVar[SnapshotScope]
+SNAPSHOT_SCOPE_UNSPECIFIED: SnapshotScope
+SNAPSHOT_SCOPE_FULL: SnapshotScope
+SNAPSHOT_SCOPE_DATA: SnapshotScope
+
+class ActorRef(_message.Message):
+    __slots__ = ("atespace", "name")
+    ATESPACE_FIELD_NUMBER: _ClassVar[int]
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    atespace: str
+    name: str
+    def __init__(self, atespace: _Optional[str] = ..., name: _Optional[str] = ...) -> None: ...
+
+class HttpGetProbe(_message.Message):
+    __slots__ = ("path", "port")
+    PATH_FIELD_NUMBER: _ClassVar[int]
+    PORT_FIELD_NUMBER: _ClassVar[int]
+    path: str
+    port: int
+    def __init__(self, path: _Optional[str] = ..., port: _Optional[int] = ...) -> None: ...
+
+class VolumeMount(_message.Message):
+    __slots__ = ("name", "mount_path")
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    MOUNT_PATH_FIELD_NUMBER: _ClassVar[int]
+    name: str
+    mount_path: str
+    def __init__(self, name: _Optional[str] = ..., mount_path: _Optional[str] = ...) -> None: ...
+
+class Container(_message.Message):
+    __slots__ = ("name", "image", "command", "env", "wakeup_probe", "volume_mounts")
+    class EnvEntry(_message.Message):
+        __slots__ = ("key", "value")
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: str
+        value: str
+        def __init__(self, key: _Optional[str] = ..., value: _Optional[str] = ...) -> None: ...
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    IMAGE_FIELD_NUMBER: _ClassVar[int]
+    COMMAND_FIELD_NUMBER: _ClassVar[int]
+    ENV_FIELD_NUMBER: _ClassVar[int]
+    WAKEUP_PROBE_FIELD_NUMBER: _ClassVar[int]
+    VOLUME_MOUNTS_FIELD_NUMBER: _ClassVar[int]
+    name: str
+    image: str
+    command: _containers.RepeatedScalarFieldContainer[str]
+    env: _containers.ScalarMap[str, str]
+    wakeup_probe: HttpGetProbe
+    volume_mounts: _containers.RepeatedCompositeFieldContainer[VolumeMount]
+    def __init__(self, name: _Optional[str] = ..., image: _Optional[str] = ..., command: _Optional[_Iterable[str]] = ..., env: _Optional[_Mapping[str, str]] = ..., wakeup_probe: _Optional[_Union[HttpGetProbe, _Mapping]] = ..., volume_mounts: _Optional[_Iterable[_Union[VolumeMount, _Mapping]]] = ...) -> None: ...
+
+class Volume(_message.Message):
+    __slots__ = ("name", "durable_dir")
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    DURABLE_DIR_FIELD_NUMBER: _ClassVar[int]
+    name: str
+    durable_dir: bool
+    def __init__(self, name: _Optional[str] = ..., durable_dir: _Optional[bool] = ...) -> None: ...
+
+class WorkloadSpec(_message.Message):
+    __slots__ = ("containers", "volumes", "cpu_millis", "memory_bytes")
+    CONTAINERS_FIELD_NUMBER: _ClassVar[int]
+    VOLUMES_FIELD_NUMBER: _ClassVar[int]
+    CPU_MILLIS_FIELD_NUMBER: _ClassVar[int]
+    MEMORY_BYTES_FIELD_NUMBER: _ClassVar[int]
+    containers: _containers.RepeatedCompositeFieldContainer[Container]
+    volumes: _containers.RepeatedCompositeFieldContainer[Volume]
+    cpu_millis: int
+    memory_bytes: int
+    def __init__(self, containers: _Optional[_Iterable[_Union[Container, _Mapping]]] = ..., volumes: _Optional[_Iterable[_Union[Volume, _Mapping]]] = ..., cpu_millis: _Optional[int] = ..., memory_bytes: _Optional[int] = ...) -> None: ...
+
+class SnapshotFile(_message.Message):
+    __slots__ = ("path", "sha256", "size_bytes")
+    PATH_FIELD_NUMBER: _ClassVar[int]
+    SHA256_FIELD_NUMBER: _ClassVar[int]
+    SIZE_BYTES_FIELD_NUMBER: _ClassVar[int]
+    path: str
+    sha256: str
+    size_bytes: int
+    def __init__(self, path: _Optional[str] = ..., sha256: _Optional[str] = ..., size_bytes: _Optional[int] = ...) -> None: ...
+
+class SnapshotManifest(_message.Message):
+    __slots__ = ("sandbox_class", "scope", "runsc_version", "files", "actor", "created_by_operation")
+    SANDBOX_CLASS_FIELD_NUMBER: _ClassVar[int]
+    SCOPE_FIELD_NUMBER: _ClassVar[int]
+    RUNSC_VERSION_FIELD_NUMBER: _ClassVar[int]
+    FILES_FIELD_NUMBER: _ClassVar[int]
+    ACTOR_FIELD_NUMBER: _ClassVar[int]
+    CREATED_BY_OPERATION_FIELD_NUMBER: _ClassVar[int]
+    sandbox_class: str
+    scope: SnapshotScope
+    runsc_version: str
+    files: _containers.RepeatedCompositeFieldContainer[SnapshotFile]
+    actor: ActorRef
+    created_by_operation: str
+    def __init__(self, sandbox_class: _Optional[str] = ..., scope: _Optional[_Union[SnapshotScope, str]] = ..., runsc_version: _Optional[str] = ..., files: _Optional[_Iterable[_Union[SnapshotFile, _Mapping]]] = ..., actor: _Optional[_Union[ActorRef, _Mapping]] = ..., created_by_operation: _Optional[str] = ...) -> None: ...
+
+class RunRequest(_message.Message):
+    __slots__ = ("operation_id", "worker", "actor", "spec", "probe_timeout_seconds")
+    OPERATION_ID_FIELD_NUMBER: _ClassVar[int]
+    WORKER_FIELD_NUMBER: _ClassVar[int]
+    ACTOR_FIELD_NUMBER: _ClassVar[int]
+    SPEC_FIELD_NUMBER: _ClassVar[int]
+    PROBE_TIMEOUT_SECONDS_FIELD_NUMBER: _ClassVar[int]
+    operation_id: str
+    worker: str
+    actor: ActorRef
+    spec: WorkloadSpec
+    probe_timeout_seconds: float
+    def __init__(self, operation_id: _Optional[str] = ..., worker: _Optional[str] = ..., actor: _Optional[_Union[ActorRef, _Mapping]] = ..., spec: _Optional[_Union[WorkloadSpec, _Mapping]] = ..., probe_timeout_seconds: _Optional[float] = ...) -> None: ...
+
+class RunResponse(_message.Message):
+    __slots__ = ("worker_ip", "boot_seconds", "probe_seconds")
+    WORKER_IP_FIELD_NUMBER: _ClassVar[int]
+    BOOT_SECONDS_FIELD_NUMBER: _ClassVar[int]
+    PROBE_SECONDS_FIELD_NUMBER: _ClassVar[int]
+    worker_ip: str
+    boot_seconds: float
+    probe_seconds: float
+    def __init__(self, worker_ip: _Optional[str] = ..., boot_seconds: _Optional[float] = ..., probe_seconds: _Optional[float] = ...) -> None: ...
+
+class RestoreRequest(_message.Message):
+    __slots__ = ("operation_id", "worker", "actor", "spec", "snapshot_uri", "manifest", "probe_timeout_seconds")
+    OPERATION_ID_FIELD_NUMBER: _ClassVar[int]
+    WORKER_FIELD_NUMBER: _ClassVar[int]
+    ACTOR_FIELD_NUMBER: _ClassVar[int]
+    SPEC_FIELD_NUMBER: _ClassVar[int]
+    SNAPSHOT_URI_FIELD_NUMBER: _ClassVar[int]
+    MANIFEST_FIELD_NUMBER: _ClassVar[int]
+    PROBE_TIMEOUT_SECONDS_FIELD_NUMBER: _ClassVar[int]
+    operation_id: str
+    worker: str
+    actor: ActorRef
+    spec: WorkloadSpec
+    snapshot_uri: str
+    manifest: SnapshotManifest
+    probe_timeout_seconds: float
+    def __init__(self, operation_id: _Optional[str] = ..., worker: _Optional[str] = ..., actor: _Optional[_Union[ActorRef, _Mapping]] = ..., spec: _Optional[_Union[WorkloadSpec, _Mapping]] = ..., snapshot_uri: _Optional[str] = ..., manifest: _Optional[_Union[SnapshotManifest, _Mapping]] = ..., probe_timeout_seconds: _Optional[float] = ...) -> None: ...
+
+class RestoreResponse(_message.Message):
+    __slots__ = ("worker_ip", "fetch_seconds", "restore_seconds", "probe_seconds")
+    WORKER_IP_FIELD_NUMBER: _ClassVar[int]
+    FETCH_SECONDS_FIELD_NUMBER: _ClassVar[int]
+    RESTORE_SECONDS_FIELD_NUMBER: _ClassVar[int]
+    PROBE_SECONDS_FIELD_NUMBER: _ClassVar[int]
+    worker_ip: str
+    fetch_seconds: float
+    restore_seconds: float
+    probe_seconds: float
+    def __init__(self, worker_ip: _Optional[str] = ..., fetch_seconds: _Optional[float] = ..., restore_seconds: _Optional[float] = ..., probe_seconds: _Optional[float] = ...) -> None: ...
+
+class CheckpointRequest(_message.Message):
+    __slots__ = ("operation_id", "worker", "actor", "scope", "snapshot_uri")
+    OPERATION_ID_FIELD_NUMBER: _ClassVar[int]
+    WORKER_FIELD_NUMBER: _ClassVar[int]
+    ACTOR_FIELD_NUMBER: _ClassVar[int]
+    SCOPE_FIELD_NUMBER: _ClassVar[int]
+    SNAPSHOT_URI_FIELD_NUMBER: _ClassVar[int]
+    operation_id: str
+    worker: str
+    actor: ActorRef
+    scope: SnapshotScope
+    snapshot_uri: str
+    def __init__(self, operation_id: _Optional[str] = ..., worker: _Optional[str] = ..., actor: _Optional[_Union[ActorRef, _Mapping]] = ..., scope: _Optional[_Union[SnapshotScope, str]] = ..., snapshot_uri: _Optional[str] = ...) -> None: ...
+
+class CheckpointResponse(_message.Message):
+    __slots__ = ("manifest", "size_bytes", "checkpoint_seconds", "upload_seconds")
+    MANIFEST_FIELD_NUMBER: _ClassVar[int]
+    SIZE_BYTES_FIELD_NUMBER: _ClassVar[int]
+    CHECKPOINT_SECONDS_FIELD_NUMBER: _ClassVar[int]
+    UPLOAD_SECONDS_FIELD_NUMBER: _ClassVar[int]
+    manifest: SnapshotManifest
+    size_bytes: int
+    checkpoint_seconds: float
+    upload_seconds: float
+    def __init__(self, manifest: _Optional[_Union[SnapshotManifest, _Mapping]] = ..., size_bytes: _Optional[int] = ..., checkpoint_seconds: _Optional[float] = ..., upload_seconds: _Optional[float] = ...) -> None: ...
+
+class TerminateRequest(_message.Message):
+    __slots__ = ("operation_id", "worker", "actor")
+    OPERATION_ID_FIELD_NUMBER: _ClassVar[int]
+    WORKER_FIELD_NUMBER: _ClassVar[int]
+    ACTOR_FIELD_NUMBER: _ClassVar[int]
+    operation_id: str
+    worker: str
+    actor: ActorRef
+    def __init__(self, operation_id: _Optional[str] = ..., worker: _Optional[str] = ..., actor: _Optional[_Union[ActorRef, _Mapping]] = ...) -> None: ...
+
+class TerminateResponse(_message.Message):
+    __slots__ = ("was_running",)
+    WAS_RUNNING_FIELD_NUMBER: _ClassVar[int]
+    was_running: bool
+    def __init__(self, was_running: _Optional[bool] = ...) -> None: ...
+
+class HealthRequest(_message.Message):
+    __slots__ = ()
+    def __init__(self) -> None: ...
+
+class WorkerStatus(_message.Message):
+    __slots__ = ("name", "pool", "ip", "actor", "sandbox_state")
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    POOL_FIELD_NUMBER: _ClassVar[int]
+    IP_FIELD_NUMBER: _ClassVar[int]
+    ACTOR_FIELD_NUMBER: _ClassVar[int]
+    SANDBOX_STATE_FIELD_NUMBER: _ClassVar[int]
+    name: str
+    pool: str
+    ip: str
+    actor: ActorRef
+    sandbox_state: str
+    def __init__(self, name: _Optional[str] = ..., pool: _Optional[str] = ..., ip: _Optional[str] = ..., actor: _Optional[_Union[ActorRef, _Mapping]] = ..., sandbox_state: _Optional[str] = ...) -> None: ...
+
+class HealthResponse(_message.Message):
+    __slots__ = ("node", "runsc_version", "workers")
+    NODE_FIELD_NUMBER: _ClassVar[int]
+    RUNSC_VERSION_FIELD_NUMBER: _ClassVar[int]
+    WORKERS_FIELD_NUMBER: _ClassVar[int]
+    node: str
+    runsc_version: str
+    workers: _containers.RepeatedCompositeFieldContainer[WorkerStatus]
+    def __init__(self, node: _Optional[str] = ..., runsc_version: _Optional[str] = ..., workers: _Optional[_Iterable[_Union[WorkerStatus, _Mapping]]] = ...) -> None: ...

@@ -1,0 +1,185 @@
+"""runsc (gVisor), one coroutine per verb, each an async subprocess with this atelet's own ``--root``.
+
+Global flags on every call: ``--root <state_dir>/runsc``, ``--net-disconnect-ok`` (open TCP
+connections are dropped at checkpoint instead of failing it) and ``--overlay2=root:memory`` (the
+shared, read-only unpacked image is never written: each sandbox's rootfs changes live in its
+memory and are part of a FULL checkpoint).
+
+``run`` and ``restore`` execute inside a private mount namespace whose ``/proc/sys/net`` is an
+empty tmpfs: on this kernel runsc otherwise believes it is in the root network namespace and
+refuses to start networking (see docs GVISOR.md). A detached sandbox keeps runsc's stdout and
+stderr: they go to the per-actor log file given by the caller.
+
+Every failure raises ``AteletError`` with a gRPC code: NOT_FOUND (no such container), UNAVAILABLE
+(a connected socket blocked a checkpoint: retryable), INTERNAL (anything else, with runsc's
+message and the log path).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import re
+import shlex
+from pathlib import Path
+from typing import Any
+
+from atelet import proc
+from atelet.errors import AteletError, internal, not_found, unavailable
+
+_PRIVATE_NET_SYSCTL = 'mount -t tmpfs -o size=4k,mode=0555 ate-empty /proc/sys/net && exec "$@"'
+
+
+def _read_from(path: Path, offset: int) -> str:
+    """The text of ``path`` from byte ``offset`` on."""
+    with open(path, "rb") as f:
+        f.seek(offset)
+        return f.read().decode(errors="replace")
+
+
+def pid_alive(pid: int) -> bool:
+    """True while ``pid`` exists and is not a zombie."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            stat = f.read()
+    except OSError:
+        return False
+    return stat[stat.rfind(b")") + 2:][:1] not in (b"Z", b"X")
+
+
+async def wait_exited(pid: int, timeout: float) -> bool:
+    """Polls (every 10 ms) until ``pid`` is gone or a zombie; False on timeout."""
+    deadline = asyncio.get_running_loop().time() + timeout
+    while pid_alive(pid):
+        if asyncio.get_running_loop().time() > deadline:
+            return False
+        await asyncio.sleep(0.01)
+    return True
+
+
+class Runsc:
+    """Drives one runsc state root. ``binary`` is the runsc executable, ``root`` its state dir."""
+
+    def __init__(self, binary: str, root: Path) -> None:
+        self.binary = binary
+        self.root = Path(root)
+        self._version: str | None = None
+
+    def _global(self) -> list[str]:
+        return [self.binary, f"--root={self.root}", "--net-disconnect-ok", "--overlay2=root:memory"]
+
+    async def version(self) -> str:
+        """The runsc build, e.g. ``0.0~20240729.0`` (pinned into every FULL snapshot's manifest)."""
+        if self._version is None:
+            result = await proc.run([self.binary, "--version"], timeout=20)
+            match = re.search(r"runsc version (\S+)", result.stdout)
+            if not result.ok or not match:
+                raise internal(f"cannot tell the runsc version: {result.describe()}")
+            self._version = match.group(1)
+        return self._version
+
+    async def _detached(self, verb: list[str], log_path: Path, timeout: float) -> None:
+        """Runs a verb that leaves a sandbox behind; its output (and the sandbox's) goes to log_path."""
+        self.root.mkdir(parents=True, exist_ok=True)
+        log_path.parent.mkdir(parents=True, exist_ok=True)
+        offset = log_path.stat().st_size if log_path.exists() else 0
+        args = ["unshare", "--mount", "--propagation", "private", "sh", "-c", _PRIVATE_NET_SYSCTL, "sh",
+                *self._global(), *verb]
+        log_fd = os.open(log_path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+        try:
+            child = await asyncio.create_subprocess_exec(
+                *args, stdin=asyncio.subprocess.DEVNULL, stdout=log_fd, stderr=log_fd)
+        finally:
+            os.close(log_fd)
+        try:
+            code = await asyncio.wait_for(child.wait(), timeout)
+        except (TimeoutError, asyncio.CancelledError):
+            child.kill()
+            await child.wait()
+            raise
+        if code != 0:
+            tail = _read_from(log_path, offset).strip().splitlines()[-3:]
+            raise internal(f"runsc {verb[0]} failed (exit {code}): {' | '.join(tail)} (log {log_path})")
+
+    async def run(self, container_id: str, bundle: Path, log_path: Path, *, timeout: float = 60) -> None:
+        """``runsc run -detach``: boots the bundle's sandbox and returns once it started."""
+        await self._detached(["run", "-detach", f"--bundle={bundle}", container_id], log_path, timeout)
+
+    async def restore(self, container_id: str, bundle: Path, image_path: Path, log_path: Path,
+                      *, timeout: float = 120) -> None:
+        """``runsc restore --detach``: restores the checkpoint in image_path into a new sandbox."""
+        await self._detached(
+            ["restore", "-detach", f"--bundle={bundle}", f"--image-path={image_path}", container_id],
+            log_path, timeout)
+
+    async def _call(self, verb: list[str], timeout: float) -> proc.Result:
+        return await proc.run([*self._global(), *verb], timeout=timeout)
+
+    @staticmethod
+    def _error(result: proc.Result, container_id: str) -> AteletError:
+        text = (result.stderr + result.stdout).lower()
+        if "connected state" in text:
+            return unavailable(f"a connected socket blocked the checkpoint of {container_id}; retry: "
+                               f"{result.describe()}")
+        if "does not exist" in text or "not found" in text:
+            return not_found(f"no sandbox {container_id}: {result.describe()}")
+        return internal(result.describe())
+
+    async def checkpoint(self, container_id: str, image_path: Path, *, timeout: float = 300) -> None:
+        """``runsc checkpoint --image-path``: saves the sandbox to image_path; the sandbox exits."""
+        image_path.mkdir(parents=True, exist_ok=True)
+        result = await self._call(["checkpoint", f"--image-path={image_path}", container_id], timeout)
+        if not result.ok:
+            raise self._error(result, container_id)
+
+    async def kill(self, container_id: str, signal: str = "KILL") -> int | None:
+        """Sends ``signal`` to the sandbox and waits (up to 10 s) until its process has exited.
+
+        Returns the sandbox PID (None when runsc knows no such running sandbox). Waiting stops at
+        the zombie state: on some hosts PID 1 reaps orphans only every second or so, and
+        ``runsc delete`` alone would wait for that.
+        """
+        state = await self.state(container_id)
+        pid = int(state.get("pid") or 0) if state else 0
+        if pid <= 0:
+            return None
+        result = await self._call(["kill", container_id, signal], 20)
+        if not result.ok and pid_alive(pid):
+            raise self._error(result, container_id)
+        await wait_exited(pid, 10.0)
+        return pid
+
+    async def delete(self, container_id: str, *, timeout: float = 60) -> bool:
+        """``runsc delete --force``: kills and removes the sandbox; False when it did not exist."""
+        result = await self._call(["delete", "--force", container_id], timeout)
+        if result.ok:
+            return True
+        error = self._error(result, container_id)
+        if error.code.name == "NOT_FOUND":
+            return False
+        raise error
+
+    async def state(self, container_id: str) -> dict[str, Any] | None:
+        """``runsc state``: the OCI state (``status``: created|running|stopped…), None if unknown."""
+        result = await self._call(["state", container_id], 20)
+        if not result.ok:
+            return None
+        try:
+            state = json.loads(result.stdout)
+        except json.JSONDecodeError:
+            return None
+        return state if isinstance(state, dict) else None
+
+    async def list(self) -> list[str]:
+        """``runsc list -q``: IDs of every container under this root."""
+        if not self.root.exists():
+            return []
+        result = await self._call(["list", "-quiet"], 20)
+        if not result.ok:
+            raise internal(result.describe())
+        return [line.strip() for line in result.stdout.splitlines() if line.strip()]
+
+    def describe(self) -> str:
+        """The global command line, for logs."""
+        return shlex.join(self._global())

@@ -1,0 +1,415 @@
+"""The node's workers and the sandbox that runs on each: Run, Restore, Checkpoint, Terminate.
+
+Each worker is one network namespace (``atelet.netns``) that runs at most one actor's sandbox at a
+time, guarded by a per-worker asyncio lock. Every mutating call goes through the operation log
+(``atelet.oplog``): a repeat of a completed operation_id returns the recorded response, a repeat
+of a running one waits for it.
+
+On-disk layout under ``state_dir``::
+
+    runsc/                         runsc --root
+    images/<digest>/               unpacked images (shared, never written by sandboxes)
+    operations/<sha256>.json       completed operations
+    workers/<worker>/bundle/       OCI bundle of the worker's current sandbox
+    actors/<atespace>/<name>/volumes/<volume>/   durable dirs (bind-mounted into the sandbox)
+    logs/<atespace>/<name>.log     sandbox output (runsc's stdout/stderr)
+
+Errors: INVALID_ARGUMENT (spec, URIs, names), NOT_FOUND (unknown worker, no snapshot),
+FAILED_PRECONDITION (worker busy with another actor, actor not on the worker, snapshot exists,
+manifest mismatch), UNAVAILABLE (probe timeout, checkpoint blocked), INTERNAL.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import re
+import shutil
+import time
+import uuid
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TypeVar
+
+from google.protobuf.message import Message
+
+from atelet import metrics, netns, probe
+from atelet.bundle import build_config, write_bundle
+from atelet.errors import AteletError, invalid, not_found, precondition
+from atelet.images import ImageStore
+from atelet.oplog import OperationLog
+from atelet.pool import PoolSpec
+from atelet.proto import atelet_pb2 as pb
+from atelet.runsc import Runsc, pid_alive
+from atelet.settings import AteletSettings
+from atelet.snapshots import (
+    CHECKPOINT_DIR,
+    SANDBOX_CLASS,
+    VOLUMES_DIR,
+    SnapshotStore,
+    archive_dir,
+    extract_dir,
+)
+
+log = logging.getLogger(__name__)
+
+M = TypeVar("M", bound=Message)
+_DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$")
+DEFAULT_PROBE_TIMEOUT = 30.0
+
+
+@dataclass
+class Worker:
+    """One worker slot: its pool, network and what runs on it (``actor`` None = idle)."""
+
+    name: str
+    pool: PoolSpec
+    index: int
+    net: netns.WorkerNet
+    lock: asyncio.Lock = field(default_factory=asyncio.Lock)
+    actor: tuple[str, str] | None = None
+    container_id: str | None = None
+    state: str = "idle"  # idle | running | exited
+    spec: pb.WorkloadSpec | None = None
+
+    def free(self) -> None:
+        """Marks the worker idle (nothing runs on it)."""
+        self.actor = None
+        self.container_id = None
+        self.state = "idle"
+        self.spec = None
+
+
+def _actor_key(ref: pb.ActorRef) -> tuple[str, str]:
+    for fname, value in (("actor.atespace", ref.atespace), ("actor.name", ref.name)):
+        if not _DNS_LABEL.match(value):
+            raise invalid(f"{fname}: {value!r} is not a DNS-1123 label")
+    return ref.atespace, ref.name
+
+
+def _fmt(actor: tuple[str, str] | None) -> str:
+    return "nothing" if actor is None else f"actor {actor[0]}/{actor[1]}"
+
+
+class Node:
+    """All workers of this node plus the stores they use. Call ``start`` before use, ``stop`` after."""
+
+    def __init__(self, settings: AteletSettings, pools: list[PoolSpec]) -> None:
+        self.settings = settings
+        self.state_dir = Path(settings.state_dir).resolve()
+        self.runsc = Runsc(settings.runsc, self.state_dir / "runsc")
+        self.images = ImageStore(settings.image_roots, self.state_dir / "images")
+        self.snapshots = SnapshotStore(settings.snapshot_roots)
+        self.ops = OperationLog(self.state_dir / "operations")
+        self.pools = pools
+        self.workers: dict[str, Worker] = {}
+        index = 0
+        for pool in pools:
+            for i in range(pool.replicas):
+                name = f"{pool.name}-{i}"
+                self.workers[name] = Worker(name, pool, index, netns.plan(settings.node, name, index, settings.subnet))
+                index += 1
+        self.runsc_version = ""
+        self._deleting: set[asyncio.Task[None]] = set()
+
+    # ---- lifecycle -------------------------------------------------------------------------
+
+    async def start(self) -> None:
+        """Creates dirs, removes leftovers of a crashed run, creates every worker's namespace."""
+        for sub in ("runsc", "images", "operations", "workers", "actors", "logs"):
+            (self.state_dir / sub).mkdir(parents=True, exist_ok=True)
+        for root in self.snapshots.roots:
+            root.mkdir(parents=True, exist_ok=True)
+        if self.settings.hollow:
+            self.runsc_version = "hollow"
+        else:
+            self.runsc_version = await self.runsc.version()
+            for cid in await self.runsc.list():
+                log.warning("removing leftover sandbox %s from a previous run", cid)
+                await self.runsc.delete(cid)
+            await asyncio.gather(*(netns.create(w.net) for w in self.workers.values()))
+        self._update_metrics()
+
+    async def stop(self) -> None:
+        """Terminates every sandbox and deletes every namespace this node created."""
+        await self.ops.drain()
+        for worker in self.workers.values():
+            async with worker.lock:
+                if not self.settings.hollow:
+                    await self._stop_sandbox(worker)
+                worker.free()
+        await asyncio.gather(*self._deleting, return_exceptions=True)
+        if not self.settings.hollow:
+            for cid in await self.runsc.list():
+                await self.runsc.delete(cid)
+            await asyncio.gather(*(netns.destroy(w.net) for w in self.workers.values()))
+        self._update_metrics()
+
+    # ---- helpers ---------------------------------------------------------------------------
+
+    def _worker(self, name: str) -> Worker:
+        worker = self.workers.get(name)
+        if worker is None:
+            raise not_found(f"worker: no worker {name!r} on node {self.settings.node} "
+                            f"(workers: {', '.join(self.workers) or 'none'})")
+        return worker
+
+    def _update_metrics(self) -> None:
+        metrics.set_workers((w.pool.name, w.state) for w in self.workers.values())
+
+    def _actor_dir(self, actor: tuple[str, str]) -> Path:
+        return self.state_dir / "actors" / actor[0] / actor[1]
+
+    def _log_path(self, actor: tuple[str, str]) -> Path:
+        return self.state_dir / "logs" / actor[0] / f"{actor[1]}.log"
+
+    async def _measured(self, kind: str, op_id: str, response_type: type[M], fn: Callable[[], Awaitable[M]]) -> M:
+        start = time.monotonic()
+        outcome = "ok"
+        try:
+            return await self.ops.run(op_id, kind, response_type, fn)
+        except AteletError as exc:
+            outcome = exc.code.name
+            raise
+        except BaseException:
+            outcome = "INTERNAL"
+            raise
+        finally:
+            metrics.observe(kind, outcome, time.monotonic() - start)
+            self._update_metrics()
+
+    @staticmethod
+    def _validate_spec(spec: pb.WorkloadSpec) -> pb.Container:
+        """The single container of ``spec``; INVALID_ARGUMENT naming the field otherwise."""
+        if len(spec.containers) != 1:
+            raise invalid(f"spec.containers: exactly one container per sandbox is supported, got {len(spec.containers)}")
+        container = spec.containers[0]
+        if not container.image:
+            raise invalid("spec.containers[0].image: required")
+        volumes = {v.name: v for v in spec.volumes}
+        for i, vm in enumerate(container.volume_mounts):
+            if vm.name not in volumes:
+                raise invalid(f"spec.containers[0].volume_mounts[{i}].name: no volume {vm.name!r} in spec.volumes")
+            if not volumes[vm.name].durable_dir:
+                raise invalid(f"spec.volumes: volume {vm.name!r} must be a durable_dir")
+            if not vm.mount_path.startswith("/") or ".." in vm.mount_path.split("/"):
+                raise invalid(f"spec.containers[0].volume_mounts[{i}].mount_path: {vm.mount_path!r} must be absolute")
+        for v in spec.volumes:
+            if not _DNS_LABEL.match(v.name):
+                raise invalid(f"spec.volumes: name {v.name!r} is not a DNS-1123 label")
+        port = container.wakeup_probe.port
+        if port < 0 or port > 65535:
+            raise invalid(f"spec.containers[0].wakeup_probe.port: {port} is not a port")
+        if spec.cpu_millis < 0 or spec.memory_bytes < 0:
+            raise invalid("spec: cpu_millis and memory_bytes must be >= 0")
+        return container
+
+    def _claim(self, worker: Worker, actor: tuple[str, str]) -> None:
+        if worker.actor is not None:
+            raise precondition(f"worker {worker.name} is busy: it runs {_fmt(worker.actor)} "
+                               f"(state {worker.state}), wanted it for {_fmt(actor)}")
+
+    async def _stop_sandbox(self, worker: Worker, *, already_exited: bool = False) -> bool:
+        """Stops the worker's sandbox if any (True when one existed); ``runsc delete`` then runs in
+        the background, since the sandbox is already dead and delete may wait ~1 s for its reaping."""
+        cid = worker.container_id
+        if cid is None:
+            return False
+        existed = True
+        if not already_exited:
+            existed = await self.runsc.kill(cid) is not None
+        worker.container_id = None
+        worker.state = "exited" if worker.actor else "idle"
+        task = asyncio.create_task(self._delete(cid))
+        self._deleting.add(task)
+        task.add_done_callback(self._deleting.discard)
+        return existed
+
+    async def _delete(self, cid: str) -> None:
+        try:
+            await self.runsc.delete(cid)
+        except AteletError as exc:
+            log.warning("runsc delete %s failed: %s", cid, exc.reason)
+
+    def _volume_dirs(self, actor: tuple[str, str], spec: pb.WorkloadSpec) -> dict[str, Path]:
+        base = self._actor_dir(actor) / "volumes"
+        return {v.name: base / v.name for v in spec.volumes if v.durable_dir}
+
+    async def _boot(self, worker: Worker, actor: tuple[str, str], spec: pb.WorkloadSpec,
+                    image_path: Path | None, probe_timeout: float) -> tuple[float, float]:
+        """Starts (``image_path`` None) or restores the sandbox and waits for its probe.
+
+        Returns (boot seconds, probe seconds). On failure the sandbox is deleted and the worker freed.
+        """
+        container = spec.containers[0]
+        image = await self.images.unpack(container.image, "spec.containers[0].image")
+        volume_dirs = self._volume_dirs(actor, spec)
+        for d in volume_dirs.values():
+            d.mkdir(parents=True, exist_ok=True)
+        config = build_config(image, container, worker.net.netns_path, volume_dirs,
+                              spec.cpu_millis, spec.memory_bytes, hostname=actor[1])
+        bundle = write_bundle(self.state_dir / "workers" / worker.name / "bundle", config)
+        cid = f"{worker.name}-{uuid.uuid4().hex[:10]}"
+        worker.actor, worker.spec, worker.container_id, worker.state = actor, spec, cid, "running"
+        try:
+            start = time.monotonic()
+            await netns.ensure(worker.net)
+            if image_path is None:
+                await self.runsc.run(cid, bundle, self._log_path(actor))
+            else:
+                await self.runsc.restore(cid, bundle, image_path, self._log_path(actor))
+            boot = time.monotonic() - start
+            probe_seconds = 0.0
+            if container.wakeup_probe.port:
+                probe_seconds = await probe.wait_ready(worker.net.worker_ip, container.wakeup_probe.port,
+                                                       container.wakeup_probe.path or "/",
+                                                       probe_timeout or DEFAULT_PROBE_TIMEOUT)
+            return boot, probe_seconds
+        except BaseException:
+            try:
+                await self.runsc.delete(cid)
+            finally:
+                shutil.rmtree(self._actor_dir(actor), ignore_errors=True)
+                worker.free()
+            raise
+
+    # ---- operations ------------------------------------------------------------------------
+
+    async def run(self, req: pb.RunRequest) -> pb.RunResponse:
+        """Cold boot of ``req.actor`` on ``req.worker`` from its template's image."""
+        async def op() -> pb.RunResponse:
+            actor = _actor_key(req.actor)
+            self._validate_spec(req.spec)
+            self.images.resolve(req.spec.containers[0].image, "spec.containers[0].image")
+            worker = self._worker(req.worker)
+            async with worker.lock:
+                self._claim(worker, actor)
+                if self.settings.hollow:
+                    worker.actor, worker.state = actor, "running"
+                    return pb.RunResponse(worker_ip=worker.net.worker_ip)
+                shutil.rmtree(self._actor_dir(actor), ignore_errors=True)  # a cold boot starts empty
+                boot, probe_s = await self._boot(worker, actor, req.spec, None, req.probe_timeout_seconds)
+                log.info("run %s/%s on %s: boot %.3fs probe %.3fs", *actor, worker.name, boot, probe_s)
+                return pb.RunResponse(worker_ip=worker.net.worker_ip, boot_seconds=boot, probe_seconds=probe_s)
+
+        return await self._measured("run", req.operation_id, pb.RunResponse, op)
+
+    async def restore(self, req: pb.RestoreRequest) -> pb.RestoreResponse:
+        """Restores ``req.actor`` on ``req.worker`` from the snapshot at ``req.snapshot_uri``."""
+        async def op() -> pb.RestoreResponse:
+            actor = _actor_key(req.actor)
+            self._validate_spec(req.spec)
+            self.images.resolve(req.spec.containers[0].image, "spec.containers[0].image")
+            dest = self.snapshots.resolve(req.snapshot_uri)
+            worker = self._worker(req.worker)
+            async with worker.lock:
+                self._claim(worker, actor)
+                if self.settings.hollow:
+                    worker.actor, worker.state = actor, "running"
+                    return pb.RestoreResponse(worker_ip=worker.net.worker_ip)
+                start = time.monotonic()
+                manifest = await self.snapshots.verify(dest, req.manifest, self.runsc_version)
+                snapshot_files = {f.path for f in manifest.files}
+                actor_dir = self._actor_dir(actor)
+                shutil.rmtree(actor_dir, ignore_errors=True)
+                for name, host_dir in self._volume_dirs(actor, req.spec).items():
+                    tar_rel = f"{VOLUMES_DIR}/{name}.tar"
+                    if tar_rel in snapshot_files:
+                        await asyncio.to_thread(extract_dir, dest / tar_rel, host_dir)
+                fetch = time.monotonic() - start
+                image_path = dest / CHECKPOINT_DIR if manifest.scope == pb.SNAPSHOT_SCOPE_FULL else None
+                boot, probe_s = await self._boot(worker, actor, req.spec, image_path, req.probe_timeout_seconds)
+                log.info("restore %s/%s (%s) on %s: fetch %.3fs restore %.3fs probe %.3fs", *actor,
+                         pb.SnapshotScope.Name(manifest.scope), worker.name, fetch, boot, probe_s)
+                return pb.RestoreResponse(worker_ip=worker.net.worker_ip, fetch_seconds=fetch,
+                                          restore_seconds=boot, probe_seconds=probe_s)
+
+        return await self._measured("restore", req.operation_id, pb.RestoreResponse, op)
+
+    async def checkpoint(self, req: pb.CheckpointRequest) -> pb.CheckpointResponse:
+        """Checkpoints ``req.actor`` on ``req.worker`` to ``req.snapshot_uri`` and frees the worker."""
+        async def op() -> pb.CheckpointResponse:
+            actor = _actor_key(req.actor)
+            if req.scope not in (pb.SNAPSHOT_SCOPE_FULL, pb.SNAPSHOT_SCOPE_DATA):
+                raise invalid("scope: must be SNAPSHOT_SCOPE_FULL or SNAPSHOT_SCOPE_DATA")
+            dest = self.snapshots.resolve(req.snapshot_uri)
+            existing = self.snapshots.read_manifest(dest) if dest.exists() else None
+            if existing is not None and existing.created_by_operation == req.operation_id:
+                return pb.CheckpointResponse(manifest=existing, size_bytes=self.snapshots.size_of(existing))
+            if dest.exists():
+                raise precondition(f"snapshot_uri: {req.snapshot_uri} already exists (written by operation "
+                                   f"{existing.created_by_operation if existing else 'unknown, incomplete'})")
+            worker = self._worker(req.worker)
+            async with worker.lock:
+                if worker.actor != actor or worker.state != "running":
+                    raise precondition(f"worker {worker.name} runs {_fmt(worker.actor)} (state {worker.state}), "
+                                       f"not a running {_fmt(actor)}")
+                manifest = pb.SnapshotManifest(
+                    sandbox_class=SANDBOX_CLASS, scope=req.scope, runsc_version=self.runsc_version,
+                    actor=pb.ActorRef(atespace=actor[0], name=actor[1]), created_by_operation=req.operation_id)
+                if self.settings.hollow:
+                    worker.free()
+                    return pb.CheckpointResponse(manifest=manifest)
+                assert worker.container_id is not None and worker.spec is not None
+                staging = self.snapshots.staging_dir(dest)
+                try:
+                    start = time.monotonic()
+                    full = req.scope == pb.SNAPSHOT_SCOPE_FULL
+                    if full:  # the sandbox exits once its state is saved
+                        await self.runsc.checkpoint(worker.container_id, staging / CHECKPOINT_DIR)
+                    # DATA: stop the sandbox first so the durable dirs are quiet while archived.
+                    await self._stop_sandbox(worker, already_exited=full)
+                    for name, host_dir in self._volume_dirs(actor, worker.spec).items():
+                        await asyncio.to_thread(archive_dir, host_dir, staging / VOLUMES_DIR / f"{name}.tar")
+                    checkpoint_s = time.monotonic() - start
+                    start = time.monotonic()
+                    manifest = await self.snapshots.finalize(staging, dest, manifest)
+                    upload_s = time.monotonic() - start
+                except BaseException:
+                    self.snapshots.discard(staging)
+                    if worker.container_id is not None:  # the checkpoint itself failed: still alive?
+                        state = await self.runsc.state(worker.container_id)
+                        if not state or not pid_alive(int(state.get("pid") or 0)):
+                            await self._stop_sandbox(worker, already_exited=True)
+                    raise
+                shutil.rmtree(self._actor_dir(actor), ignore_errors=True)
+                worker.free()
+                size = self.snapshots.size_of(manifest)
+                log.info("checkpoint %s/%s (%s) from %s: %.3fs + store %.3fs, %d bytes", *actor,
+                         pb.SnapshotScope.Name(req.scope), worker.name, checkpoint_s, upload_s, size)
+                return pb.CheckpointResponse(manifest=manifest, size_bytes=size,
+                                             checkpoint_seconds=checkpoint_s, upload_seconds=upload_s)
+
+        return await self._measured("checkpoint", req.operation_id, pb.CheckpointResponse, op)
+
+    async def terminate(self, req: pb.TerminateRequest) -> pb.TerminateResponse:
+        """Stops and deletes ``req.actor``'s sandbox on ``req.worker``; fine when nothing runs."""
+        async def op() -> pb.TerminateResponse:
+            actor = _actor_key(req.actor)
+            worker = self._worker(req.worker)
+            async with worker.lock:
+                if worker.actor != actor:
+                    return pb.TerminateResponse(was_running=False)
+                was_running = worker.state == "running"
+                if not self.settings.hollow:
+                    await self._stop_sandbox(worker)
+                    shutil.rmtree(self._actor_dir(actor), ignore_errors=True)
+                worker.free()
+                return pb.TerminateResponse(was_running=was_running)
+
+        return await self._measured("terminate", req.operation_id, pb.TerminateResponse, op)
+
+    def health(self) -> pb.HealthResponse:
+        """The node, its runsc build and every worker with what runs on it."""
+        return pb.HealthResponse(
+            node=self.settings.node,
+            runsc_version=self.runsc_version,
+            workers=[
+                pb.WorkerStatus(
+                    name=w.name, pool=w.pool.name, ip=w.net.worker_ip, sandbox_state=w.state,
+                    actor=pb.ActorRef(atespace=w.actor[0], name=w.actor[1]) if w.actor else None,
+                )
+                for w in self.workers.values()
+            ],
+        )

@@ -1,0 +1,64 @@
+"""Settings of the atelet, from environment variables ``ATE_ATELET_*`` or ``python -m atelet`` flags.
+
+List settings (``snapshot_roots``, ``image_roots``) are JSON in the environment, e.g.
+``ATE_ATELET_SNAPSHOT_ROOTS='["/var/lib/ate/snapshots"]'``.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import socket
+from pathlib import Path
+
+from pydantic import Field, field_validator
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+
+class AteletSettings(BaseSettings):
+    """Everything the atelet needs to start.
+
+    - ``node``: node name (default: hostname), used in registration and namespace names.
+    - ``listen`` / ``advertise_address``: gRPC ``host:port`` to bind / to tell the API server
+      (default: ``listen``).
+    - ``metrics_listen``: ``host:port`` of the Prometheus endpoint; empty disables it.
+    - ``state_dir``: runsc root, image cache, bundles, actor dirs, logs and operation records.
+    - ``snapshot_roots``: the only directories ``file://`` snapshot URIs may point into.
+    - ``image_roots``: the only directories ``oci:<path>:<tag>`` image layouts may lie in;
+      a relative image path is taken relative to each root in turn.
+    - ``pool_file``: WorkerPool YAML; without it, one pool ``default`` of ``workers`` workers.
+    - ``api_server``: URL of ate-api-server; when set, register and heartbeat every
+      ``heartbeat_seconds``.
+    - ``subnet``: IPv4 network the workers' /30 links are cut from (worker i gets the i-th /30).
+    - ``hollow``: benchmark mode — accept calls, run no sandbox. Never the default.
+    - ``runsc``: the runsc binary.
+    """
+
+    model_config = SettingsConfigDict(env_prefix="ATE_ATELET_")
+
+    node: str = Field(default_factory=socket.gethostname)
+    listen: str = "127.0.0.1:8085"
+    advertise_address: str | None = None
+    metrics_listen: str = "127.0.0.1:9085"
+    state_dir: Path = Path(".ate/atelet")
+    snapshot_roots: list[Path] = Field(default_factory=lambda: [Path(".ate/snapshots")])
+    image_roots: list[Path] = Field(default_factory=lambda: [Path.cwd()])
+    pool_file: Path | None = None
+    workers: int = Field(default=2, ge=0, le=1000)
+    api_server: str | None = None
+    heartbeat_seconds: float = Field(default=5.0, gt=0)
+    subnet: str = "10.88.0.0/16"
+    hollow: bool = False
+    runsc: str = "runsc"
+
+    @field_validator("subnet")
+    @classmethod
+    def _subnet_is_ipv4(cls, value: str) -> str:
+        net = ipaddress.ip_network(value, strict=False)
+        if not isinstance(net, ipaddress.IPv4Network) or net.prefixlen > 29:
+            raise ValueError("subnet must be an IPv4 network of /29 or larger")
+        return str(net)
+
+    @property
+    def advertise(self) -> str:
+        """The gRPC address given to the API server."""
+        return self.advertise_address or self.listen

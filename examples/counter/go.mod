@@ -1,0 +1,3 @@
+module ate.dev/examples/counter
+
+go 1.19

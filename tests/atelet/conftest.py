@@ -1,0 +1,173 @@
+"""Fixtures for the atelet tests: a real atelet (in-process gRPC server) and the counter image.
+
+Tests marked ``runsc`` need root, runsc, ip and umoci, and build examples/counter (needs go).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import random
+import shutil
+import socket
+import subprocess
+import tempfile
+from collections.abc import AsyncIterator, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import grpc
+import pytest
+import pytest_asyncio
+
+from atelet.main import serve
+from atelet.proto import atelet_pb2 as pb
+from atelet.proto import atelet_pb2_grpc as pb_grpc
+from atelet.settings import AteletSettings
+
+REPO = Path(__file__).resolve().parents[2]
+COUNTER_IMAGE = "oci:examples/counter/oci:latest"
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    config.addinivalue_line("markers", "runsc: needs root, runsc (gVisor), iproute2 and umoci")
+
+
+def runsc_missing() -> str | None:
+    """Why runsc tests cannot run here, or None."""
+    if os.geteuid() != 0:
+        return "needs root"
+    for tool in ("runsc", "ip", "umoci", "unshare"):
+        if shutil.which(tool) is None:
+            return f"needs {tool}"
+    return None
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+@pytest.fixture(scope="session")
+def counter_image() -> str:
+    """Builds examples/counter (idempotent) and returns its image reference."""
+    if shutil.which("go") is None and not (REPO / "examples/counter/oci/index.json").exists():
+        pytest.skip("needs go to build examples/counter")
+    subprocess.run([str(REPO / "examples/counter/build.sh")], check=True, capture_output=True)
+    return COUNTER_IMAGE
+
+
+@pytest.fixture
+def short_tmp() -> Iterator[Path]:
+    """A short temp dir (runsc's socket paths must stay short), removed afterwards."""
+    path = Path(tempfile.mkdtemp(prefix="ate-t-", dir="/tmp"))
+    try:
+        yield path
+    finally:
+        shutil.rmtree(path, ignore_errors=True)
+
+
+def make_settings(base: Path, **overrides: object) -> AteletSettings:
+    """Settings for a test atelet rooted at ``base`` with a unique node name and subnet."""
+    tag = f"{os.getpid() % 10000}{random.randrange(1000):03d}"
+    values: dict[str, object] = {
+        "node": f"t{tag}",
+        "listen": f"127.0.0.1:{free_port()}",
+        "metrics_listen": "",
+        "state_dir": base / "state",
+        "snapshot_roots": [base / "snapshots"],
+        "image_roots": [REPO],
+        "workers": 2,
+        "subnet": f"10.{random.randrange(160, 250)}.{random.randrange(256)}.0/24",
+    }
+    values.update(overrides)
+    return AteletSettings(**values)  # type: ignore[arg-type]
+
+
+@dataclass
+class Atelet:
+    """A running test atelet: its settings and a connected stub."""
+
+    settings: AteletSettings
+    stub: pb_grpc.AteletStub
+    channel: grpc.aio.Channel
+
+    @property
+    def snapshot_root(self) -> Path:
+        return Path(self.settings.snapshot_roots[0]).resolve()
+
+
+@contextlib.asynccontextmanager
+async def running_atelet(settings: AteletSettings) -> AsyncIterator[Atelet]:
+    """Serves an atelet in this event loop; always stops it (which must leave nothing behind)."""
+    ready = asyncio.Event()
+    task = asyncio.create_task(serve(settings, ready))
+    channel = None
+    try:
+        done, _ = await asyncio.wait({task, asyncio.create_task(ready.wait())},
+                                     timeout=30, return_when=asyncio.FIRST_COMPLETED)
+        if task in done:
+            task.result()  # raises the startup error
+        assert ready.is_set(), "atelet did not become ready"
+        channel = grpc.aio.insecure_channel(settings.listen)
+        yield Atelet(settings, pb_grpc.AteletStub(channel), channel)
+    finally:
+        if channel is not None:
+            await channel.close()
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await task
+
+
+@pytest_asyncio.fixture
+async def atelet(short_tmp: Path) -> AsyncIterator[Atelet]:
+    """A real atelet with 2 workers (runsc tests only)."""
+    reason = runsc_missing()
+    if reason:
+        pytest.skip(reason)
+    settings = make_settings(short_tmp)
+    try:
+        async with running_atelet(settings) as a:
+            yield a
+        assert_nothing_left(settings)
+    finally:
+        force_cleanup(settings)
+
+
+def force_cleanup(settings: AteletSettings) -> None:
+    """Removes whatever a failed test left: sandboxes under the runsc root, the node's namespaces."""
+    root = Path(settings.state_dir).resolve() / "runsc"
+    if root.exists():
+        listed = subprocess.run(["runsc", f"--root={root}", "list", "-quiet"], capture_output=True, text=True)
+        for cid in listed.stdout.split():
+            subprocess.run(["runsc", f"--root={root}", "delete", "--force", cid], capture_output=True)
+    namespaces = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True).stdout
+    for line in namespaces.splitlines():
+        name = line.split()[0] if line.split() else ""
+        if name.startswith(f"ate-{settings.node}-"):
+            subprocess.run(["ip", "netns", "delete", name], capture_output=True)
+
+
+def assert_nothing_left(settings: AteletSettings) -> None:
+    """No sandbox under the atelet's runsc root and none of its namespaces remain."""
+    root = Path(settings.state_dir).resolve() / "runsc"
+    listed = subprocess.run(["runsc", f"--root={root}", "list", "-quiet"], capture_output=True, text=True)
+    assert listed.stdout.strip() == "", f"sandboxes left: {listed.stdout}"
+    namespaces = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True).stdout
+    assert f"ate-{settings.node}-" not in namespaces, f"namespaces left: {namespaces}"
+
+
+def counter_spec(image: str = COUNTER_IMAGE) -> pb.WorkloadSpec:
+    """The WorkloadSpec of examples/counter/template.yaml."""
+    return pb.WorkloadSpec(
+        containers=[pb.Container(
+            name="counter", image=image, command=["/counter"],
+            env={"DATA_DIR": "/data", "PORT": "8080"},
+            wakeup_probe=pb.HttpGetProbe(path="/readyz", port=8080),
+            volume_mounts=[pb.VolumeMount(name="data", mount_path="/data")],
+        )],
+        volumes=[pb.Volume(name="data", durable_dir=True)],
+        cpu_millis=500, memory_bytes=256 * 2**20,
+    )

@@ -1,0 +1,52 @@
+"""Idempotency records survive a restart; concurrent repeats run the operation once."""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+
+import grpc
+import pytest
+
+from atelet.errors import AteletError
+from atelet.oplog import OperationLog
+from atelet.proto import atelet_pb2 as pb
+
+
+@pytest.mark.asyncio
+async def test_operation_runs_once_and_survives_restart(tmp_path: Path) -> None:
+    calls = 0
+
+    async def work() -> pb.TerminateResponse:
+        nonlocal calls
+        calls += 1
+        await asyncio.sleep(0.05)
+        return pb.TerminateResponse(was_running=True)
+
+    log = OperationLog(tmp_path)
+    results = await asyncio.gather(*(log.run("op-1", "terminate", pb.TerminateResponse, work) for _ in range(5)))
+    assert calls == 1 and all(r.was_running for r in results)
+    restarted = OperationLog(tmp_path)
+    assert (await restarted.run("op-1", "terminate", pb.TerminateResponse, work)).was_running
+    assert calls == 1
+    with pytest.raises(AteletError) as err:
+        await restarted.run("op-1", "run", pb.RunResponse, work)  # type: ignore[arg-type]
+    assert err.value.code == grpc.StatusCode.INVALID_ARGUMENT
+
+
+@pytest.mark.asyncio
+async def test_failures_are_not_recorded(tmp_path: Path) -> None:
+    attempts = 0
+
+    async def flaky() -> pb.TerminateResponse:
+        nonlocal attempts
+        attempts += 1
+        if attempts == 1:
+            raise AteletError(grpc.StatusCode.UNAVAILABLE, "try again")
+        return pb.TerminateResponse(was_running=False)
+
+    log = OperationLog(tmp_path)
+    with pytest.raises(AteletError):
+        await log.run("op-2", "terminate", pb.TerminateResponse, flaky)
+    assert not (await log.run("op-2", "terminate", pb.TerminateResponse, flaky)).was_running
+    assert attempts == 2
