@@ -69,6 +69,15 @@ def workload_spec(spec: dict[str, Any]) -> pb.WorkloadSpec:
     )
 
 
+def call_id(operation_id: str, call: str) -> str:
+    """The atelet operation ID of one call of an operation: `<operation>/<call>`.
+
+    A workflow makes several atelet calls (run, checkpoint, terminate); each needs its own ID,
+    stable across retries of the same call.
+    """
+    return f"{operation_id}/{call}"
+
+
 def _ref(actor: ActorRef) -> pb.ActorRef:
     return pb.ActorRef(atespace=actor.atespace, name=actor.name)
 
@@ -112,7 +121,7 @@ class AteletActivities:
             if request.snapshot is None:
                 run = await stub.Run(
                     pb.RunRequest(
-                        operation_id=request.operation_id,
+                        operation_id=call_id(request.operation_id, "run"),
                         worker=request.worker.name,
                         actor=_ref(request.holder),
                         spec=spec,
@@ -128,7 +137,7 @@ class AteletActivities:
                 ParseDict(request.snapshot.manifest, manifest, ignore_unknown_fields=True)
             restored = await stub.Restore(
                 pb.RestoreRequest(
-                    operation_id=request.operation_id,
+                    operation_id=call_id(request.operation_id, "restore"),
                     worker=request.worker.name,
                     actor=_ref(request.holder),
                     spec=spec,
@@ -161,7 +170,7 @@ class AteletActivities:
         try:
             done = await stub.Checkpoint(
                 pb.CheckpointRequest(
-                    operation_id=request.operation_id,
+                    operation_id=call_id(request.operation_id, "checkpoint"),
                     worker=request.worker.name,
                     actor=_ref(request.holder),
                     scope=_SCOPES[request.snapshot.scope],
@@ -185,7 +194,7 @@ class AteletActivities:
         try:
             done = await stub.Terminate(
                 pb.TerminateRequest(
-                    operation_id=request.operation_id, worker=request.worker.name, actor=_ref(request.holder)
+                    operation_id=call_id(request.operation_id, "terminate"), worker=request.worker.name, actor=_ref(request.holder)
                 ),
                 timeout=60,
             )
