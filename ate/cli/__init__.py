@@ -1,0 +1,1 @@
+"""The ``ate`` command-line interface: kubectl-like verbs and nouns over the REST API."""

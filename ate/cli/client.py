@@ -1,0 +1,254 @@
+"""A small synchronous client of the ate REST API (docs/rest-api.md).
+
+It turns every failure into one of two exceptions the CLI knows how to print: `ApiError` (the
+server answered with the error JSON `{"reason", "message", "details"}`) and `ApiUnreachable`
+(nothing answered at the server URL).
+"""
+
+from collections.abc import Iterator
+from typing import Any, Self
+from urllib.parse import quote
+
+import httpx
+
+DEFAULT_SERVER = "http://127.0.0.1:8080"
+"""Where `ate dev` serves the API; overridden by `--server` or `ATE_SERVER`."""
+
+DEFAULT_TIMEOUT = 30.0
+"""Seconds to wait for an ordinary request."""
+
+
+class ApiError(Exception):
+    """The API answered with an error status.
+
+    Attributes:
+        status: The HTTP status code.
+        reason: The machine-readable reason (`NotFound`, `AlreadyExists`, ...).
+        message: The human-readable message, printed as `error: <message>`.
+        details: Extra details from the server.
+    """
+
+    def __init__(self, status: int, reason: str, message: str, details: dict[str, Any] | None = None) -> None:
+        super().__init__(message)
+        self.status = status
+        self.reason = reason
+        self.message = message
+        self.details = details or {}
+
+
+class ApiUnreachable(ApiError):
+    """Nothing answered at the API URL (connection refused, DNS failure, timeout)."""
+
+    def __init__(self, server: str, cause: str = "") -> None:
+        message = f"cannot reach the ate API at {server}: is 'ate dev' running?"
+        super().__init__(0, "Unreachable", message, {"cause": cause} if cause else None)
+
+
+def _segment(value: str) -> str:
+    """Quote one path segment."""
+    return quote(value, safe="")
+
+
+def _error_from_response(response: httpx.Response) -> ApiError:
+    """Build an `ApiError` from an error response, JSON or not."""
+    try:
+        body = response.json()
+    except ValueError:
+        body = None
+    if isinstance(body, dict) and isinstance(body.get("message"), str):
+        return ApiError(response.status_code, str(body.get("reason", "")), body["message"], body.get("details"))
+    if isinstance(body, dict) and "detail" in body:  # FastAPI's own validation errors
+        return ApiError(response.status_code, "InvalidArgument", f"HTTP {response.status_code}: {body['detail']}")
+    text = response.text.strip() or response.reason_phrase
+    return ApiError(response.status_code, "", f"HTTP {response.status_code}: {text}")
+
+
+class ApiClient:
+    """Calls the ate REST API under `/v1`.
+
+    Args:
+        server: Base URL of the API server, e.g. `http://127.0.0.1:8080`.
+        timeout: Default seconds per request.
+    """
+
+    def __init__(self, server: str = DEFAULT_SERVER, timeout: float = DEFAULT_TIMEOUT) -> None:
+        self.server = server.rstrip("/")
+        self._http = httpx.Client(base_url=self.server, timeout=timeout)
+
+    def close(self) -> None:
+        """Close the underlying connections."""
+        self._http.close()
+
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def request(
+        self,
+        method: str,
+        path: str,
+        *,
+        json: Any = None,
+        params: dict[str, Any] | None = None,
+        timeout: float | None = None,
+    ) -> Any:
+        """Send one request and return the decoded JSON body (None for an empty body).
+
+        Args:
+            method: HTTP method.
+            path: Path below the server URL, e.g. `/v1/atespaces`.
+            json: JSON body, if any.
+            params: Query parameters; None values are dropped.
+            timeout: Seconds for this request, if not the default.
+
+        Returns:
+            The decoded JSON body, or None when the body is empty.
+
+        Raises:
+            ApiError: The server answered with an error status.
+            ApiUnreachable: Nothing answered at the server URL.
+        """
+        query = {k: v for k, v in (params or {}).items() if v is not None}
+        kwargs: dict[str, Any] = {"json": json, "params": query}
+        if timeout is not None:
+            kwargs["timeout"] = timeout
+        try:
+            response = self._http.request(method, path, **kwargs)
+        except (httpx.ConnectError, httpx.ConnectTimeout) as exc:
+            raise ApiUnreachable(self.server, str(exc)) from exc
+        except httpx.TimeoutException as exc:
+            raise ApiError(0, "Timeout", f"the ate API at {self.server} did not answer in time") from exc
+        except httpx.TransportError as exc:
+            raise ApiError(0, "Transport", f"talking to the ate API at {self.server} failed: {exc}") from exc
+        if response.status_code >= 400:
+            raise _error_from_response(response)
+        if not response.content:
+            return None
+        try:
+            return response.json()
+        except ValueError as exc:
+            raise ApiError(
+                response.status_code, "Internal", f"the ate API answered with non-JSON: {response.text[:200]}"
+            ) from exc
+
+    def paginate(
+        self, path: str, params: dict[str, Any] | None = None, page_size: int = 500
+    ) -> Iterator[dict[str, Any]]:
+        """Yield every item of a paginated list, following `next_page_token`.
+
+        Args:
+            path: The list endpoint.
+            params: Extra query parameters.
+            page_size: Items per page.
+
+        Yields:
+            Each item of each page.
+        """
+        token: str | None = None
+        while True:
+            page = self.request("GET", path, params={**(params or {}), "page_size": page_size, "page_token": token})
+            yield from page.get("items") or []
+            token = page.get("next_page_token")
+            if not token:
+                return
+
+    # Atespaces
+
+    def create_atespace(self, name: str) -> dict[str, Any]:
+        """Create an atespace."""
+        return self.request("POST", "/v1/atespaces", json={"name": name})
+
+    def list_atespaces(self) -> list[dict[str, Any]]:
+        """List every atespace."""
+        return (self.request("GET", "/v1/atespaces") or {}).get("items") or []
+
+    def get_atespace(self, name: str) -> dict[str, Any]:
+        """Get one atespace."""
+        return self.request("GET", f"/v1/atespaces/{_segment(name)}")
+
+    def delete_atespace(self, name: str) -> None:
+        """Delete an empty atespace."""
+        self.request("DELETE", f"/v1/atespaces/{_segment(name)}")
+
+    # Templates
+
+    def create_template(
+        self, atespace: str, name: str, spec: dict[str, Any], *, wait: bool, timeout: float = 600.0
+    ) -> dict[str, Any]:
+        """Create an actor template; with `wait`, the server answers once it is Ready or Failed."""
+        return self.request(
+            "POST",
+            f"/v1/atespaces/{_segment(atespace)}/templates",
+            json={"name": name, "spec": spec},
+            params={"wait": "true" if wait else None},
+            timeout=timeout if wait else None,
+        )
+
+    def list_templates(self, atespace: str) -> list[dict[str, Any]]:
+        """List the templates of an atespace."""
+        return (self.request("GET", f"/v1/atespaces/{_segment(atespace)}/templates") or {}).get("items") or []
+
+    def get_template(self, atespace: str, name: str) -> dict[str, Any]:
+        """Get one template."""
+        return self.request("GET", f"/v1/atespaces/{_segment(atespace)}/templates/{_segment(name)}")
+
+    def delete_template(self, atespace: str, name: str) -> None:
+        """Delete a template no actor uses."""
+        self.request("DELETE", f"/v1/atespaces/{_segment(atespace)}/templates/{_segment(name)}")
+
+    # Actors
+
+    def create_actor(self, atespace: str, name: str, template: str, worker_selector: dict[str, str]) -> dict[str, Any]:
+        """Create an actor (SUSPENDED)."""
+        body = {"name": name, "template": template, "worker_selector": worker_selector}
+        return self.request("POST", f"/v1/atespaces/{_segment(atespace)}/actors", json=body)
+
+    def list_actors(self, atespace: str | None = None) -> list[dict[str, Any]]:
+        """List actors of one atespace, or of all when `atespace` is None, following pagination."""
+        if atespace is None:
+            return list(self.paginate("/v1/actors"))
+        return list(self.paginate(f"/v1/atespaces/{_segment(atespace)}/actors"))
+
+    def get_actor(self, atespace: str, name: str) -> dict[str, Any]:
+        """Get one actor."""
+        return self.request("GET", f"/v1/atespaces/{_segment(atespace)}/actors/{_segment(name)}")
+
+    def delete_actor(self, atespace: str, name: str) -> None:
+        """Delete a SUSPENDED actor."""
+        self.request("DELETE", f"/v1/atespaces/{_segment(atespace)}/actors/{_segment(name)}")
+
+    def resume_actor(self, atespace: str, name: str, timeout_seconds: float = 30.0) -> dict[str, Any]:
+        """Resume an actor and return it RUNNING."""
+        return self.request(
+            "POST",
+            f"/v1/atespaces/{_segment(atespace)}/actors/{_segment(name)}/resume",
+            json={"timeout_seconds": timeout_seconds},
+            timeout=timeout_seconds + 15.0,
+        )
+
+    def suspend_actor(
+        self,
+        atespace: str,
+        name: str,
+        timeout_seconds: float = 60.0,
+        mode: str = "sync",
+        request_timeout: float | None = None,
+    ) -> dict[str, Any]:
+        """Suspend an actor and return it SUSPENDED.
+
+        `request_timeout` bounds the HTTP request (default: the operation's timeout + 15 s).
+        """
+        return self.request(
+            "POST",
+            f"/v1/atespaces/{_segment(atespace)}/actors/{_segment(name)}/suspend",
+            json={"timeout_seconds": timeout_seconds, "mode": mode},
+            timeout=request_timeout if request_timeout is not None else timeout_seconds + 15.0,
+        )
+
+    # Workers
+
+    def list_workers(self) -> list[dict[str, Any]]:
+        """List every worker."""
+        return (self.request("GET", "/v1/workers") or {}).get("items") or []

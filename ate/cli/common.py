@@ -1,0 +1,79 @@
+"""Pieces every verb shares: option types, the API client, the error-printing group.
+
+The group turns API failures into `error: <message>` on stderr and exit status 1.
+"""
+
+from typing import Annotated, Any
+
+import typer
+from typer.core import TyperGroup
+
+from ate.cli.client import DEFAULT_SERVER, ApiClient, ApiError
+from ate.cli.output import OutputFormat
+
+OutputOpt = Annotated[
+    OutputFormat | None,
+    typer.Option("--output", "-o", help="Output format: table, json or yaml.", case_sensitive=False),
+]
+GetOutputOpt = Annotated[
+    OutputFormat,
+    typer.Option("--output", "-o", help="Output format: table, json or yaml.", case_sensitive=False),
+]
+AtespaceOpt = Annotated[
+    str,
+    typer.Option(
+        "--atespace", "-a", envvar="ATE_ATESPACE", help="The atespace (env ATE_ATESPACE).", show_default=False
+    ),
+]
+ServerOpt = Annotated[
+    str,
+    typer.Option("--server", "-s", envvar="ATE_SERVER", help="URL of the ate API server (env ATE_SERVER)."),
+]
+
+
+class AteGroup(TyperGroup):
+    """A command group that prints API failures as `error: <message>` and exits 1."""
+
+    def invoke(self, ctx: Any) -> Any:
+        """Run the chosen command, translating `ApiError` into a one-line error.
+
+        Args:
+            ctx: The click context.
+
+        Returns:
+            Whatever the command returns.
+
+        Raises:
+            typer.Exit: With code 1 when the API call failed.
+        """
+        try:
+            return super().invoke(ctx)
+        except ApiError as exc:
+            typer.echo(f"error: {exc.message}", err=True)
+            raise typer.Exit(1) from None
+
+
+def new_typer(name: str, help_text: str) -> typer.Typer:
+    """A verb's Typer: no-args shows help, errors print the API message."""
+    return typer.Typer(name=name, help=help_text, no_args_is_help=True, cls=AteGroup, add_completion=False)
+
+
+def client(ctx: typer.Context) -> ApiClient:
+    """The API client for this invocation, built from the root `--server` option.
+
+    Args:
+        ctx: Any context of the invocation.
+
+    Returns:
+        An `ApiClient`, closed when the invocation ends.
+    """
+    root = ctx.find_root()
+    obj = root.obj if isinstance(root.obj, dict) else {}
+    existing = obj.get("client")
+    if isinstance(existing, ApiClient):
+        return existing
+    api = ApiClient(obj.get("server") or DEFAULT_SERVER)
+    obj["client"] = api
+    root.obj = obj
+    root.call_on_close(api.close)
+    return api

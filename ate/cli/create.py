@@ -1,0 +1,116 @@
+"""`ate create atespace|template|actor`."""
+
+import time
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from ate.cli.client import ApiClient
+from ate.cli.common import AtespaceOpt, OutputOpt, client, new_typer
+from ate.cli.manifest import ManifestError, load_template_spec
+from ate.cli.output import print_actors, print_atespaces, print_templates
+
+app = new_typer("create", "Create an atespace, a template or an actor.")
+
+TEMPLATE_WAIT_SECONDS = 600.0
+
+
+def parse_selector(values: list[str] | None) -> dict[str, str]:
+    """Turn `k=v` strings into a mapping.
+
+    Args:
+        values: The `--selector` values.
+
+    Returns:
+        The selector.
+
+    Raises:
+        typer.BadParameter: A value is not `key=value`.
+    """
+    selector: dict[str, str] = {}
+    for item in values or []:
+        key, sep, value = item.partition("=")
+        if not sep or not key.strip():
+            raise typer.BadParameter(f"{item!r} is not key=value", param_hint="'--selector'")
+        selector[key.strip()] = value.strip()
+    return selector
+
+
+@app.command("atespace")
+def create_atespace(ctx: typer.Context, name: str, output: OutputOpt = None) -> None:
+    """Create an atespace.
+
+    Example: ate create atespace demo
+    """
+    atespace = client(ctx).create_atespace(name)
+    if output is None:
+        typer.echo(f"atespace/{name} created")
+    else:
+        print_atespaces(atespace, output)
+
+
+def wait_for_template(api: ApiClient, atespace: str, name: str, template: dict, timeout: float) -> dict:
+    """Poll a template until its phase is Ready or Failed (for servers that answer early)."""
+    deadline = time.monotonic() + timeout
+    while template.get("phase") not in ("Ready", "Failed") and time.monotonic() < deadline:
+        time.sleep(1.0)
+        template = api.get_template(atespace, name)
+    return template
+
+
+@app.command("template")
+def create_template(
+    ctx: typer.Context,
+    name: str,
+    atespace: AtespaceOpt,
+    file: Annotated[Path, typer.Option("--filename", "-f", help="YAML file with the template (its spec).")],
+    wait: Annotated[bool, typer.Option("--wait/--no-wait", help="Wait until the template is Ready or Failed.")] = True,
+    output: OutputOpt = None,
+) -> None:
+    """Create an actor template from a YAML file and (by default) wait for its golden snapshot.
+
+    Example: ate create template counter -a demo -f examples/counter/template.yaml
+    """
+    try:
+        spec = load_template_spec(file)
+    except ManifestError as exc:
+        raise typer.BadParameter(str(exc), param_hint="'-f' / '--filename'") from None
+    api = client(ctx)
+    if wait:
+        typer.echo(f"template/{name}: created, waiting for Ready (golden snapshot)...", err=True)
+    template = api.create_template(atespace, name, spec, wait=wait, timeout=TEMPLATE_WAIT_SECONDS)
+    if wait:
+        template = wait_for_template(api, atespace, name, template, TEMPLATE_WAIT_SECONDS)
+    phase = template.get("phase", "Pending")
+    if output is None:
+        if phase == "Failed":
+            typer.echo(f"template/{name} Failed: {template.get('reason') or 'no reason given'}")
+        else:
+            typer.echo(f"template/{name} created ({phase})")
+    else:
+        print_templates(template, output)
+    if phase == "Failed":
+        raise typer.Exit(1)
+
+
+@app.command("actor")
+def create_actor(
+    ctx: typer.Context,
+    name: str,
+    atespace: AtespaceOpt,
+    template: Annotated[str, typer.Option("--template", "-t", help="The template, in the same atespace.")],
+    selector: Annotated[
+        list[str] | None, typer.Option("--selector", "-l", help="Worker label the actor needs, key=value (repeatable).")
+    ] = None,
+    output: OutputOpt = None,
+) -> None:
+    """Create an actor (it starts SUSPENDED).
+
+    Example: ate create actor c1 -a demo --template counter --selector zone=a
+    """
+    actor = client(ctx).create_actor(atespace, name, template, parse_selector(selector))
+    if output is None:
+        typer.echo(f"actor/{name} created")
+    else:
+        print_actors(actor, output)

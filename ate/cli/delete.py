@@ -1,0 +1,37 @@
+"""`ate delete actor|atespace|template`."""
+
+import typer
+
+from ate.cli.common import AtespaceOpt, client, new_typer
+
+app = new_typer("delete", "Delete an actor, a template or an atespace.")
+
+
+@app.command("actor")
+def delete_actor(ctx: typer.Context, name: str, atespace: AtespaceOpt) -> None:
+    """Delete a SUSPENDED actor.
+
+    Example: ate delete actor c1 -a demo
+    """
+    client(ctx).delete_actor(atespace, name)
+    typer.echo(f"actor/{name} deleted")
+
+
+@app.command("template")
+def delete_template(ctx: typer.Context, name: str, atespace: AtespaceOpt) -> None:
+    """Delete a template no actor uses.
+
+    Example: ate delete template counter -a demo
+    """
+    client(ctx).delete_template(atespace, name)
+    typer.echo(f"template/{name} deleted")
+
+
+@app.command("atespace")
+def delete_atespace(ctx: typer.Context, name: str) -> None:
+    """Delete an empty atespace.
+
+    Example: ate delete atespace demo
+    """
+    client(ctx).delete_atespace(name)
+    typer.echo(f"atespace/{name} deleted")

@@ -1,0 +1,38 @@
+"""The `ate` command: verbs as sub-commands (`ate get actors`), plus `ate dev` and the processes.
+
+`--server` (env `ATE_SERVER`) selects the API server for every client command.
+"""
+
+import typer
+
+from ate.cli import create, delete, dev, get, processes, resume, suspend
+from ate.cli.client import DEFAULT_SERVER
+from ate.cli.common import AteGroup, ServerOpt
+
+app = typer.Typer(
+    name="ate",
+    help="ate: many mostly idle sandboxed actors on a small pool of pre-started workers.",
+    no_args_is_help=True,
+    cls=AteGroup,
+    add_completion=False,
+    pretty_exceptions_enable=False,
+)
+
+
+@app.callback()
+def root(
+    ctx: typer.Context,
+    server: ServerOpt = DEFAULT_SERVER,
+) -> None:
+    """ate: many mostly idle sandboxed actors on a small pool of pre-started workers."""
+    ctx.obj = {"server": server}
+
+
+for verb in (create, get, resume, suspend, delete):
+    app.add_typer(verb.app, rich_help_panel="Resources")
+app.command("dev", rich_help_panel="Local stack")(dev.dev)
+processes.register(app)
+
+
+if __name__ == "__main__":
+    app(prog_name="ate")

@@ -1,0 +1,257 @@
+"""The shared printer: kubectl-style plain tables, JSON and YAML for every resource.
+
+Table rows are built by one function per resource (`actor_row`, `worker_row`, ...), so the
+columns live in one place; `human_age` renders AGE the way kubectl does.
+"""
+
+import json
+from collections.abc import Callable, Sequence
+from datetime import UTC, datetime
+from enum import StrEnum
+from typing import Any
+
+import typer
+import yaml
+
+NONE = "<none>"
+
+
+class OutputFormat(StrEnum):
+    """Values of `-o/--output`."""
+
+    table = "table"
+    json = "json"
+    yaml = "yaml"
+
+
+ACTOR_COLUMNS = ("ATESPACE", "NAME", "TEMPLATE", "STATE", "WORKER POD", "WORKER IPS", "VERSION", "AGE")
+WORKER_COLUMNS = ("POOL", "WORKER", "NODE", "IP", "STATE", "ACTORS")
+TEMPLATE_COLUMNS = ("ATESPACE", "NAME", "PHASE", "SANDBOX CLASS", "AGE")
+ATESPACE_COLUMNS = ("NAME", "AGE")
+
+
+def parse_time(value: Any) -> datetime | None:
+    """Parse an RFC 3339 / ISO 8601 timestamp; naive times are taken as UTC.
+
+    Args:
+        value: The timestamp string, or anything else (gives None).
+
+    Returns:
+        An aware datetime, or None when the value is missing or malformed.
+    """
+    if not isinstance(value, str) or not value:
+        return None
+    try:
+        parsed = datetime.fromisoformat(value)
+    except ValueError:
+        return None
+    return parsed if parsed.tzinfo else parsed.replace(tzinfo=UTC)
+
+
+def human_duration(seconds: float) -> str:
+    """Render a duration the way kubectl's AGE column does.
+
+    Two significant units while they matter (`90s`, `3m20s`, `5h30m`, `2d4h`), one after
+    (`45m`, `30h`, `12d`, `3y`).
+
+    Args:
+        seconds: The duration in seconds.
+
+    Returns:
+        The short form, `0s` for a negative duration within a second, `<invalid>` below that.
+    """
+    if seconds < -1:
+        return "<invalid>"
+    s = max(int(seconds), 0)
+    if s < 120:
+        return f"{s}s"
+    minutes = s // 60
+    if minutes < 10:
+        rest = s % 60
+        return f"{minutes}m{rest}s" if rest else f"{minutes}m"
+    if minutes < 180:
+        return f"{minutes}m"
+    hours = minutes // 60
+    if hours < 8:
+        rest = minutes % 60
+        return f"{hours}h{rest}m" if rest else f"{hours}h"
+    if hours < 48:
+        return f"{hours}h"
+    if hours < 24 * 8:
+        days, rest = divmod(hours, 24)
+        return f"{days}d{rest}h" if rest else f"{days}d"
+    if hours < 24 * 365 * 2:
+        return f"{hours // 24}d"
+    if hours < 24 * 365 * 8:
+        years, rest = divmod(hours // 24, 365)
+        return f"{years}y{rest}d" if rest else f"{years}y"
+    return f"{hours // (24 * 365)}y"
+
+
+def human_age(created_at: Any, now: datetime | None = None) -> str:
+    """AGE of a resource from its `created_at`.
+
+    Args:
+        created_at: The resource's creation timestamp (string).
+        now: The current time; defaults to now in UTC.
+
+    Returns:
+        The kubectl-style age, or `<unknown>` when the timestamp is missing.
+    """
+    created = parse_time(created_at)
+    if created is None:
+        return "<unknown>"
+    return human_duration(((now or datetime.now(UTC)) - created).total_seconds())
+
+
+def _text(value: Any) -> str:
+    """A cell's text: `<none>` for missing values."""
+    if value is None or value == "":
+        return NONE
+    return str(value)
+
+
+def actor_row(actor: dict[str, Any], now: datetime | None = None) -> list[str]:
+    """One row of ACTOR_COLUMNS."""
+    worker = actor.get("worker") or {}
+    return [
+        _text(actor.get("atespace")),
+        _text(actor.get("name")),
+        _text(actor.get("template")),
+        _text(actor.get("state")),
+        _text(worker.get("name")),
+        _text(worker.get("ip")),
+        _text(actor.get("version")),
+        human_age(actor.get("created_at"), now),
+    ]
+
+
+def worker_row(worker: dict[str, Any], now: datetime | None = None) -> list[str]:
+    """One row of WORKER_COLUMNS; ACTORS is `<actors placed>/<places>`."""
+    actors = worker.get("actors")
+    count = len(actors) if isinstance(actors, list) else worker.get("used_places", 0)
+    return [
+        _text(worker.get("pool")),
+        _text(worker.get("name")),
+        _text(worker.get("node")),
+        _text(worker.get("ip")),
+        _text(worker.get("state")),
+        f"{count}/{worker.get('places', 0)}",
+    ]
+
+
+def template_sandbox_class(spec: Any) -> str:
+    """The sandbox class named by a template spec."""
+    if not isinstance(spec, dict):
+        return NONE
+    return _text(spec.get("sandboxClass") or spec.get("sandbox_class"))
+
+
+def template_phase(template: dict[str, Any]) -> str:
+    """The PHASE cell: the phase, with the reason appended for a Failed template."""
+    phase = _text(template.get("phase"))
+    reason = template.get("reason")
+    if phase == "Failed" and reason:
+        return f"Failed: {reason}"
+    return phase
+
+
+def template_row(template: dict[str, Any], now: datetime | None = None) -> list[str]:
+    """One row of TEMPLATE_COLUMNS."""
+    return [
+        _text(template.get("atespace")),
+        _text(template.get("name")),
+        template_phase(template),
+        template_sandbox_class(template.get("spec")),
+        human_age(template.get("created_at"), now),
+    ]
+
+
+def atespace_row(atespace: dict[str, Any], now: datetime | None = None) -> list[str]:
+    """One row of ATESPACE_COLUMNS."""
+    return [_text(atespace.get("name")), human_age(atespace.get("created_at"), now)]
+
+
+def format_table(columns: Sequence[str], rows: Sequence[Sequence[str]]) -> str:
+    """Align columns like kubectl: left-aligned, three spaces apart, no borders.
+
+    Args:
+        columns: Header cells.
+        rows: Body rows, each as long as `columns`.
+
+    Returns:
+        The table, one line per row, without a trailing newline.
+    """
+    widths = [len(c) for c in columns]
+    for row in rows:
+        widths = [max(w, len(cell)) for w, cell in zip(widths, row, strict=True)]
+    lines = []
+    for row in [list(columns), *rows]:
+        cells = [cell.ljust(w) for cell, w in zip(row, widths, strict=True)]
+        lines.append("   ".join(cells).rstrip())
+    return "\n".join(lines)
+
+
+def render(
+    data: Any,
+    fmt: OutputFormat,
+    *,
+    columns: Sequence[str],
+    row: Callable[[dict[str, Any], datetime | None], list[str]],
+    now: datetime | None = None,
+) -> str:
+    """Render one resource or a list of them.
+
+    Args:
+        data: One resource (dict) or a list of resources.
+        fmt: table, json or yaml.
+        columns: Table header.
+        row: Builds one table row from a resource.
+        now: The time AGE is measured against.
+
+    Returns:
+        The text to print. A list renders as `{"items": [...]}` in JSON and YAML.
+    """
+    if fmt is OutputFormat.json:
+        payload = {"items": data} if isinstance(data, list) else data
+        return json.dumps(payload, indent=2, sort_keys=False)
+    if fmt is OutputFormat.yaml:
+        payload = {"items": data} if isinstance(data, list) else data
+        return yaml.safe_dump(payload, sort_keys=False, default_flow_style=False).rstrip("\n")
+    items = data if isinstance(data, list) else [data]
+    return format_table(columns, [row(item, now) for item in items])
+
+
+def echo_resources(
+    data: Any,
+    fmt: OutputFormat,
+    *,
+    columns: Sequence[str],
+    row: Callable[[dict[str, Any], datetime | None], list[str]],
+    empty: str = "No resources found.",
+) -> None:
+    """Print resources; an empty list in table form prints `empty` to stderr, like kubectl."""
+    if fmt is OutputFormat.table and isinstance(data, list) and not data:
+        typer.echo(empty, err=True)
+        return
+    typer.echo(render(data, fmt, columns=columns, row=row))
+
+
+def print_actors(data: Any, fmt: OutputFormat, empty: str = "No actors found.") -> None:
+    """Print one actor or a list of actors."""
+    echo_resources(data, fmt, columns=ACTOR_COLUMNS, row=actor_row, empty=empty)
+
+
+def print_workers(data: Any, fmt: OutputFormat) -> None:
+    """Print workers."""
+    echo_resources(data, fmt, columns=WORKER_COLUMNS, row=worker_row, empty="No workers found.")
+
+
+def print_templates(data: Any, fmt: OutputFormat, empty: str = "No templates found.") -> None:
+    """Print one template or a list of templates."""
+    echo_resources(data, fmt, columns=TEMPLATE_COLUMNS, row=template_row, empty=empty)
+
+
+def print_atespaces(data: Any, fmt: OutputFormat) -> None:
+    """Print one atespace or a list of atespaces."""
+    echo_resources(data, fmt, columns=ATESPACE_COLUMNS, row=atespace_row, empty="No atespaces found.")

@@ -1,0 +1,1 @@
+"""``ate dev``: run PostgreSQL, Temporal and every ate process on one machine."""

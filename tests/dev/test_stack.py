@@ -1,0 +1,202 @@
+"""`ate dev` end to end, with stand-ins for the four ate processes.
+
+The stand-ins live in a temporary directory that is the working directory of `ate dev` (and so
+of its children, where `python -m` finds them before the project's own packages). PostgreSQL
+and Temporal are real.
+"""
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+import psutil
+
+PROJECT = Path(__file__).resolve().parents[2]
+
+FAKE_API = """
+import json, os, sys
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+def main(argv=None):
+    args = dict(zip(argv[::2], argv[1::2]))
+    record = os.environ["FAKE_RECORD"]
+    with open(record, "a") as f:
+        f.write(json.dumps({"part": "api-server", "argv": argv, "db": os.environ["ATE_DATABASE_URL"],
+                            "temporal": os.environ["ATE_TEMPORAL_ADDRESS"]}) + "\\n")
+
+    class Handler(BaseHTTPRequestHandler):
+        def _json(self, body):
+            data = json.dumps(body).encode()
+            self.send_response(200)
+            self.send_header("content-type", "application/json")
+            self.send_header("content-length", str(len(data)))
+            self.end_headers()
+            self.wfile.write(data)
+
+        def do_GET(self):
+            if self.path == "/healthz":
+                return self._json({"status": "ok"})
+            if self.path.startswith("/v1/actors"):
+                return self._json({"items": [
+                    {"atespace": "demo", "name": "c1", "state": "RUNNING"},
+                    {"atespace": "demo", "name": "c2", "state": "SUSPENDED"}], "next_page_token": None})
+            self.send_response(404)
+            self.end_headers()
+
+        def do_POST(self):
+            self.rfile.read(int(self.headers.get("content-length", 0)))
+            with open(record, "a") as f:
+                f.write(json.dumps({"part": "api-server", "post": self.path}) + "\\n")
+            self._json({"atespace": "demo", "name": "c1", "state": "SUSPENDED"})
+
+        def log_message(self, *a):
+            pass
+
+    ThreadingHTTPServer((args["--host"], int(args["--port"])), Handler).serve_forever()
+"""
+
+FAKE_PROCESS = """
+import json, os, sys, time
+
+def main(argv=None):
+    with open(os.environ["FAKE_RECORD"], "a") as f:
+        f.write(json.dumps({"part": "{part}", "argv": argv}) + "\\n")
+    if os.environ.get("FAKE_FAIL") == "{part}":
+        print("{part}: something is badly wrong", flush=True)
+        sys.exit(3)
+    print("{part}: ready", flush=True)
+    time.sleep(3600)
+"""
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def write_fakes(root: Path) -> None:
+    files = {
+        "api/__init__.py": "",
+        "api/main.py": FAKE_API,
+        "workflows/__init__.py": "",
+        "workflows/worker.py": FAKE_PROCESS.replace("{part}", "worker"),
+        "atelet/__init__.py": "",
+        "atelet/main.py": FAKE_PROCESS.replace("{part}", "atelet"),
+        "router/__init__.py": "",
+        "router/main.py": FAKE_PROCESS.replace("{part}", "router"),
+    }
+    for name, text in files.items():
+        path = root / name
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(textwrap.dedent(text))
+
+
+def start_dev(tmp_path: Path, extra_env: dict[str, str], *args: str) -> tuple[subprocess.Popen[str], dict[str, int]]:
+    write_fakes(tmp_path)
+    ports = {name: free_port() for name in ("api", "router", "atelet", "temporal", "ui")}
+    env = {k: v for k, v in os.environ.items() if k not in ("ATE_DATABASE_URL", "ATE_TEMPORAL_ADDRESS")}
+    env.update({"PYTHONPATH": str(PROJECT), "FAKE_RECORD": str(tmp_path / "record.jsonl"), "PYTHONUNBUFFERED": "1"})
+    env.update(extra_env)
+    argv = [
+        sys.executable, "-m", "ate", "dev", "--data-dir", str(tmp_path / ".ate"),
+        "--api-port", str(ports["api"]), "--router-port", str(ports["router"]),
+        "--atelet-port", str(ports["atelet"]), "--temporal-port", str(ports["temporal"]),
+        "--ui-port", str(ports["ui"]), *args,
+    ]  # fmt: skip
+    proc = subprocess.Popen(argv, cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    return proc, ports
+
+
+def read_until(proc: subprocess.Popen[str], marker: str, timeout: float) -> list[str]:
+    lines: list[str] = []
+    deadline = time.monotonic() + timeout
+    assert proc.stdout is not None
+    while time.monotonic() < deadline:
+        line = proc.stdout.readline()
+        if not line:
+            break
+        lines.append(line.rstrip("\n"))
+        if marker in line:
+            return lines
+    raise AssertionError(f"{marker!r} not seen; output so far:\n" + "\n".join(lines))
+
+
+def leftovers(data_dir: Path) -> list[str]:
+    """Live processes whose command line mentions the data dir."""
+    found = []
+    for proc in psutil.process_iter(["cmdline", "status"]):
+        cmd = " ".join(proc.info["cmdline"] or [])
+        if str(data_dir) in cmd and proc.info["status"] != psutil.STATUS_ZOMBIE:
+            found.append(cmd)
+    return found
+
+
+def test_ate_dev_starts_everything_and_stops_in_order(tmp_path: Path) -> None:
+    proc, ports = start_dev(tmp_path, {}, "--workers", "3")
+    try:
+        lines = read_until(proc, "ate: ready", 90)
+        text = "\n".join(lines)
+        assert "postgres: ready" in text
+        assert f"temporal: ready on 127.0.0.1:{ports['temporal']}, UI http://127.0.0.1:{ports['ui']}" in text
+        assert f"api-server: ready on http://127.0.0.1:{ports['api']}" in text
+        assert "worker: ready" in text and "atelet: ready" in text and "router: ready" in text
+        assert lines[-1] == "ate: ready"
+
+        records = [json.loads(line) for line in (tmp_path / "record.jsonl").read_text().splitlines()]
+        api = next(r for r in records if r["part"] == "api-server")
+        assert api["db"].startswith("postgresql://") and "/ate" in api["db"]
+        assert api["temporal"] == f"127.0.0.1:{ports['temporal']}"
+        assert api["argv"][-2:] == ["--snapshot-location", f"file://{tmp_path / '.ate' / 'snapshots'}"]
+        atelet = next(r for r in records if r["part"] == "atelet")["argv"]
+        assert atelet[atelet.index("--workers") + 1] == "3"
+        assert atelet[atelet.index("--api-server") + 1] == f"http://127.0.0.1:{ports['api']}"
+        assert atelet[atelet.index("--state-dir") + 1] == str(tmp_path / ".ate" / "atelet")
+        router = next(r for r in records if r["part"] == "router")["argv"]
+        assert router == [
+            "--listen",
+            f"127.0.0.1:{ports['router']}",
+            "--api-server",
+            f"http://127.0.0.1:{ports['api']}",
+        ]
+
+        proc.send_signal(signal.SIGINT)
+        out, _ = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 0, out
+    tail = out.splitlines()
+    assert "ate: suspended demo/c1" in tail
+    order = [line.split(":")[0] for line in tail if line.endswith(": stopped")]
+    assert order == ["router", "atelet", "worker", "api-server", "temporal", "postgres", "ate"]
+    posts = [json.loads(line).get("post") for line in (tmp_path / "record.jsonl").read_text().splitlines()]
+    assert "/v1/atespaces/demo/actors/c1/suspend" in posts
+    assert "/v1/atespaces/demo/actors/c2/suspend" not in posts
+    assert leftovers(tmp_path / ".ate") == []
+    for port in ports.values():
+        with socket.socket() as s:
+            assert s.connect_ex(("127.0.0.1", port)) != 0
+
+
+def test_a_failing_part_stops_everything_with_its_log(tmp_path: Path) -> None:
+    external = {
+        "ATE_DATABASE_URL": "postgresql://x:secret@db/ate",
+        "ATE_TEMPORAL_ADDRESS": "127.0.0.1:1",
+        "FAKE_FAIL": "atelet",
+    }
+    proc, _ = start_dev(tmp_path, external)
+    out, _ = proc.communicate(timeout=60)
+    assert proc.returncode == 1, out
+    assert "postgres: using ATE_DATABASE_URL (postgresql://x:***@db/ate)" in out
+    assert "atelet: exited with code 3 before it was ready" in out
+    assert "atelet: something is badly wrong" in out
+    assert "ate: ready" not in out
+    assert "worker: stopped" in out and "api-server: stopped" in out
+    assert leftovers(tmp_path / ".ate") == []
