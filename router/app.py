@@ -1,0 +1,204 @@
+"""The router's ASGI app: target → (cache | resume) → streaming proxy, plus metrics.
+
+Every path on the proxy port belongs to actors, so the app has one catch-all route and no
+endpoints of its own; metrics are served elsewhere (see ``router.metrics``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import AsyncIterator
+from typing import Any
+
+import httpx
+from starlette.applications import Starlette
+from starlette.routing import Route
+
+from router import errors
+from router.api_client import ApiClient
+from router.cache import ActorCache, CacheInvalidator
+from router.errors import RouteError
+from router.metrics import REQUEST_DURATION, REQUESTS
+from router.proxy import (
+    BodyStream,
+    ClientGone,
+    UpstreamClient,
+    UpstreamConnectError,
+    new_upstream_client,
+    open_upstream,
+    relay,
+)
+from router.resume import Resumer
+from router.settings import RouterSettings
+from router.target import TARGET_HEADER, Target, TargetError, parse_target
+
+log = logging.getLogger(__name__)
+
+_TARGET_HEADER = TARGET_HEADER.encode()
+
+
+class ActorRouter:
+    """Routes one HTTP request to its actor; an ASGI app for ``scope["type"] == "http"``.
+
+    Args:
+        settings: Router settings.
+        api_client: Optional API client (built from ``settings.api_server`` when omitted).
+        upstream_client: Optional worker client (``proxy.new_upstream_client`` when omitted).
+
+    Attributes:
+        cache: RUNNING-actor cache; enabled only while ``invalidator`` holds a LISTEN.
+        resumer: Single-flight resumer with the parking lot.
+        invalidator: LISTEN/NOTIFY loop, or None without a database URL (no caching).
+    """
+
+    def __init__(
+        self,
+        settings: RouterSettings,
+        api_client: ApiClient | None = None,
+        upstream_client: UpstreamClient | None = None,
+    ) -> None:
+        self.settings = settings
+        self.api = api_client or ApiClient(settings.api_server)
+        self.upstream_client = upstream_client or new_upstream_client(
+            settings.upstream_connect_timeout_seconds
+        )
+        self.cache = ActorCache()
+        self.resumer = Resumer(
+            self.api,
+            self.cache,
+            settings.parked_request_budget_seconds,
+            settings.max_parked,
+            settings.api_server,
+        )
+        self.invalidator = (
+            CacheInvalidator(settings.database_url, self.cache) if settings.database_url else None
+        )
+
+    async def start(self) -> None:
+        """Start cache invalidation (when a database URL is set)."""
+        if self.invalidator is not None:
+            self.invalidator.start()
+
+    async def stop(self) -> None:
+        """Stop invalidation and close the HTTP clients."""
+        if self.invalidator is not None:
+            await self.invalidator.stop()
+        await self.upstream_client.aclose()
+        await self.api.aclose()
+
+    async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
+        """Handle one HTTP request (ASGI)."""
+        loop = asyncio.get_running_loop()
+        started = loop.time()
+        outcome = errors.OK
+        try:
+            outcome = await self._route(scope, receive, send, started)
+        finally:
+            REQUESTS.labels(outcome).inc()
+            REQUEST_DURATION.labels(outcome).observe(loop.time() - started)
+
+    async def _route(self, scope: dict[str, Any], receive: Any, send: Any, started: float) -> str:
+        header: str | None = None
+        host: str | None = None
+        for key, value in scope["headers"]:
+            if key == _TARGET_HEADER:
+                header = value.decode("latin-1")
+            elif key == b"host":
+                host = value.decode("latin-1")
+        body = BodyStream(receive)
+        try:
+            target = parse_target(header, host, self.settings.domain)
+            deadline = started + self.settings.parked_request_budget_seconds
+            response = await self._open(scope, body, target, deadline)
+        except TargetError as exc:
+            await _answer(send, 400, str(exc))
+            return errors.BAD_TARGET
+        except RouteError as exc:
+            await _answer(send, exc.status, exc.message)
+            return exc.outcome
+        except ClientGone:
+            return errors.UPSTREAM_ERROR
+        complete = await relay(response, receive, send, body)
+        return errors.OK if complete else errors.UPSTREAM_ERROR
+
+    async def _open(
+        self, scope: dict[str, Any], body: BodyStream, target: Target, deadline: float
+    ) -> httpx.Response:
+        """Find the actor's upstream and open the proxied request to it.
+
+        Raises:
+            RouteError: From resuming, or 502 when the worker cannot be reached.
+            ClientGone: The client left while sending its body.
+        """
+        upstream = self.cache.get(target.key)
+        cached = upstream is not None
+        if upstream is None:
+            upstream = await self.resumer.wait_running(target, deadline)
+        try:
+            return await open_upstream(self.upstream_client, scope, body, upstream, target.key)
+        except UpstreamConnectError as exc:
+            if not cached:
+                raise _unreachable(target, exc) from exc
+            log.info("cached actor %s unreachable at %s: resuming again", target, upstream)
+        self.cache.drop(target.key)
+        upstream = await self.resumer.wait_running(target, deadline)
+        try:
+            return await open_upstream(self.upstream_client, scope, body, upstream, target.key)
+        except UpstreamConnectError as exc:
+            raise _unreachable(target, exc) from exc
+
+
+def _unreachable(target: Target, exc: Exception) -> RouteError:
+    return RouteError(
+        502,
+        errors.UPSTREAM_ERROR,
+        f"actor {target} is RUNNING but its worker could not be reached ({exc}); retry shortly",
+    )
+
+
+async def _answer(send: Any, status: int, message: str) -> None:
+    """Send a one-line plain-text answer."""
+    data = (" ".join(message.split()) + "\n").encode()
+    await send(
+        {
+            "type": "http.response.start",
+            "status": status,
+            "headers": [
+                (b"content-type", b"text/plain; charset=utf-8"),
+                (b"content-length", str(len(data)).encode()),
+            ],
+        }
+    )
+    await send({"type": "http.response.body", "body": data, "more_body": False})
+
+
+def create_app(
+    settings: RouterSettings,
+    api_client: ApiClient | None = None,
+    upstream_client: UpstreamClient | None = None,
+) -> Starlette:
+    """Build the router's Starlette app.
+
+    Args:
+        settings: Router settings.
+        api_client: Optional API client to use instead of one built from settings.
+        upstream_client: Optional worker HTTP client.
+
+    Returns:
+        The app; ``app.state.router`` is the ``ActorRouter`` (cache, resumer, ...).
+    """
+    router = ActorRouter(settings, api_client, upstream_client)
+
+    @contextlib.asynccontextmanager
+    async def lifespan(_app: Starlette) -> AsyncIterator[None]:
+        await router.start()
+        try:
+            yield
+        finally:
+            await router.stop()
+
+    app = Starlette(routes=[Route("/{path:path}", endpoint=router)], lifespan=lifespan)
+    app.state.router = router
+    return app

@@ -1,0 +1,204 @@
+"""The cache of RUNNING actors and its invalidation by Postgres LISTEN/NOTIFY.
+
+``ActorCache`` maps ``"<atespace>/<name>"`` to the ``Upstream`` the actor serves on. It only
+accepts entries while ``CacheInvalidator`` holds a live LISTEN on ``ate_actor_changes``: every
+notification for an actor (payload ``"<atespace>/<name> <STATE>"``) drops its entry, and a lost
+LISTEN connection clears everything and turns caching off until LISTEN is back.
+
+An entry is put through a ``Ticket`` taken before the resume call whose answer it caches; a
+notification for that actor (or a clear) arriving while the call runs voids the ticket, so a
+stale answer never lands in the cache.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from dataclasses import dataclass, field
+from typing import Any
+
+import asyncpg
+
+from router.types import Upstream
+
+log = logging.getLogger(__name__)
+
+CHANNEL = "ate_actor_changes"
+MAX_ENTRIES = 200_000
+HEALTH_INTERVAL_SECONDS = 5.0
+
+
+@dataclass(eq=False, slots=True)
+class Ticket:
+    """Permission to cache the answer of one resume call.
+
+    Attributes:
+        key: Actor key ``"<atespace>/<name>"``.
+        epoch: Cache epoch when taken; a clear bumps the epoch and voids older tickets.
+        stale: Set when a notification for ``key`` arrived after the ticket was taken.
+    """
+
+    key: str
+    epoch: int
+    stale: bool = field(default=False)
+
+
+class ActorCache:
+    """In-memory map of RUNNING actors to their upstream address.
+
+    Attributes:
+        enabled: Whether entries are accepted (a LISTEN connection is live).
+    """
+
+    def __init__(self, max_entries: int = MAX_ENTRIES) -> None:
+        self.enabled = False
+        self._entries: dict[str, Upstream] = {}
+        self._tickets: dict[str, list[Ticket]] = {}
+        self._epoch = 0
+        self._max = max_entries
+
+    def __len__(self) -> int:
+        return len(self._entries)
+
+    def get(self, key: str) -> Upstream | None:
+        """Return the cached upstream of an actor, or None."""
+        return self._entries.get(key)
+
+    def begin(self, key: str) -> Ticket:
+        """Take a ticket before asking the API about ``key``; pair with ``end``."""
+        ticket = Ticket(key, self._epoch)
+        self._tickets.setdefault(key, []).append(ticket)
+        return ticket
+
+    def end(self, ticket: Ticket) -> None:
+        """Release a ticket taken with ``begin``."""
+        tickets = self._tickets.get(ticket.key)
+        if tickets is None:
+            return
+        with contextlib.suppress(ValueError):
+            tickets.remove(ticket)
+        if not tickets:
+            del self._tickets[ticket.key]
+
+    def put(self, ticket: Ticket, upstream: Upstream) -> bool:
+        """Cache a RUNNING actor's upstream unless the ticket was voided or caching is off.
+
+        Args:
+            ticket: The ticket taken before the resume call that returned ``upstream``.
+            upstream: Where the actor serves.
+
+        Returns:
+            True when cached.
+        """
+        if not self.enabled or ticket.stale or ticket.epoch != self._epoch:
+            return False
+        if ticket.key not in self._entries and len(self._entries) >= self._max:
+            self._entries.pop(next(iter(self._entries)))
+        self._entries[ticket.key] = upstream
+        return True
+
+    def drop(self, key: str) -> None:
+        """Forget an actor and void tickets in flight for it."""
+        self._entries.pop(key, None)
+        for ticket in self._tickets.get(key, ()):
+            ticket.stale = True
+
+    def clear(self) -> None:
+        """Forget every actor and void every ticket in flight."""
+        self._entries.clear()
+        self._epoch += 1
+
+    def on_notification(self, payload: str) -> None:
+        """Apply one ``ate_actor_changes`` payload ``"<atespace>/<name> <STATE>"``.
+
+        Args:
+            payload: Notification payload; one that names no actor clears everything.
+        """
+        key = payload.strip().split(" ", 1)[0]
+        if "/" in key:
+            self.drop(key)
+        else:
+            log.warning("unparsable %s payload %r: clearing the cache", CHANNEL, payload)
+            self.clear()
+
+
+class CacheInvalidator:
+    """Keeps a LISTEN on ``ate_actor_changes`` alive and feeds it into an ``ActorCache``.
+
+    While the connection is live the cache is enabled. When it is lost (termination, failed
+    health check) the cache is disabled and cleared, and the connection is re-made with
+    backoff (0.1 s doubling to 5 s); the cache is re-enabled once LISTEN is back.
+
+    Args:
+        dsn: Postgres DSN.
+        cache: The cache to invalidate.
+    """
+
+    def __init__(self, dsn: str, cache: ActorCache) -> None:
+        self.dsn = dsn
+        self.cache = cache
+        self.connected = asyncio.Event()
+        self._task: asyncio.Task[None] | None = None
+        self._conn: Any = None
+
+    def start(self) -> None:
+        """Start the background LISTEN loop."""
+        if self._task is None:
+            self._task = asyncio.create_task(self._run(), name="ate-router-listen")
+
+    async def stop(self) -> None:
+        """Stop the loop, close the connection and disable the cache."""
+        if self._task is not None:
+            self._task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._task
+            self._task = None
+        self._lost()
+
+    def _lost(self) -> None:
+        self.cache.enabled = False
+        self.cache.clear()
+        self.connected.clear()
+
+    async def _run(self) -> None:
+        delay = 0.1
+        while True:
+            lost = asyncio.Event()
+            conn = None
+            try:
+                conn = await asyncpg.connect(self.dsn, timeout=5.0)
+                conn.add_termination_listener(_setter(lost))
+                await conn.add_listener(CHANNEL, self._notified)
+                self._conn = conn
+                self.cache.clear()
+                self.cache.enabled = True
+                self.connected.set()
+                delay = 0.1
+                log.info("listening on %s: caching RUNNING actors", CHANNEL)
+                while not lost.is_set():
+                    with contextlib.suppress(TimeoutError):
+                        await asyncio.wait_for(lost.wait(), HEALTH_INTERVAL_SECONDS)
+                    if not lost.is_set():
+                        await conn.fetchval("SELECT 1", timeout=HEALTH_INTERVAL_SECONDS)
+                log.warning("LISTEN connection lost: cache cleared, reconnecting")
+            except asyncio.CancelledError:
+                raise
+            except Exception as exc:  # any failure means: reconnect
+                log.warning("LISTEN on %s failed (%s): cache off, retrying in %.1fs", CHANNEL, exc, delay)
+            finally:
+                self._lost()
+                self._conn = None
+                if conn is not None:
+                    with contextlib.suppress(Exception):
+                        conn.terminate()
+            await asyncio.sleep(delay)
+            delay = min(delay * 2, 5.0)
+
+    def _notified(self, _conn: object, _pid: int, _channel: str, payload: str) -> None:
+        self.cache.on_notification(payload)
+
+
+def _setter(event: asyncio.Event) -> Any:
+    """Return a termination callback that sets ``event``."""
+    return lambda _conn: event.set()

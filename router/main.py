@@ -1,0 +1,147 @@
+"""Entry point of ``ate-router``: flags and settings, then serve until SIGTERM/SIGINT."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import logging
+import signal
+import sys
+from types import FrameType
+
+import uvicorn
+
+from router.app import create_app
+from router.metrics import serve_metrics
+from router.settings import RouterSettings, split_host_port
+
+log = logging.getLogger("router")
+
+
+class _Server(uvicorn.Server):
+    """uvicorn server that drains on SIGTERM/SIGINT and then exits 0 (no re-raised signal)."""
+
+    def handle_exit(self, sig: int, frame: FrameType | None) -> None:
+        """Start a graceful stop; a second SIGINT forces it."""
+        if self.should_exit and sig == signal.SIGINT:
+            self.force_exit = True
+        else:
+            log.info("signal %s: draining", signal.Signals(sig).name)
+            self.should_exit = True
+
+
+def parse_args(argv: list[str] | None) -> argparse.Namespace:
+    """Parse command-line flags; each one overrides the matching setting.
+
+    Args:
+        argv: Arguments without the program name (None: ``sys.argv[1:]``).
+
+    Returns:
+        The parsed flags (unset ones are None).
+    """
+    parser = argparse.ArgumentParser(prog="ate-router", description="HTTP entry point for actor traffic.")
+    parser.add_argument("--listen", help="host:port for actor traffic (default 127.0.0.1:8000)")
+    parser.add_argument("--api-server", help="ate REST API base URL (default http://127.0.0.1:8080)")
+    parser.add_argument("--database-url", help="Postgres DSN for cache invalidation (LISTEN)")
+    parser.add_argument("--domain", help="actor host domain: <name>.<atespace>.actors.<domain>")
+    parser.add_argument(
+        "--parked-request-budget",
+        type=float,
+        help="seconds a request may wait for its actor to be RUNNING (default 5)",
+    )
+    parser.add_argument("--max-parked", type=int, help="requests allowed to wait at once (default 1000)")
+    parser.add_argument("--metrics-listen", help="host:port for /metrics (default 127.0.0.1:9000)")
+    parser.add_argument("--log-level", default="info", help="log level (default info)")
+    return parser.parse_args(argv)
+
+
+def build_settings(args: argparse.Namespace) -> RouterSettings:
+    """Merge environment settings with flag overrides.
+
+    Args:
+        args: Flags from ``parse_args``.
+
+    Returns:
+        The settings in force.
+    """
+    overrides = {
+        "listen": args.listen,
+        "api_server": args.api_server,
+        "database_url": args.database_url,
+        "domain": args.domain,
+        "parked_request_budget_seconds": args.parked_request_budget,
+        "max_parked": args.max_parked,
+        "metrics_listen": args.metrics_listen,
+    }
+    base = RouterSettings()
+    return base.model_copy(update={k: v for k, v in overrides.items() if v is not None})
+
+
+def uvicorn_config(settings: RouterSettings) -> uvicorn.Config:
+    """Build the uvicorn config of the proxy port.
+
+    Args:
+        settings: Settings in force.
+
+    Returns:
+        The config (uvloop/httptools when installed, no Server/Date headers of its own, no
+        trust in incoming X-Forwarded-For: the proxy appends the real peer itself).
+    """
+    host, port = split_host_port(settings.listen)
+    return uvicorn.Config(
+        create_app(settings),
+        host=host,
+        port=port,
+        log_level="warning",
+        access_log=False,
+        server_header=False,
+        date_header=False,
+        timeout_graceful_shutdown=10,
+        lifespan="on",
+        proxy_headers=False,
+    )
+
+
+async def serve(settings: RouterSettings, config: uvicorn.Config) -> None:
+    """Serve the router until told to stop (SIGTERM/SIGINT), metrics on their own port.
+
+    Args:
+        settings: Settings in force.
+        config: From ``uvicorn_config``.
+
+    Raises:
+        SystemExit: The server failed to start (e.g. the port is taken).
+    """
+    metrics_host, metrics_port = split_host_port(settings.metrics_listen)
+    metrics_server = serve_metrics(metrics_host, metrics_port)
+    server = _Server(config)
+    task = asyncio.create_task(server.serve())
+    try:
+        while not server.started and not task.done():
+            await asyncio.sleep(0.01)
+        if server.started:
+            print(f"router: ready on {settings.listen}", flush=True)
+        await task
+    finally:
+        metrics_server.shutdown()  # type: ignore[attr-defined]
+    if not server.started:
+        raise SystemExit(1)
+
+
+def main(argv: list[str] | None = None) -> None:
+    """Run ``ate-router``.
+
+    Args:
+        argv: Command-line arguments without the program name (None: ``sys.argv[1:]``).
+    """
+    args = parse_args(argv)
+    logging.basicConfig(
+        level=args.log_level.upper(),
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+        stream=sys.stderr,
+    )
+    settings = build_settings(args)
+    log.info("settings: %s", settings.redacted())
+    config = uvicorn_config(settings)
+    with asyncio.Runner(loop_factory=config.get_loop_factory()) as runner:
+        runner.run(serve(settings, config))

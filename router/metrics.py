@@ -1,0 +1,40 @@
+"""Prometheus metrics of the router and the separate server that exposes them."""
+
+from __future__ import annotations
+
+from prometheus_client import Counter, Gauge, Histogram, start_http_server
+
+REQUESTS = Counter(
+    "ate_router_requests_total",
+    "Requests handled by the router, by outcome.",
+    ["outcome"],
+)
+REQUEST_DURATION = Histogram(
+    "ate_router_request_duration_seconds",
+    "Time from request arrival to the end of the response, by outcome.",
+    ["outcome"],
+    buckets=(0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30),
+)
+RESUMES = Counter(
+    "ate_router_resumes_total",
+    "Resume calls made to the API, by outcome.",
+    ["outcome"],
+)
+PARKED = Gauge(
+    "ate_router_parked_requests",
+    "Requests currently waiting for their actor to be RUNNING.",
+)
+
+
+def serve_metrics(host: str, port: int) -> object:
+    """Serve ``/metrics`` on its own port in a background thread.
+
+    Args:
+        host: Address to bind.
+        port: Port to bind (0 picks one).
+
+    Returns:
+        The HTTP server; call ``shutdown()`` on it to stop.
+    """
+    server, _thread = start_http_server(port, addr=host)
+    return server

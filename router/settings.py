@@ -1,0 +1,75 @@
+"""Settings of the router process (``RouterSettings``, env prefix ``ATE_ROUTER_``)."""
+
+from __future__ import annotations
+
+from pydantic import AliasChoices, Field
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+
+class RouterSettings(BaseSettings):
+    """Everything the router reads from its environment or flags.
+
+    Attributes:
+        listen: ``host:port`` the proxy serves actor traffic on.
+        metrics_listen: ``host:port`` of the Prometheus ``/metrics`` endpoint (kept off the
+            proxy port, where every path belongs to actors).
+        api_server: Base URL of the ate REST API.
+        database_url: Postgres DSN used only to LISTEN on ``ate_actor_changes``; falls back to
+            ``ATE_DATABASE_URL``. Without it nothing is cached and every request resumes.
+        domain: Domain of host-form targets ``<name>.<atespace>.actors.<domain>``.
+        parked_request_budget_seconds: How long one request may wait for its actor to be
+            RUNNING (resume, retries on busy actor or no capacity), in seconds.
+        max_parked: How many requests may wait for actors at once; more get 503.
+        upstream_connect_timeout_seconds: TCP connect timeout to a worker, in seconds.
+    """
+
+    model_config = SettingsConfigDict(env_prefix="ATE_ROUTER_", extra="ignore")
+
+    listen: str = "127.0.0.1:8000"
+    metrics_listen: str = "127.0.0.1:9000"
+    api_server: str = "http://127.0.0.1:8080"
+    database_url: str | None = Field(
+        default=None,
+        validation_alias=AliasChoices("ATE_ROUTER_DATABASE_URL", "ATE_DATABASE_URL", "database_url"),
+    )
+    domain: str = "ate.local"
+    parked_request_budget_seconds: float = Field(default=5.0, gt=0)
+    max_parked: int = Field(default=1000, ge=0)
+    upstream_connect_timeout_seconds: float = Field(default=5.0, gt=0)
+
+    def redacted(self) -> dict[str, object]:
+        """Return the settings as a dict with the database password hidden.
+
+        Returns:
+            Field name to value; ``database_url`` has any password replaced by ``***``.
+        """
+        data = self.model_dump()
+        url = data.get("database_url")
+        if isinstance(url, str) and "@" in url and ":" in url.split("@", 1)[0].split("//")[-1]:
+            head, tail = url.split("@", 1)
+            scheme_user = head.rsplit(":", 1)[0]
+            data["database_url"] = f"{scheme_user}:***@{tail}"
+        return data
+
+
+def split_host_port(value: str, default_host: str = "127.0.0.1") -> tuple[str, int]:
+    """Split a ``host:port`` listen address.
+
+    Args:
+        value: ``"127.0.0.1:8000"``, ``"[::1]:8000"``, ``":8000"`` or ``"8000"``.
+        default_host: Host used when the value has none.
+
+    Returns:
+        ``(host, port)``.
+
+    Raises:
+        ValueError: The port is missing or not an integer in 0..65535.
+    """
+    host, sep, port_text = value.rpartition(":")
+    if not sep:
+        host, port_text = "", value
+    host = host.strip("[]") or default_host
+    port = int(port_text)
+    if not 0 <= port <= 65535:
+        raise ValueError(f"port out of range in {value!r}")
+    return host, port

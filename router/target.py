@@ -1,0 +1,162 @@
+"""Which actor a request is for: parsing of the ``ate-target-actor`` header and the Host.
+
+Pure functions, no I/O. Two forms are accepted:
+
+* header ``ate-target-actor: <atespace>/<name>``, which wins when present;
+* Host ``<name>.<atespace>.actors.<domain>`` (port stripped, one trailing dot allowed).
+
+Both labels are DNS-1123 labels: lower-case letters, digits and ``-``, starting and ending
+alphanumeric, at most 63 characters.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+TARGET_HEADER = "ate-target-actor"
+
+_LABEL = re.compile(r"[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?")
+
+
+@dataclass(frozen=True, slots=True)
+class Target:
+    """One actor, named by atespace and name.
+
+    Attributes:
+        atespace: DNS-1123 label of the atespace.
+        name: DNS-1123 label of the actor.
+    """
+
+    atespace: str
+    name: str
+
+    @property
+    def key(self) -> str:
+        """The actor key ``"<atespace>/<name>"`` used by the cache and NOTIFY payloads."""
+        return f"{self.atespace}/{self.name}"
+
+    def __str__(self) -> str:
+        return self.key
+
+
+class TargetError(ValueError):
+    """The request names no actor, or names one malformed.
+
+    The message is one line naming the bad value and the expected form, fit for a 400 body.
+    """
+
+
+def is_label(value: str) -> bool:
+    """Tell whether ``value`` is a DNS-1123 label of at most 63 characters.
+
+    Args:
+        value: Candidate label.
+
+    Returns:
+        True when valid.
+    """
+    return _LABEL.fullmatch(value) is not None
+
+
+def parse_header(value: str) -> Target:
+    """Parse an ``ate-target-actor`` header value.
+
+    Args:
+        value: ``"<atespace>/<name>"``, surrounding blanks ignored.
+
+    Returns:
+        The target.
+
+    Raises:
+        TargetError: Not two valid labels separated by one ``/``.
+    """
+    text = value.strip()
+    form = (
+        "expected <atespace>/<name>, both DNS-1123 labels "
+        "(lower-case letters, digits, '-', at most 63 characters)"
+    )
+    parts = text.split("/")
+    if len(parts) != 2:
+        raise TargetError(f"bad {TARGET_HEADER} header {text!r}: {form}")
+    atespace, name = parts
+    for what, label in (("atespace", atespace), ("name", name)):
+        if not is_label(label):
+            raise TargetError(f"bad {TARGET_HEADER} header {text!r}: {what} {label!r} is not valid; {form}")
+    return Target(atespace, name)
+
+
+def strip_port(host: str) -> str:
+    """Remove a ``:port`` suffix from a Host value (IPv6 literals kept intact).
+
+    Args:
+        host: Host header value, e.g. ``"c1.demo.actors.ate.local:8000"``.
+
+    Returns:
+        The host without its port.
+    """
+    if host.startswith("["):
+        end = host.find("]")
+        return host[: end + 1] if end >= 0 else host
+    head, sep, tail = host.rpartition(":")
+    if sep and tail.isdigit():
+        return head
+    return host
+
+
+def parse_host(host: str, domain: str) -> Target:
+    """Parse a Host of the form ``<name>.<atespace>.actors.<domain>``.
+
+    Args:
+        host: Host header value; port and one trailing dot are allowed; case-insensitive.
+        domain: Configured domain, e.g. ``"ate.local"``.
+
+    Returns:
+        The target.
+
+    Raises:
+        TargetError: The host is not under ``actors.<domain>`` or its two labels are invalid.
+    """
+    domain = domain.strip(".").lower()
+    suffix = f".actors.{domain}"
+    form = f"expected <name>.<atespace>{suffix} or header {TARGET_HEADER}: <atespace>/<name>"
+    original = host
+    name_part = strip_port(host.strip()).lower().removesuffix(".")
+    if not name_part.endswith(suffix):
+        raise TargetError(f"bad host {original!r}: {form}")
+    labels = name_part[: -len(suffix)].split(".")
+    if len(labels) != 2:
+        raise TargetError(f"bad host {original!r}: {form}")
+    name, atespace = labels
+    for what, label in (("name", name), ("atespace", atespace)):
+        if not is_label(label):
+            raise TargetError(
+                f"bad host {original!r}: {what} {label!r} is not a DNS-1123 label "
+                f"(lower-case letters, digits, '-', at most 63 characters); {form}"
+            )
+    return Target(atespace, name)
+
+
+def parse_target(header: str | None, host: str | None, domain: str) -> Target:
+    """Find the target of a request.
+
+    Args:
+        header: The ``ate-target-actor`` header value, or None when absent.
+        host: The Host header value, or None when absent.
+        domain: Configured actor domain.
+
+    Returns:
+        The target; the header wins over the Host.
+
+    Raises:
+        TargetError: Neither names a valid actor; the message names the bad value and the
+            expected forms.
+    """
+    if header is not None:
+        return parse_header(header)
+    if not host:
+        raise TargetError(
+            f"no target actor: send header {TARGET_HEADER}: <atespace>/<name> "
+            f"or Host <name>.<atespace>.actors.{domain.strip('.')}"
+        )
+    return parse_host(host, domain)

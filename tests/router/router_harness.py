@@ -1,0 +1,261 @@
+"""Harness of the router tests: a real worker app, a stand-in API, uvicorn serving helpers.
+
+Every server is a real uvicorn on 127.0.0.1 with an ephemeral port, run on the test's loop.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import hashlib
+import json
+import socket
+from collections import Counter
+from collections.abc import AsyncIterator
+from dataclasses import dataclass, field
+from typing import Any
+
+import httpx
+import uvicorn
+from fastapi import FastAPI, Request
+from fastapi.responses import JSONResponse
+
+DOMAIN = "ate.local"
+
+
+@dataclass
+class Served:
+    """A running uvicorn server."""
+
+    url: str
+    port: int
+    server: uvicorn.Server
+
+
+class _QuickServer(uvicorn.Server):
+    """uvicorn server that notices ``should_exit`` within 10 ms (not 100 ms): faster tests."""
+
+    async def main_loop(self) -> None:
+        await self.on_tick(0)
+        while not self.should_exit:
+            await asyncio.sleep(0.01)
+
+
+@contextlib.asynccontextmanager
+async def serve(app: Any, lifespan: str = "off") -> AsyncIterator[Served]:
+    """Serve an ASGI app on 127.0.0.1:<ephemeral> until the block ends."""
+    # proto=IPPROTO_TCP so asyncio sets TCP_NODELAY on accepted sockets (else 40 ms stalls).
+    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM, socket.IPPROTO_TCP)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+    sock.bind(("127.0.0.1", 0))
+    port = sock.getsockname()[1]
+    config = uvicorn.Config(
+        app, lifespan=lifespan, log_level="warning", access_log=False, proxy_headers=False,
+        server_header=False, date_header=False, timeout_graceful_shutdown=1,
+    )
+    server = _QuickServer(config)
+    server.install_signal_handlers = lambda: None  # type: ignore[method-assign]
+    task = asyncio.create_task(server.serve(sockets=[sock]))
+    while not server.started:
+        if task.done():
+            task.result()
+        await asyncio.sleep(0.005)
+    try:
+        yield Served(f"http://127.0.0.1:{port}", port, server)
+    finally:
+        server.should_exit = True
+        with contextlib.suppress(Exception):
+            await asyncio.wait_for(task, 5)
+        sock.close()
+
+
+def free_port() -> int:
+    """A port nothing listens on (bound, then released)."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+# ---------------------------------------------------------------------------- the worker
+
+
+@dataclass
+class WorkerLog:
+    """What the worker saw."""
+
+    client_ports: list[int] = field(default_factory=list)
+
+
+def worker_app(log: WorkerLog) -> Any:
+    """A raw ASGI app playing the actor on its worker.
+
+    Paths: ``/upload`` (answers sha256 and length of the body), ``/download?n=`` (streams n
+    deterministic bytes), ``/echo-body`` (streams the body back as it arrives), anything else
+    echoes method, path, query and headers as JSON.
+    """
+
+    async def app(scope: dict[str, Any], receive: Any, send: Any) -> None:
+        assert scope["type"] == "http"
+        log.client_ports.append(scope["client"][1])
+        path = scope["path"]
+        if path == "/upload":
+            digest, size = hashlib.sha256(), 0
+            while True:
+                message = await receive()
+                digest.update(message.get("body", b""))
+                size += len(message.get("body", b""))
+                if not message.get("more_body"):
+                    break
+            data = json.dumps({"sha256": digest.hexdigest(), "size": size}).encode()
+            await _send(send, 200, data, [(b"content-type", b"application/json")])
+            return
+        if path == "/download":
+            n = int(dict(p.split("=") for p in scope["query_string"].decode().split("&"))["n"])
+            await send({"type": "http.response.start", "status": 200,
+                        "headers": [(b"content-type", b"application/octet-stream")]})
+            sent = 0
+            while sent < n:
+                chunk = pattern(sent, min(65536, n - sent))
+                sent += len(chunk)
+                await send({"type": "http.response.body", "body": chunk, "more_body": True})
+            await send({"type": "http.response.body", "body": b"", "more_body": False})
+            return
+        if path == "/echo-body":
+            await send({"type": "http.response.start", "status": 200, "headers": []})
+            while True:
+                message = await receive()
+                await send({"type": "http.response.body", "body": message.get("body", b""),
+                            "more_body": True})
+                if not message.get("more_body"):
+                    break
+            await send({"type": "http.response.body", "body": b"", "more_body": False})
+            return
+        while (await receive()).get("more_body"):
+            pass
+        data = json.dumps({
+            "method": scope["method"],
+            "path": scope["path"],
+            "raw_path": scope["raw_path"].decode(),
+            "query": scope["query_string"].decode(),
+            "headers": [[k.decode(), v.decode()] for k, v in scope["headers"]],
+        }).encode()
+        await _send(send, 200, data, [
+            (b"content-type", b"application/json"),
+            (b"connection", b"x-worker-hop"),
+            (b"x-worker-hop", b"secret"),
+            (b"keep-alive", b"timeout=5"),
+            (b"set-cookie", b"a=1"),
+            (b"set-cookie", b"b=2"),
+        ])
+
+    return app
+
+
+_CYCLE = bytes((i * 7 + 3) % 251 for i in range(251))
+
+
+def pattern(offset: int, size: int) -> bytes:
+    """Deterministic bytes ``offset .. offset+size`` of the download stream (period 251)."""
+    start = offset % 251
+    reps = (start + size) // 251 + 1
+    return (_CYCLE * reps)[start : start + size]
+
+
+async def _send(send: Any, status: int, data: bytes, headers: list[tuple[bytes, bytes]]) -> None:
+    await send({"type": "http.response.start", "status": status,
+                "headers": [*headers, (b"content-length", str(len(data)).encode())]})
+    await send({"type": "http.response.body", "body": data, "more_body": False})
+
+
+# ---------------------------------------------------------------------------- the API
+
+
+@dataclass
+class Step:
+    """One scripted answer of the stand-in API's resume endpoint."""
+
+    status: int = 200
+    reason: str = ""
+    message: str = ""
+    delay: float = 0.0
+    details: dict[str, Any] = field(default_factory=dict)
+    ip: str = "127.0.0.1"
+
+
+class FakeApi:
+    """Stand-in for the ate REST API: resume (scripted, counted) and template endpoints."""
+
+    def __init__(self, worker_port: int) -> None:
+        self.worker_port = worker_port
+        self.calls: Counter[str] = Counter()
+        self.completed: Counter[str] = Counter()
+        self.bodies: list[dict[str, Any]] = []
+        self.template_calls = 0
+        self.in_flight: Counter[str] = Counter()
+        self.max_in_flight = 0
+        self.scripts: dict[str, list[Step]] = {}
+        self.default = Step()
+        self.app = FastAPI()
+        self.app.post("/v1/atespaces/{atespace}/actors/{name}/resume")(self.resume)
+        self.app.get("/v1/atespaces/{atespace}/templates/{template}")(self.template)
+
+    def script(self, key: str, *steps: Step) -> None:
+        """Answer resumes of ``key`` with ``steps`` in order, repeating the last one."""
+        self.scripts[key] = list(steps)
+
+    async def resume(self, atespace: str, name: str, request: Request) -> JSONResponse:
+        key = f"{atespace}/{name}"
+        index = self.calls[key]
+        self.calls[key] += 1
+        self.bodies.append(await request.json())
+        steps = self.scripts.get(key, [self.default])
+        step = steps[min(index, len(steps) - 1)]
+        self.in_flight[key] += 1
+        self.max_in_flight = max(self.max_in_flight, self.in_flight[key])
+        try:
+            await asyncio.sleep(step.delay)
+        finally:
+            self.in_flight[key] -= 1
+        self.completed[key] += 1
+        if step.status != 200:
+            return JSONResponse(
+                {"reason": step.reason, "message": step.message, "details": step.details},
+                status_code=step.status,
+            )
+        return JSONResponse({
+            "atespace": atespace, "name": name, "template": "web", "state": "RUNNING",
+            "version": 3, "worker_selector": {},
+            "worker": {"pool": "default", "name": "w-0", "node": "n1", "ip": step.ip},
+            "latest_snapshot": None, "created_at": "2024-01-01T00:00:00Z",
+            "updated_at": "2024-01-01T00:00:00Z",
+        })
+
+    async def template(self, atespace: str, template: str) -> JSONResponse:
+        self.template_calls += 1
+        return JSONResponse({
+            "atespace": atespace, "name": template, "phase": "Ready",
+            "spec": {"containers": [{"image": "x", "port": self.worker_port}]},
+        })
+
+
+# ---------------------------------------------------------------------------- the router
+
+
+@dataclass
+class Env:
+    """A running router with its worker and API stand-in."""
+
+    url: str
+    api: FakeApi
+    worker: Served
+    worker_log: WorkerLog
+    app: Any
+    client: httpx.AsyncClient
+
+    @property
+    def router(self) -> Any:
+        """The ``ActorRouter`` (cache, resumer, ...)."""
+        return self.app.state.router
+
+
