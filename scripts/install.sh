@@ -8,7 +8,7 @@ cd "$here"
 
 need_apt=()
 runsc_ok=0
-if command -v runsc >/dev/null 2>&1 && runsc --version 2>/dev/null | grep -q '20240729'; then runsc_ok=1; fi
+if command -v runsc >/dev/null 2>&1 && runsc --version 2>/dev/null | grep '20240729' >/dev/null; then runsc_ok=1; fi
 command -v umoci >/dev/null 2>&1 || need_apt+=(umoci)
 command -v ip >/dev/null 2>&1 || need_apt+=(iproute2)
 command -v iptables >/dev/null 2>&1 || need_apt+=(iptables)
@@ -38,7 +38,7 @@ SRC
   if [ "${#need_apt[@]}" -gt 0 ]; then apt-get install -y -qq "${need_apt[@]}" >/dev/null; fi
   if [ "$runsc_ok" = 0 ]; then apt-get install -y -qq -t bookworm-backports runsc >/dev/null; fi
 fi
-if ! runsc --version 2>/dev/null | grep -q '20240729'; then
+if ! runsc --version 2>/dev/null | grep '20240729' >/dev/null; then
   echo "ate install: runsc from bookworm-backports is required; run as root:" >&2
   echo "  apt-get install -t bookworm-backports runsc" >&2
   exit 1

@@ -85,6 +85,11 @@ class ApiClient:
     def __exit__(self, *exc: object) -> None:
         self.close()
 
+    def request_object(self, method: str, path: str, **kwargs: Any) -> dict[str, Any]:
+        """`request` for endpoints that answer a JSON object."""
+        body = self.request(method, path, **kwargs)
+        return body if isinstance(body, dict) else {}
+
     def request(
         self,
         method: str,
@@ -158,7 +163,7 @@ class ApiClient:
 
     def create_atespace(self, name: str) -> dict[str, Any]:
         """Create an atespace."""
-        return self.request("POST", "/v1/atespaces", json={"name": name})
+        return self.request_object("POST", "/v1/atespaces", json={"name": name})
 
     def list_atespaces(self) -> list[dict[str, Any]]:
         """List every atespace."""
@@ -166,7 +171,7 @@ class ApiClient:
 
     def get_atespace(self, name: str) -> dict[str, Any]:
         """Get one atespace."""
-        return self.request("GET", f"/v1/atespaces/{_segment(name)}")
+        return self.request_object("GET", f"/v1/atespaces/{_segment(name)}")
 
     def delete_atespace(self, name: str) -> None:
         """Delete an empty atespace."""
@@ -178,7 +183,7 @@ class ApiClient:
         self, atespace: str, name: str, spec: dict[str, Any], *, wait: bool, timeout: float = 600.0
     ) -> dict[str, Any]:
         """Create an actor template; with `wait`, the server answers once it is Ready or Failed."""
-        return self.request(
+        return self.request_object(
             "POST",
             f"/v1/atespaces/{_segment(atespace)}/templates",
             json={"name": name, "spec": spec},
@@ -192,7 +197,7 @@ class ApiClient:
 
     def get_template(self, atespace: str, name: str) -> dict[str, Any]:
         """Get one template."""
-        return self.request("GET", f"/v1/atespaces/{_segment(atespace)}/templates/{_segment(name)}")
+        return self.request_object("GET", f"/v1/atespaces/{_segment(atespace)}/templates/{_segment(name)}")
 
     def delete_template(self, atespace: str, name: str) -> None:
         """Delete a template no actor uses."""
@@ -203,7 +208,7 @@ class ApiClient:
     def create_actor(self, atespace: str, name: str, template: str, worker_selector: dict[str, str]) -> dict[str, Any]:
         """Create an actor (SUSPENDED)."""
         body = {"name": name, "template": template, "worker_selector": worker_selector}
-        return self.request("POST", f"/v1/atespaces/{_segment(atespace)}/actors", json=body)
+        return self.request_object("POST", f"/v1/atespaces/{_segment(atespace)}/actors", json=body)
 
     def list_actors(self, atespace: str | None = None) -> list[dict[str, Any]]:
         """List actors of one atespace, or of all when `atespace` is None, following pagination."""
@@ -213,7 +218,7 @@ class ApiClient:
 
     def get_actor(self, atespace: str, name: str) -> dict[str, Any]:
         """Get one actor."""
-        return self.request("GET", f"/v1/atespaces/{_segment(atespace)}/actors/{_segment(name)}")
+        return self.request_object("GET", f"/v1/atespaces/{_segment(atespace)}/actors/{_segment(name)}")
 
     def delete_actor(self, atespace: str, name: str) -> None:
         """Delete a SUSPENDED actor."""
@@ -221,7 +226,7 @@ class ApiClient:
 
     def resume_actor(self, atespace: str, name: str, timeout_seconds: float = 30.0) -> dict[str, Any]:
         """Resume an actor and return it RUNNING."""
-        return self.request(
+        return self.request_object(
             "POST",
             f"/v1/atespaces/{_segment(atespace)}/actors/{_segment(name)}/resume",
             json={"timeout_seconds": timeout_seconds},
@@ -240,7 +245,7 @@ class ApiClient:
 
         `request_timeout` bounds the HTTP request (default: the operation's timeout + 15 s).
         """
-        return self.request(
+        return self.request_object(
             "POST",
             f"/v1/atespaces/{_segment(atespace)}/actors/{_segment(name)}/suspend",
             json={"timeout_seconds": timeout_seconds, "mode": mode},

