@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from temporalio import workflow
 
-from workflows.steps import ACTIVITY_FAILURES, atelet_step, db_step, failure_of, show_step
+from workflows.steps import ACTIVITY_FAILURES, atelet_step, db_step, failure_of, outcome_of, record_operation, show_step
 
 with workflow.unsafe.imports_passed_through():
     from workflows.types import (
@@ -34,6 +34,17 @@ class GoldenSnapshotWorkflow:
 
     @workflow.run
     async def run(self, request: GoldenSnapshotInput) -> GoldenSnapshotResult:
+        """Run the operation, counting it by outcome (see `_run` for what it does)."""
+        started = workflow.time()
+        try:
+            result = await self._run(request)
+        except ACTIVITY_FAILURES as error:
+            record_operation(Operation.GOLDEN_SNAPSHOT.value, outcome_of(error), started)
+            raise
+        record_operation(Operation.GOLDEN_SNAPSHOT.value, result.phase, started)
+        return result
+
+    async def _run(self, request: GoldenSnapshotInput) -> GoldenSnapshotResult:
         """Boot, probe, checkpoint. Never raises for a workload failure: returns phase Failed."""
         operation_id = workflow.info().run_id
         template = ActorRef(atespace=request.atespace, name=request.template)

@@ -14,7 +14,16 @@ from __future__ import annotations
 
 from temporalio import workflow
 
-from workflows.steps import ACTIVITY_FAILURES, atelet_step, db_step, failure_of, reraise, show_step
+from workflows.steps import (
+    ACTIVITY_FAILURES,
+    atelet_step,
+    db_step,
+    failure_of,
+    outcome_of,
+    record_operation,
+    reraise,
+    show_step,
+)
 
 with workflow.unsafe.imports_passed_through():
     from workflows.types import (
@@ -36,6 +45,17 @@ class ResumeActorWorkflow:
 
     @workflow.run
     async def run(self, request: ResumeActorInput) -> ResumeActorResult:
+        """Run the operation, counting it by outcome (see `_run` for what it does)."""
+        started = workflow.time()
+        try:
+            result = await self._run(request)
+        except ACTIVITY_FAILURES as error:
+            record_operation(Operation.RESUME.value, outcome_of(error), started)
+            raise
+        record_operation(Operation.RESUME.value, "ok", started)
+        return result
+
+    async def _run(self, request: ResumeActorInput) -> ResumeActorResult:
         """Resume `request.actor`.
 
         Raises:

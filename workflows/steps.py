@@ -75,3 +75,23 @@ def reraise(error: BaseException, prefix: str = "") -> ApplicationError:
     cause = failure_of(error)
     message = f"{prefix}{cause.message}" if prefix else cause.message
     return ApplicationError(message, *cause.details, type=cause.type or "Internal", non_retryable=True)
+
+
+def record_operation(operation: str, outcome: str, started: float) -> None:
+    """Count one finished operation and its duration (seconds) by operation and outcome.
+
+    Emitted through the workflow metric meter, so replays do not count twice; the worker
+    exports them on its Prometheus endpoint as `ate_operations_total` and
+    `ate_operation_duration_seconds`.
+    """
+    meter = workflow.metric_meter()
+    attributes = {"operation": operation, "outcome": outcome}
+    meter.create_counter("ate_operations", "Operations finished, by operation and outcome").add(1, attributes)
+    meter.create_histogram_float(
+        "ate_operation_duration_seconds", "Operation duration from workflow start, by operation and outcome", unit="s"
+    ).record(max(workflow.time() - started, 0.0), attributes)
+
+
+def outcome_of(error: BaseException) -> str:
+    """The outcome label of a failed operation: the failure's type (NoCapacity, ...)."""
+    return failure_of(error).type or "Internal"

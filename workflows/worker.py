@@ -13,6 +13,7 @@ import logging
 import signal
 
 from temporalio.client import Client
+from temporalio.runtime import PrometheusConfig, Runtime, TelemetryConfig
 from temporalio.worker import Worker
 
 from activities.atelet import AteletActivities
@@ -28,6 +29,19 @@ from workflows.types import TASK_QUEUE
 log = logging.getLogger("ate.worker")
 
 WORKFLOWS = [ResumeActorWorkflow, SuspendActorWorkflow, GoldenSnapshotWorkflow]
+
+
+def metrics_runtime(listen: str) -> Runtime:
+    """A Temporal runtime exporting the SDK's metrics and ate's operation metrics on `listen`/metrics.
+
+    Operation metrics come from the workflows (workflows.steps.record_operation): counts and
+    durations by operation and outcome; the SDK adds task latencies, slots and failures.
+    """
+    return Runtime(
+        telemetry=TelemetryConfig(
+            metrics=PrometheusConfig(bind_address=listen, counters_total_suffix=True, durations_as_seconds=True)
+        )
+    )
 
 
 def build_worker(client: Client, store: Store, atelets: AteletActivities, settings: WorkerSettings) -> Worker:
@@ -61,14 +75,14 @@ def build_worker(client: Client, store: Store, atelets: AteletActivities, settin
 
 async def serve(settings: WorkerSettings) -> None:
     """Run the worker until cancelled or signalled."""
-    from prometheus_client import start_http_server
-
-    host, _, port = settings.metrics_listen.rpartition(":")
-    start_http_server(int(port), addr=host or "127.0.0.1")
     store = await Store.connect(settings.database_url, max_size=20)
     async with store.pool.acquire() as connection:
         await migrate(connection)
-    client = await Client.connect(settings.temporal_address, namespace=settings.temporal_namespace)
+    client = await Client.connect(
+        settings.temporal_address,
+        namespace=settings.temporal_namespace,
+        runtime=metrics_runtime(settings.metrics_listen),
+    )
     await ensure_search_attributes(client, settings.temporal_namespace)
     atelets = AteletActivities()
     worker = build_worker(client, store, atelets, settings)

@@ -50,7 +50,9 @@ def create_atespace(ctx: typer.Context, name: str, output: OutputOpt = None) -> 
         print_atespaces(atespace, output)
 
 
-def wait_for_template(api: ApiClient, atespace: str, name: str, template: dict[str, Any], timeout: float) -> dict[str, Any]:
+def wait_for_template(
+    api: ApiClient, atespace: str, name: str, template: dict[str, Any], timeout: float
+) -> dict[str, Any]:
     """Poll a template until its phase is Ready or Failed (for servers that answer early)."""
     deadline = time.monotonic() + timeout
     while template.get("phase") not in ("Ready", "Failed") and time.monotonic() < deadline:

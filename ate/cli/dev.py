@@ -21,6 +21,15 @@ def dev(
     atelet_port: Annotated[int, typer.Option("--atelet-port", help="atelet gRPC port.")] = 8085,
     temporal_port: Annotated[int, typer.Option("--temporal-port", help="Temporal gRPC port.")] = 7233,
     ui_port: Annotated[int, typer.Option("--ui-port", help="Temporal Web UI port.")] = 8233,
+    metrics_port_base: Annotated[
+        int, typer.Option("--metrics-port-base", help="Prometheus ports: router here, worker +1, atelet +85.")
+    ] = 9000,
+    node: Annotated[
+        str | None, typer.Option("--node", help="Node name (default: the host name); names the network namespaces.")
+    ] = None,
+    subnet: Annotated[
+        str, typer.Option("--subnet", help="IPv4 network for worker addresses; differ per stack on one machine.")
+    ] = "10.88.0.0/16",
 ) -> None:
     """Run the whole stack on this machine until Ctrl-C.
 
@@ -43,5 +52,9 @@ def dev(
         atelet_port=atelet_port,
         temporal_port=temporal_port,
         ui_port=ui_port,
+        metrics_port_base=metrics_port_base,
+        subnet=subnet,
     )
+    if node:
+        config.node = node
     raise typer.Exit(DevStack(config).run())

@@ -50,8 +50,11 @@ class DevConfig:
         atelet_port: atelet gRPC port.
         temporal_port: Temporal frontend port.
         ui_port: Temporal Web UI port.
+        metrics_port_base: Prometheus ports: router at base, worker base+1, atelet base+85.
         image_root: Directory images are found under (the current directory).
-        node: This node's name.
+        node: This node's name (also names the workers' network namespaces: two stacks on one
+            machine need different nodes and subnets).
+        subnet: IPv4 network the workers' addresses are cut from.
         ready_timeout: Seconds each part gets to become ready.
     """
 
@@ -65,8 +68,10 @@ class DevConfig:
     atelet_port: int = 8085
     temporal_port: int = 7233
     ui_port: int = 8233
+    metrics_port_base: int = 9000
     image_root: Path = field(default_factory=Path.cwd)
     node: str = field(default_factory=socket.gethostname)
+    subnet: str = "10.88.0.0/16"
     ready_timeout: float = 60.0
 
     @property
@@ -170,13 +175,19 @@ class DevStack:
             "api-server": self.config.api_port,
             "router": self.config.router_port,
             "atelet": self.config.atelet_port,
+            "router metrics": self.config.metrics_port_base,
+            "worker metrics": self.config.metrics_port_base + 1,
+            "atelet metrics": self.config.metrics_port_base + 85,
         }
         if not os.environ.get("ATE_TEMPORAL_ADDRESS"):
             ports |= {"temporal": self.config.temporal_port, "temporal UI": self.config.ui_port}
         for part, port in ports.items():
             if port_open(self.config.host, port, timeout=0.3):
                 raise ChildFailed(
-                    part, f"port {self.config.host}:{port} is already in use: is another 'ate dev' running?", None, []
+                    part,
+                    f"port {self.config.host}:{port} is already in use: is another 'ate dev' running? (ports can be moved: see 'ate dev --help')",
+                    None,
+                    [],
                 )
 
     def _child_env(self) -> dict[str, str]:
@@ -218,7 +229,9 @@ class DevStack:
         self.supervisor.start(api)
         self.out(f"api-server: ready on {cfg.api_url}")
 
-        self.supervisor.start(self._ate("worker", [], log_line("worker: ready")))
+        metrics = cfg.metrics_port_base
+        worker_args = ["--metrics-listen", f"{cfg.host}:{metrics + 1}"]
+        self.supervisor.start(self._ate("worker", worker_args, log_line("worker: ready")))
         self.out("worker: ready (task queue ate-control)")
 
         atelet_args = [
@@ -228,13 +241,19 @@ class DevStack:
             "--snapshot-root", str(data / "snapshots"),
             "--image-root", str(cfg.image_root),
             "--api-server", cfg.api_url,
+            "--metrics-listen", f"{cfg.host}:{metrics + 85}",
+            "--subnet", cfg.subnet,
         ]  # fmt: skip
         atelet_args += ["--pool", str(cfg.pool.resolve())] if cfg.pool else ["--workers", str(cfg.workers)]
         self.supervisor.start(self._ate("atelet", atelet_args, log_line("atelet: ready")))
         what = f"pool {cfg.pool}" if cfg.pool else f"{cfg.workers} workers"
         self.out(f"atelet: ready on {cfg.host}:{cfg.atelet_port} (node {cfg.node}, {what})")
 
-        router_args = ["--listen", f"{cfg.host}:{cfg.router_port}", "--api-server", cfg.api_url]
+        router_args = [
+            "--listen", f"{cfg.host}:{cfg.router_port}",
+            "--api-server", cfg.api_url,
+            "--metrics-listen", f"{cfg.host}:{metrics}",
+        ]  # fmt: skip
         self.supervisor.start(self._ate("router", router_args, log_line("router: ready")))
         self.out(f"router: ready on http://{cfg.host}:{cfg.router_port}")
 

@@ -100,7 +100,7 @@ def write_fakes(root: Path) -> None:
 
 def start_dev(tmp_path: Path, extra_env: dict[str, str], *args: str) -> tuple[subprocess.Popen[str], dict[str, int]]:
     write_fakes(tmp_path)
-    ports = {name: free_port() for name in ("api", "router", "atelet", "temporal", "ui")}
+    ports = {name: free_port() for name in ("api", "router", "atelet", "temporal", "ui", "metrics")}
     env = {k: v for k, v in os.environ.items() if k not in ("ATE_DATABASE_URL", "ATE_TEMPORAL_ADDRESS")}
     env.update({"PYTHONPATH": str(PROJECT), "FAKE_RECORD": str(tmp_path / "record.jsonl"), "PYTHONUNBUFFERED": "1"})
     env.update(extra_env)
@@ -108,7 +108,7 @@ def start_dev(tmp_path: Path, extra_env: dict[str, str], *args: str) -> tuple[su
         sys.executable, "-m", "ate", "dev", "--data-dir", str(tmp_path / ".ate"),
         "--api-port", str(ports["api"]), "--router-port", str(ports["router"]),
         "--atelet-port", str(ports["atelet"]), "--temporal-port", str(ports["temporal"]),
-        "--ui-port", str(ports["ui"]), *args,
+        "--ui-port", str(ports["ui"]), "--metrics-port-base", str(ports["metrics"]), *args,
     ]  # fmt: skip
     proc = subprocess.Popen(argv, cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     return proc, ports
@@ -164,7 +164,10 @@ def test_ate_dev_starts_everything_and_stops_in_order(tmp_path: Path) -> None:
             f"127.0.0.1:{ports['router']}",
             "--api-server",
             f"http://127.0.0.1:{ports['api']}",
+            "--metrics-listen",
+            f"127.0.0.1:{ports['metrics']}",
         ]
+        assert atelet[atelet.index("--metrics-listen") + 1] == f"127.0.0.1:{ports['metrics'] + 85}"
 
         proc.send_signal(signal.SIGINT)
         out, _ = proc.communicate(timeout=60)

@@ -15,6 +15,8 @@ import pytest
 
 REPO = Path(__file__).resolve().parents[2]
 ATE = str(Path(sys.executable).parent / "ate")
+PORTS = {"api": 28080, "router": 28000, "atelet": 28085, "temporal": 27233, "ui": 28233, "metrics": 29000}
+"""Ports apart from the defaults, so the suite runs beside a developer's own `ate dev`."""
 
 
 @dataclass
@@ -22,13 +24,14 @@ class Stack:
     """A running `ate dev`: where to reach it, and a CLI runner."""
 
     data_dir: Path
-    api: str = "http://127.0.0.1:8080"
-    router: str = "http://127.0.0.1:8000"
-    temporal_ui: str = "http://127.0.0.1:8233"
+    api: str = f"http://127.0.0.1:{PORTS['api']}"
+    router: str = f"http://127.0.0.1:{PORTS['router']}"
+    temporal_ui: str = f"http://127.0.0.1:{PORTS['ui']}"
+    metrics_base: int = PORTS["metrics"]
 
     def ate(self, *args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
         """Run the `ate` CLI against this stack."""
-        done = subprocess.run([ATE, *args], cwd=REPO, capture_output=True, text=True, timeout=180)
+        done = subprocess.run([ATE, "--server", self.api, *args], cwd=REPO, capture_output=True, text=True, timeout=180)
         if check and done.returncode != 0:
             raise AssertionError(f"ate {' '.join(args)} failed ({done.returncode}): {done.stderr}{done.stdout}")
         return done
@@ -40,9 +43,20 @@ def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
     data_dir = Path(tmp_path_factory.mktemp("ate-dev")) / "data"
     log = data_dir.parent / "ate-dev.out"
     out = log.open("w")
+    argv = [
+            ATE, "dev", "--data-dir", str(data_dir),
+            "--api-port", str(PORTS["api"]), "--router-port", str(PORTS["router"]),
+            "--atelet-port", str(PORTS["atelet"]), "--temporal-port", str(PORTS["temporal"]),
+            "--ui-port", str(PORTS["ui"]), "--metrics-port-base", str(PORTS["metrics"]),
+            "--node", "e2e", "--subnet", "10.89.0.0/16",
+    ]  # fmt: skip
     process = subprocess.Popen(
-        [ATE, "dev", "--data-dir", str(data_dir)], cwd=REPO, stdout=out, stderr=subprocess.STDOUT,
+        argv,
+        cwd=REPO,
+        stdout=out,
+        stderr=subprocess.STDOUT,
         start_new_session=True,
+        env={**os.environ, "PYTHONUNBUFFERED": "1"},
     )
     deadline = time.monotonic() + 180
     try:

@@ -159,3 +159,41 @@ def test_bad_template_is_refused_with_every_field_named(stack: Stack) -> None:
     for field in ("image", "port", "cpu", "colour", "onCommit"):
         assert field in message, message
     assert stack.ate("get", "templates", "-a", "bad", "-o", "json").stdout.count('"name"') == 0
+
+
+def metric(url: str, name: str, **labels: str) -> float:
+    """The value of one Prometheus sample (0 when absent), read from a /metrics page."""
+    wanted = ",".join(f'{k}="{v}"' for k, v in sorted(labels.items()))
+    total = 0.0
+    for line in httpx.get(url, timeout=10).text.splitlines():
+        if not line.startswith(name + "{") and line.split(" ")[0] != name:
+            continue
+        sample, _, value = line.rpartition(" ")
+        found = sample[len(name) + 1 : -1] if "{" in sample else ""
+        pairs = sorted(p for p in found.split(",") if p)
+        if all(p in pairs for p in wanted.split(",") if p):
+            total += float(value)
+    return total
+
+
+def test_every_process_exports_operation_metrics(stack: Stack) -> None:
+    stack.ate("create", "atespace", "metrics", check=False)
+    stack.ate("create", "template", "counter", "-a", "metrics", "-f", "examples/counter/template.yaml", check=False)
+    stack.ate("create", "actor", "m1", "-a", "metrics", "--template", "counter")
+    api = stack.api + "/metrics"
+    worker = f"http://127.0.0.1:{stack.metrics_base + 1}/metrics"
+    router = f"http://127.0.0.1:{stack.metrics_base}/metrics"
+    atelet = f"http://127.0.0.1:{stack.metrics_base + 85}/metrics"
+    before = {
+        "api": metric(api, "ate_api_operations_total", operation="ResumeActor", outcome="ok"),
+        "worker": metric(worker, "ate_operations_total", operation="ResumeActor", outcome="ok"),
+        "router": metric(router, "ate_router_requests_total", outcome="ok"),
+    }
+    get(stack, "metrics/m1")  # one resume through the router
+    assert metric(api, "ate_api_operations_total", operation="ResumeActor", outcome="ok") == before["api"] + 1
+    assert metric(worker, "ate_operations_total", operation="ResumeActor", outcome="ok") == before["worker"] + 1
+    assert metric(worker, "ate_operation_duration_seconds_count", operation="ResumeActor", outcome="ok") >= 1
+    assert metric(router, "ate_router_requests_total", outcome="ok") == before["router"] + 1
+    assert metric(atelet, "ate_atelet_operations_total") >= 1
+    stack.ate("suspend", "actor", "m1", "-a", "metrics")
+    assert metric(api, "ate_workers", pool="default", state="idle") == 2  # both workers free again
