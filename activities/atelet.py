@@ -15,6 +15,7 @@ from google.protobuf.json_format import MessageToDict, ParseDict
 from temporalio import activity
 
 from activities.errors import from_grpc_error
+from ate.failpoints import failpoint
 from atelet.proto import atelet_pb2 as pb
 from atelet.proto import atelet_pb2_grpc as pb_grpc
 from workflows.quantities import parse_cpu_millis, parse_memory_bytes
@@ -114,6 +115,7 @@ class AteletActivities:
             ApplicationError: non-retryable for INVALID_ARGUMENT/NOT_FOUND/FAILED_PRECONDITION,
                 retryable otherwise.
         """
+        await failpoint(f"{activity.info().workflow_type}.atelet_call")
         address = request.worker.atelet_address
         stub = await self._stub(address)
         spec = workload_spec(request.spec)
@@ -165,6 +167,7 @@ class AteletActivities:
         Raises:
             ApplicationError: as for `start`; UNAVAILABLE (e.g. a connection still open) is retried.
         """
+        await failpoint(f"{activity.info().workflow_type}.atelet_checkpoint")
         address = request.worker.atelet_address
         stub = await self._stub(address)
         try:

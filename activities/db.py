@@ -10,6 +10,7 @@ from temporalio import activity
 
 from activities.errors import from_store_error
 from activities.store import Store, StoreError
+from ate.failpoints import failpoint
 from workflows.types import (
     BeginResumeInput,
     BeginSuspendInput,
@@ -31,14 +32,18 @@ class DbActivities:
     @activity.defn(name="begin_resume")
     async def begin_resume(self, request: BeginResumeInput) -> ResumePlan:
         """Place and bind: SUSPENDED -> RESUMING on a chosen worker (one transaction)."""
+        await failpoint("ResumeActor.before_placement")
         try:
-            return await self.store.begin_resume(request.actor, request.operation_id)
+            plan = await self.store.begin_resume(request.actor, request.operation_id)
         except StoreError as error:
             raise from_store_error(error) from error
+        await failpoint("ResumeActor.after_bind")
+        return plan
 
     @activity.defn(name="finish_resume")
     async def finish_resume(self, request: FinishInput) -> None:
         """RESUMING -> RUNNING."""
+        await failpoint("ResumeActor.before_finalize")
         try:
             await self.store.finish_resume(request.actor, request.operation_id)
         except StoreError as error:
@@ -52,14 +57,18 @@ class DbActivities:
     @activity.defn(name="begin_suspend")
     async def begin_suspend(self, request: BeginSuspendInput) -> SuspendPlan:
         """RUNNING -> SUSPENDING with a PENDING snapshot reserved."""
+        await failpoint("SuspendActor.before_mark")
         try:
-            return await self.store.begin_suspend(request.actor, request.operation_id)
+            plan = await self.store.begin_suspend(request.actor, request.operation_id)
         except StoreError as error:
             raise from_store_error(error) from error
+        await failpoint("SuspendActor.after_mark")
+        return plan
 
     @activity.defn(name="complete_suspend")
     async def complete_suspend(self, request: CompleteSnapshotInput) -> None:
         """Snapshot COMPLETED, actor SUSPENDED, worker freed."""
+        await failpoint("SuspendActor.before_finalize")
         try:
             await self.store.complete_suspend(
                 request.actor, request.operation_id, request.snapshot_id, request.manifest, request.size_bytes
@@ -77,16 +86,20 @@ class DbActivities:
     @activity.defn(name="begin_golden")
     async def begin_golden(self, request: GoldenSnapshotInput) -> GoldenPlan:
         """Bind a worker for the template's golden boot and reserve the snapshot."""
+        await failpoint("GoldenSnapshot.before_placement")
         try:
-            return await self.store.begin_golden(
+            plan = await self.store.begin_golden(
                 request.atespace, request.template, activity.info().workflow_run_id or ""
             )
         except StoreError as error:
             raise from_store_error(error) from error
+        await failpoint("GoldenSnapshot.after_bind")
+        return plan
 
     @activity.defn(name="complete_golden")
     async def complete_golden(self, request: CompleteSnapshotInput) -> None:
         """Golden snapshot COMPLETED, template Ready."""
+        await failpoint("GoldenSnapshot.before_finalize")
         await self.store.complete_golden(
             request.actor.atespace, request.actor.name, request.snapshot_id, request.manifest, request.size_bytes
         )
