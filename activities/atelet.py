@@ -91,7 +91,8 @@ class AteletActivities:
         self._lock = asyncio.Lock()
         self.call_timeout_seconds = call_timeout_seconds
 
-    async def _stub(self, address: str) -> pb_grpc.AteletStub:
+    async def stub(self, address: str) -> pb_grpc.AteletStub:
+        """The (cached) stub of the atelet at `address`."""
         channel = self._channels.get(address)
         if channel is None:
             async with self._lock:
@@ -117,7 +118,7 @@ class AteletActivities:
         """
         await failpoint(f"{activity.info().workflow_type}.atelet_call")
         address = request.worker.atelet_address
-        stub = await self._stub(address)
+        stub = await self.stub(address)
         spec = workload_spec(request.spec)
         try:
             if request.snapshot is None:
@@ -169,7 +170,7 @@ class AteletActivities:
         """
         await failpoint(f"{activity.info().workflow_type}.atelet_checkpoint")
         address = request.worker.atelet_address
-        stub = await self._stub(address)
+        stub = await self.stub(address)
         try:
             done = await stub.Checkpoint(
                 pb.CheckpointRequest(
@@ -193,11 +194,13 @@ class AteletActivities:
     async def terminate(self, request: AteletTerminateInput) -> bool:
         """Stop and delete the holder's sandbox on the worker (idempotent). Returns whether one ran."""
         address = request.worker.atelet_address
-        stub = await self._stub(address)
+        stub = await self.stub(address)
         try:
             done = await stub.Terminate(
                 pb.TerminateRequest(
-                    operation_id=call_id(request.operation_id, "terminate"), worker=request.worker.name, actor=_ref(request.holder)
+                    operation_id=call_id(request.operation_id, "terminate"),
+                    worker=request.worker.name,
+                    actor=_ref(request.holder),
                 ),
                 timeout=60,
             )

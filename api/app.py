@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import asyncio
+import logging
 from collections import Counter as Tally
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
@@ -14,8 +16,25 @@ from activities.store import Store, migrate
 from api.deps import StoreDep
 from api.errors import install_error_handlers
 from api.metrics import WORKERS
-from api.routes import actors, atespaces, templates, workers
+from api.routes import actors, atespaces, operations, templates, workers
 from api.settings import ApiSettings
+
+log = logging.getLogger("ate.api")
+
+
+async def watch_node_liveness(store: Store, every_seconds: float = 5.0) -> None:
+    """Every few seconds, mark nodes without a recent heartbeat lost (their RUNNING actors CRASHED).
+
+    Detects a dead node within NODE_LIVENESS_SECONDS + `every_seconds` (the reference system
+    took 43-51 s). Idempotent, so several api-servers may run it at once.
+    """
+    while True:
+        try:
+            for node in await store.mark_lost_nodes():
+                log.warning("node %s is lost: no heartbeat; its workers are UNAVAILABLE", node)
+        except Exception:
+            log.exception("node liveness check failed; trying again")
+        await asyncio.sleep(every_seconds)
 
 
 def create_app(settings: ApiSettings) -> FastAPI:
@@ -29,9 +48,11 @@ def create_app(settings: ApiSettings) -> FastAPI:
         app.state.store = store
         app.state.temporal = await Client.connect(settings.temporal_address, namespace=settings.temporal_namespace)
         app.state.settings = settings
+        reaper = asyncio.create_task(watch_node_liveness(store))
         try:
             yield
         finally:
+            reaper.cancel()
             await store.close()
 
     app = FastAPI(
@@ -41,7 +62,7 @@ def create_app(settings: ApiSettings) -> FastAPI:
         lifespan=lifespan,
     )
     install_error_handlers(app)
-    for module in (atespaces, templates, actors, workers):
+    for module in (atespaces, templates, actors, workers, operations):
         app.include_router(module.router)
 
     @app.get("/healthz", tags=["health"])

@@ -21,6 +21,7 @@ STATUS_BY_REASON = {
     "FailedPrecondition": 409,
     "VersionConflict": 409,
     "NoCapacity": 503,
+    "NoMatchingWorker": 409,
     "Timeout": 504,
     "Unavailable": 503,
     "Internal": 500,

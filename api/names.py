@@ -17,8 +17,14 @@ def check_name(field: str, value: str) -> str:
     """
     if not isinstance(value, str) or len(value) > 63 or not _DNS1123_LABEL.match(value):
         raise InvalidArgument(
-            f"{field} {value!r} is not a valid name: use 1-63 lower-case letters, digits or '-', "
+            f"{field} {_shown(value)} is not a valid name: use 1-63 lower-case letters, digits or '-', "
             "starting and ending with a letter or digit (e.g. 'demo', 'agent-7')",
             {"field": field},
         )
     return value
+
+
+def _shown(value: object, limit: int = 80) -> str:
+    """`value` quoted for an error message, cut to `limit` characters (bad input can be huge)."""
+    text = repr(value)
+    return text if len(text) <= limit else text[: limit - 1] + "…'"

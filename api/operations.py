@@ -19,6 +19,7 @@ from temporalio.common import (
     WorkflowIDConflictPolicy,
 )
 from temporalio.exceptions import ApplicationError, WorkflowAlreadyStartedError
+from temporalio.service import RPCError
 
 from api.errors import ApiError, OperationInProgress, Timeout
 from workflows.search_attributes import ACTOR, ATESPACE, OPERATION
@@ -27,7 +28,7 @@ from workflows.types import TASK_QUEUE, Operation
 ResultT = TypeVar("ResultT")
 
 # Workflow failure types that are a user-facing reason of their own; anything else is Internal.
-_REASONS = {"NotFound", "FailedPrecondition", "NoCapacity", "InvalidArgument", "AlreadyExists"}
+_REASONS = {"NotFound", "FailedPrecondition", "NoCapacity", "NoMatchingWorker", "InvalidArgument", "AlreadyExists"}
 
 
 def search_attributes(atespace: str, name: str, operation: Operation) -> TypedSearchAttributes:
@@ -77,6 +78,50 @@ async def start_or_attach(
             "another operation is in progress for this actor",
             {"operation": description.workflow_type, "actor": subject, "workflow_id": workflow_id},
         ) from error
+
+
+async def take_over(
+    client: Client,
+    operation: Operation,
+    argument: Any,
+    *,
+    workflow_id: str,
+    atespace: str,
+    name: str,
+    result_type: type[ResultT],
+    reason: str,
+) -> WorkflowHandle[Any, ResultT]:
+    """Start `operation`, first terminating any running workflow of another kind under the ID.
+
+    RevertActor and forced deletes use this: a resume stuck on a dead node must not block the
+    way out (the reference system answered "another operation is in progress" instead).
+    A running workflow of the same kind is attached to.
+    """
+    for _ in range(3):
+        try:
+            return await client.start_workflow(
+                operation.value,
+                argument,
+                id=workflow_id,
+                task_queue=TASK_QUEUE,
+                id_conflict_policy=WorkflowIDConflictPolicy.FAIL,
+                search_attributes=search_attributes(atespace, name, operation),
+                result_type=result_type,
+                execution_timeout=timedelta(minutes=30),
+            )
+        except WorkflowAlreadyStartedError as error:
+            handle = client.get_workflow_handle(workflow_id, run_id=error.run_id, result_type=result_type)
+            description = await handle.describe()
+            if description.workflow_type == operation.value:
+                return handle
+            try:
+                await handle.terminate(reason=reason)
+            except RPCError:
+                pass  # it finished meanwhile; start again
+    raise OperationInProgress(
+        "another operation is in progress for this actor and could not be stopped; try again",
+        {"workflow_id": workflow_id},
+    )
 
 
 async def wait_result(handle: WorkflowHandle[Any, ResultT], timeout: float, subject: str, what: str) -> ResultT:

@@ -218,6 +218,12 @@ class TemplateSpec(Strict):
                     raise ValueError(
                         f"containers[{i}].volumeMounts: {mount.name!r} names no declared volume (declared: {declared})"
                     )
+        first = self.containers[0]
+        if first.port is None and first.wakeupProbe is None:
+            raise ValueError(
+                "containers[0].port: required when containers[0] has no wakeupProbe (the router sends "
+                "traffic to containers[0].port, else to its wakeup probe's port)"
+            )
         if self.sandboxClass == "microvm":
             raise ValueError("sandboxClass microvm cannot run on this build's workers; use gvisor")
         return self
@@ -256,11 +262,21 @@ class AtespacePublic(BaseModel):
 
 
 class ActorCreate(Strict):
-    """POST body of an actor."""
+    """POST body of an actor: from a template (first resume restores its golden snapshot) or
+    from a tag `<atespace>/<tag>` (first resume restores the tagged snapshot)."""
 
     name: str
-    template: str
+    template: str | None = None
+    from_tag: str | None = Field(default=None, description="<atespace>/<tag>")
     worker_selector: dict[str, str] = Field(default_factory=dict)
+
+    @model_validator(mode="after")
+    def _source(self) -> ActorCreate:
+        if self.template is None and self.from_tag is None:
+            raise ValueError("give template (a template name) or from_tag (<atespace>/<tag>)")
+        if self.from_tag is not None and self.from_tag.count("/") != 1:
+            raise ValueError(f"from_tag {self.from_tag!r} must be <atespace>/<tag>")
+        return self
 
     @field_validator("worker_selector")
     @classmethod
@@ -334,8 +350,15 @@ class ActorList(BaseModel):
     next_page_token: str | None
 
 
-class WorkerRegistrationBody(Strict):
-    """One worker in an atelet's registration."""
+class ActorRefBody(Strict):
+    """(atespace, name) of an actor."""
+
+    atespace: str
+    name: str
+
+
+class WorkerRegistrationBody(BaseModel):
+    """One worker in an atelet's registration (unknown fields ignored: atelets may be newer)."""
 
     name: str
     pool: str
@@ -345,10 +368,11 @@ class WorkerRegistrationBody(Strict):
     places: int = Field(default=1, ge=1)
     cpu_millis: int = Field(gt=0)
     memory_bytes: int = Field(gt=0)
+    actor: ActorRefBody | None = None
 
 
-class NodeRegistration(Strict):
-    """PUT body of a node: an atelet's registration and heartbeat."""
+class NodeRegistration(BaseModel):
+    """PUT body of a node: an atelet's registration and heartbeat (unknown fields ignored)."""
 
     address: str
     runsc_version: str = ""
@@ -370,3 +394,59 @@ class WorkerPublic(BaseModel):
     cpu_millis: int
     memory_bytes: int
     actors: list[str]
+
+
+class TagCreate(Strict):
+    """POST body of a tag."""
+
+    tag: str
+
+
+class TagPublic(BaseModel):
+    """A tag: a named pointer to a COMPLETED snapshot."""
+
+    atespace: str
+    name: str
+    source_actor: str
+    generation: int
+    scope: str
+    created_at: datetime
+
+
+class OperationPublic(BaseModel):
+    """One operation of an actor (past or running)."""
+
+    operation_id: str
+    operation: str
+    outcome: str | None
+    worker: str | None
+    error: str | None
+    started_at: datetime
+    finished_at: datetime | None
+    duration_seconds: float | None
+
+
+class RunningOperation(BaseModel):
+    """An operation in flight, from Temporal's visibility store."""
+
+    workflow_id: str
+    operation: str
+    atespace: str | None
+    actor: str | None
+    started_at: datetime | None
+    step: str | None
+
+
+class NodeEvent(Strict):
+    """An atelet's report about a sandbox (so far: it exited on its own)."""
+
+    worker: str
+    actor: ActorRefBody
+    event: Literal["exited"]
+    reason: str = ""
+
+
+class DrainRequest(Strict):
+    """POST body of a node drain."""
+
+    deadline_seconds: float = Field(default=1800.0, gt=0, le=7 * 24 * 3600)

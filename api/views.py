@@ -5,11 +5,14 @@ from __future__ import annotations
 import base64
 import json
 
+from activities.store.lifecycle import OperationRecord, TagRecord
 from activities.store.records import ActorRecord, TemplateRecord, WorkerRecord
 from api.errors import InvalidArgument
 from api.schemas import (
     ActorPublic,
+    OperationPublic,
     SnapshotOfActor,
+    TagPublic,
     TemplatePublic,
     WorkerOfActor,
     WorkerPublic,
@@ -93,3 +96,20 @@ def decode_page_token(token: str | None) -> tuple[str, str] | None:
             "page_token is not a token this API issued; pass next_page_token from the previous page",
             {"field": "page_token"},
         ) from error
+
+
+def tag_view(tag: TagRecord) -> TagPublic:
+    """The API shape of a tag."""
+    return TagPublic(
+        atespace=tag.atespace, name=tag.name, source_actor=tag.source_actor, generation=tag.generation,
+        scope=tag.scope, created_at=tag.created_at,
+    )  # fmt: skip
+
+
+def operation_view(record: OperationRecord) -> OperationPublic:
+    """The API shape of an operation record; duration in seconds once finished."""
+    duration = (record.finished_at - record.started_at).total_seconds() if record.finished_at else None
+    return OperationPublic(
+        operation_id=record.operation_id, operation=record.operation, outcome=record.outcome, worker=record.worker,
+        error=record.error, started_at=record.started_at, finished_at=record.finished_at, duration_seconds=duration,
+    )  # fmt: skip

@@ -50,10 +50,20 @@ class GoldenSnapshotWorkflow:
         template = ActorRef(atespace=request.atespace, name=request.template)
         holder = ActorRef(atespace=request.atespace, name=f"golden-{request.template}"[:63])
         show_step("placement")
-        try:
-            plan: GoldenPlan = await db_step("begin_golden", request, result_type=GoldenPlan)
-        except ACTIVITY_FAILURES as error:
-            return await self._fail(template, operation_id, failure_of(error).message)
+        waited = 0.0
+        while True:
+            try:
+                plan: GoldenPlan = await db_step("begin_golden", request, result_type=GoldenPlan)
+                break
+            except ACTIVITY_FAILURES as error:
+                cause = failure_of(error)
+                if cause.type != "NoCapacity" or waited >= request.placement_wait_seconds:
+                    return await self._fail(template, operation_id, cause.message)
+                # Every worker busy is a moment, not a verdict: wait for one to free up.
+                show_step(f"waiting for a free worker ({waited:.0f} s so far): {cause.message}")
+                pause = min(5.0, max(0.5, waited / 4))
+                await workflow.sleep(pause)
+                waited += pause
         try:
             show_step(f"boot on worker {plan.worker.pool}/{plan.worker.name}")
             await atelet_step(

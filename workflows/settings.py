@@ -17,3 +17,5 @@ class WorkerSettings(BaseSettings):
     max_concurrent_local_activities: int = 500
     max_cached_workflows: int = 2000
     metrics_listen: str = "127.0.0.1:9001"
+    snapshot_gc_interval_seconds: float = 60.0
+    snapshot_gc_min_age_seconds: float = 60.0

@@ -173,6 +173,7 @@ class GoldenSnapshotInput:
     atespace: str
     template: str
     probe_timeout_seconds: float = 60.0
+    placement_wait_seconds: float = 600.0
 
 
 @dataclass
@@ -297,3 +298,134 @@ class GoldenPlan:
     worker: WorkerRef
     snapshot: SnapshotRef
     spec: dict[str, Any]
+
+
+# ---- RevertActor, EvictionDeadline, SnapshotGarbageCollection ---------------------------------
+
+
+@dataclass
+class ActorOperation:
+    """An actor and the operation (workflow run) acting on it."""
+
+    actor: ActorRef
+    operation_id: str
+
+
+@dataclass
+class RevertActorInput:
+    """Input of the RevertActor workflow."""
+
+    actor: ActorRef
+
+
+@dataclass
+class RevertPlan:
+    """What begin_revert found: the state it reverts from, the worker to clean, node liveness."""
+
+    from_state: str
+    worker: WorkerRef | None
+    node_alive: bool
+
+
+@dataclass
+class RevertActorResult:
+    """Result of RevertActor: the state it left, and whether the old worker had to be fenced."""
+
+    actor: ActorRef
+    from_state: str
+    fenced: bool = False
+
+
+@dataclass
+class FinishRevertInput:
+    """Input of finish_revert: settle SUSPENDED, with a note recorded as the actor's last error."""
+
+    actor: ActorRef
+    operation_id: str
+    note: str
+
+
+@dataclass
+class FenceInput:
+    """Take a worker out of placement because its node could not confirm a sandbox stopped."""
+
+    worker_id: int
+    reason: str
+
+
+@dataclass
+class EvictionDeadlineInput:
+    """Drain a node: suspend its actors now; at the deadline, crash what is left."""
+
+    node: str
+    deadline_seconds: float = 1800.0
+
+
+@dataclass
+class DrainPlan:
+    """The actors on a node being drained: those to suspend, and those in other states."""
+
+    running: list[ActorRef] = field(default_factory=list)
+    other: list[tuple[ActorRef, str]] = field(default_factory=list)
+
+
+@dataclass
+class BeginDrainInput:
+    """Input of begin_drain."""
+
+    node: str
+    deadline_seconds: float
+
+
+@dataclass
+class Leftover:
+    """An actor still on a drained node's worker at the deadline."""
+
+    actor: ActorRef
+    worker: WorkerRef
+
+
+@dataclass
+class CrashInput:
+    """Mark an actor CRASHED on a worker with a reason."""
+
+    actor: ActorRef
+    worker_id: int
+    reason: str
+
+
+@dataclass
+class EvictionDeadlineResult:
+    """What a drain did: actors suspended, and actors crashed at the deadline."""
+
+    node: str
+    suspended: list[str] = field(default_factory=list)
+    crashed: list[str] = field(default_factory=list)
+
+
+@dataclass
+class GarbageSnapshot:
+    """A snapshot no actor, tag or template needs."""
+
+    snapshot_id: int
+    uri: str
+    owner: str
+    generation: int
+
+
+@dataclass
+class SnapshotGcInput:
+    """Input of the snapshot garbage collector: batch size, minimum age and pause between rounds."""
+
+    batch: int = 100
+    min_age_seconds: float = 60.0
+    interval_seconds: float = 60.0
+    rounds_before_continue_as_new: int = 100
+    rounds: int = 0
+
+
+@dataclass
+class DeleteSnapshotInput:
+    """Delete one snapshot's data through an atelet, then its row."""
+
+    snapshot: GarbageSnapshot

@@ -13,22 +13,34 @@ import logging
 import signal
 
 from temporalio.client import Client
+from temporalio.common import WorkflowIDConflictPolicy
 from temporalio.runtime import PrometheusConfig, Runtime, TelemetryConfig
 from temporalio.worker import Worker
 
 from activities.atelet import AteletActivities
 from activities.db import DbActivities
+from activities.lifecycle import LifecycleActivities
 from activities.store import Store, migrate
+from workflows.eviction_deadline import EvictionDeadlineWorkflow
 from workflows.golden_snapshot import GoldenSnapshotWorkflow
 from workflows.resume_actor import ResumeActorWorkflow
+from workflows.revert_actor import RevertActorWorkflow
 from workflows.search_attributes import ensure_search_attributes
 from workflows.settings import WorkerSettings
+from workflows.snapshot_gc import SNAPSHOT_GC_WORKFLOW_ID, SnapshotGarbageCollectionWorkflow
 from workflows.suspend_actor import SuspendActorWorkflow
-from workflows.types import TASK_QUEUE
+from workflows.types import TASK_QUEUE, SnapshotGcInput
 
 log = logging.getLogger("ate.worker")
 
-WORKFLOWS = [ResumeActorWorkflow, SuspendActorWorkflow, GoldenSnapshotWorkflow]
+WORKFLOWS = [
+    ResumeActorWorkflow,
+    SuspendActorWorkflow,
+    GoldenSnapshotWorkflow,
+    RevertActorWorkflow,
+    EvictionDeadlineWorkflow,
+    SnapshotGarbageCollectionWorkflow,
+]
 
 
 def metrics_runtime(listen: str) -> Runtime:
@@ -44,9 +56,23 @@ def metrics_runtime(listen: str) -> Runtime:
     )
 
 
+async def ensure_snapshot_gc(client: Client, settings: WorkerSettings) -> None:
+    """Start the snapshot garbage collector unless it already runs (one per namespace)."""
+    await client.start_workflow(
+        SnapshotGarbageCollectionWorkflow.run,
+        SnapshotGcInput(
+            interval_seconds=settings.snapshot_gc_interval_seconds, min_age_seconds=settings.snapshot_gc_min_age_seconds
+        ),
+        id=SNAPSHOT_GC_WORKFLOW_ID,
+        task_queue=TASK_QUEUE,
+        id_conflict_policy=WorkflowIDConflictPolicy.USE_EXISTING,
+    )
+
+
 def build_worker(client: Client, store: Store, atelets: AteletActivities, settings: WorkerSettings) -> Worker:
     """A Temporal worker with every ate workflow and activity, tuned as TEMPORAL.md measured."""
     db = DbActivities(store)
+    lifecycle = LifecycleActivities(store, atelets)
     return Worker(
         client,
         task_queue=TASK_QUEUE,
@@ -64,6 +90,14 @@ def build_worker(client: Client, store: Store, atelets: AteletActivities, settin
             atelets.start,
             atelets.checkpoint,
             atelets.terminate,
+            lifecycle.begin_revert,
+            lifecycle.fence_worker,
+            lifecycle.finish_revert,
+            lifecycle.begin_drain,
+            lifecycle.drain_leftovers,
+            lifecycle.crash_after_deadline,
+            lifecycle.garbage_snapshots,
+            lifecycle.delete_snapshot,
         ],
         max_concurrent_workflow_tasks=settings.max_concurrent_workflow_tasks,
         max_concurrent_local_activities=settings.max_concurrent_local_activities,
@@ -91,6 +125,7 @@ async def serve(settings: WorkerSettings) -> None:
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
     run = asyncio.create_task(worker.run())
+    await ensure_snapshot_gc(client, settings)
     print(f"worker: ready on task queue {TASK_QUEUE} ({settings.temporal_address})", flush=True)
     waiter = asyncio.create_task(stop.wait())
     await asyncio.wait([run, waiter], return_when=asyncio.FIRST_COMPLETED)

@@ -44,3 +44,9 @@ class NoCapacity(StoreError):
     """No worker passes every placement check; the message names the check that removed the last."""
 
     reason = "NoCapacity"
+
+
+class NoMatchingWorker(NoCapacity):
+    """No worker could ever take the actor as configured (sandbox class or labels): not a shortage."""
+
+    reason = "NoMatchingWorker"

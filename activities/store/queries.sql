@@ -294,3 +294,151 @@ SELECT id FROM snapshots WHERE owner = $1 AND operation_id = $2;
 -- delete_pending_snapshots_of_operation --
 -- Forget the snapshots an operation reserved but never completed.
 DELETE FROM snapshots WHERE owner = $1 AND operation_id = $2 AND state = 'PENDING';
+
+-- mark_actor_reverting --
+-- Any revertable state -> REVERTING under this operation; the in-progress snapshot is dropped.
+UPDATE actors SET state = 'REVERTING', operation = 'RevertActor', operation_id = $3,
+                  in_progress_snapshot_id = NULL, version = version + 1, updated_at = now()
+WHERE atespace = $1 AND name = $2
+RETURNING version;
+
+-- mark_actor_reverted --
+-- REVERTING -> SUSPENDED with the last COMPLETED snapshot; unbound.
+UPDATE actors SET state = 'SUSPENDED', worker_id = NULL, operation = NULL,
+                  last_error = $4 || COALESCE(' (before: ' || last_error || ')', ''),
+                  version = version + 1, updated_at = now()
+WHERE atespace = $1 AND name = $2 AND state = 'REVERTING' AND operation_id = $3
+RETURNING version;
+
+-- node_alive --
+-- Whether a node sent a heartbeat within $2 seconds.
+SELECT last_heartbeat > now() - make_interval(secs => $2) FROM nodes WHERE name = $1;
+
+-- fence_worker --
+-- Take a worker out of placement until its atelet reports it idle (its sandbox may still run).
+UPDATE workers SET state = 'UNAVAILABLE', state_reason = $2, updated_at = now() WHERE id = $1;
+
+-- crash_actor_on_worker --
+-- RUNNING on this worker -> CRASHED with the reason; unbound (the sandbox is gone).
+UPDATE actors SET state = 'CRASHED', worker_id = NULL, operation = NULL, last_error = $4,
+                  version = version + 1, updated_at = now()
+WHERE atespace = $1 AND name = $2 AND state = 'RUNNING' AND worker_id = $3
+RETURNING version;
+
+-- worker_by_name --
+-- A worker of a node by name.
+SELECT id FROM workers WHERE node = $1 AND name = $2;
+
+-- placements_of_node --
+-- Every place held on a node's workers, with the holder's actor state when it is an actor.
+SELECT w.name AS worker, w.id AS worker_id, p.holder, a.atespace, a.name, a.state,
+       a.updated_at < now() - make_interval(secs => $2) AS settled
+FROM workers w
+JOIN placements p ON p.worker_id = w.id
+LEFT JOIN actors a ON 'actor/' || a.atespace || '/' || a.name = p.holder
+WHERE w.node = $1;
+
+-- node_draining --
+-- Whether a node is being drained.
+SELECT draining_until IS NOT NULL FROM nodes WHERE name = $1;
+
+-- mark_node_draining --
+-- Start (or clear, with NULL) a node's drain; its workers take no new actors meanwhile.
+UPDATE nodes SET draining_until = $2 WHERE name = $1 RETURNING name;
+
+-- set_node_workers_state --
+-- Set the state of every worker of a node.
+UPDATE workers SET state = $2, state_reason = $3, updated_at = now()
+WHERE node = $1 AND (state, state_reason) IS DISTINCT FROM ($2, $3);
+
+-- actors_on_node --
+-- Actors bound to a node's workers, in any state.
+SELECT a.atespace, a.name, a.state, w.id AS worker_id
+FROM actors a JOIN workers w ON w.id = a.worker_id
+WHERE w.node = $1;
+
+-- lost_nodes --
+-- Nodes whose heartbeat is older than $1 seconds and whose workers are not yet marked lost.
+SELECT n.name, n.last_heartbeat FROM nodes n
+WHERE n.last_heartbeat < now() - make_interval(secs => $1)
+  AND EXISTS (SELECT 1 FROM workers w WHERE w.node = n.name
+              AND (w.state = 'ACTIVE' OR w.state_reason IS DISTINCT FROM 'node lost'));
+
+-- insert_operation --
+-- Record an operation as started.
+INSERT INTO operations (operation_id, atespace, actor, operation, worker)
+VALUES ($1, $2, $3, $4, $5)
+ON CONFLICT (operation_id) DO UPDATE SET worker = COALESCE(EXCLUDED.worker, operations.worker);
+
+-- finish_operation --
+-- Record an operation's outcome.
+UPDATE operations SET outcome = $2, error = $3, finished_at = now(), worker = COALESCE($4, worker)
+WHERE operation_id = $1 AND finished_at IS NULL;
+
+-- actor_operations --
+-- The last operations of an actor.
+SELECT operation_id, operation, outcome, worker, error, started_at, finished_at
+FROM operations WHERE atespace = $1 AND actor = $2
+ORDER BY started_at DESC LIMIT $3;
+
+-- create_tag --
+-- Point a tag at a snapshot.
+INSERT INTO tags (atespace, name, snapshot_id, source_actor) VALUES ($1, $2, $3, $4)
+ON CONFLICT DO NOTHING
+RETURNING atespace, name, snapshot_id, source_actor, created_at;
+
+-- get_tag --
+-- One tag with its snapshot and the source actor's template.
+SELECT t.atespace, t.name, t.snapshot_id, t.source_actor, t.created_at, s.generation, s.scope, s.uri,
+       a.template
+FROM tags t JOIN snapshots s ON s.id = t.snapshot_id
+LEFT JOIN actors a ON a.atespace = t.atespace AND a.name = t.source_actor
+WHERE t.atespace = $1 AND t.name = $2;
+
+-- list_tags --
+-- The tags of an atespace.
+SELECT t.atespace, t.name, t.snapshot_id, t.source_actor, t.created_at, s.generation, s.scope, s.uri,
+       NULL::text AS template
+FROM tags t JOIN snapshots s ON s.id = t.snapshot_id
+WHERE t.atespace = $1 ORDER BY t.name;
+
+-- set_actor_snapshot --
+-- Start a new actor from an existing snapshot (a tag's).
+UPDATE actors SET latest_snapshot_id = $3 WHERE atespace = $1 AND name = $2 AND state = 'SUSPENDED';
+
+-- garbage_snapshots --
+-- Snapshots nothing refers to: not an actor's latest or in-progress, not a tag's, not a
+-- template's golden one; and either their owner is gone or a newer COMPLETED generation of the
+-- same owner exists. PENDING rows of a live operation are left alone (older than $2 seconds only).
+SELECT s.id, s.uri, s.owner, s.generation FROM snapshots s
+WHERE s.deleted_at IS NULL
+  AND s.created_at < now() - make_interval(secs => $2)
+  AND NOT EXISTS (SELECT 1 FROM actors a WHERE a.latest_snapshot_id = s.id OR a.in_progress_snapshot_id = s.id)
+  AND NOT EXISTS (SELECT 1 FROM tags t WHERE t.snapshot_id = s.id)
+  AND NOT EXISTS (SELECT 1 FROM actor_templates t WHERE t.golden_snapshot_id = s.id)
+  AND (
+    (s.owner LIKE 'actor/%' AND NOT EXISTS (
+        SELECT 1 FROM actors a WHERE 'actor/' || a.atespace || '/' || a.name = s.owner))
+    OR (s.owner LIKE 'template/%' AND NOT EXISTS (
+        SELECT 1 FROM actor_templates t WHERE 'template/' || t.atespace || '/' || t.name = s.owner))
+    OR EXISTS (SELECT 1 FROM snapshots n WHERE n.owner = s.owner AND n.generation > s.generation
+               AND n.state = 'COMPLETED')
+  )
+ORDER BY s.id
+LIMIT $1;
+
+-- delete_snapshot_row --
+-- Forget a snapshot whose data is deleted.
+DELETE FROM snapshots WHERE id = $1;
+
+-- any_live_atelet --
+-- The address of an atelet that sent a heartbeat recently (for snapshot deletion).
+SELECT address FROM nodes WHERE last_heartbeat > now() - make_interval(secs => $1)
+ORDER BY last_heartbeat DESC LIMIT 1;
+
+-- crash_actor_after_deadline --
+-- Any state on this worker -> CRASHED (eviction deadline passed); the last COMPLETED snapshot stays latest.
+UPDATE actors SET state = 'CRASHED', worker_id = NULL, operation = NULL, last_error = $4,
+                  in_progress_snapshot_id = NULL, version = version + 1, updated_at = now()
+WHERE atespace = $1 AND name = $2 AND worker_id = $3
+RETURNING version;

@@ -17,9 +17,11 @@ from activities.store.errors import (
     AlreadyExists,
     FailedPrecondition,
     NoCapacity,
+    NoMatchingWorker,
     NotFound,
     VersionConflict,
 )
+from activities.store.lifecycle import FencingOrder, LifecycleMixin
 from activities.store.records import (
     ActorRecord,
     AtespaceRecord,
@@ -74,7 +76,11 @@ def snapshot_uri(location: str, owner: str, generation: int, operation_id: str) 
     return f"{location.rstrip('/')}/{atespace}/{kind}s/{name}/{generation}-{suffix}"
 
 
-class Store:
+def _count(number: int, noun: str) -> str:
+    return f"{number} {noun}" if number == 1 else f"{number} {noun}s"
+
+
+class Store(LifecycleMixin):
     """Postgres access for the API and the activities.
 
     Args:
@@ -127,8 +133,8 @@ class Store:
         if row is None:
             usage = await self.pool.fetchrow(Q["atespace_usage"], name)
             raise FailedPrecondition(
-                f"atespace {name} is not empty: it still holds {usage['actors']} actors and "
-                f"{usage['templates']} templates; delete them first"
+                f"atespace {name} is not empty: it still holds {_count(usage['actors'], 'actor')} and "
+                f"{_count(usage['templates'], 'template')}; delete them first"
             )
 
     # ---- templates -------------------------------------------------------------------------
@@ -223,9 +229,22 @@ class Store:
     # ---- nodes and workers -----------------------------------------------------------------
 
     async def register_node(
-        self, node: str, address: str, runsc_version: str, workers: list[WorkerRegistration]
-    ) -> None:
-        """Upsert an atelet and its workers (ACTIVE); workers it no longer reports become UNAVAILABLE."""
+        self,
+        node: str,
+        address: str,
+        runsc_version: str,
+        workers: list[WorkerRegistration],
+        running: dict[str, tuple[str, str] | None] | None = None,
+    ) -> list[FencingOrder]:
+        """Upsert an atelet and its workers (ACTIVE); workers it no longer reports become UNAVAILABLE.
+
+        Args:
+            running: worker name -> (atespace, name) of its sandbox, or None when idle; when
+                given, the node is reconciled against the placements (see `reconcile_node`).
+
+        Returns:
+            The sandboxes the atelet must stop (fencing).
+        """
         async with self.pool.acquire() as connection, connection.transaction():
             await connection.execute(Q["upsert_node"], node, address, runsc_version)
             for w in workers:
@@ -242,6 +261,9 @@ class Store:
                     w.memory_bytes,
                 )
             await connection.execute(Q["retire_missing_workers"], node, [w.name for w in workers])
+            if running is None:
+                return []
+            return await self._reconcile(connection, node, running)
 
     async def list_workers(self) -> list[WorkerRecord]:
         """Every worker with its usage."""
@@ -325,11 +347,10 @@ class Store:
                 await connection.execute(Q["insert_placement"], holder, chosen, operation_id, cpu, memory)
                 return int(chosen)
             excluded.append(chosen)
-        raise NoCapacity(
-            await self._no_room_message(
-                connection, label, sandbox_class, template_selector, actor_selector, cpu, memory
-            )
+        message, permanent = await self._no_room_message(
+            connection, label, sandbox_class, template_selector, actor_selector, cpu, memory
         )
+        raise (NoMatchingWorker if permanent else NoCapacity)(message)
 
     async def _no_room_message(
         self,
@@ -340,25 +361,33 @@ class Store:
         actor_selector: dict[str, str],
         cpu: int,
         memory: int,
-    ) -> str:
+    ) -> tuple[str, bool]:
+        """The "no room" message naming the check that removed the last candidates, and whether
+        the cause is configuration (class, labels) rather than a momentary shortage."""
         d = await connection.fetchrow(Q["placement_diagnosis"], sandbox_class, template_selector, actor_selector, cpu)
         head = f"no worker has room for {label}"
+        permanent = False
         if d["total"] == 0:
             why = "no worker is registered (is an atelet running?)"
         elif d["active"] == 0:
             why = f"none of the {d['total']} workers is ACTIVE"
         elif d["class_ok"] == 0:
-            why = f"no ACTIVE worker has sandbox class {sandbox_class}"
+            why = f"no ACTIVE worker has sandbox class {sandbox_class}; add a worker pool of that class"
+            permanent = True
         elif d["labels_ok"] == 0:
             selectors = {**template_selector, **actor_selector}
-            why = f"no ACTIVE {sandbox_class} worker has the labels {selectors} the template and actor select"
+            why = (
+                f"no ACTIVE {sandbox_class} worker has the labels {selectors} the template and actor select; "
+                "change the actor's worker_selector or label a worker pool"
+            )
+            permanent = True
         elif d["places_ok"] == 0:
             why = f"all {d['labels_ok']} matching workers have every place taken"
         elif d["cpu_ok"] == 0:
             why = f"no matching worker with a free place has {cpu}m of CPU free"
         else:
             why = f"no matching worker with a free place and CPU has {memory} bytes of memory free"
-        return f"{head}: {why}"
+        return f"{head}: {why}", permanent
 
     # ---- ResumeActor ------------------------------------------------------------------------
 
@@ -415,6 +444,14 @@ class Store:
                 raise VersionConflict("concurrent update conflict, please retry")
             worker = await self._worker_ref(connection, worker_id)
             snapshot = await self._snapshot_ref(connection, snapshot_id)
+            await connection.execute(
+                Q["insert_operation"],
+                operation_id,
+                ref.atespace,
+                ref.name,
+                "ResumeActor",
+                f"{worker.pool}/{worker.name}",
+            )
             return ResumePlan(already_running=False, worker=worker, snapshot=snapshot, spec=spec)
 
     async def finish_resume(self, ref: ActorRef, operation_id: str) -> None:
@@ -424,6 +461,7 @@ class Store:
             FailedPrecondition: the actor is no longer held by this operation.
         """
         updated = await self.pool.fetchval(Q["mark_actor_running"], ref.atespace, ref.name, operation_id)
+        await self.pool.execute(Q["finish_operation"], operation_id, "ok", None, None)
         if updated is None:
             actor = await self.get_actor(ref)
             if actor.state == ActorState.RUNNING and actor.operation_id == operation_id:
@@ -439,6 +477,7 @@ class Store:
             placement = await connection.fetchrow(Q["get_placement"], ref.workflow_id)
             if placement is not None and (updated is not None or placement["operation_id"] == operation_id):
                 await connection.execute(Q["delete_placement"], ref.workflow_id)
+            await connection.execute(Q["finish_operation"], operation_id, "failed", error, None)
 
     # ---- SuspendActor -----------------------------------------------------------------------
 
@@ -487,6 +526,14 @@ class Store:
             )
             if updated is None:
                 raise VersionConflict("concurrent update conflict, please retry")
+            await connection.execute(
+                Q["insert_operation"],
+                operation_id,
+                ref.atespace,
+                ref.name,
+                "SuspendActor",
+                f"{worker.pool}/{worker.name}",
+            )
             snapshot = SnapshotRef(snapshot_id=snapshot_id, generation=generation, scope=scope, uri=uri)
             return SuspendPlan(already_suspended=False, worker=worker, snapshot=snapshot)
 
@@ -511,12 +558,14 @@ class Store:
                     return
                 raise FailedPrecondition(f"actor {ref.key} is no longer suspending under operation {operation_id}")
             await connection.execute(Q["delete_placement"], ref.workflow_id)
+            await connection.execute(Q["finish_operation"], operation_id, "ok", None, None)
 
     async def rollback_suspend(self, ref: ActorRef, operation_id: str, snapshot_id: int, error: str) -> None:
         """SUSPENDING -> RUNNING after a failed checkpoint; the PENDING snapshot row is dropped."""
         async with self.pool.acquire() as connection, connection.transaction():
             await connection.fetchval(Q["rollback_actor_suspend"], ref.atespace, ref.name, operation_id, error)
             await connection.execute(Q["delete_pending_snapshot"], snapshot_id)
+            await connection.execute(Q["finish_operation"], operation_id, "failed", error, None)
 
     # ---- GoldenSnapshot ---------------------------------------------------------------------
 

@@ -10,24 +10,30 @@ from __future__ import annotations
 from fastapi import APIRouter, Query, Response
 
 from api.deps import SettingsDep, StoreDep, TemporalDep
+from api.errors import ApiError, InvalidArgument
 from api.metrics import timed
 from api.names import check_name
-from api.operations import start_or_attach, wait_result
+from api.operations import start_or_attach, take_over, wait_result
 from api.schemas import (
     ActorCreate,
     ActorList,
     ActorPublic,
     ActorUpdate,
+    OperationPublic,
     ResumeRequest,
     SuspendRequest,
+    TagCreate,
+    TagPublic,
 )
-from api.views import actor_view, decode_page_token, encode_page_token
+from api.views import actor_view, decode_page_token, encode_page_token, operation_view, tag_view
 from workflows.types import (
     ActorRef,
     ActorState,
     Operation,
     ResumeActorInput,
     ResumeActorResult,
+    RevertActorInput,
+    RevertActorResult,
     SuspendActorInput,
     SuspendActorResult,
 )
@@ -64,10 +70,34 @@ async def list_actors(
 
 @router.post(PREFIX, status_code=201)
 async def create_actor(atespace: str, body: ActorCreate, store: StoreDep) -> ActorPublic:
-    """Create an actor (SUSPENDED; its first resume restores the template's golden snapshot)."""
+    """Create an actor (SUSPENDED). From a template, its first resume restores the golden
+    snapshot; from a tag (`from_tag: <atespace>/<tag>`), the tagged snapshot."""
     ref = ActorRef(atespace=atespace, name=check_name("name", body.name))
     await store.get_atespace(atespace)
-    return actor_view(await store.create_actor(ref, body.template, body.worker_selector))
+    tag = None
+    template = body.template
+    if body.from_tag is not None:
+        tag_atespace, tag_name = body.from_tag.split("/", 1)
+        tag = await store.get_tag(tag_atespace, tag_name)
+        template = template or tag.template
+        if template is None:
+            raise InvalidArgument(
+                f"tag {body.from_tag} comes from an actor that no longer exists; give template as well",
+                {"field": "template"},
+            )
+    assert template is not None
+    record = await store.get_template(atespace, template)
+    if record.phase == "Failed":
+        raise ApiError(
+            f"actor template {atespace}/{template} failed ({record.reason}); fix it and create it again",
+            {"template_phase": "Failed"},
+            reason="FailedPrecondition",
+        )
+    actor = await store.create_actor(ref, template, body.worker_selector)
+    if tag is not None:
+        await store.use_snapshot_of_tag(ref, tag)
+        actor = await store.get_actor(ref)
+    return actor_view(actor)
 
 
 @router.get(PREFIX + "/{name}")
@@ -83,10 +113,75 @@ async def update_actor(atespace: str, name: str, body: ActorUpdate, store: Store
 
 
 @router.delete(PREFIX + "/{name}", status_code=204)
-async def delete_actor(atespace: str, name: str, store: StoreDep) -> Response:
-    """Delete a SUSPENDED actor."""
-    await store.delete_actor(ActorRef(atespace, name))
+async def delete_actor(
+    atespace: str, name: str, store: StoreDep, temporal: TemporalDep, force: bool = False
+) -> Response:
+    """Delete a SUSPENDED actor; with `force=true` from any state, after stopping whatever
+    operation runs, terminating its sandbox and releasing its worker (a revert first)."""
+    ref = ActorRef(atespace, name)
+    if force:
+        actor = await store.get_actor(ref)
+        if actor.state != ActorState.SUSPENDED:
+            await _revert(ref, temporal, timeout=60.0, reason="forced delete")
+    await store.delete_actor(ref)
     return Response(status_code=204)
+
+
+async def _revert(ref: ActorRef, temporal: TemporalDep, timeout: float, reason: str) -> RevertActorResult:
+    handle = await take_over(
+        temporal, Operation.REVERT, RevertActorInput(actor=ref), workflow_id=ref.workflow_id,
+        atespace=ref.atespace, name=ref.name, result_type=RevertActorResult,
+        reason=f"{reason} of actor {ref.key} requested",
+    )  # fmt: skip
+    return await wait_result(handle, timeout, f"actor {ref.key}", "revert")
+
+
+@router.post(PREFIX + "/{name}/revert")
+async def revert_actor(
+    atespace: str, name: str, store: StoreDep, temporal: TemporalDep, body: ResumeRequest | None = None
+) -> ActorPublic:
+    """Revert the actor to SUSPENDED with its last COMPLETED snapshot.
+
+    From RUNNING, PAUSED, CRASHED, or a RESUMING/SUSPENDING that is stuck: an operation in
+    flight on the actor is stopped first (a resume blocked on a dead node does not block the
+    way out). Refused from SUSPENDED with `actor is not in a revertable state (state: X)`.
+    """
+    ref = ActorRef(atespace, name)
+    with timed(Operation.REVERT.value):
+        actor = await store.get_actor(ref)
+        if actor.state == ActorState.SUSPENDED:
+            raise ApiError(
+                f"actor {ref.key} is not in a revertable state (state: SUSPENDED); it already rests on its "
+                "last completed snapshot",
+                {"state": "SUSPENDED"},
+                reason="FailedPrecondition",
+            )
+        await _revert(ref, temporal, timeout=(body.timeout_seconds if body else None) or 60.0, reason="revert")
+        return actor_view(await store.get_actor(ref))
+
+
+@router.post(PREFIX + "/{name}/tags", status_code=201)
+async def tag_actor(atespace: str, name: str, body: TagCreate, store: StoreDep) -> TagPublic:
+    """Tag the actor's latest COMPLETED snapshot as `<atespace>/<tag>`."""
+    tag = await store.create_tag(ActorRef(atespace, name), check_name("tag", body.tag))
+    return tag_view(tag)
+
+
+@router.get("/v1/atespaces/{atespace}/tags")
+async def list_tags(atespace: str, store: StoreDep) -> dict[str, list[TagPublic]]:
+    """The tags of an atespace."""
+    await store.get_atespace(atespace)
+    return {"items": [tag_view(t) for t in await store.list_tags(atespace)]}
+
+
+@router.get(PREFIX + "/{name}/operations")
+async def actor_operations(
+    atespace: str, name: str, store: StoreDep, limit: int = Query(10, ge=1, le=100)
+) -> dict[str, list[OperationPublic]]:
+    """The actor's last operations, newest first, with outcome, duration, worker and error."""
+    ref = ActorRef(atespace, name)
+    await store.get_actor(ref)
+    return {"items": [operation_view(o) for o in await store.actor_operations(ref, limit)]}
 
 
 @router.post(PREFIX + "/{name}/resume")

@@ -8,6 +8,7 @@ from fastapi import APIRouter, Response
 from temporalio.common import WorkflowIDConflictPolicy, WorkflowIDReusePolicy
 
 from api.deps import SettingsDep, StoreDep, TemporalDep
+from api.errors import InvalidArgument
 from api.names import check_name
 from api.operations import search_attributes
 from api.schemas import TemplateCreate, TemplatePublic
@@ -39,7 +40,14 @@ async def create_template(
     """
     check_name("name", body.name)
     spec = body.spec.model_dump(mode="json", exclude_none=True)
-    spec.setdefault("snapshotConfig", {}).setdefault("storageLocation", settings.snapshot_location.rstrip("/"))
+    root = settings.snapshot_location.rstrip("/")
+    location = spec.setdefault("snapshotConfig", {}).setdefault("storageLocation", root)
+    if location != root and not location.startswith(root + "/"):
+        raise InvalidArgument(
+            f"spec.snapshotConfig.storageLocation {location!r} is outside the snapshot store; use {root} "
+            "or a location below it (or leave it out)",
+            {"field": "spec.snapshotConfig.storageLocation"},
+        )
     await store.create_template(atespace, body.name, spec)
     handle = await temporal.start_workflow(
         Operation.GOLDEN_SNAPSHOT.value,

@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 from fastapi import APIRouter
+from temporalio.common import WorkflowIDConflictPolicy
 
 from activities.store.records import WorkerRegistration
-from api.deps import StoreDep
-from api.schemas import NodeRegistration, WorkerPublic
+from api.deps import StoreDep, TemporalDep
+from api.schemas import DrainRequest, NodeEvent, NodeRegistration, WorkerPublic
 from api.views import worker_view
+from workflows.types import TASK_QUEUE, ActorRef, EvictionDeadlineInput
 
 router = APIRouter(tags=["workers"])
 
@@ -20,8 +22,19 @@ async def list_workers(store: StoreDep) -> dict[str, list[WorkerPublic]]:
 
 @router.put("/v1/nodes/{node}")
 async def register_node(node: str, body: NodeRegistration, store: StoreDep) -> dict[str, object]:
-    """Register an atelet and its workers, or refresh them (idempotent; sent as a heartbeat)."""
-    await store.register_node(
+    """Register an atelet and its workers, or refresh them (idempotent; sent as a heartbeat).
+
+    When the atelet says what runs on each worker, the node is reconciled: RUNNING actors whose
+    sandbox is gone become CRASHED, and `terminate` lists the sandboxes the atelet must stop
+    because nothing is placed there for them any more (fencing).
+    """
+    reports_actors = any("actor" in w.model_fields_set for w in body.workers)
+    running = (
+        {w.name: ((w.actor.atespace, w.actor.name) if w.actor else None) for w in body.workers}
+        if reports_actors
+        else None
+    )
+    orders = await store.register_node(
         node,
         body.address,
         body.runsc_version,
@@ -38,5 +51,40 @@ async def register_node(node: str, body: NodeRegistration, store: StoreDep) -> d
             )
             for w in body.workers
         ],
+        running,
     )
-    return {"node": node, "workers": len(body.workers)}
+    return {
+        "node": node,
+        "workers": len(body.workers),
+        "terminate": [{"worker": o.worker, "actor": {"atespace": o.atespace, "name": o.name}} for o in orders],
+    }
+
+
+@router.post("/v1/nodes/{node}/events")
+async def node_event(node: str, body: NodeEvent, store: StoreDep) -> dict[str, bool]:
+    """An atelet reports that a sandbox exited on its own: its RUNNING actor becomes CRASHED."""
+    accepted = await store.record_sandbox_exit(
+        node, body.worker, ActorRef(body.actor.atespace, body.actor.name), body.reason or "no reason given"
+    )
+    return {"accepted": accepted}
+
+
+@router.post("/v1/nodes/{node}/drain")
+async def drain_node(node: str, body: DrainRequest, temporal: TemporalDep) -> dict[str, str]:
+    """Drain a node: its workers take no new actors, its actors are suspended now, and what is
+    left at the deadline is terminated and marked CRASHED (the EvictionDeadline workflow)."""
+    handle = await temporal.start_workflow(
+        "EvictionDeadline",
+        EvictionDeadlineInput(node=node, deadline_seconds=body.deadline_seconds),
+        id=f"node/{node}/drain",
+        task_queue=TASK_QUEUE,
+        id_conflict_policy=WorkflowIDConflictPolicy.USE_EXISTING,
+    )
+    return {"node": node, "workflow_id": handle.id}
+
+
+@router.post("/v1/nodes/{node}/undrain")
+async def undrain_node(node: str, store: StoreDep) -> dict[str, str]:
+    """End a node's drain: its workers take actors again."""
+    await store.end_drain(node)
+    return {"node": node, "state": "ACTIVE"}

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import pytest
 
-from activities.store import AlreadyExists, FailedPrecondition, NoCapacity, NotFound, Store
+from activities.store import AlreadyExists, FailedPrecondition, NoCapacity, NoMatchingWorker, NotFound, Store
 from activities.store.records import WorkerRegistration
 from workflows.types import ActorRef, SnapshotScope
 
@@ -54,7 +54,7 @@ async def test_atespace_and_template_lifecycle(store: Store) -> None:
     with pytest.raises(NotFound, match="actor template demo/other not found"):
         await store.create_actor(ActorRef("demo", "a1"), "other", {})
     await store.create_actor(ActorRef("demo", "a1"), "counter", {})
-    with pytest.raises(FailedPrecondition, match="not empty: it still holds 1 actors and 1 templates"):
+    with pytest.raises(FailedPrecondition, match="not empty: it still holds 1 actor and 1 template"):
         await store.delete_atespace("demo")
     with pytest.raises(FailedPrecondition, match="used by actors"):
         await store.delete_template("demo", "counter")
@@ -183,7 +183,7 @@ async def test_placement_says_which_check_removed_the_last_candidates(store: Sto
     plan = await store.begin_golden("demo", "counter", "g2")
     await store.complete_golden("demo", "counter", plan.snapshot.snapshot_id, {}, 1)
     await store.create_actor(a, "counter", {"zone": "b"})
-    with pytest.raises(NoCapacity, match=r"no ACTIVE gvisor worker has the labels \{'zone': 'b'\}"):
+    with pytest.raises(NoMatchingWorker, match=r"no ACTIVE gvisor worker has the labels \{'zone': 'b'\}"):
         await store.begin_resume(a, "r1")
     await store.update_actor_selector(a, {"zone": "a"})
     await store.register_node("n1", "127.0.0.1:1", "v", [])  # the node stops reporting w0

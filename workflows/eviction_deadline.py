@@ -1,0 +1,125 @@
+"""EvictionDeadline: drain a node. Suspend its actors now; at the deadline, crash what is left.
+
+Started when a node is drained (`ate drain node`, or its atelet on SIGTERM, which is how a
+Kubernetes pod eviction arrives). Steps:
+1. `begin_drain`: the node's workers become UNAVAILABLE (draining): no new actor lands there.
+2. A SuspendActor child workflow per RUNNING actor, under the actor's own workflow ID (so it
+   takes the per-actor lock like any suspend); an actor busy with another operation is left to
+   it and checked again below.
+3. Until the deadline (default 30 min, as in the reference system), every 10 s: anything still
+   on the node's workers? At the deadline: terminate each leftover sandbox (best effort) and
+   mark the actor CRASHED; its last COMPLETED snapshot stays, so `ate revert` brings it back.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from datetime import timedelta
+
+from temporalio import workflow
+from temporalio.common import SearchAttributeKey, SearchAttributePair, TypedSearchAttributes
+from temporalio.exceptions import ChildWorkflowError, WorkflowAlreadyStartedError
+from temporalio.workflow import ParentClosePolicy
+
+from workflows.steps import ACTIVITY_FAILURES, atelet_step, db_step, show_step
+
+with workflow.unsafe.imports_passed_through():
+    from workflows.types import (
+        TASK_QUEUE,
+        AteletTerminateInput,
+        BeginDrainInput,
+        CrashInput,
+        DrainPlan,
+        EvictionDeadlineInput,
+        EvictionDeadlineResult,
+        Leftover,
+        Operation,
+        SuspendActorInput,
+        SuspendActorResult,
+    )
+
+EVICTION = "EvictionDeadline"
+CHECK_EVERY = timedelta(seconds=10)
+
+
+def _attributes(atespace: str, name: str) -> TypedSearchAttributes:
+    return TypedSearchAttributes(
+        [
+            SearchAttributePair(SearchAttributeKey.for_keyword("AteAtespace"), atespace),
+            SearchAttributePair(SearchAttributeKey.for_keyword("AteActor"), name),
+            SearchAttributePair(SearchAttributeKey.for_keyword("AteOperation"), Operation.SUSPEND.value),
+        ]
+    )
+
+
+@workflow.defn(name=EVICTION)
+class EvictionDeadlineWorkflow:
+    """Drain one node; workflow ID `node/<node>/drain`."""
+
+    @workflow.run
+    async def run(self, request: EvictionDeadlineInput) -> EvictionDeadlineResult:
+        """Suspend the node's actors; crash what is still there at the deadline."""
+        deadline = workflow.now() + timedelta(seconds=request.deadline_seconds)
+        result = EvictionDeadlineResult(node=request.node)
+        show_step("mark draining")
+        plan: DrainPlan = await db_step(
+            "begin_drain", BeginDrainInput(node=request.node, deadline_seconds=request.deadline_seconds), DrainPlan
+        )
+        show_step(f"suspend {len(plan.running)} actors")
+        children = []
+        for actor in plan.running:
+            try:
+                children.append(
+                    await workflow.start_child_workflow(
+                        Operation.SUSPEND.value,
+                        SuspendActorInput(actor=actor),
+                        id=actor.workflow_id,
+                        task_queue=TASK_QUEUE,
+                        result_type=SuspendActorResult,
+                        parent_close_policy=ParentClosePolicy.ABANDON,
+                        search_attributes=_attributes(actor.atespace, actor.name),
+                    )
+                )
+            except (WorkflowAlreadyStartedError, ChildWorkflowError):
+                workflow.logger.info("actor %s is busy with another operation; checked again later", actor.key)
+        for child in children:
+            remaining = (deadline - workflow.now()).total_seconds()
+            if remaining <= 0:
+                break
+            try:
+                done: SuspendActorResult = await asyncio.wait_for(child, timeout=remaining)
+                result.suspended.append(done.actor.key)
+            except (ChildWorkflowError, TimeoutError):
+                continue
+        while True:
+            leftovers: list[Leftover] = await db_step("drain_leftovers", request.node, list[Leftover])
+            if not leftovers:
+                show_step("drained")
+                return result
+            remaining = (deadline - workflow.now()).total_seconds()
+            if remaining <= 0:
+                break
+            show_step(f"waiting: {len(leftovers)} actors left, deadline in {remaining:.0f} s")
+            await workflow.sleep(min(CHECK_EVERY.total_seconds(), remaining))
+        show_step(f"deadline passed: crashing {len(leftovers)} actors")
+        for left in leftovers:
+            try:
+                await atelet_step(
+                    "atelet_terminate",
+                    AteletTerminateInput(operation_id=workflow.info().run_id, worker=left.worker, holder=left.actor),
+                    bool,
+                )
+            except ACTIVITY_FAILURES:
+                workflow.logger.warning("could not terminate %s on its drained node", left.actor.key)
+            await db_step(
+                "crash_after_deadline",
+                CrashInput(
+                    actor=left.actor,
+                    worker_id=left.worker.worker_id,
+                    reason=f"eviction deadline passed: node {request.node} was drained and the actor was not "
+                    f"suspended within {request.deadline_seconds:g} s",
+                ),
+            )
+            result.crashed.append(left.actor.key)
+        show_step("done")
+        return result

@@ -1,0 +1,100 @@
+"""RevertActor: RUNNING | PAUSED | CRASHED | stuck RESUMING/SUSPENDING -> REVERTING -> SUSPENDED.
+
+The actor goes back to its last COMPLETED snapshot; a PENDING snapshot is discarded. Steps:
+1. mark: `begin_revert` marks REVERTING and says which worker held the actor and whether its
+   node is alive.
+2. terminate: the atelet stops the sandbox. When the node is gone (or does not answer), the
+   worker is fenced instead — kept out of placement until its atelet reports it idle, and the
+   atelet is told to stop the sandbox at its next heartbeat — and the revert finishes anyway
+   (the reference system stayed in REVERTING until the dead node came back).
+3. finalize: `finish_revert` marks SUSPENDED and frees the place.
+The API cancels a stuck operation on the actor before starting this workflow under the same ID.
+"""
+
+from __future__ import annotations
+
+from temporalio import workflow
+
+from workflows.steps import (
+    ACTIVITY_FAILURES,
+    atelet_step,
+    db_step,
+    outcome_of,
+    record_operation,
+    reraise,
+    show_step,
+)
+
+with workflow.unsafe.imports_passed_through():
+    from workflows.types import (
+        ActorOperation,
+        AteletTerminateInput,
+        FenceInput,
+        FinishRevertInput,
+        Operation,
+        RevertActorInput,
+        RevertActorResult,
+        RevertPlan,
+    )
+
+
+@workflow.defn(name=Operation.REVERT.value)
+class RevertActorWorkflow:
+    """Revert one actor; the workflow ID `actor/<atespace>/<name>` is the per-actor lock."""
+
+    @workflow.run
+    async def run(self, request: RevertActorInput) -> RevertActorResult:
+        """Run the operation, counting it by outcome (see `_run` for what it does)."""
+        started = workflow.time()
+        try:
+            result = await self._run(request)
+        except ACTIVITY_FAILURES as error:
+            record_operation(Operation.REVERT.value, outcome_of(error), started)
+            raise
+        record_operation(Operation.REVERT.value, "ok", started)
+        return result
+
+    async def _run(self, request: RevertActorInput) -> RevertActorResult:
+        """Revert `request.actor` to SUSPENDED with its last COMPLETED snapshot.
+
+        Raises:
+            ApplicationError: type NotFound, or FailedPrecondition (`not in a revertable state`).
+        """
+        operation_id = workflow.info().run_id
+        actor = request.actor
+        show_step("mark reverting")
+        try:
+            plan: RevertPlan = await db_step(
+                "begin_revert", ActorOperation(actor=actor, operation_id=operation_id), RevertPlan
+            )
+        except ACTIVITY_FAILURES as error:
+            raise reraise(error) from error
+        fenced = False
+        if plan.worker is not None:
+            worker = plan.worker
+            if plan.node_alive:
+                show_step(f"terminate on worker {worker.pool}/{worker.name} ({worker.node})")
+                try:
+                    await atelet_step(
+                        "atelet_terminate",
+                        AteletTerminateInput(operation_id=operation_id, worker=worker, holder=actor),
+                        bool,
+                    )
+                except ACTIVITY_FAILURES:
+                    fenced = True
+            else:
+                fenced = True
+            if fenced:
+                show_step(f"fence worker {worker.pool}/{worker.name}: node {worker.node} unreachable")
+                await db_step(
+                    "fence_worker",
+                    FenceInput(
+                        worker_id=worker.worker_id,
+                        reason=f"fenced: {actor.key} was reverted while node {worker.node} was unreachable",
+                    ),
+                )
+        show_step("finalize")
+        note = f"reverted from {plan.from_state}" + (" (old worker fenced: its node was unreachable)" if fenced else "")
+        await db_step("finish_revert", FinishRevertInput(actor=actor, operation_id=operation_id, note=note))
+        show_step("done")
+        return RevertActorResult(actor=actor, from_state=plan.from_state, fenced=fenced)
