@@ -31,6 +31,7 @@ with workflow.unsafe.imports_passed_through():
         AteletRunResult,
         AteletTerminateInput,
         BeginResumeInput,
+        FenceInput,
         FinishInput,
         Operation,
         ResumeActorInput,
@@ -102,7 +103,15 @@ class ResumeActorWorkflow:
                     result_type=bool,
                 )
             except ACTIVITY_FAILURES:
-                workflow.logger.warning("terminate after a failed restore did not succeed; rolling back anyway")
+                # The sandbox may still be there: keep the worker out of placement until its
+                # atelet reports it idle (or is told to stop the stray at its next heartbeat).
+                await db_step(
+                    "fence_worker",
+                    FenceInput(
+                        worker_id=plan.worker.worker_id,
+                        reason=f"fenced: terminate of {actor.key} failed after a failed restore",
+                    ),
+                )
             await db_step("rollback_resume", FinishInput(actor=actor, operation_id=operation_id, error=cause.message))
             raise reraise(error, f"resume of actor {actor.key} failed and was rolled back: ") from error
         timings["atelet"] = workflow.time() - started

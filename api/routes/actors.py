@@ -42,10 +42,14 @@ router = APIRouter(tags=["actors"])
 PREFIX = "/v1/atespaces/{atespace}/actors"
 
 
-async def _list(store: StoreDep, atespace: str | None, page_size: int, page_token: str | None) -> ActorList:
+async def _list(
+    store: StoreDep, atespace: str | None, page_size: int, page_token: str | None, state: ActorState | None = None
+) -> ActorList:
     if atespace is not None:
         await store.get_atespace(atespace)
-    actors, next_key = await store.list_actors(atespace, decode_page_token(page_token), page_size)
+    actors, next_key = await store.list_actors(
+        atespace, decode_page_token(page_token), page_size, state.value if state else None
+    )
     return ActorList(items=[actor_view(a) for a in actors], next_page_token=encode_page_token(next_key))
 
 
@@ -55,9 +59,10 @@ async def list_all_actors(
     atespace: str | None = None,
     page_size: int = Query(100, ge=1, le=1000),
     page_token: str | None = None,
+    state: ActorState | None = None,
 ) -> ActorList:
-    """Actors of every atespace (or of `atespace`), one page at a time."""
-    return await _list(store, atespace, page_size, page_token)
+    """Actors of every atespace (or of `atespace`, or in one `state`), one page at a time."""
+    return await _list(store, atespace, page_size, page_token, state)
 
 
 @router.get(PREFIX)

@@ -24,6 +24,7 @@ class Stack:
     """A running `ate dev`: where to reach it, and a CLI runner."""
 
     data_dir: Path
+    failpoints: Path
     api: str = f"http://127.0.0.1:{PORTS['api']}"
     router: str = f"http://127.0.0.1:{PORTS['router']}"
     temporal_ui: str = f"http://127.0.0.1:{PORTS['ui']}"
@@ -41,6 +42,8 @@ class Stack:
 def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
     """`ate dev` with a fresh data dir; stopped (and checked to leave nothing) at the end."""
     data_dir = Path(tmp_path_factory.mktemp("ate-dev")) / "data"
+    failpoints = data_dir.parent / "failpoints"
+    failpoints.mkdir()
     log = data_dir.parent / "ate-dev.out"
     out = log.open("w")
     argv = [
@@ -56,7 +59,7 @@ def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
         stdout=out,
         stderr=subprocess.STDOUT,
         start_new_session=True,
-        env={**os.environ, "PYTHONUNBUFFERED": "1"},
+        env={**os.environ, "PYTHONUNBUFFERED": "1", "ATE_FAILPOINTS_DIR": str(failpoints)},
     )
     deadline = time.monotonic() + 180
     try:
@@ -67,7 +70,7 @@ def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
             if process.poll() is not None or time.monotonic() > deadline:
                 raise RuntimeError(f"ate dev did not become ready:\n{text[-4000:]}")
             time.sleep(0.2)
-        yield Stack(data_dir=data_dir)
+        yield Stack(data_dir=data_dir, failpoints=failpoints)
     finally:
         if process.poll() is None:
             process.send_signal(signal.SIGTERM)

@@ -1,0 +1,113 @@
+"""Revert, forced delete, tags and the way out of a stuck resume, on the real stack.
+
+Counts come from the counter's definition (+1 memory and +1 file per request; FULL snapshots
+keep both): a revert returns the actor to its last COMPLETED snapshot, so the requests made
+after that snapshot are forgotten.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+
+import httpx
+import pytest
+
+from tests.e2e.conftest import Stack
+from tests.e2e.test_tour import get
+
+pytestmark = [pytest.mark.slow, pytest.mark.runsc]
+
+
+def api(stack: Stack, method: str, path: str, **kwargs: object) -> httpx.Response:
+    return httpx.request(method, stack.api + path, timeout=90, **kwargs)  # type: ignore[arg-type]
+
+
+def setup_actor(stack: Stack, atespace: str, name: str) -> str:
+    stack.ate("create", "atespace", atespace, check=False)
+    stack.ate("create", "template", "counter", "-a", atespace, "-f", "examples/counter/template.yaml", check=False)
+    stack.ate("create", "actor", name, "-a", atespace, "--template", "counter")
+    return f"/v1/atespaces/{atespace}/actors/{name}"
+
+
+def test_revert_returns_to_the_last_completed_snapshot(stack: Stack) -> None:
+    path = setup_actor(stack, "rev", "r1")
+    assert get(stack, "rev/r1")["memory_count"] == 1
+    stack.ate("suspend", "actor", "r1", "-a", "rev")  # generation 1 holds count 1
+    assert get(stack, "rev/r1")["memory_count"] == 2
+    assert get(stack, "rev/r1")["memory_count"] == 3
+    reverted = api(stack, "POST", path + "/revert", json={})
+    assert reverted.status_code == 200, reverted.text
+    assert (reverted.json()["state"], reverted.json()["worker"]) == ("SUSPENDED", None)
+    after = get(stack, "rev/r1")
+    assert (after["memory_count"], after["file_count"]) == (2, 2)  # back to generation 1, then +1
+    refused = api(stack, "POST", path + "/suspend", json={})
+    assert refused.status_code == 200
+    again = api(stack, "POST", path + "/revert", json={})
+    assert again.status_code == 409
+    assert again.json()["message"].startswith("actor rev/r1 is not in a revertable state (state: SUSPENDED)")
+    history = api(stack, "GET", path + "/operations").json()["items"]
+    # newest first: the suspend just now, the resume by get() after the revert, the revert
+    assert [h["operation"] for h in history[:3]] == ["SuspendActor", "ResumeActor", "RevertActor"]
+    assert all(h["outcome"] == "ok" and h["duration_seconds"] is not None for h in history[:3])
+
+
+def test_revert_takes_over_a_stuck_resume(stack: Stack) -> None:
+    path = setup_actor(stack, "stuck", "s1")
+    armed = stack.failpoints / "ResumeActor.atelet_call"
+    reached = stack.failpoints / "ResumeActor.atelet_call.reached"
+    armed.touch()
+    outcome: dict[str, httpx.Response] = {}
+    try:
+        resume = threading.Thread(
+            target=lambda: outcome.update(r=api(stack, "POST", path + "/resume", json={"timeout_seconds": 60}))
+        )
+        resume.start()
+        deadline = time.monotonic() + 30
+        while not reached.exists() and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert reached.exists(), "the resume never reached the atelet call"
+        assert api(stack, "GET", path).json()["state"] == "RESUMING"
+        busy = api(stack, "POST", path + "/suspend", json={})
+        assert busy.status_code == 409  # another kind of operation still gets the lock error
+        reverted = api(stack, "POST", path + "/revert", json={})
+        assert reverted.status_code == 200, reverted.text
+        assert reverted.json()["state"] == "SUSPENDED"
+    finally:
+        armed.unlink(missing_ok=True)
+        reached.unlink(missing_ok=True)
+    resume.join(90)
+    assert outcome["r"].status_code >= 400  # the resume it replaced did not pretend to succeed
+    workers = api(stack, "GET", "/v1/workers").json()["items"]
+    assert all("stuck/s1" not in w["actors"] for w in workers)  # no place leaked
+    assert get(stack, "stuck/s1")["memory_count"] == 1  # and it still resumes from its golden snapshot
+    stack.ate("suspend", "actor", "s1", "-a", "stuck")
+
+
+def test_forced_delete_of_a_running_actor(stack: Stack) -> None:
+    path = setup_actor(stack, "force", "f1")
+    get(stack, "force/f1")
+    refused = api(stack, "DELETE", path)
+    assert refused.status_code == 409 and "state: RUNNING" in refused.json()["message"]
+    deleted = api(stack, "DELETE", path, params={"force": "true"})
+    assert deleted.status_code == 204, deleted.text
+    assert api(stack, "GET", path).status_code == 404
+    workers = api(stack, "GET", "/v1/workers").json()["items"]
+    assert all(w["actors"] == [] or "force/f1" not in w["actors"] for w in workers)
+
+
+def test_tag_and_create_from_tag(stack: Stack) -> None:
+    path = setup_actor(stack, "tags", "t1")
+    get(stack, "tags/t1")
+    get(stack, "tags/t1")  # count 2
+    early = api(stack, "POST", path + "/tags", json={"tag": "v1"})
+    assert early.status_code == 409 and "suspend it first" in early.json()["message"]
+    stack.ate("suspend", "actor", "t1", "-a", "tags")
+    tagged = api(stack, "POST", path + "/tags", json={"tag": "v1"})
+    assert tagged.status_code == 201, tagged.text
+    assert (tagged.json()["generation"], tagged.json()["source_actor"]) == (1, "t1")
+    created = api(stack, "POST", "/v1/atespaces/tags/actors", json={"name": "t2", "from_tag": "tags/v1"})
+    assert created.status_code == 201, created.text
+    clone = get(stack, "tags/t2")
+    assert (clone["memory_count"], clone["file_count"]) == (3, 3)  # the tagged state, then +1
+    stack.ate("suspend", "actor", "t2", "-a", "tags")
