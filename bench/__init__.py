@@ -1,0 +1,1 @@
+"""ate benchmarks: `python -m bench <name>` (see bench/README.md)."""

@@ -1,0 +1,294 @@
+"""Benchmark 1: activation latency of a suspended FULL-scope counter actor, against its floors.
+
+Per cycle: suspend the actor through the API, wait 0.3 s (the router hears of the change by
+LISTEN/NOTIFY), then time one `GET /` through the router on a fresh connection until the
+response. In the same run, interleaved (one of each per cycle while the actor is suspended), two baselines on the same snapshot kind of the same counter:
+
+- atelet: the atelet's gRPC `Restore` of the actor's latest snapshot onto the same worker,
+  then the first `GET /` to the worker IP (no Temporal, no Postgres, no router, no API);
+- floor: raw `runsc restore` of the same checkpoint into a prepared network namespace (made
+  with atelet.netns; bundle from atelet.bundle; image from atelet.images; runsc flags of
+  atelet.runsc), then the first `GET /` (no control plane at all).
+
+The overhead is broken into steps from data the code records anyway: Temporal history event
+times (workflow started, first workflow task started, completed), the local-activity markers'
+completion times (begin_resume, atelet_start, finish_resume) and the atelet's own
+fetch/restore/probe seconds returned in the ResumeActor result.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import shutil
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+import httpx
+
+from bench import stack as stack_mod
+from bench.actors import COUNTER, call, setup, workflow_steps
+from bench.common import ROOT, machine, ms, summary, table, write_result
+
+ATESPACE, ACTOR = "bench", "c1"
+STEPS = ["front", "dispatch", "placement", "atelet_fetch", "atelet_restore", "atelet_probe", "atelet_rpc",
+         "finalize", "complete", "back"]
+STEP_DOC = {
+    "front": "client send -> WorkflowExecutionStarted (router parse, router->API, API get_actor, start_workflow)",
+    "dispatch": "WorkflowExecutionStarted -> first WorkflowTaskStarted (matching, poll)",
+    "placement": "begin_resume local activity (placement + bind, one Postgres transaction)",
+    "atelet_fetch": "atelet: verify manifest + extract durable dirs",
+    "atelet_restore": "atelet: netns ensure + runsc restore",
+    "atelet_probe": "atelet: wakeup probe until 200",
+    "atelet_rpc": "atelet_start minus fetch/restore/probe (gRPC, spec conversion, image resolve, bundle write)",
+    "finalize": "finish_resume local activity (mark RUNNING)",
+    "complete": "finish_resume done -> WorkflowExecutionCompleted (workflow task completion)",
+    "back": "WorkflowExecutionCompleted -> response (result to API, API get_actor, router proxy, actor reply)",
+}
+
+
+async def _get(client: httpx.AsyncClient, url: str, headers: dict[str, str]) -> httpx.Response:
+    return await client.get(url, headers=headers)
+
+
+async def ours(stack: stack_mod.Stack, cycles: int, warmup: int, log, between=None) -> dict[str, Any]:
+    from temporalio.client import Client
+
+    temporal = await Client.connect(stack.temporal_address)
+    api = httpx.AsyncClient(base_url=stack.api_url, timeout=120)
+    proxy = httpx.AsyncClient(timeout=60, limits=httpx.Limits(max_keepalive_connections=0))
+    headers = {"ate-target-actor": f"{ATESPACE}/{ACTOR}"}
+    rows: list[dict[str, Any]] = []
+    suspend_s: list[float] = []
+    last_count = None
+    try:
+        r = await _get(proxy, stack.router_url + "/", headers)  # first resume: from the golden snapshot
+        r.raise_for_status()
+        for i in range(warmup + cycles):
+            await asyncio.sleep(0.1)
+            t = time.monotonic()
+            await call(api, "suspend", ATESPACE, ACTOR)
+            suspend_s.append(time.monotonic() - t)
+            if between is not None and i >= warmup:
+                await between(i)  # the baselines, on the same snapshot kind, while the actor is suspended
+            await asyncio.sleep(0.3)
+            t_send = time.time()
+            r = await _get(proxy, stack.router_url + "/", headers)
+            t_recv = time.time()
+            if r.status_code != 200:
+                raise RuntimeError(f"cycle {i}: router answered {r.status_code}: {r.text[:300]}")
+            count = r.json()["memory_count"]
+            if last_count is not None and count != last_count + 1:
+                raise RuntimeError(f"cycle {i}: memory_count {count} after {last_count}: memory not restored")
+            last_count = count
+            if i < warmup:
+                continue
+            h = await workflow_steps(temporal, f"actor/{ATESPACE}/{ACTOR}")
+            la = dict(h["la"])
+            timings = (h.get("result") or {}).get("timings", {})
+            fetch, restore, probe = (timings.get(f"atelet_{k}", 0.0) for k in ("fetch", "restore", "probe"))
+            row = {
+                "total": t_recv - t_send,
+                "front": h["started"] - t_send,
+                "dispatch": h["task_started"] - h["started"],
+                "placement": la["begin_resume"] - h["task_started"],
+                "atelet_fetch": fetch,
+                "atelet_restore": restore,
+                "atelet_probe": probe,
+                "atelet_rpc": (la["atelet_start"] - la["begin_resume"]) - (fetch + restore + probe),
+                "finalize": la["finish_resume"] - la["atelet_start"],
+                "complete": h["completed"] - la["finish_resume"],
+                "back": t_recv - h["completed"],
+            }
+            rows.append(row)
+            if (i - warmup + 1) % 10 == 0:
+                log(f"activation: {i - warmup + 1}/{cycles} cycles, last {ms(row['total']):.0f} ms")
+    finally:
+        await api.aclose()
+        await proxy.aclose()
+    return {"rows": rows, "suspend_s": suspend_s}
+
+
+async def _snapshot(stack: stack_mod.Stack) -> tuple[str, dict[str, Any], dict[str, Any]]:
+    """The actor's latest snapshot (uri, manifest) and its template spec, from Postgres."""
+    import asyncpg
+
+    conn = await asyncpg.connect(stack.dsn)
+    try:
+        row = await conn.fetchrow(
+            "SELECT s.uri, s.manifest, t.spec FROM actors a JOIN snapshots s ON s.id = a.latest_snapshot_id "
+            "JOIN actor_templates t ON t.atespace = a.atespace AND t.name = a.template "
+            "WHERE a.atespace = $1 AND a.name = $2", ATESPACE, ACTOR)
+    finally:
+        await conn.close()
+    return row["uri"], json.loads(row["manifest"]), json.loads(row["spec"])
+
+
+class Baselines:
+    """atelet-direct and runsc-floor, one of each per cycle, interleaved with ours (same machine state)."""
+
+    def __init__(self, stack: stack_mod.Stack) -> None:
+        self.stack = stack
+        self.atelet: dict[str, list[float]] = {"total": [], "rpc": [], "first_get": []}
+        self.floor: dict[str, list[float]] = {"total": [], "restore": [], "first_get": [], "netns_ensure": []}
+
+    async def prepare(self) -> None:
+        import grpc
+
+        from activities.atelet import workload_spec
+        from atelet import netns
+        from atelet.bundle import build_config, write_bundle
+        from atelet.images import ImageStore
+        from atelet.proto import atelet_pb2_grpc as pb_grpc
+        from atelet.runsc import Runsc
+        from atelet.snapshots import VOLUMES_DIR, SnapshotStore, extract_dir
+
+        self.uri, self.manifest, spec = await _snapshot(self.stack)
+        self.wspec = workload_spec(spec)
+        self.container = self.wspec.containers[0]
+        self.channel = grpc.aio.insecure_channel(self.stack.atelet_address)
+        self.stub = pb_grpc.AteletStub(self.channel)
+        self.dest = SnapshotStore([self.stack.data_dir / "snapshots"]).resolve(self.uri)
+        self.work = Path(tempfile.mkdtemp(prefix="ate-bench-floor-"))
+        self.net = netns.plan("atebench-floor", "floor-0", 0, "10.96.0.0/30")
+        self.runsc = Runsc("runsc", self.work / "runsc")
+        await netns.create(self.net)
+        image = await ImageStore([ROOT], self.stack.data_dir / "atelet" / "images").unpack(self.container.image)
+        volumes = {}
+        for v in self.wspec.volumes:
+            volumes[v.name] = self.work / "volumes" / v.name
+            volumes[v.name].mkdir(parents=True)
+            tar = self.dest / VOLUMES_DIR / f"{v.name}.tar"
+            if tar.exists():
+                extract_dir(tar, volumes[v.name])
+        config = build_config(image, self.container, self.net.netns_path, volumes, self.wspec.cpu_millis,
+                              self.wspec.memory_bytes, hostname=ACTOR)
+        self.bundle = write_bundle(self.work / "bundle", config)
+
+    async def once(self, i: int) -> None:
+        """One atelet-direct and one floor cycle on the actor's current latest snapshot."""
+        from google.protobuf.json_format import ParseDict
+
+        from atelet import netns, probe
+        from atelet.proto import atelet_pb2 as pb
+        from atelet.snapshots import CHECKPOINT_DIR
+
+        uri, manifest, _spec = await _snapshot(self.stack)
+        dest = self.stack.data_dir / "snapshots"
+        from atelet.snapshots import SnapshotStore
+
+        dest = SnapshotStore([dest]).resolve(uri)
+        port = self.container.wakeup_probe.port
+        ref = pb.ActorRef(atespace=ATESPACE, name=ACTOR)
+        op = f"bench-{time.time_ns()}"
+        t0 = time.monotonic()
+        reply = await self.stub.Restore(pb.RestoreRequest(
+            operation_id=op + "/restore", worker="default-0", actor=ref, spec=self.wspec, snapshot_uri=uri,
+            manifest=ParseDict(manifest, pb.SnapshotManifest(), ignore_unknown_fields=True),
+            probe_timeout_seconds=30), timeout=120)
+        t1 = time.monotonic()
+        while await probe.http_status(reply.worker_ip, port, "/") != 200:
+            await asyncio.sleep(0.002)
+        t2 = time.monotonic()
+        self.atelet["rpc"].append(t1 - t0)
+        self.atelet["first_get"].append(t2 - t1)
+        self.atelet["total"].append(t2 - t0)
+        await self.stub.Terminate(pb.TerminateRequest(operation_id=op + "/terminate", worker="default-0", actor=ref),
+                                  timeout=60)
+        await asyncio.sleep(0.2)
+        cid = f"floor-{i}"
+        t = time.monotonic()
+        await netns.ensure(self.net)  # runsc strips the veth's address at every run: part of "prepared"
+        t0 = time.monotonic()
+        await self.runsc.restore(cid, self.bundle, dest / CHECKPOINT_DIR, self.work / "floor.log")
+        t1 = time.monotonic()
+        while await probe.http_status(self.net.worker_ip, port, "/") != 200:
+            await asyncio.sleep(0.002)
+        t2 = time.monotonic()
+        self.floor["netns_ensure"].append(t0 - t)
+        self.floor["restore"].append(t1 - t0)
+        self.floor["first_get"].append(t2 - t1)
+        self.floor["total"].append(t2 - t0)
+        await self.runsc.kill(cid)
+        await self.runsc.delete(cid)
+        await asyncio.sleep(0.2)
+
+    async def close(self) -> None:
+        from atelet import netns
+
+        await self.channel.close()
+        for cid in await self.runsc.list():
+            await self.runsc.delete(cid)
+        await netns.destroy(self.net)
+        shutil.rmtree(self.work, ignore_errors=True)
+
+
+async def _interleaved(stack: stack_mod.Stack, cycles: int, warmup: int, log) -> tuple[dict, dict, dict]:
+    base = Baselines(stack)
+    await base.prepare()
+    try:
+        data = await ours(stack, cycles, warmup, log, between=base.once)
+    finally:
+        await base.close()
+    return data, base.atelet, base.floor
+
+
+def run(cycles: int = 50, warmup: int = 3, keep: bool = False, log=print) -> dict[str, Any]:
+    stack = stack_mod.start(workers=1, keep=keep, log=log)
+    try:
+        setup(stack.api_url, ATESPACE, [ACTOR], COUNTER)
+        # one suspend/resume first so that the actor has a snapshot of its own (not the golden one)
+        asyncio.run(ours(stack, 1, 0, log))
+        ours_data, atelet_data, floor_data = asyncio.run(_interleaved(stack, cycles, warmup, log))
+        from bench.common import rss_bytes
+
+        sandbox_pids = stack.processes()["runsc"]  # the actor is RUNNING now: its sandbox + gofer
+        sandbox_rss = sum(rss_bytes(p) for p in sandbox_pids)
+        snap_bytes = sum(f.stat().st_size for f in (stack.data_dir / "snapshots").rglob("*") if f.is_file())
+        n_snaps = len(list((stack.data_dir / "snapshots").rglob("manifest.json")))
+    finally:
+        stack.stop()
+    rows = ours_data["rows"]
+    total = [r["total"] for r in rows]
+    s_ours, s_atelet, s_floor = summary(total), summary(atelet_data["total"]), summary(floor_data["total"])
+    out: list[str] = []
+    out.append(f"activation latency, {len(rows)} cycles (ms)")
+    hdr = ["path", "p50", "p95", "p99", "mean", "max"]
+    rws = [[n, *(ms(s[k]) for k in ("p50", "p95", "p99", "mean", "max"))]
+           for n, s in (("ours: router GET of a suspended actor", s_ours),
+                        ("atelet gRPC Restore + first GET", s_atelet),
+                        ("floor: runsc restore + first GET", s_floor))]
+    rws.append(["overhead ours - floor", *(ms(s_ours[k] - s_floor[k]) for k in ("p50", "p95", "p99", "mean", "max"))])
+    rws.append(["overhead ours - atelet", *(ms(s_ours[k] - s_atelet[k]) for k in ("p50", "p95", "p99", "mean", "max"))])
+    out.append(table(hdr, rws))
+    out.append("")
+    out.append("where the time of 'ours' goes (ms; per-step percentiles do not add up to the total's)")
+    step_rows = []
+    for step in STEPS:
+        s = summary([r[step] for r in rows])
+        step_rows.append([step, ms(s["p50"]), ms(s["p95"]), ms(s["mean"]), STEP_DOC[step]])
+    out.append(table(["step", "p50", "p95", "mean", "what"], step_rows))
+    out.append("")
+    fl = {k: summary(v) for k, v in floor_data.items()}
+    out.append("floor detail (ms): " + ", ".join(f"{k} p50 {ms(v['p50']):.1f}" for k, v in fl.items()))
+    out.append(f"suspend via API (ms): p50 {ms(summary(ours_data['suspend_s'])['p50']):.1f} "
+               f"p95 {ms(summary(ours_data['suspend_s'])['p95']):.1f}; snapshots on disk {n_snaps}, "
+               f"{snap_bytes / n_snaps / 1e6 if n_snaps else 0:.2f} MB each; RSS of one RUNNING counter sandbox "
+               f"{sandbox_rss / 2**20:.1f} MiB ({len(sandbox_pids)} runsc processes)")
+    key = (f"KEY activation p50/p95/p99 ms: ours {ms(s_ours['p50']):.0f}/{ms(s_ours['p95']):.0f}/{ms(s_ours['p99']):.0f}"
+           f" atelet {ms(s_atelet['p50']):.0f}/{ms(s_atelet['p95']):.0f}/{ms(s_atelet['p99']):.0f}"
+           f" floor {ms(s_floor['p50']):.0f}/{ms(s_floor['p95']):.0f}/{ms(s_floor['p99']):.0f}"
+           f" overhead {ms(s_ours['p50'] - s_floor['p50']):.0f}/{ms(s_ours['p95'] - s_floor['p95']):.0f}"
+           f"/{ms(s_ours['p99'] - s_floor['p99']):.0f}")
+    out.append(key)
+    text = "\n".join(out)
+    result = {"benchmark": "activation", "machine": machine(), "cycles": len(rows), "ours": s_ours,
+              "atelet": s_atelet, "floor": s_floor, "steps": {k: summary([r[k] for r in rows]) for k in STEPS},
+              "floor_detail": fl, "atelet_detail": {k: summary(v) for k, v in atelet_data.items()},
+              "suspend": summary(ours_data["suspend_s"]), "sandbox_rss_bytes": sandbox_rss, "snapshot_bytes_each": snap_bytes / n_snaps if n_snaps else 0,
+              "raw": {"ours": rows, "atelet": atelet_data, "floor": floor_data}, "text": text}
+    path = write_result("activation", result)
+    print(text.replace("\nKEY", f"\nresults: {path}\nKEY"))
+    return result

@@ -1,0 +1,50 @@
+"""`python -m bench <name> [options]`: run one benchmark, print its table, write bench/results/*.json."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+
+
+def log(line: str) -> None:
+    print(f"[{time.strftime('%H:%M:%S')}] {line}", file=sys.stderr, flush=True)
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(prog="python -m bench")
+    sub = parser.add_subparsers(dest="name", required=True)
+    a = sub.add_parser("activation", help="router GET of a suspended FULL counter vs runsc restore floor")
+    a.add_argument("--cycles", type=int, default=50)
+    a.add_argument("--warmup", type=int, default=3)
+    t = sub.add_parser("temporal-floor", help="ResumeActor (hollow) vs a bare 3-local-activity workflow")
+    t.add_argument("--cycles", type=int, default=100)
+    p = sub.add_parser("throughput", help="resume+suspend cycles/s (hollow workers) vs bare-Temporal ceiling")
+    p.add_argument("--actors", type=int, default=200)
+    p.add_argument("--workers", type=int, default=50)
+    p.add_argument("--concurrency", type=int, default=32)
+    p.add_argument("--seconds", type=float, default=30.0)
+    p.add_argument("--no-profile", action="store_true")
+    s = sub.add_parser("scale", help="resume and list latency at 10^4 and 10^6 actor rows")
+    s.add_argument("--sizes", default="10000,1000000")
+    s.add_argument("--cycles", type=int, default=30)
+    for sp in (a, t, p, s):
+        sp.add_argument("--keep", action="store_true", help="keep the stack's data dir")
+    args = parser.parse_args(argv)
+    if args.name == "activation":
+        from bench import activation
+
+        activation.run(cycles=args.cycles, warmup=args.warmup, keep=args.keep, log=log)
+    elif args.name == "temporal-floor":
+        from bench import controlplane
+
+        controlplane.run_latency(cycles=args.cycles, keep=args.keep, log=log)
+    elif args.name == "throughput":
+        from bench import controlplane
+
+        controlplane.run_throughput(actors=args.actors, workers=args.workers, concurrency=args.concurrency,
+                                    seconds=args.seconds, profile=not args.no_profile, keep=args.keep, log=log)
+    elif args.name == "scale":
+        from bench import scale
+
+        scale.run(sizes=[int(x) for x in args.sizes.split(",")], cycles=args.cycles, keep=args.keep, log=log)
