@@ -268,7 +268,10 @@ class LifecycleMixin:
         Its last COMPLETED snapshot stays its latest, so a revert brings it back.
         """
         async with self.pool.acquire() as connection, connection.transaction():
+            actor = await connection.fetchrow(Q["lock_actor"], ref.atespace, ref.name)
             await connection.execute(Q["crash_actor_after_deadline"], ref.atespace, ref.name, worker_id, reason)
+            if actor is not None and actor["in_progress_snapshot_id"] is not None:  # a suspend that lost the race
+                await connection.execute(Q["delete_pending_snapshot"], actor["in_progress_snapshot_id"])
             await connection.execute(Q["delete_placement"], ref.workflow_id)
 
     async def end_drain(self, node: str) -> None:

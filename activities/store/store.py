@@ -8,6 +8,7 @@ finds its own earlier write and returns the same answer.
 
 from __future__ import annotations
 
+import hashlib
 import json
 from typing import Any
 
@@ -68,11 +69,13 @@ def commit_scope_of(spec: dict[str, Any]) -> SnapshotScope:
 def snapshot_uri(location: str, owner: str, generation: int, operation_id: str) -> str:
     """Where a snapshot is stored: `<location>/<owner kind>/<atespace>/<name>/<gen>-<op8>`.
 
-    The operation suffix makes each attempt's destination unique, so a crashed earlier attempt
-    can never be mistaken for this one's data.
+    The operation suffix (a digest of the operation ID) makes each attempt's destination
+    unique, so a crashed earlier attempt can never be mistaken for this one's data.
     """
     kind, atespace, name = owner.split("/", 2)
-    suffix = "".join(ch for ch in operation_id if ch.isalnum())[:8] or "op"
+    # Run IDs are UUIDv7: their first characters are a timestamp shared by runs started close
+    # together, so the suffix is a digest of the whole ID.
+    suffix = hashlib.sha256(operation_id.encode()).hexdigest()[:12]
     return f"{location.rstrip('/')}/{atespace}/{kind}s/{name}/{generation}-{suffix}"
 
 

@@ -134,7 +134,8 @@ async def test_suspend_reserves_a_generation_and_frees_the_worker(store: Store) 
     await store.finish_resume(a1, "r1")
     plan = await store.begin_suspend(a1, "s1")
     assert plan.snapshot is not None and plan.snapshot.generation == 1 and plan.snapshot.scope == SnapshotScope.FULL
-    assert plan.snapshot.uri.startswith("file:///snap/demo/actors/a1/1-s1")
+    # <location>/<atespace>/actors/<name>/<generation>-<first 12 hex of sha256("s1")>
+    assert plan.snapshot.uri == "file:///snap/demo/actors/a1/1-e8bc163c82ee"
     again = await store.begin_suspend(a1, "s1")
     assert again.snapshot is not None and again.snapshot.snapshot_id == plan.snapshot.snapshot_id
     with pytest.raises(FailedPrecondition, match=r"cannot be resumed from state SUSPENDING"):
