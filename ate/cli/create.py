@@ -1,6 +1,7 @@
 """`ate create atespace|template|actor`."""
 
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -14,6 +15,10 @@ from ate.cli.output import print_actors, print_atespaces, print_templates
 app = new_typer("create", "Create an atespace, a template or an actor.")
 
 TEMPLATE_WAIT_SECONDS = 600.0
+"""How long `create template` waits for Ready or Failed."""
+POLL_INTERVAL = 1.0
+"""Longest pause between two polls of a template that is not Ready yet."""
+FINAL_PHASES = ("Ready", "Failed")
 
 
 def parse_selector(values: list[str] | None) -> dict[str, str]:
@@ -50,13 +55,22 @@ def create_atespace(ctx: typer.Context, name: str, output: OutputOpt = None) -> 
         print_atespaces(atespace, output)
 
 
+def poll_delays() -> Iterator[float]:
+    """Seconds between polls of a template: short at first, then every POLL_INTERVAL."""
+    delay = 0.25
+    while True:
+        yield delay
+        delay = min(delay * 2, POLL_INTERVAL)
+
+
 def wait_for_template(
     api: ApiClient, atespace: str, name: str, template: dict[str, Any], timeout: float
 ) -> dict[str, Any]:
-    """Poll a template until its phase is Ready or Failed (for servers that answer early)."""
+    """Poll a template until its phase is Ready or Failed, or `timeout` seconds passed."""
     deadline = time.monotonic() + timeout
-    while template.get("phase") not in ("Ready", "Failed") and time.monotonic() < deadline:
-        time.sleep(1.0)
+    delays = poll_delays()
+    while template.get("phase") not in FINAL_PHASES and time.monotonic() < deadline:
+        time.sleep(min(next(delays), max(deadline - time.monotonic(), 0)))
         template = api.get_template(atespace, name)
     return template
 
@@ -66,7 +80,12 @@ def create_template(
     ctx: typer.Context,
     name: str,
     atespace: AtespaceOpt,
-    file: Annotated[Path, typer.Option("--filename", "-f", help="YAML file with the template (its spec).")],
+    file: Annotated[
+        Path,
+        typer.Option(
+            "--filename", "-f", help="YAML file: apiVersion, kind, metadata.name and spec (the only top-level keys)."
+        ),
+    ],
     wait: Annotated[bool, typer.Option("--wait/--no-wait", help="Wait until the template is Ready or Failed.")] = True,
     output: OutputOpt = None,
 ) -> None:
@@ -75,19 +94,25 @@ def create_template(
     Example: ate create template counter -a demo -f examples/counter/template.yaml
     """
     try:
-        spec = load_template_spec(file)
+        spec = load_template_spec(file, name)
     except ManifestError as exc:
         raise typer.BadParameter(str(exc), param_hint="'-f' / '--filename'") from None
     api = client(ctx)
-    if wait:
+    # Created without the server-side wait, so that the 201 comes at once: progress is printed
+    # only once the server accepted the template, then it is polled until Ready or Failed.
+    template = api.create_template(atespace, name, spec, wait=False)
+    if wait and template.get("phase") not in FINAL_PHASES:
         typer.echo(f"template/{name}: created, waiting for Ready (golden snapshot)...", err=True)
-    template = api.create_template(atespace, name, spec, wait=wait, timeout=TEMPLATE_WAIT_SECONDS)
-    if wait:
         template = wait_for_template(api, atespace, name, template, TEMPLATE_WAIT_SECONDS)
     phase = template.get("phase", "Pending")
     if output is None:
         if phase == "Failed":
             typer.echo(f"template/{name} Failed: {template.get('reason') or 'no reason given'}")
+        elif wait and phase not in FINAL_PHASES:
+            typer.echo(
+                f"template/{name} created, still {phase} after {TEMPLATE_WAIT_SECONDS:.0f} s"
+                f" (see: ate get template {name} -a {atespace})"
+            )
         else:
             typer.echo(f"template/{name} created ({phase})")
     else:

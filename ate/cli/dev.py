@@ -25,11 +25,23 @@ def dev(
         int, typer.Option("--metrics-port-base", help="Prometheus ports: router here, worker +1, atelet +85.")
     ] = 9000,
     node: Annotated[
-        str | None, typer.Option("--node", help="Node name (default: the host name); names the network namespaces.")
+        str | None,
+        typer.Option(
+            "--node",
+            help="Node name; names the workers' network namespaces."
+            " (default: <hostname>-<first 4 hex digits of sha256 of the absolute data dir>)",
+            show_default=False,
+        ),
     ] = None,
     subnet: Annotated[
-        str, typer.Option("--subnet", help="IPv4 network for worker addresses; differ per stack on one machine.")
-    ] = "10.88.0.0/16",
+        str | None,
+        typer.Option(
+            "--subnet",
+            help="IPv4 network for worker addresses; must differ per stack on one machine."
+            " (default: 10.<88 + those 4 hex digits mod 100>.0.0/16)",
+            show_default=False,
+        ),
+    ] = None,
 ) -> None:
     """Run the whole stack on this machine until Ctrl-C.
 
@@ -37,6 +49,17 @@ def dev(
     ATE_TEMPORAL_ADDRESS is set), the api-server, the worker, an atelet and the router, and prints
     one line per part, then `ate: ready`. Logs go to DATA_DIR/logs. Ctrl-C suspends running actors
     and stops everything; state survives a restart.
+
+    A part that exits after it was ready is restarted after 1 s, 2 s, 4 s... (at most 30 s);
+    5 crashes of one part within 60 s stop everything. A restarted atelet removes the sandboxes
+    and network namespaces its previous run left; if it is not running when ate dev stops, ate dev
+    lists them with the commands that remove them.
+
+    If ate dev itself is killed (even with kill -9), every part but PostgreSQL gets SIGTERM.
+    PostgreSQL keeps running; the next ate dev with the same --data-dir adopts it.
+
+    Two stacks on one machine need different --data-dir and ports: the node name and the worker
+    subnet default to values derived from the data dir.
 
     Example: ate dev --workers 4
     """
@@ -53,8 +76,7 @@ def dev(
         temporal_port=temporal_port,
         ui_port=ui_port,
         metrics_port_base=metrics_port_base,
-        subnet=subnet,
+        node=node or "",
+        subnet=subnet or "",
     )
-    if node:
-        config.node = node
     raise typer.Exit(DevStack(config).run())

@@ -1,8 +1,9 @@
 """Reading an actor template file: a YAML document whose `spec` is sent to the API.
 
-`kind` must be `ActorTemplate` when present; `apiVersion` and `metadata` are accepted and
-ignored (the name comes from the command line). A document without `kind` and `spec` is taken
-as the spec itself.
+The whole document is checked before anything is sent. Its top level may hold only
+`apiVersion` (`ate.dev/v1alpha1`), `kind` (`ActorTemplate`), `metadata` (only `name`, which
+must equal the name on the command line) and `spec` (required, a mapping). `apiVersion`, `kind`
+and `metadata` may be left out. The spec's own fields are checked by the API server.
 """
 
 from pathlib import Path
@@ -10,24 +11,81 @@ from typing import Any
 
 import yaml
 
+API_VERSION = "ate.dev/v1alpha1"
 TEMPLATE_KIND = "ActorTemplate"
+TOP_LEVEL_KEYS = ("apiVersion", "kind", "metadata", "spec")
+METADATA_KEYS = ("name",)
 
 
 class ManifestError(ValueError):
     """The file cannot be used as a template; the message says why."""
 
 
-def load_template_spec(path: Path) -> dict[str, Any]:
-    """Load a template file and return its spec.
+def _names(keys: list[Any]) -> str:
+    return ", ".join(repr(str(k)) for k in keys)
+
+
+def check_template_document(doc: Any, where: str, name: str | None = None) -> dict[str, Any]:
+    """Check a parsed template document and return its spec.
 
     Args:
-        path: The YAML file.
+        doc: The parsed YAML document.
+        where: How to name the document in messages (its path).
+        name: The template's name from the command line; `metadata.name`, when given, must equal it.
 
     Returns:
         The spec mapping.
 
     Raises:
-        ManifestError: The file is missing, not YAML, or not a template.
+        ManifestError: The document is not an acceptable template; the message names the
+            offending key or value and what is expected.
+    """
+    if not isinstance(doc, dict):
+        raise ManifestError(f"{where} must hold a YAML mapping with {', '.join(TOP_LEVEL_KEYS)}")
+    unknown = [k for k in doc if k not in TOP_LEVEL_KEYS]
+    if unknown:
+        noun = "key" if len(unknown) == 1 else "keys"
+        raise ManifestError(
+            f"{where}: unknown top-level {noun} {_names(unknown)} (allowed: {', '.join(TOP_LEVEL_KEYS)})"
+        )
+    if "apiVersion" in doc and doc["apiVersion"] != API_VERSION:
+        raise ManifestError(f"{where}: apiVersion is {doc['apiVersion']!r}, expected {API_VERSION!r}")
+    if "kind" in doc and doc["kind"] != TEMPLATE_KIND:
+        raise ManifestError(f"{where}: kind is {doc['kind']!r}, expected {TEMPLATE_KIND!r}")
+    metadata = doc.get("metadata")
+    if metadata is not None:
+        if not isinstance(metadata, dict):
+            raise ManifestError(f"{where}: metadata must be a mapping (allowed key: name)")
+        unknown = [k for k in metadata if k not in METADATA_KEYS]
+        if unknown:
+            noun = "key" if len(unknown) == 1 else "keys"
+            raise ManifestError(f"{where}: unknown metadata {noun} {_names(unknown)} (allowed: name)")
+        meta_name = metadata.get("name")
+        if meta_name is not None and name is not None and str(meta_name) != name:
+            raise ManifestError(
+                f"{where}: metadata.name is {str(meta_name)!r} but the command names the template {name!r};"
+                " make them equal or drop metadata.name"
+            )
+    if "spec" not in doc:
+        raise ManifestError(f"{where} has no spec (allowed top-level keys: {', '.join(TOP_LEVEL_KEYS)})")
+    spec = doc["spec"]
+    if not isinstance(spec, dict):
+        raise ManifestError(f"{where}: spec must be a mapping")
+    return spec
+
+
+def load_template_spec(path: Path, name: str | None = None) -> dict[str, Any]:
+    """Load and check a template file and return its spec.
+
+    Args:
+        path: The YAML file.
+        name: The template's name; `metadata.name`, when given, must equal it (None: not checked).
+
+    Returns:
+        The spec mapping.
+
+    Raises:
+        ManifestError: The file is missing, not YAML, or not an acceptable template.
     """
     try:
         text = path.read_text()
@@ -37,16 +95,4 @@ def load_template_spec(path: Path) -> dict[str, Any]:
         doc = yaml.safe_load(text)
     except yaml.YAMLError as exc:
         raise ManifestError(f"{path} is not valid YAML: {exc}") from exc
-    if not isinstance(doc, dict):
-        raise ManifestError(f"{path} must hold a YAML mapping")
-    kind = doc.get("kind")
-    if kind is not None and kind != TEMPLATE_KIND:
-        raise ManifestError(f"{path} has kind {kind!r}, want {TEMPLATE_KIND!r}")
-    if "spec" in doc:
-        spec = doc["spec"]
-        if not isinstance(spec, dict):
-            raise ManifestError(f"{path}: spec must be a mapping")
-        return spec
-    if kind is not None or "apiVersion" in doc or "metadata" in doc:
-        raise ManifestError(f"{path} has no spec")
-    return doc
+    return check_template_document(doc, str(path), name)

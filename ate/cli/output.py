@@ -14,6 +14,8 @@ import typer
 import yaml
 
 NONE = "<none>"
+REASON_WIDTH = 60
+"""Characters of a template's failure reason shown in a list (one line; `…` marks a cut)."""
 
 
 class OutputFormat(StrEnum):
@@ -26,7 +28,7 @@ class OutputFormat(StrEnum):
 
 ACTOR_COLUMNS = ("ATESPACE", "NAME", "TEMPLATE", "STATE", "WORKER POD", "WORKER IPS", "VERSION", "AGE")
 WORKER_COLUMNS = ("POOL", "WORKER", "NODE", "IP", "STATE", "ACTORS")
-TEMPLATE_COLUMNS = ("ATESPACE", "NAME", "PHASE", "SANDBOX CLASS", "AGE")
+TEMPLATE_COLUMNS = ("ATESPACE", "NAME", "PHASE", "SANDBOX CLASS", "AGE", "REASON")
 ATESPACE_COLUMNS = ("NAME", "AGE")
 
 
@@ -147,24 +149,30 @@ def template_sandbox_class(spec: Any) -> str:
     return _text(spec.get("sandboxClass") or spec.get("sandbox_class"))
 
 
-def template_phase(template: dict[str, Any]) -> str:
-    """The PHASE cell: the phase, with the reason appended for a Failed template."""
-    phase = _text(template.get("phase"))
+def one_line(text: str, width: int | None = None) -> str:
+    """`text` on one line (whitespace runs collapsed), cut to `width` characters with `…`."""
+    flat = " ".join(text.split())
+    if width is not None and len(flat) > width:
+        return flat[: width - 1].rstrip() + "…"
+    return flat
+
+
+def template_row(template: dict[str, Any], now: datetime | None = None, *, full: bool = False) -> list[str]:
+    """One row of TEMPLATE_COLUMNS; the REASON is cut to REASON_WIDTH unless `full`."""
     reason = template.get("reason")
-    if phase == "Failed" and reason:
-        return f"Failed: {reason}"
-    return phase
-
-
-def template_row(template: dict[str, Any], now: datetime | None = None) -> list[str]:
-    """One row of TEMPLATE_COLUMNS."""
     return [
         _text(template.get("atespace")),
         _text(template.get("name")),
-        template_phase(template),
+        _text(template.get("phase")),
         template_sandbox_class(template.get("spec")),
         human_age(template.get("created_at"), now),
+        one_line(str(reason), None if full else REASON_WIDTH) if reason else NONE,
     ]
+
+
+def template_row_full(template: dict[str, Any], now: datetime | None = None) -> list[str]:
+    """One row of TEMPLATE_COLUMNS with the whole REASON (for a single template)."""
+    return template_row(template, now, full=True)
 
 
 def atespace_row(atespace: dict[str, Any], now: datetime | None = None) -> list[str]:
@@ -248,8 +256,9 @@ def print_workers(data: Any, fmt: OutputFormat) -> None:
 
 
 def print_templates(data: Any, fmt: OutputFormat, empty: str = "No templates found.") -> None:
-    """Print one template or a list of templates."""
-    echo_resources(data, fmt, columns=TEMPLATE_COLUMNS, row=template_row, empty=empty)
+    """Print one template (with its whole failure reason) or a list of templates (reasons cut)."""
+    row = template_row if isinstance(data, list) else template_row_full
+    echo_resources(data, fmt, columns=TEMPLATE_COLUMNS, row=row, empty=empty)
 
 
 def print_atespaces(data: Any, fmt: OutputFormat) -> None:

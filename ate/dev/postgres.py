@@ -91,6 +91,15 @@ class EmbeddedPostgres:
         self.dsn = server.get_uri(database=self.database)
         return self.dsn
 
+    def restart(self) -> str:
+        """Start the server again after it died (a stale `postmaster.pid` is taken over).
+
+        Returns:
+            The DSN, the same as before: the socket directory depends only on the data dir.
+        """
+        self._forget()
+        return self.start()
+
     def _system_user(self) -> str | None:
         """The system user the server runs as (None: ourselves)."""
         return "embedded_postgres" if os.geteuid() == 0 else None

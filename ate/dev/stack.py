@@ -1,11 +1,19 @@
 """The order of `ate dev`: PostgreSQL, Temporal, api-server, worker, atelet, router.
 
 Start: each part in turn, each waited for (60 s) before the next; then `ate: ready`.
-Run: watch the parts; one exiting stops everything. Stop (Ctrl-C or SIGTERM): the router,
-then suspend every RUNNING actor through the API so its state survives a restart, then the
-atelet, worker, api-server, Temporal and PostgreSQL. A second Ctrl-C kills everything at once.
+Run: watch the parts; a part (PostgreSQL and Temporal too) that exits after it was ready is
+restarted after 1 s, 2 s, 4 s... (at most 30 s), printing `<part>: exited (<code>), restarting`
+and its ready line again; 5 crashes of one part within 60 s stop everything. Stop (Ctrl-C or
+SIGTERM): the router, then suspend every RUNNING actor through the API so its state survives a
+restart, then the atelet, worker, api-server, Temporal and PostgreSQL. When the atelet is not
+running then, nothing is started: leftover sandboxes and network namespaces are listed with
+the commands that remove them. A second Ctrl-C kills everything at once.
+
+If `ate dev` itself is killed, every part but PostgreSQL gets SIGTERM from the kernel
+(`PR_SET_PDEATHSIG`); PostgreSQL keeps running and the next start adopts it.
 """
 
+import hashlib
 import os
 import signal
 import socket
@@ -19,11 +27,14 @@ from types import FrameType
 from typing import Any
 
 from ate.cli.client import ApiClient, ApiError
+from ate.dev.leftovers import find_leftovers
 from ate.dev.postgres import EmbeddedPostgres, redact_dsn
 from ate.dev.supervisor import (
     Child,
     ChildFailed,
+    CrashCounter,
     Interrupted,
+    RestartPolicy,
     Supervisor,
     http_ok,
     log_line,
@@ -33,6 +44,8 @@ from ate.dev.temporal import dev_server_child, port_open
 
 SUSPEND_BUDGET = 30.0
 """Seconds `ate dev` spends suspending running actors when it stops."""
+POSTGRES_CHECK_INTERVAL = 2.0
+"""Seconds between two checks that the embedded PostgreSQL still runs."""
 
 
 @dataclass
@@ -53,9 +66,10 @@ class DevConfig:
         metrics_port_base: Prometheus ports: router at base, worker base+1, atelet base+85.
         image_root: Directory images are found under (the current directory).
         node: This node's name (also names the workers' network namespaces: two stacks on one
-            machine need different nodes and subnets).
-        subnet: IPv4 network the workers' addresses are cut from.
+            machine need different nodes and subnets). Empty: `default_node(data_dir)`.
+        subnet: IPv4 network the workers' addresses are cut from. Empty: `default_subnet(data_dir)`.
         ready_timeout: Seconds each part gets to become ready.
+        restart: When a part that exited after being ready is started again.
     """
 
     data_dir: Path
@@ -70,9 +84,10 @@ class DevConfig:
     ui_port: int = 8233
     metrics_port_base: int = 9000
     image_root: Path = field(default_factory=Path.cwd)
-    node: str = field(default_factory=socket.gethostname)
-    subnet: str = "10.88.0.0/16"
+    node: str = ""
+    subnet: str = ""
     ready_timeout: float = 60.0
+    restart: RestartPolicy = field(default_factory=RestartPolicy)
 
     @property
     def api_url(self) -> str:
@@ -83,6 +98,22 @@ class DevConfig:
     def logs(self) -> Path:
         """Directory of the parts' logs."""
         return self.data_dir / "logs"
+
+
+def data_dir_hash(data_dir: Path) -> str:
+    """4 hex digits of the SHA-256 of the absolute data dir: tells stacks on one machine apart."""
+    absolute = str(data_dir.expanduser().resolve())
+    return hashlib.sha256(absolute.encode()).hexdigest()[:4]
+
+
+def default_node(data_dir: Path) -> str:
+    """The node name of a stack by default: `<hostname>-<data_dir_hash>`."""
+    return f"{socket.gethostname()}-{data_dir_hash(data_dir)}"
+
+
+def default_subnet(data_dir: Path) -> str:
+    """The worker subnet of a stack by default: `10.<88 + data_dir_hash mod 100>.0.0/16`."""
+    return f"10.{88 + int(data_dir_hash(data_dir), 16) % 100}.0.0/16"
 
 
 def tour(config: DevConfig) -> str:
@@ -113,11 +144,19 @@ class DevStack:
     def __init__(self, config: DevConfig, out: Callable[[str], None] | None = None) -> None:
         self.config = config
         self.config.data_dir = config.data_dir.expanduser().resolve()
+        self.config.node = config.node or default_node(self.config.data_dir)
+        self.config.subnet = config.subnet or default_subnet(self.config.data_dir)
         self.out = out or (lambda line: print(line, flush=True))
         self._stop_requested = False
         self._stopping = False
-        self.supervisor = Supervisor(lambda: self._stop_requested, ready_timeout=config.ready_timeout)
+        self.supervisor = Supervisor(
+            lambda: self._stop_requested, ready_timeout=config.ready_timeout, policy=config.restart
+        )
         self.postgres: EmbeddedPostgres | None = None
+        self._pg_crashes = CrashCounter(config.restart)
+        self._pg_up_since = 0.0
+        self._pg_restart_at: float | None = None
+        self._pg_checked = 0.0
         self.database_url = ""
         self.temporal_address = ""
 
@@ -203,12 +242,23 @@ class DevStack:
         })  # fmt: skip
         return env
 
-    def _ate(self, name: str, args: list[str], ready: Callable[[Child], bool]) -> Child:
+    def _ate(self, name: str, args: list[str], ready: Callable[[Child], bool], ready_message: str) -> Child:
         """A child running `python -m ate <name> <args>`."""
         argv = [sys.executable, "-m", "ate", name, *args]
         return Child(
-            name, argv, self.config.logs / f"{name}.log", ready=ready, env=self._child_env(), cwd=self.config.image_root
+            name,
+            argv,
+            self.config.logs / f"{name}.log",
+            ready=ready,
+            env=self._child_env(),
+            cwd=self.config.image_root,
+            ready_message=ready_message,
         )
+
+    def _start_child(self, child: Child) -> None:
+        """Start one part, wait until it is ready and print its ready line."""
+        self.supervisor.start(child)
+        self.out(child.ready_message)
 
     def _start(self) -> None:
         cfg = self.config
@@ -225,14 +275,15 @@ class DevStack:
             "api-server",
             ["--host", cfg.host, "--port", str(cfg.api_port), "--snapshot-location", snapshots],
             http_ok(f"{cfg.api_url}/healthz"),
+            f"api-server: ready on {cfg.api_url}",
         )
-        self.supervisor.start(api)
-        self.out(f"api-server: ready on {cfg.api_url}")
+        self._start_child(api)
 
         metrics = cfg.metrics_port_base
         worker_args = ["--metrics-listen", f"{cfg.host}:{metrics + 1}"]
-        self.supervisor.start(self._ate("worker", worker_args, log_line("worker: ready")))
-        self.out("worker: ready (task queue ate-control)")
+        self._start_child(
+            self._ate("worker", worker_args, log_line("worker: ready"), "worker: ready (task queue ate-control)")
+        )
 
         atelet_args = [
             "--node", cfg.node,
@@ -245,17 +296,17 @@ class DevStack:
             "--subnet", cfg.subnet,
         ]  # fmt: skip
         atelet_args += ["--pool", str(cfg.pool.resolve())] if cfg.pool else ["--workers", str(cfg.workers)]
-        self.supervisor.start(self._ate("atelet", atelet_args, log_line("atelet: ready")))
         what = f"pool {cfg.pool}" if cfg.pool else f"{cfg.workers} workers"
-        self.out(f"atelet: ready on {cfg.host}:{cfg.atelet_port} (node {cfg.node}, {what})")
+        ready = f"atelet: ready on {cfg.host}:{cfg.atelet_port} (node {cfg.node}, subnet {cfg.subnet}, {what})"
+        self._start_child(self._ate("atelet", atelet_args, log_line("atelet: ready"), ready))
 
         router_args = [
             "--listen", f"{cfg.host}:{cfg.router_port}",
             "--api-server", cfg.api_url,
             "--metrics-listen", f"{cfg.host}:{metrics}",
         ]  # fmt: skip
-        self.supervisor.start(self._ate("router", router_args, log_line("router: ready")))
-        self.out(f"router: ready on http://{cfg.host}:{cfg.router_port}")
+        ready = f"router: ready on http://{cfg.host}:{cfg.router_port}"
+        self._start_child(self._ate("router", router_args, log_line("router: ready"), ready))
 
     def _start_postgres(self) -> None:
         external = os.environ.get("ATE_DATABASE_URL")
@@ -270,7 +321,12 @@ class DevStack:
             raise ChildFailed(
                 "postgres", f"did not start: {exc}", self.postgres.log_path, read_tail(self.postgres.log_path)
             ) from exc
-        self.out(f"postgres: ready (database ate, socket in {self.postgres.socket_dir})")
+        self._pg_up_since = self._pg_checked = time.monotonic()
+        self.out(self._postgres_ready_line())
+
+    def _postgres_ready_line(self) -> str:
+        socket_dir = self.postgres.socket_dir if self.postgres else None
+        return f"postgres: ready (database ate, socket in {socket_dir})"
 
     def _start_temporal(self) -> None:
         external = os.environ.get("ATE_TEMPORAL_ADDRESS")
@@ -282,27 +338,61 @@ class DevStack:
         child = dev_server_child(
             cfg.data_dir, cfg.logs / "temporal.log", ip=cfg.host, port=cfg.temporal_port, ui_port=cfg.ui_port
         )
-        self.supervisor.start(child)
         self.temporal_address = f"{cfg.host}:{cfg.temporal_port}"
-        self.out(f"temporal: ready on {self.temporal_address}, UI http://{cfg.host}:{cfg.ui_port}")
+        child.ready_message = f"temporal: ready on {self.temporal_address}, UI http://{cfg.host}:{cfg.ui_port}"
+        self._start_child(child)
 
     def _watch(self) -> int:
-        """Wait for a stop request (0) or a part exiting (1)."""
-        last_pg_check = time.monotonic()
+        """Restart parts that exit until a stop is requested (0).
+
+        Raises:
+            ChildFailed: A part crashed too often (RestartPolicy.max_crashes within its window).
+        """
         while not self._stop_requested:
-            child = self.supervisor.exited()
-            if child is not None:
-                self._report(child.failure(f"exited with code {child.returncode()}"))
-                return 1
-            if self.postgres is not None and time.monotonic() - last_pg_check > 2.0:
-                last_pg_check = time.monotonic()
-                if not self.postgres.running():
-                    self._report(
-                        ChildFailed("postgres", "exited", self.postgres.log_path, read_tail(self.postgres.log_path))
-                    )
-                    return 1
+            self.supervisor.tend(self.out)
+            self._tend_postgres()
             time.sleep(0.3)
         return 0
+
+    def _tend_postgres(self, now: float | None = None) -> None:
+        """Restart the embedded PostgreSQL, by the same policy as the other parts, if it died.
+
+        Raises:
+            ChildFailed: It crashed too often.
+        """
+        pg = self.postgres
+        if pg is None or self._stop_requested:
+            return
+        current = time.monotonic() if now is None else now
+        if self._pg_restart_at is not None:
+            if current < self._pg_restart_at:
+                return
+            self._pg_restart_at = None
+            try:
+                pg.restart()
+            except Exception as exc:  # the wheel raises several kinds
+                self.out(f"postgres: did not start: {exc}")
+                self._postgres_crashed(current, 0.0)
+                return
+            self._pg_up_since = self._pg_checked = time.monotonic() if now is None else now
+            self.out(self._postgres_ready_line())
+            return
+        if current - self._pg_checked < POSTGRES_CHECK_INTERVAL:
+            return
+        self._pg_checked = current
+        if not pg.running():
+            self._postgres_crashed(current, current - self._pg_up_since)
+
+    def _postgres_crashed(self, now: float, up_for: float) -> None:
+        pg = self.postgres
+        assert pg is not None
+        delay = self._pg_crashes.crashed(now, up_for)
+        if delay is None:
+            window = self.config.restart.window
+            reason = f"exited {self._pg_crashes.recent} times within {window:.0f} s, giving up"
+            raise ChildFailed("postgres", reason, pg.log_path, read_tail(pg.log_path))
+        self.out("postgres: exited (code unknown: not our child), restarting")
+        self._pg_restart_at = now + delay
 
     def _report(self, failure: ChildFailed) -> None:
         self.out(f"{failure.name}: {failure.reason}")
@@ -326,7 +416,8 @@ class DevStack:
                     self.out("example: atespace demo created")
                 if not _exists(lambda: api.get_template("demo", "counter")):
                     self.out(f"example: creating template counter from {path} (waiting for Ready)")
-                    template = api.create_template("demo", "counter", load_template_spec(path), wait=True)
+                    spec = load_template_spec(path, "counter")
+                    template = api.create_template("demo", "counter", spec, wait=True)
                     reason = f": {template.get('reason')}" if template.get("phase") == "Failed" else ""
                     self.out(f"example: template counter {template.get('phase')}{reason}")
                 if not _exists(lambda: api.get_actor("demo", "c1")):
@@ -386,13 +477,29 @@ class DevStack:
         if "router" in by_name:
             self.supervisor.stop(by_name["router"], report)
         atelet, api = by_name.get("atelet"), by_name.get("api-server")
-        if atelet and atelet.running() and api and api.running():
+        if atelet and self.supervisor.is_up(atelet) and api and self.supervisor.is_up(api):
             self._suspend_running_actors()
+        atelet_down = atelet is not None and not atelet.running()
         self.supervisor.stop_all(report)
+        if atelet_down:
+            self._report_leftovers()
         if self.postgres is not None and self.postgres.running():
             self.postgres.stop()
             self.out("postgres: stopped")
         self.out("ate: stopped")
+
+    def _report_leftovers(self) -> None:
+        """The atelet is not running, so nothing cleaned up: list what is left, with commands."""
+        found = find_leftovers(self.config.node, self.config.data_dir / "atelet")
+        if not found:
+            self.out("ate: the atelet was not running; no leftover sandboxes or network namespaces found")
+            return
+        self.out(
+            "ate: the atelet was not running, so its sandboxes and network namespaces are left over"
+            " (its next start removes them); to remove them now, run as root:"
+        )
+        for command in found.commands():
+            self.out(f"  {command}")
 
 
 def _exists(get: Callable[[], object]) -> bool:

@@ -1,11 +1,14 @@
-"""Generic supervision of child processes: start, await readiness, watch, stop.
+"""Generic supervision of child processes: start, await readiness, watch, restart, stop.
 
 Each child's output goes to a log file; readiness is a line in the log, an HTTP 200, or any
 check; a stop is SIGTERM, then SIGKILL of its whole session after a deadline.
 
+A child that exits after it was ready is restarted (`Supervisor.tend`) with a growing delay
+(`RestartPolicy`: 1 s, 2 s, 4 s... at most 30 s); too many crashes in a short time give up.
+
 Children run in their own session, so a Ctrl-C in the terminal reaches only the supervisor,
-which then stops them in its own order. On Linux each child also gets SIGTERM if the
-supervisor dies without stopping it.
+which then stops them in its own order. On Linux each child also gets SIGTERM when the
+supervisor dies without stopping it, even by SIGKILL (`PR_SET_PDEATHSIG`).
 """
 
 import contextlib
@@ -51,14 +54,89 @@ class Interrupted(Exception):
     """A stop was requested while waiting."""
 
 
-def _set_parent_death_signal() -> None:
-    """In the child, before exec: get SIGTERM when the parent dies (Linux only)."""
-    with contextlib.suppress(Exception):
-        libc = ctypes.CDLL("libc.so.6", use_errno=True)
-        libc.prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
+PR_SET_PDEATHSIG = 1
 
 
-_PREEXEC = _set_parent_death_signal if sys.platform.startswith("linux") else None
+def _load_libc() -> ctypes.CDLL | None:
+    """libc, loaded once in the supervisor (loading it in a forked child could deadlock)."""
+    if not sys.platform.startswith("linux"):
+        return None
+    try:
+        return ctypes.CDLL(None, use_errno=True)
+    except OSError:
+        return None
+
+
+_LIBC = _load_libc()
+
+
+def parent_death_signal(parent: int) -> Callable[[], None] | None:
+    """A `preexec_fn` that makes the child get SIGTERM when `parent` (the supervisor) dies.
+
+    The signal is the kernel's `PR_SET_PDEATHSIG`: it comes even when the supervisor is
+    SIGKILLed, and it survives the exec. Should the supervisor have died before the child set
+    it, the child terminates itself at once. None where it is not available (not Linux).
+    """
+    libc = _LIBC
+    if libc is None:
+        return None
+
+    def preexec() -> None:
+        libc.prctl(PR_SET_PDEATHSIG, signal.SIGTERM, 0, 0, 0)
+        if os.getppid() != parent:  # the supervisor is gone already
+            os.kill(os.getpid(), signal.SIGTERM)
+
+    return preexec
+
+
+@dataclass(frozen=True)
+class RestartPolicy:
+    """When a child that exited after being ready is started again.
+
+    Attributes:
+        first_delay: Seconds before the first restart; each further crash doubles it.
+        max_delay: The longest delay.
+        max_crashes: This many crashes within `window` seconds give up.
+        window: Seconds over which crashes are counted; a child that stayed up this long
+            starts again at `first_delay`.
+    """
+
+    first_delay: float = 1.0
+    max_delay: float = 30.0
+    max_crashes: int = 5
+    window: float = 60.0
+
+
+class CrashCounter:
+    """Counts one part's crashes and answers how long to wait before its restart.
+
+    Args:
+        policy: The restart policy.
+    """
+
+    def __init__(self, policy: RestartPolicy) -> None:
+        self.policy = policy
+        self._crashes: list[float] = []
+        self._streak = 0
+
+    def crashed(self, now: float, up_for: float) -> float | None:
+        """Record a crash at `now` after `up_for` seconds of running.
+
+        Returns:
+            The seconds to wait before the restart, or None to give up (`max_crashes`
+            crashes within `window` seconds).
+        """
+        policy = self.policy
+        self._crashes = [t for t in self._crashes if now - t < policy.window] + [now]
+        if len(self._crashes) >= policy.max_crashes:
+            return None
+        self._streak = 1 if up_for >= policy.window else self._streak + 1
+        return min(policy.first_delay * float(2 ** (self._streak - 1)), policy.max_delay)
+
+    @property
+    def recent(self) -> int:
+        """Crashes within the current window."""
+        return len(self._crashes)
 
 
 def log_line(text: str) -> ReadyCheck:
@@ -105,6 +183,7 @@ class Child:
         ready: The readiness check; None means ready once started.
         env: The full environment; None inherits the supervisor's.
         cwd: Working directory; None inherits.
+        ready_message: The line reported each time it becomes ready (again).
     """
 
     name: str
@@ -113,6 +192,7 @@ class Child:
     ready: ReadyCheck | None = None
     env: dict[str, str] | None = None
     cwd: Path | None = None
+    ready_message: str = ""
     process: subprocess.Popen[bytes] | None = field(default=None, init=False, repr=False)
     _log_start: int = field(default=0, init=False, repr=False)
     _scan_pos: int = field(default=0, init=False, repr=False)
@@ -127,6 +207,7 @@ class Child:
             log.flush()
             self._log_start = log.tell()
             self._scan_pos = self._log_start
+            self._scan_carry = ""
             self.process = subprocess.Popen(
                 self.argv,
                 stdin=subprocess.DEVNULL,
@@ -135,7 +216,7 @@ class Child:
                 env=self.env,
                 cwd=self.cwd,
                 start_new_session=True,
-                preexec_fn=_PREEXEC,
+                preexec_fn=parent_death_signal(os.getpid()),
             )
 
     @property
@@ -231,22 +312,43 @@ class Child:
         self._signal_group(signal.SIGKILL)
 
 
+@dataclass
+class _Watch:
+    """What the supervisor knows about one child between its starts."""
+
+    crashes: CrashCounter
+    up_since: float | None = None
+    """When it last became ready; None while it is (re)starting or waiting to."""
+    restart_at: float | None = None
+    """When to start it again after a crash."""
+    starting_since: float | None = None
+    """When a restart began; it is awaited until ready."""
+    last_code: int | None = None
+
+
 class Supervisor:
-    """Starts children in order, watches them, and stops them in reverse order.
+    """Starts children in order, watches and restarts them, and stops them in reverse order.
 
     Args:
         should_stop: Polled during waits; True abandons the wait with `Interrupted`.
         ready_timeout: Seconds each child gets to become ready.
         stop_timeout: Seconds each child gets to exit after SIGTERM.
+        policy: When a child that crashed after being ready is started again.
     """
 
     def __init__(
-        self, should_stop: Callable[[], bool], ready_timeout: float = 60.0, stop_timeout: float = 15.0
+        self,
+        should_stop: Callable[[], bool],
+        ready_timeout: float = 60.0,
+        stop_timeout: float = 15.0,
+        policy: RestartPolicy | None = None,
     ) -> None:
         self.children: list[Child] = []
         self._should_stop = should_stop
         self.ready_timeout = ready_timeout
         self.stop_timeout = stop_timeout
+        self.policy = policy or RestartPolicy()
+        self._watch: dict[str, _Watch] = {}
 
     def start(self, child: Child) -> None:
         """Start `child` and wait until it is ready.
@@ -256,12 +358,72 @@ class Supervisor:
             Interrupted: A stop was requested meanwhile.
         """
         self.children.append(child)
+        self._watch[child.name] = _Watch(CrashCounter(self.policy))
         child.start()
         child.wait_ready(self.ready_timeout, self._should_stop)
+        self._watch[child.name].up_since = time.monotonic()
 
     def exited(self) -> Child | None:
         """The first child that has exited, if any."""
         return next((c for c in self.children if c.process is not None and c.returncode() is not None), None)
+
+    def is_up(self, child: Child) -> bool:
+        """Whether `child` is running and ready (not crashed, not waiting to restart)."""
+        watch = self._watch.get(child.name)
+        return child.running() and (watch is None or watch.up_since is not None)
+
+    def tend(self, report: Callable[[str], None], now: float | None = None) -> None:
+        """One round of watching: restart crashed children, report those ready again.
+
+        A child that exits after having been ready is reported as `<name>: exited (<code>),
+        restarting` and started again after the policy's delay; once ready again its
+        `ready_message` is reported. A restart that exits or is not ready in time counts as
+        another crash.
+
+        Args:
+            report: Prints one line.
+            now: The current `time.monotonic()` (for tests).
+
+        Raises:
+            ChildFailed: A child crashed `max_crashes` times within the policy's window.
+        """
+        for child in list(self.children):
+            watch = self._watch.setdefault(child.name, _Watch(CrashCounter(self.policy)))
+            current = time.monotonic() if now is None else now
+            if watch.restart_at is not None:
+                if current >= watch.restart_at and not self._should_stop():
+                    watch.restart_at = None
+                    watch.starting_since = current
+                    child.start()
+                continue
+            code = child.returncode()
+            if watch.starting_since is not None:
+                if code is None:
+                    if child.ready is None or child.ready(child):
+                        watch.starting_since = None
+                        watch.up_since = current
+                        report(child.ready_message or f"{child.name}: ready")
+                        continue
+                    if current - watch.starting_since <= self.ready_timeout:
+                        continue
+                    child.stop(self.stop_timeout)
+                    code = child.returncode()
+                    report(f"{child.name}: not ready within {self.ready_timeout:g} s")
+                up_for = 0.0
+            elif code is not None:
+                up_for = current - (watch.up_since if watch.up_since is not None else current)
+            else:
+                continue
+            watch.up_since = watch.starting_since = None
+            watch.last_code = code
+            child.kill()  # whatever it left in its session
+            delay = watch.crashes.crashed(current, up_for)
+            if delay is None:
+                raise child.failure(
+                    f"exited ({code}) {watch.crashes.recent} times within {self.policy.window:.0f} s, giving up"
+                )
+            report(f"{child.name}: exited ({code}), restarting")
+            watch.restart_at = current + delay
 
     def stop(self, child: Child, report: Callable[[str], None] | None = None) -> None:
         """Stop one child and forget it, reporting its exit."""
@@ -270,6 +432,7 @@ class Supervisor:
         was_running = child.running()
         code = child.stop(self.stop_timeout)
         self.children.remove(child)
+        self._watch.pop(child.name, None)
         if report and was_running:
             report(
                 f"{child.name}: stopped" + (f" (exit code {code})" if code not in (0, None, -signal.SIGTERM) else "")

@@ -30,6 +30,8 @@ class Store:
     actors: dict[tuple[str, str], dict[str, Any]] = field(default_factory=dict)
     workers: list[dict[str, Any]] = field(default_factory=list)
     requests: list[tuple[str, str, str]] = field(default_factory=list)
+    outcomes: dict[tuple[str, str], tuple[str, str | None]] = field(default_factory=dict)
+    """Phase and reason a Pending template shows from its next GET on."""
 
 
 def build_app() -> FastAPI:
@@ -93,19 +95,25 @@ def build_app() -> FastAPI:
     @app.post("/v1/atespaces/{atespace}/templates", status_code=201)
     async def create_template(atespace: str, body: dict[str, Any], wait: bool = False) -> dict[str, Any]:
         atespace_or_404(atespace)
+        key = (atespace, body["name"])
+        if key in store.templates:
+            raise ApiFailure(409, "AlreadyExists", f"template {atespace}/{body['name']} already exists")
         spec = body["spec"]
         failed = spec.get("containers") is None
+        outcome = ("Failed", "spec.containers: at least one container is required") if failed else ("Ready", None)
         template = {
             "atespace": atespace,
             "name": body["name"],
             "spec": spec,
-            "phase": ("Failed" if failed else "Ready") if wait else "Pending",
-            "reason": "spec.containers: at least one container is required" if failed and wait else None,
+            "phase": outcome[0] if wait else "Pending",
+            "reason": outcome[1] if wait else None,
             "golden_snapshot": None,
             "created_at": CREATED_AT,
         }
-        store.templates[(atespace, body["name"])] = template
-        return template
+        store.templates[key] = template
+        if not wait and not body["name"].startswith("later"):  # "later*" stay Pending
+            store.outcomes[key] = outcome
+        return dict(template)
 
     @app.get("/v1/atespaces/{atespace}/templates")
     async def list_templates(atespace: str) -> dict[str, Any]:
@@ -117,7 +125,11 @@ def build_app() -> FastAPI:
         atespace_or_404(atespace)
         if (atespace, name) not in store.templates:
             raise ApiFailure(404, "NotFound", f"template {atespace}/{name} not found")
-        return store.templates[(atespace, name)]
+        template = store.templates[(atespace, name)]
+        outcome = store.outcomes.pop((atespace, name), None)
+        if outcome is not None:
+            template.update(phase=outcome[0], reason=outcome[1])
+        return template
 
     @app.post("/v1/atespaces/{atespace}/actors", status_code=201)
     async def create_actor(atespace: str, body: dict[str, Any]) -> dict[str, Any]:

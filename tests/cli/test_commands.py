@@ -14,10 +14,8 @@ from .conftest import ServerThread
 runner = CliRunner()
 
 TEMPLATE_YAML = """\
-apiVersion: ate.dev/v1
+apiVersion: ate.dev/v1alpha1
 kind: ActorTemplate
-metadata:
-  name: ignored-here
 spec:
   sandboxClass: gvisor
   containers:
@@ -48,10 +46,13 @@ def test_tour(ate, api_server: ServerThread, tmp_path: Path) -> None:
     result = ate("create", "template", "counter", "-a", "demo", "-f", str(template_file))
     assert result.exit_code == 0, result.output
     assert result.stdout == "template/counter created (Ready)\n"
+    assert result.stderr == "template/counter: created, waiting for Ready (golden snapshot)...\n"
     sent = api_server.state.templates[("demo", "counter")]
     assert sent["spec"]["containers"][0]["image"] == "examples/counter/oci:latest"
     assert "kind" not in sent["spec"] and "metadata" not in sent["spec"]
-    assert ("POST", "/v1/atespaces/demo/templates", "wait=true") in api_server.state.requests
+    # Created at once (201, Pending), then polled until Ready.
+    assert ("POST", "/v1/atespaces/demo/templates", "") in api_server.state.requests
+    assert ("GET", "/v1/atespaces/demo/templates/counter", "") in api_server.state.requests
 
     result = ate(
         "create",
@@ -97,7 +98,7 @@ def test_tour(ate, api_server: ServerThread, tmp_path: Path) -> None:
     assert ate("get", "actor", "c1", "-a", "demo").stderr == "error: actor demo/c1 not found\n"
 
 
-def test_template_failed_and_no_wait(ate, tmp_path: Path) -> None:
+def test_template_failed_and_no_wait(ate, api_server: ServerThread, tmp_path: Path) -> None:
     ate("create", "atespace", "tpl")
     bad = tmp_path / "bad.yaml"
     bad.write_text("kind: ActorTemplate\nspec:\n  sandboxClass: gvisor\n")
@@ -105,13 +106,29 @@ def test_template_failed_and_no_wait(ate, tmp_path: Path) -> None:
     assert result.exit_code == 1
     assert result.stdout == "template/broken Failed: spec.containers: at least one container is required\n"
     result = ate("get", "templates", "-a", "tpl")
-    assert "Failed: spec.containers: at least one container is required" in result.stdout
-    assert "SANDBOX CLASS" in result.stdout.splitlines()[0]
+    header, row = result.stdout.splitlines()
+    assert header.split() == ["ATESPACE", "NAME", "PHASE", "SANDBOX", "CLASS", "AGE", "REASON"]
+    assert row.split()[:3] == ["tpl", "broken", "Failed"]
+    assert row.endswith("   spec.containers: at least one container is required")
+
+    long_reason = "golden snapshot failed: " + "x" * 300
+    api_server.state.templates[("tpl", "broken")]["reason"] = long_reason
+    row = ate("get", "templates", "-a", "tpl").stdout.splitlines()[1]
+    assert len(row) < 150 and row.endswith("golden snapshot failed: " + "x" * 35 + "…")
+    assert ate("get", "template", "broken", "-a", "tpl").stdout.splitlines()[1].endswith(long_reason)
+    assert json.loads(ate("get", "templates", "-a", "tpl", "-o", "json").stdout)["items"][0]["reason"] == long_reason
+    assert yaml.safe_load(ate("get", "template", "broken", "-a", "tpl", "-o", "yaml").stdout)["reason"] == long_reason
 
     good = tmp_path / "good.yaml"
     good.write_text(TEMPLATE_YAML)
     result = ate("create", "template", "later", "-a", "tpl", "-f", str(good), "--no-wait")
     assert (result.exit_code, result.stdout) == (0, "template/later created (Pending)\n")
+
+    refused = ate("create", "template", "counter", "-a", "no-such-space", "-f", str(good))
+    assert (refused.exit_code, refused.stdout) == (1, "")
+    assert refused.stderr == "error: atespace no-such-space not found\n"  # no "created" before the refusal
+    taken = ate("create", "template", "later", "-a", "tpl", "-f", str(good))
+    assert (taken.exit_code, taken.stderr) == (1, "error: template tpl/later already exists\n")
 
     wrong_kind = tmp_path / "pod.yaml"
     wrong_kind.write_text("kind: Pod\nspec: {}\n")

@@ -20,6 +20,7 @@ from ate.cli.output import (
     human_duration,
     render,
     template_row,
+    template_row_full,
     worker_row,
 )
 
@@ -154,23 +155,52 @@ def test_worker_table() -> None:
     assert split_columns(lines[2]) == ["default", "vm-w-1", "vm", "10.77.0.3", "ACTIVE", "0/4"]
 
 
-def test_template_table_shows_failure_reason() -> None:
-    ready = {
-        "atespace": "demo",
-        "name": "counter",
-        "spec": {"sandboxClass": "gvisor"},
-        "phase": "Ready",
-        "reason": None,
-        "golden_snapshot": None,
-        "created_at": "2026-03-10T09:00:00Z",
-    }
-    failed = {**ready, "name": "broken", "phase": "Failed", "reason": "image not found: nope"}
+READY_TEMPLATE = {
+    "atespace": "demo",
+    "name": "counter",
+    "spec": {"sandboxClass": "gvisor"},
+    "phase": "Ready",
+    "reason": None,
+    "golden_snapshot": None,
+    "created_at": "2026-03-10T09:00:00Z",
+}
+
+
+def test_template_table_shows_failure_reason_last() -> None:
+    failed = {**READY_TEMPLATE, "name": "broken", "phase": "Failed", "reason": "image not found: nope"}
     lines = render(
-        [ready, failed], OutputFormat.table, columns=TEMPLATE_COLUMNS, row=template_row, now=NOW
+        [READY_TEMPLATE, failed], OutputFormat.table, columns=TEMPLATE_COLUMNS, row=template_row, now=NOW
     ).splitlines()
-    assert split_columns(lines[0]) == ["ATESPACE", "NAME", "PHASE", "SANDBOX CLASS", "AGE"]
-    assert split_columns(lines[1]) == ["demo", "counter", "Ready", "gvisor", "3h"]
-    assert split_columns(lines[2]) == ["demo", "broken", "Failed: image not found: nope", "gvisor", "3h"]
+    assert split_columns(lines[0]) == ["ATESPACE", "NAME", "PHASE", "SANDBOX CLASS", "AGE", "REASON"]
+    assert split_columns(lines[1]) == ["demo", "counter", "Ready", "gvisor", "3h", "<none>"]
+    assert split_columns(lines[2]) == ["demo", "broken", "Failed", "gvisor", "3h", "image not found: nope"]
+
+
+LONG_REASON = (
+    "golden snapshot failed: runsc run failed (exit 128): container init failed:\n"
+    "  starting container: error loading image oci:examples/counter/oci:latest: no such tag; "
+    "see /work/.ate/atelet/logs/demo/counter.log for the full log of the boot"
+)
+
+
+def test_a_long_reason_is_cut_in_lists_and_whole_for_one_template() -> None:
+    failed = {**READY_TEMPLATE, "phase": "Failed", "reason": LONG_REASON}
+    lines = render([READY_TEMPLATE, failed], OutputFormat.table, columns=TEMPLATE_COLUMNS, row=template_row, now=NOW)
+    row = lines.splitlines()[2]
+    cells = split_columns(row)
+    assert cells[2] == "Failed"
+    # Columns before REASON stay as narrow as their longest short value.
+    assert lines.splitlines()[0].index("REASON") == row.index("golden")
+    reason = cells[5]
+    assert len(reason) == 60 and reason.endswith("…")
+    assert reason == "golden snapshot failed: runsc run failed (exit 128): contai…"
+
+    whole = render(failed, OutputFormat.table, columns=TEMPLATE_COLUMNS, row=template_row_full, now=NOW)
+    assert whole.splitlines()[1].endswith("see /work/.ate/atelet/logs/demo/counter.log for the full log of the boot")
+    assert len(whole.splitlines()) == 2
+    assert json.loads(render(failed, OutputFormat.json, columns=TEMPLATE_COLUMNS, row=template_row))["reason"] == (
+        LONG_REASON
+    )
 
 
 def test_atespace_table() -> None:

@@ -1,0 +1,35 @@
+"""What a crashed atelet leaves, and the commands `ate dev` prints for it."""
+
+from pathlib import Path
+
+from ate.dev.leftovers import find_leftovers, netns_prefix, veth_prefix
+
+
+def test_leftovers_of_this_node_only(tmp_path: Path) -> None:
+    (tmp_path / "runsc").mkdir()
+    # sha256("vm-3d71") starts 998c: this node's host veths are atv998c<i>.
+    assert veth_prefix("vm-3d71") == "atv998c"
+    outputs = {
+        ("runsc", f"--root={tmp_path / 'runsc'}", "list", "-quiet"): "demo-c1-7\n",
+        ("ip", "netns", "list"): (
+            "ate-vm-3d71-default-1 (id: 4)\nate-vm-3d71-default-0 (id: 3)\nate-vm-449d-default-0 (id: 2)\nother\n"
+        ),
+        ("ip", "-o", "link", "show"): (
+            "1: lo: <LOOPBACK,UP> mtu 65536\n"
+            "7: atv998c0@if6: <BROADCAST,MULTICAST,UP> mtu 1500\n"
+            "9: atv12340@if8: <BROADCAST,MULTICAST,UP> mtu 1500\n"
+        ),
+    }
+    found = find_leftovers("vm-3d71", tmp_path, run=lambda argv: outputs.get(tuple(argv)))
+    assert found.commands() == [
+        f"runsc --root={tmp_path / 'runsc'} delete --force demo-c1-7",
+        "ip netns delete ate-vm-3d71-default-1",
+        "ip netns delete ate-vm-3d71-default-0",
+        "ip link delete atv998c0",
+    ]
+
+
+def test_nothing_found_when_the_tools_are_missing(tmp_path: Path) -> None:
+    found = find_leftovers("vm", tmp_path, run=lambda _argv: None)
+    assert not found and found.commands() == []
+    assert netns_prefix("my host") == "ate-my-host-"
