@@ -3,6 +3,8 @@
 ``serve`` creates the workers' namespaces, serves gRPC, registers with the API server when one
 is configured, prints ``atelet: ready on <listen> (<n> workers)``, and on SIGTERM/SIGINT or
 cancellation stops cleanly: every sandbox it started is terminated and its namespaces deleted.
+With ``drain_on_sigterm``, the first SIGTERM drains the node first (``atelet.drain``) while gRPC
+keeps serving; a second SIGTERM (or SIGINT) stops at once.
 """
 
 from __future__ import annotations
@@ -18,6 +20,8 @@ from pathlib import Path
 import grpc
 
 from atelet import metrics
+from atelet.drain import drain
+from atelet.events import EventReporter
 from atelet.pool import PoolError, default_pool, load_pools
 from atelet.proto import atelet_pb2_grpc as pb_grpc
 from atelet.registration import heartbeat_loop
@@ -38,12 +42,31 @@ async def serve(settings: AteletSettings, ready: asyncio.Event | None = None) ->
         raise OSError(f"cannot listen on {settings.listen}")
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
+    draining: list[asyncio.Task[None]] = []
+
+    async def drain_then_stop() -> None:
+        try:
+            await drain(node, settings)
+        finally:
+            stop.set()
+
+    def on_sigterm() -> None:
+        if settings.drain_on_sigterm and not draining and not stop.is_set():
+            draining.append(asyncio.create_task(drain_then_stop()))
+        else:
+            if draining:
+                log.info("atelet: second SIGTERM, stopping now")
+            stop.set()
+
     installed = []
-    for sig in (signal.SIGTERM, signal.SIGINT):
+    for sig, handler in ((signal.SIGTERM, on_sigterm), (signal.SIGINT, stop.set)):
         with contextlib.suppress(NotImplementedError, RuntimeError, ValueError):
-            loop.add_signal_handler(sig, stop.set)
+            loop.add_signal_handler(sig, handler)
             installed.append(sig)
     heartbeat: asyncio.Task[None] | None = None
+    reporter = EventReporter(settings.api_server, settings.node)
+    node.on_exit = reporter.exited
+    deliver = asyncio.create_task(reporter.run()) if settings.api_server else None
     try:
         await node.start()
         metrics.serve(settings.metrics_listen)
@@ -56,16 +79,22 @@ async def serve(settings: AteletSettings, ready: asyncio.Event | None = None) ->
         await stop.wait()
         log.info("atelet: stopping")
     finally:
+        for task in draining:
+            task.cancel()
         if heartbeat is not None:
             heartbeat.cancel()
         for sig in installed:
             loop.remove_signal_handler(sig)
-        await asyncio.shield(_shutdown(server, node))
+        await asyncio.shield(_shutdown(server, node, reporter, deliver))
 
 
-async def _shutdown(server: grpc.aio.Server, node: Node) -> None:
+async def _shutdown(server: grpc.aio.Server, node: Node, reporter: EventReporter,
+                    deliver: asyncio.Task[None] | None) -> None:
     await server.stop(grace=2)
     await node.stop()
+    if deliver is not None:
+        await reporter.flush(2.0)
+        deliver.cancel()
 
 
 def parse_args(argv: list[str] | None = None) -> AteletSettings:
@@ -84,6 +113,9 @@ def parse_args(argv: list[str] | None = None) -> AteletSettings:
     parser.add_argument("--heartbeat-seconds", type=float)
     parser.add_argument("--subnet")
     parser.add_argument("--hollow", action="store_true", default=None)
+    parser.add_argument("--drain-on-sigterm", action="store_true", default=None,
+                        help="on SIGTERM, drain the node through the API server before stopping")
+    parser.add_argument("--drain-deadline-seconds", type=float)
     parser.add_argument("--log-level", default="INFO")
     args = vars(parser.parse_args(argv))
     logging.basicConfig(level=args.pop("log_level").upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")

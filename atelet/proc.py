@@ -26,8 +26,9 @@ class Result:
         return f"{' '.join(self.args)} exited {self.returncode}: {' | '.join(tail)}"
 
 
-async def run(args: list[str], *, timeout: float = 60.0, stdin: bytes | None = None) -> Result:
-    """Runs ``args`` to completion, capturing stdout/stderr; kills it after ``timeout`` seconds.
+async def run(args: list[str], *, timeout: float | None = 60.0, stdin: bytes | None = None) -> Result:
+    """Runs ``args`` to completion, capturing stdout/stderr; kills it after ``timeout`` seconds (None: never)
+    or when the caller is cancelled.
 
     Raises ``FileNotFoundError`` when the program does not exist and ``TimeoutError`` on timeout.
     """

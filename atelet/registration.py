@@ -1,9 +1,16 @@
-"""Registration and heartbeats with ate-api-server.
+"""Registration and heartbeats with ate-api-server, and fencing by its answer.
 
-When ``api_server`` is set: ``PUT {api_server}/v1/nodes/{node}`` with JSON
-``{"address", "runsc_version", "workers": [{"name", "pool", "ip", "sandbox_class", "labels",
-"places", "cpu_millis", "memory_bytes"}]}`` at start and every ``heartbeat_seconds``. Failures
-are logged and retried at the next beat; this loop never raises (except on cancellation).
+When ``api_server`` is set: ``PUT {api_server}/v1/nodes/{node}`` with JSON ``{"address",
+"runsc_version", "workers": [{"name", "pool", "ip", "sandbox_class", "labels", "places",
+"cpu_millis", "memory_bytes", "actor"}]}`` at start and every ``heartbeat_seconds``; ``actor`` is
+``{"atespace", "name"}`` of the sandbox on the worker (running or exited) or null.
+
+The API answers ``{"node", "workers", "terminate": [{"worker", "actor": {"atespace", "name"}}]}``:
+sandboxes the control plane no longer places here. Each is fenced (``Node.fence``: terminated only
+if that actor is still on that worker and no operation is in flight there). An answer without
+``terminate`` (an older API) or with a body that is not JSON fences nothing.
+
+Failures are logged and retried at the next beat; this loop never raises (except on cancellation).
 """
 
 from __future__ import annotations
@@ -34,33 +41,60 @@ def node_document(node: Node) -> dict[str, Any]:
                 "places": w.pool.places,
                 "cpu_millis": w.pool.cpu_millis,
                 "memory_bytes": w.pool.memory_bytes,
+                "actor": {"atespace": w.actor[0], "name": w.actor[1]} if w.actor else None,
             }
             for w in node.workers.values()
         ],
     }
 
 
-async def register_once(client: httpx.AsyncClient, node: Node) -> bool:
-    """One PUT; True on a 2xx answer."""
+async def register_once(client: httpx.AsyncClient, node: Node) -> dict[str, Any] | None:
+    """One PUT; the answer's JSON object on a 2xx answer ({} when it is not one), else None."""
     url = f"{node.settings.api_server.rstrip('/')}/v1/nodes/{node.settings.node}"  # type: ignore[union-attr]
     try:
         response = await client.put(url, json=node_document(node))
     except httpx.HTTPError as exc:
         log.warning("registration at %s failed: %s", url, exc)
-        return False
-    if response.is_success:
-        return True
-    log.warning("registration at %s answered %s: %s", url, response.status_code, response.text[:200])
-    return False
+        return None
+    if not response.is_success:
+        log.warning("registration at %s answered %s: %s", url, response.status_code, response.text[:200])
+        return None
+    try:
+        answer = response.json()
+    except ValueError:
+        return {}
+    return answer if isinstance(answer, dict) else {}
+
+
+def fence_requests(answer: dict[str, Any]) -> list[tuple[str, tuple[str, str]]]:
+    """The well-formed (worker, (atespace, name)) entries of the answer's ``terminate`` list."""
+    entries = answer.get("terminate") or []
+    if not isinstance(entries, list):
+        log.warning("heartbeat answer: terminate is not a list: %r", entries)
+        return []
+    requests = []
+    for entry in entries:
+        actor = entry.get("actor") if isinstance(entry, dict) else None
+        if (isinstance(actor, dict) and isinstance(entry.get("worker"), str)
+                and isinstance(actor.get("atespace"), str) and isinstance(actor.get("name"), str)):
+            requests.append((entry["worker"], (actor["atespace"], actor["name"])))
+        else:
+            log.warning("heartbeat answer: malformed terminate entry %r", entry)
+    return requests
 
 
 async def heartbeat_loop(node: Node) -> None:
-    """Registers now and then every ``heartbeat_seconds`` until cancelled."""
+    """Registers now and then every ``heartbeat_seconds`` until cancelled; fences what it is told to."""
     registered = False
     async with httpx.AsyncClient(timeout=httpx.Timeout(5.0)) as client:
         while True:
-            ok = await register_once(client, node)
-            if ok and not registered:
+            answer = await register_once(client, node)
+            if answer is not None and not registered:
                 log.info("registered node %s with %s", node.settings.node, node.settings.api_server)
-            registered = ok
+            registered = answer is not None
+            for worker, actor in fence_requests(answer or {}):
+                try:
+                    await node.fence(worker, actor)
+                except Exception:  # one failed fence must not stop the heartbeats
+                    log.exception("fence of %s/%s on %s failed", *actor, worker)
             await asyncio.sleep(node.settings.heartbeat_seconds)

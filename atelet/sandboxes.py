@@ -1,4 +1,5 @@
-"""The node's workers and the sandbox that runs on each: Run, Restore, Checkpoint, Terminate.
+"""The node's workers and the sandbox that runs on each: Run, Restore, Checkpoint, Terminate,
+DeleteSnapshot, exit watching and fencing.
 
 Each worker is one network namespace (``atelet.netns``) that runs at most one actor's sandbox at a
 time, guarded by a per-worker asyncio lock. Every mutating call goes through the operation log
@@ -14,6 +15,12 @@ On-disk layout under ``state_dir``::
     actors/<atespace>/<name>/volumes/<volume>/   durable dirs (bind-mounted into the sandbox)
     logs/<atespace>/<name>.log     sandbox output (runsc's stdout/stderr)
 
+A sandbox that exits on its own (crash, OOM kill; not one the atelet stopped) is noticed by a
+watch task (``atelet.watch``), measured 5-100 ms after the kill: the worker's state becomes
+``exited`` (its actor, durable dirs and log are kept until a Terminate; the dead sandbox itself is
+deleted from runsc) and ``on_exit(worker, actor, reason)`` is called once. ``fence`` terminates a sandbox at the control plane's request, unless an operation is in
+flight on its worker.
+
 Errors: INVALID_ARGUMENT (spec, URIs, names), NOT_FOUND (unknown worker, no snapshot),
 FAILED_PRECONDITION (worker busy with another actor, actor not on the worker, snapshot exists,
 manifest mismatch), UNAVAILABLE (probe timeout, checkpoint blocked), INTERNAL.
@@ -27,14 +34,15 @@ import re
 import shutil
 import time
 import uuid
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TypeVar
+from typing import Any, TypeVar
 
 from google.protobuf.message import Message
 
-from atelet import metrics, netns, probe
+from atelet import metrics, netns, probe, watch
 from atelet.bundle import build_config, write_bundle
 from atelet.errors import AteletError, invalid, not_found, precondition
 from atelet.images import ImageStore
@@ -72,6 +80,9 @@ class Worker:
     container_id: str | None = None
     state: str = "idle"  # idle | running | exited
     spec: pb.WorkloadSpec | None = None
+    exit_reason: str = ""  # how the sandbox ended, when state is "exited" on its own
+    watcher: asyncio.Task[None] | None = None  # the exit watch of the running sandbox
+    inflight: int = 0  # Run/Restore/Checkpoint/Terminate calls in flight on this worker
 
     def free(self) -> None:
         """Marks the worker idle (nothing runs on it)."""
@@ -79,6 +90,7 @@ class Worker:
         self.container_id = None
         self.state = "idle"
         self.spec = None
+        self.exit_reason = ""
 
 
 def _actor_key(ref: pb.ActorRef) -> tuple[str, str]:
@@ -112,6 +124,9 @@ class Node:
                 index += 1
         self.runsc_version = ""
         self._deleting: set[asyncio.Task[None]] = set()
+        self._detached: set[asyncio.Task[Any]] = set()  # exit watches past their sandbox's death
+        # Called once per sandbox that exits on its own: (worker name, actor, one-line reason).
+        self.on_exit: Callable[[str, tuple[str, str], str], None] | None = None
 
     # ---- lifecycle -------------------------------------------------------------------------
 
@@ -140,6 +155,13 @@ class Node:
                     await self._stop_sandbox(worker)
                 worker.free()
         await asyncio.gather(*self._deleting, return_exceptions=True)
+        for worker in self.workers.values():
+            await self._unwatch(worker)
+        if self._detached:  # sandboxes that exited just before: let their events out (they end soon)
+            await asyncio.wait(set(self._detached), timeout=watch.STATUS_GRACE_SECONDS + 1)
+            for task in list(self._detached):
+                task.cancel()
+            await asyncio.gather(*self._detached, return_exceptions=True)
         if not self.settings.hollow:
             for cid in await self.runsc.list():
                 await self.runsc.delete(cid)
@@ -164,11 +186,33 @@ class Node:
     def _log_path(self, actor: tuple[str, str]) -> Path:
         return self.state_dir / "logs" / actor[0] / f"{actor[1]}.log"
 
-    async def _measured(self, kind: str, op_id: str, response_type: type[M], fn: Callable[[], Awaitable[M]]) -> M:
+    @contextmanager
+    def _inflight(self, worker_name: str) -> Iterator[None]:
+        worker = self.workers.get(worker_name)
+        if worker is not None:
+            worker.inflight += 1
+        try:
+            yield
+        finally:
+            if worker is not None:
+                worker.inflight -= 1
+
+    async def _measured(self, kind: str, op_id: str, response_type: type[M], fn: Callable[[], Awaitable[M]],
+                        worker_name: str = "", *, record: bool = True) -> M:
+        """Runs ``fn`` through the operation log (``record``) or directly, counted in the worker's
+        ``inflight`` for as long as it runs (the log shields it from the caller's cancellation)."""
+        async def tracked() -> M:
+            with self._inflight(worker_name):
+                return await fn()
+
         start = time.monotonic()
         outcome = "ok"
         try:
-            return await self.ops.run(op_id, kind, response_type, fn)
+            if not record:
+                if not op_id:
+                    raise invalid("operation_id: required")
+                return await tracked()
+            return await self.ops.run(op_id, kind, response_type, tracked)
         except AteletError as exc:
             outcome = exc.code.name
             raise
@@ -213,6 +257,7 @@ class Node:
     async def _stop_sandbox(self, worker: Worker, *, already_exited: bool = False) -> bool:
         """Stops the worker's sandbox if any (True when one existed); ``runsc delete`` then runs in
         the background, since the sandbox is already dead and delete may wait ~1 s for its reaping."""
+        await self._unwatch(worker)
         cid = worker.container_id
         if cid is None:
             return False
@@ -225,6 +270,53 @@ class Node:
         self._deleting.add(task)
         task.add_done_callback(self._deleting.discard)
         return existed
+
+    async def _unwatch(self, worker: Worker) -> None:
+        """Cancels the worker's exit watch (the atelet is about to stop the sandbox itself)."""
+        task, worker.watcher = worker.watcher, None
+        if task is not None and task is not asyncio.current_task():
+            task.cancel()
+            await asyncio.gather(task, return_exceptions=True)
+
+    def _watch(self, worker: Worker) -> None:
+        """Starts the exit watch of the sandbox that now runs on ``worker``."""
+        assert worker.container_id is not None and worker.actor is not None
+        worker.watcher = asyncio.create_task(self._watch_exit(worker, worker.container_id, worker.actor),
+                                             name=f"watch {worker.container_id}")
+
+    async def _watch_exit(self, worker: Worker, cid: str, actor: tuple[str, str]) -> None:
+        """Phase 1 (cancelled when the atelet stops the sandbox): waits until the sandbox is gone and
+        marks the worker ``exited``. Phase 2 (detached from the worker, never cancelled but by
+        ``stop``): learns how it ended, records and reports that, and deletes the dead sandbox."""
+        exit_watch = watch.ExitWatch(self.runsc, cid)
+        me = asyncio.current_task()
+        assert me is not None
+        try:
+            try:
+                await exit_watch.gone()
+            except Exception:  # a broken watch must not take the worker down; leave it running
+                log.exception("exit watch of %s on %s failed", cid, worker.name)
+                return
+            async with worker.lock:  # an operation on the worker finishes first; it may have stopped it
+                if worker.container_id != cid or worker.state != "running":
+                    return
+                worker.watcher = None
+                self._detached.add(me)
+                worker.container_id, worker.state = None, "exited"
+                worker.exit_reason = "exited on its own (finding out how)"
+                self._update_metrics()
+            log.warning("sandbox of %s/%s on %s exited on its own", *actor, worker.name)
+            reason = await exit_watch.reason(self._log_path(actor))
+            if worker.actor == actor and worker.state == "exited" and worker.container_id is None:
+                worker.exit_reason = reason
+            log.warning("sandbox of %s/%s on %s: %s", *actor, worker.name, reason)
+            if self.on_exit is not None:
+                self.on_exit(worker.name, actor, reason)
+            await exit_watch.close()
+            await self._delete(cid)
+        finally:
+            await asyncio.shield(exit_watch.close())
+            self._detached.discard(me)
 
     async def _delete(self, cid: str) -> None:
         try:
@@ -265,6 +357,7 @@ class Node:
                 probe_seconds = await probe.wait_ready(worker.net.worker_ip, container.wakeup_probe.port,
                                                        container.wakeup_probe.path or "/",
                                                        probe_timeout or DEFAULT_PROBE_TIMEOUT)
+            self._watch(worker)
             return boot, probe_seconds
         except BaseException:
             try:
@@ -293,7 +386,7 @@ class Node:
                 log.info("run %s/%s on %s: boot %.3fs probe %.3fs", *actor, worker.name, boot, probe_s)
                 return pb.RunResponse(worker_ip=worker.net.worker_ip, boot_seconds=boot, probe_seconds=probe_s)
 
-        return await self._measured("run", req.operation_id, pb.RunResponse, op)
+        return await self._measured("run", req.operation_id, pb.RunResponse, op, req.worker)
 
     async def restore(self, req: pb.RestoreRequest) -> pb.RestoreResponse:
         """Restores ``req.actor`` on ``req.worker`` from the snapshot at ``req.snapshot_uri``."""
@@ -325,7 +418,7 @@ class Node:
                 return pb.RestoreResponse(worker_ip=worker.net.worker_ip, fetch_seconds=fetch,
                                           restore_seconds=boot, probe_seconds=probe_s)
 
-        return await self._measured("restore", req.operation_id, pb.RestoreResponse, op)
+        return await self._measured("restore", req.operation_id, pb.RestoreResponse, op, req.worker)
 
     async def checkpoint(self, req: pb.CheckpointRequest) -> pb.CheckpointResponse:
         """Checkpoints ``req.actor`` on ``req.worker`` to ``req.snapshot_uri`` and frees the worker."""
@@ -381,7 +474,7 @@ class Node:
                 return pb.CheckpointResponse(manifest=manifest, size_bytes=size,
                                              checkpoint_seconds=checkpoint_s, upload_seconds=upload_s)
 
-        return await self._measured("checkpoint", req.operation_id, pb.CheckpointResponse, op)
+        return await self._measured("checkpoint", req.operation_id, pb.CheckpointResponse, op, req.worker)
 
     async def terminate(self, req: pb.TerminateRequest) -> pb.TerminateResponse:
         """Stops and deletes ``req.actor``'s sandbox on ``req.worker``; fine when nothing runs."""
@@ -398,7 +491,46 @@ class Node:
                 worker.free()
                 return pb.TerminateResponse(was_running=was_running)
 
-        return await self._measured("terminate", req.operation_id, pb.TerminateResponse, op)
+        return await self._measured("terminate", req.operation_id, pb.TerminateResponse, op, req.worker)
+
+    async def delete_snapshot(self, req: pb.DeleteSnapshotRequest) -> pb.DeleteSnapshotResponse:
+        """Deletes the snapshot at ``req.snapshot_uri`` (and its empty parents below the root)."""
+        async def op() -> pb.DeleteSnapshotResponse:
+            dest = self.snapshots.resolve(req.snapshot_uri)
+            existed = await asyncio.to_thread(self.snapshots.delete, dest)
+            log.info("delete snapshot %s: %s", dest, "deleted" if existed else "nothing there")
+            return pb.DeleteSnapshotResponse(existed=existed)
+
+        # Not recorded: deleting is idempotent by itself, and existed=false tells a repeat.
+        return await self._measured("delete_snapshot", req.operation_id, pb.DeleteSnapshotResponse, op,
+                                    record=False)
+
+    async def fence(self, worker_name: str, actor: tuple[str, str]) -> bool:
+        """Terminates ``actor``'s sandbox (running or exited) on ``worker_name`` at the control plane's
+        request. Does nothing (False) when the worker holds another actor or nothing, or when an
+        operation is in flight on it (the control plane asks again at the next heartbeat)."""
+        worker = self.workers.get(worker_name)
+        if worker is None or worker.actor != actor:
+            log.debug("fence of %s/%s on %s: not there (%s), nothing to do", *actor, worker_name,
+                     _fmt(worker.actor) if worker else "no such worker")
+            return False
+        if worker.inflight or worker.lock.locked():
+            log.info("fence of %s/%s on %s deferred: an operation is in flight", *actor, worker_name)
+            return False
+        async with worker.lock:  # free and without waiters: taken at once, no operation can slip in
+            if worker.actor != actor:
+                return False
+            if not self.settings.hollow:
+                await self._stop_sandbox(worker)
+                shutil.rmtree(self._actor_dir(actor), ignore_errors=True)
+            worker.free()
+            self._update_metrics()
+        log.warning("fenced: terminated %s/%s on %s at the control plane's request", *actor, worker_name)
+        return True
+
+    def idle(self) -> bool:
+        """True when no sandbox runs on any worker and no operation is in flight."""
+        return all(w.state != "running" and not w.inflight and not w.lock.locked() for w in self.workers.values())
 
     def health(self) -> pb.HealthResponse:
         """The node, its runsc build and every worker with what runs on it."""
@@ -408,6 +540,7 @@ class Node:
             workers=[
                 pb.WorkerStatus(
                     name=w.name, pool=w.pool.name, ip=w.net.worker_ip, sandbox_state=w.state,
+                    exit_reason=w.exit_reason,
                     actor=pb.ActorRef(atespace=w.actor[0], name=w.actor[1]) if w.actor else None,
                 )
                 for w in self.workers.values()

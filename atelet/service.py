@@ -60,6 +60,12 @@ class AteletService(pb_grpc.AteletServicer):
         """Stops and deletes an actor's sandbox on a worker, if any."""
         return await _call(context, f"Terminate {request.operation_id}", self.node.terminate(request))
 
+    async def DeleteSnapshot(  # noqa: N802
+        self, request: pb.DeleteSnapshotRequest, context: Context
+    ) -> pb.DeleteSnapshotResponse:
+        """Deletes a snapshot directory (idempotent)."""
+        return await _call(context, f"DeleteSnapshot {request.operation_id}", self.node.delete_snapshot(request))
+
     async def Health(  # noqa: N802
         self, request: pb.HealthRequest, context: Context
     ) -> pb.HealthResponse:

@@ -31,6 +31,9 @@ class AteletSettings(BaseSettings):
     - ``subnet``: IPv4 network the workers' /30 links are cut from (worker i gets the i-th /30).
     - ``hollow``: benchmark mode — accept calls, run no sandbox. Never the default.
     - ``runsc``: the runsc binary.
+    - ``drain_on_sigterm``: on SIGTERM, ask the API server to drain this node (it suspends the
+      node's actors) and stop only once no sandbox runs or ``drain_deadline_seconds`` (+10 s)
+      passed; a second SIGTERM stops at once. Off by default (``ate dev`` stops the atelet itself).
     """
 
     model_config = SettingsConfigDict(env_prefix="ATE_ATELET_")
@@ -49,6 +52,8 @@ class AteletSettings(BaseSettings):
     subnet: str = "10.88.0.0/16"
     hollow: bool = False
     runsc: str = "runsc"
+    drain_on_sigterm: bool = False
+    drain_deadline_seconds: float = Field(default=1800.0, gt=0)
 
     @field_validator("subnet")
     @classmethod

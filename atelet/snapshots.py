@@ -14,6 +14,9 @@ INVALID_ARGUMENT naming the field, before anything is written.
 Writing: the caller fills a staging dir next to the destination (same filesystem); ``finalize``
 hashes every file (sha256, size), writes ``manifest.json`` last and renames the staging dir onto
 the destination, so a crash never leaves a half snapshot at the final URI.
+Deleting: ``delete`` removes a snapshot directory (symlinks inside it are removed, never followed),
+staging leftovers of the same destination, and then the parent directories that became empty, up
+to but not including the snapshot root.
 Reading: ``verify`` checks the files against the manifest it is given (sha256, size, sandbox
 class, runsc version for FULL) and raises FAILED_PRECONDITION with the first mismatch.
 """
@@ -21,6 +24,7 @@ class, runsc version for FULL) and raises FAILED_PRECONDITION with the first mis
 from __future__ import annotations
 
 import asyncio
+import glob
 import hashlib
 import os
 import shutil
@@ -117,10 +121,37 @@ class SnapshotStore:
 
     def staging_dir(self, dest: Path) -> Path:
         """A fresh, empty staging dir next to ``dest`` (created, with parents)."""
-        dest.parent.mkdir(parents=True, exist_ok=True)
         staging = dest.parent / f"{STAGING_PREFIX}{dest.name}-{uuid.uuid4().hex[:12]}"
-        staging.mkdir()
+        for attempt in range(3):  # a concurrent delete may remove an empty parent meanwhile
+            dest.parent.mkdir(parents=True, exist_ok=True)
+            try:
+                staging.mkdir()
+                break
+            except FileNotFoundError:
+                if attempt == 2:
+                    raise
         return staging
+
+    def delete(self, dest: Path) -> bool:
+        """Removes the snapshot at ``dest`` (a path from ``resolve``) and its staging leftovers, then
+        the empty parents below its root. True when a snapshot directory was there. Blocking."""
+        root = next(r for r in self.roots if dest != r and dest.is_relative_to(r))
+        existed = False
+        if dest.is_symlink() or (dest.exists() and not dest.is_dir()):
+            raise precondition(f"snapshot_uri: {dest} is not a snapshot directory")
+        if dest.is_dir():
+            shutil.rmtree(dest)
+            existed = True
+        for leftover in glob.glob(glob.escape(str(dest.parent / f"{STAGING_PREFIX}{dest.name}-")) + "*"):
+            shutil.rmtree(leftover, ignore_errors=True)
+        parent = dest.parent
+        while parent != root and parent.is_relative_to(root):
+            try:
+                parent.rmdir()
+            except OSError:  # not empty (or already gone): stop here
+                break
+            parent = parent.parent
+        return existed
 
     @staticmethod
     def discard(staging: Path) -> None:

@@ -211,18 +211,20 @@ class HealthRequest(_message.Message):
     def __init__(self) -> None: ...
 
 class WorkerStatus(_message.Message):
-    __slots__ = ("name", "pool", "ip", "actor", "sandbox_state")
+    __slots__ = ("name", "pool", "ip", "actor", "sandbox_state", "exit_reason")
     NAME_FIELD_NUMBER: _ClassVar[int]
     POOL_FIELD_NUMBER: _ClassVar[int]
     IP_FIELD_NUMBER: _ClassVar[int]
     ACTOR_FIELD_NUMBER: _ClassVar[int]
     SANDBOX_STATE_FIELD_NUMBER: _ClassVar[int]
+    EXIT_REASON_FIELD_NUMBER: _ClassVar[int]
     name: str
     pool: str
     ip: str
     actor: ActorRef
     sandbox_state: str
-    def __init__(self, name: _Optional[str] = ..., pool: _Optional[str] = ..., ip: _Optional[str] = ..., actor: _Optional[_Union[ActorRef, _Mapping]] = ..., sandbox_state: _Optional[str] = ...) -> None: ...
+    exit_reason: str
+    def __init__(self, name: _Optional[str] = ..., pool: _Optional[str] = ..., ip: _Optional[str] = ..., actor: _Optional[_Union[ActorRef, _Mapping]] = ..., sandbox_state: _Optional[str] = ..., exit_reason: _Optional[str] = ...) -> None: ...
 
 class HealthResponse(_message.Message):
     __slots__ = ("node", "runsc_version", "workers")
@@ -233,3 +235,17 @@ class HealthResponse(_message.Message):
     runsc_version: str
     workers: _containers.RepeatedCompositeFieldContainer[WorkerStatus]
     def __init__(self, node: _Optional[str] = ..., runsc_version: _Optional[str] = ..., workers: _Optional[_Iterable[_Union[WorkerStatus, _Mapping]]] = ...) -> None: ...
+
+class DeleteSnapshotRequest(_message.Message):
+    __slots__ = ("operation_id", "snapshot_uri")
+    OPERATION_ID_FIELD_NUMBER: _ClassVar[int]
+    SNAPSHOT_URI_FIELD_NUMBER: _ClassVar[int]
+    operation_id: str
+    snapshot_uri: str
+    def __init__(self, operation_id: _Optional[str] = ..., snapshot_uri: _Optional[str] = ...) -> None: ...
+
+class DeleteSnapshotResponse(_message.Message):
+    __slots__ = ("existed",)
+    EXISTED_FIELD_NUMBER: _ClassVar[int]
+    existed: bool
+    def __init__(self, existed: _Optional[bool] = ...) -> None: ...

@@ -60,6 +60,11 @@ class AteletStub:
                 request_serializer=atelet_dot_proto_dot_atelet__pb2.HealthRequest.SerializeToString,
                 response_deserializer=atelet_dot_proto_dot_atelet__pb2.HealthResponse.FromString,
                 _registered_method=True)
+        self.DeleteSnapshot = channel.unary_unary(
+                '/ate.atelet.v1.Atelet/DeleteSnapshot',
+                request_serializer=atelet_dot_proto_dot_atelet__pb2.DeleteSnapshotRequest.SerializeToString,
+                response_deserializer=atelet_dot_proto_dot_atelet__pb2.DeleteSnapshotResponse.FromString,
+                _registered_method=True)
 
 
 class AteletServicer:
@@ -101,6 +106,15 @@ class AteletServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def DeleteSnapshot(self, request, context):
+        """Deletes a snapshot directory (snapshot garbage collection). Same URI checks as Checkpoint and
+        Restore; empty parent directories are removed up to, not including, the snapshot root.
+        Idempotent: existed=false when nothing was there.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_AteletServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -128,6 +142,11 @@ def add_AteletServicer_to_server(servicer, server):
                     servicer.Health,
                     request_deserializer=atelet_dot_proto_dot_atelet__pb2.HealthRequest.FromString,
                     response_serializer=atelet_dot_proto_dot_atelet__pb2.HealthResponse.SerializeToString,
+            ),
+            'DeleteSnapshot': grpc.unary_unary_rpc_method_handler(
+                    servicer.DeleteSnapshot,
+                    request_deserializer=atelet_dot_proto_dot_atelet__pb2.DeleteSnapshotRequest.FromString,
+                    response_serializer=atelet_dot_proto_dot_atelet__pb2.DeleteSnapshotResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -265,6 +284,33 @@ class Atelet:
             '/ate.atelet.v1.Atelet/Health',
             atelet_dot_proto_dot_atelet__pb2.HealthRequest.SerializeToString,
             atelet_dot_proto_dot_atelet__pb2.HealthResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def DeleteSnapshot(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/ate.atelet.v1.Atelet/DeleteSnapshot',
+            atelet_dot_proto_dot_atelet__pb2.DeleteSnapshotRequest.SerializeToString,
+            atelet_dot_proto_dot_atelet__pb2.DeleteSnapshotResponse.FromString,
             options,
             channel_credentials,
             insecure,

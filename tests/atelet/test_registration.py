@@ -1,49 +1,62 @@
-"""Registration and heartbeats reach the API server (hollow atelet, a stub HTTP server)."""
+"""Registration and heartbeats reach the API server (hollow atelet, a stand-in HTTP server)."""
 
 from __future__ import annotations
 
 import asyncio
-import json
-import threading
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+import uuid
 from pathlib import Path
 
 import pytest
 
-from tests.atelet.conftest import make_settings, running_atelet
+from atelet.proto import atelet_pb2 as pb
+from tests.atelet.conftest import counter_spec, make_settings, running_atelet
+from tests.atelet.fake_api import FakeApi, fake_api
+
+pytestmark = [pytest.mark.asyncio]
 
 
-@pytest.mark.asyncio
-async def test_registers_and_heartbeats(tmp_path: Path) -> None:
-    received: list[tuple[str, dict]] = []
+async def beats(api: FakeApi, n: int) -> None:
+    for _ in range(200):
+        if len(api.of("PUT", "")) >= n:
+            return
+        await asyncio.sleep(0.02)
+    raise AssertionError(f"fewer than {n} heartbeats")
 
-    class Handler(BaseHTTPRequestHandler):
-        def do_PUT(self) -> None:
-            body = self.rfile.read(int(self.headers["Content-Length"]))
-            received.append((self.path, json.loads(body)))
-            self.send_response(200)
-            self.end_headers()
 
-        def log_message(self, *args: object) -> None:
-            pass
+async def test_registers_and_heartbeats_with_what_runs(tmp_path: Path) -> None:
+    with fake_api() as api:
+        settings = make_settings(tmp_path, hollow=True, api_server=api.url, heartbeat_seconds=0.1)
+        async with running_atelet(settings) as a:
+            await beats(api, 2)
+            first = api.of("PUT", "")[0]
+            await a.stub.Run(pb.RunRequest(operation_id=uuid.uuid4().hex, worker="default-1",
+                                           actor=pb.ActorRef(atespace="demo", name="c1"), spec=counter_spec()))
+            await beats(api, len(api.of("PUT", "")) + 2)
+            last = api.of("PUT", "")[-1]
+    assert first.path == f"/v1/nodes/{settings.node}"
+    assert first.body["address"] == settings.listen
+    assert [w["name"] for w in first.body["workers"]] == ["default-0", "default-1"]
+    assert set(first.body["workers"][0]) == {"name", "pool", "ip", "sandbox_class", "labels", "places",
+                                             "cpu_millis", "memory_bytes", "actor"}
+    assert [w["actor"] for w in first.body["workers"]] == [None, None]
+    assert [w["actor"] for w in last.body["workers"]] == [None, {"atespace": "demo", "name": "c1"}]
 
-    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    try:
-        settings = make_settings(tmp_path, hollow=True, api_server=f"http://127.0.0.1:{server.server_port}",
-                                 heartbeat_seconds=0.2)
-        async with running_atelet(settings):
-            for _ in range(100):
-                if len(received) >= 2:
-                    break
-                await asyncio.sleep(0.05)
-        path, doc = received[0]
-        assert path == f"/v1/nodes/{settings.node}"
-        assert doc["address"] == settings.listen
-        assert [w["name"] for w in doc["workers"]] == ["default-0", "default-1"]
-        assert set(doc["workers"][0]) == {"name", "pool", "ip", "sandbox_class", "labels", "places",
-                                          "cpu_millis", "memory_bytes"}
-        assert len(received) >= 2
-    finally:
-        server.shutdown()
+
+async def test_terminate_in_the_answer_fences_and_an_old_answer_does_not(tmp_path: Path) -> None:
+    with fake_api() as api:
+        api.old_api = True  # answers 200 with no body at all
+        settings = make_settings(tmp_path, hollow=True, api_server=api.url, heartbeat_seconds=0.1)
+        async with running_atelet(settings) as a:
+            for worker, name in (("default-0", "c1"), ("default-1", "c2")):
+                await a.stub.Run(pb.RunRequest(operation_id=uuid.uuid4().hex, worker=worker,
+                                               actor=pb.ActorRef(atespace="demo", name=name), spec=counter_spec()))
+            await beats(api, len(api.of("PUT", "")) + 3)
+            health = await a.stub.Health(pb.HealthRequest())
+            assert [w.sandbox_state for w in health.workers] == ["running", "running"]
+
+            api.old_api = False
+            api.terminate = [{"worker": "default-1", "actor": {"atespace": "demo", "name": "c2"}}]
+            await beats(api, len(api.of("PUT", "")) + 3)
+            health = await a.stub.Health(pb.HealthRequest())
+            assert [w.sandbox_state for w in health.workers] == ["running", "idle"]
+            assert [w.actor.name for w in health.workers] == ["c1", ""]
