@@ -19,6 +19,9 @@ RUNNING = "running"
 NOT_FOUND = "not_found"
 BUSY = "busy"  # 409 OperationInProgress
 NO_CAPACITY = "no_capacity"  # 503 NoCapacity
+# No worker can ever take the actor as configured (labels, sandbox class): 409/503
+# NoMatchingWorker, or (older APIs) a 503 NoCapacity whose message says no worker has the labels.
+NO_MATCHING_WORKER = "no_matching_worker"
 FAILED_PRECONDITION = "failed_precondition"  # 409 FailedPrecondition (e.g. CRASHED)
 TIMEOUT = "timeout"  # 504 Timeout: the resume keeps running
 BAD_REQUEST = "bad_request"  # 400 InvalidArgument
@@ -177,6 +180,10 @@ def classify(status: int, body: dict[str, Any]) -> ResumeReply:
         if body.get("state") == "RUNNING" and worker.get("ip"):
             return ResumeReply(RUNNING, actor=body)
         return ResumeReply(ERROR, f"resume answered state {body.get('state')!r} without a worker IP")
+    if reason == "NoMatchingWorker" or (
+        status == 503 and reason == "NoCapacity" and "has the labels" in message
+    ):
+        return ResumeReply(NO_MATCHING_WORKER, message, details=details)
     if status == 404:
         return ResumeReply(NOT_FOUND, message, details=details)
     if status == 409 and reason == "OperationInProgress":

@@ -12,7 +12,6 @@ import logging
 from collections.abc import AsyncIterator
 from typing import Any
 
-import httpx
 from starlette.applications import Starlette
 from starlette.routing import Route
 
@@ -26,13 +25,15 @@ from router.proxy import (
     ClientGone,
     UpstreamClient,
     UpstreamConnectError,
+    UpstreamResponse,
     new_upstream_client,
     open_upstream,
     relay,
 )
 from router.resume import Resumer
 from router.settings import RouterSettings
-from router.target import TARGET_HEADER, Target, TargetError, parse_target
+from router.target import TARGET_HEADER, Target, TargetError, target_from_headers
+from router.types import Upstream
 
 log = logging.getLogger(__name__)
 
@@ -100,23 +101,23 @@ class ActorRouter:
             REQUEST_DURATION.labels(outcome).observe(loop.time() - started)
 
     async def _route(self, scope: dict[str, Any], receive: Any, send: Any, started: float) -> str:
-        header: str | None = None
-        host: str | None = None
+        headers: list[bytes] = []
+        host: bytes | None = None
         for key, value in scope["headers"]:
             if key == _TARGET_HEADER:
-                header = value.decode("latin-1")
+                headers.append(value)
             elif key == b"host":
-                host = value.decode("latin-1")
+                host = value
         body = BodyStream(receive)
         try:
-            target = parse_target(header, host, self.settings.domain)
+            target = target_from_headers(headers, host, self.settings.domain)
             deadline = started + self.settings.parked_request_budget_seconds
             response = await self._open(scope, body, target, deadline)
         except TargetError as exc:
             await _answer(send, 400, str(exc))
             return errors.BAD_TARGET
         except RouteError as exc:
-            await _answer(send, exc.status, exc.message)
+            await _answer(send, exc.status, exc.message, exc.retry_after)
             return exc.outcome
         except ClientGone:
             return errors.UPSTREAM_ERROR
@@ -125,7 +126,7 @@ class ActorRouter:
 
     async def _open(
         self, scope: dict[str, Any], body: BodyStream, target: Target, deadline: float
-    ) -> httpx.Response:
+    ) -> UpstreamResponse:
         """Find the actor's upstream and open the proxied request to it.
 
         Raises:
@@ -140,37 +141,39 @@ class ActorRouter:
             return await open_upstream(self.upstream_client, scope, body, upstream, target.key)
         except UpstreamConnectError as exc:
             if not cached:
-                raise _unreachable(target, exc) from exc
+                raise _unreachable(target, upstream) from exc
             log.info("cached actor %s unreachable at %s: resuming again", target, upstream)
         self.cache.drop(target.key)
         upstream = await self.resumer.wait_running(target, deadline)
         try:
             return await open_upstream(self.upstream_client, scope, body, upstream, target.key)
         except UpstreamConnectError as exc:
-            raise _unreachable(target, exc) from exc
+            raise _unreachable(target, upstream) from exc
 
 
-def _unreachable(target: Target, exc: Exception) -> RouteError:
+def _unreachable(target: Target, upstream: Upstream) -> RouteError:
+    """502 for a RUNNING actor whose worker refuses connections: maybe for good (a dead
+    sandbox), so no promise of recovery; the control plane may later mark it CRASHED."""
+    log.warning("actor %s is RUNNING but its worker %s does not answer", target, upstream)
+    ref = f"actor {target.name} -a {target.atespace}"
     return RouteError(
         502,
         errors.UPSTREAM_ERROR,
-        f"actor {target} is RUNNING but its worker could not be reached ({exc}); retry shortly",
+        f"actor {target} is RUNNING but its worker {upstream} does not answer; if this "
+        f"persists, check 'ate describe {ref}' or revert it with 'ate revert {ref}'",
     )
 
 
-async def _answer(send: Any, status: int, message: str) -> None:
-    """Send a one-line plain-text answer."""
+async def _answer(send: Any, status: int, message: str, retry_after: int | None = None) -> None:
+    """Send a one-line plain-text answer, with ``Retry-After`` when given (seconds)."""
     data = (" ".join(message.split()) + "\n").encode()
-    await send(
-        {
-            "type": "http.response.start",
-            "status": status,
-            "headers": [
-                (b"content-type", b"text/plain; charset=utf-8"),
-                (b"content-length", str(len(data)).encode()),
-            ],
-        }
-    )
+    headers = [
+        (b"content-type", b"text/plain; charset=utf-8"),
+        (b"content-length", str(len(data)).encode()),
+    ]
+    if retry_after is not None:
+        headers.append((b"retry-after", str(retry_after).encode()))
+    await send({"type": "http.response.start", "status": status, "headers": headers})
     await send({"type": "http.response.body", "body": data, "more_body": False})
 
 

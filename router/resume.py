@@ -5,7 +5,10 @@ runs out. Per actor key at most one resume call to the API is in flight; every p
 for that actor waits on it (20 concurrent requests to a suspended actor cause one restore).
 Busy actors (409 OperationInProgress), no capacity (503 NoCapacity), API timeouts and an
 unreachable API are retried with backoff (50 ms, times 1.5, capped at 500 ms) within the budget.
-A request that gives up never cancels the call in flight: the resume carries on.
+A request that gives up never cancels the call in flight: the resume carries on. Failures no
+retry fixes (unknown actor, FailedPrecondition such as CRASHED, no worker with the selected
+labels or sandbox class) are answered at once, without ``Retry-After``; transient 503/504
+answers carry one.
 
 The parking lot is bounded: a request takes a slot only when it has to wait for a resume.
 """
@@ -15,13 +18,20 @@ from __future__ import annotations
 import asyncio
 import functools
 import logging
-import re
 from dataclasses import dataclass
 
 from router import api_client as api
 from router.api_client import ApiClient, ResumeReply, TemplateError
 from router.cache import ActorCache
-from router.errors import BAD_TARGET, NOT_FOUND, TIMEOUT, UNAVAILABLE, RouteError
+from router.errors import (
+    BAD_TARGET,
+    NOT_FOUND,
+    RETRY_CAPACITY_SECONDS,
+    RETRY_RESUMING_SECONDS,
+    TIMEOUT,
+    UNAVAILABLE,
+    RouteError,
+)
 from router.metrics import PARKED, RESUMES
 from router.target import Target
 from router.types import Upstream
@@ -31,9 +41,6 @@ log = logging.getLogger(__name__)
 BACKOFF_START_SECONDS = 0.05
 BACKOFF_FACTOR = 1.5
 BACKOFF_MAX_SECONDS = 0.5
-
-_STATE_IN_MESSAGE = re.compile(r"state:?\s*([A-Z_]+)")
-
 
 @dataclass(frozen=True, slots=True)
 class Attempt:
@@ -85,8 +92,9 @@ class Resumer:
             The actor's upstream address.
 
         Raises:
-            RouteError: 404 unknown actor; 503 parking lot full, no capacity, failed
-                precondition or API unreachable; 504 still resuming when the budget ran out.
+            RouteError: 404 unknown actor or atespace; 503 failed precondition or no matching
+                worker (at once), parking lot full, no capacity or API unreachable; 504 still
+                resuming when the budget ran out.
         """
         if self.parked >= self.max_parked:
             raise RouteError(
@@ -94,6 +102,7 @@ class Resumer:
                 UNAVAILABLE,
                 f"router at capacity: {self.parked} requests are already waiting for actors to "
                 f"resume; actor {target} was not resumed; retry shortly",
+                RETRY_CAPACITY_SECONDS,
             )
         self.parked += 1
         PARKED.inc()
@@ -158,21 +167,13 @@ class Resumer:
             self.cache.end(ticket)
 
     def _raise_final(self, target: Target, reply: ResumeReply) -> None:
-        """Raise for replies that no retry can fix; return for retryable ones."""
+        """Raise for replies that no retry can fix (no Retry-After); return for retryable ones."""
         if reply.kind == api.NOT_FOUND:
-            raise RouteError(
-                404,
-                NOT_FOUND,
-                f"actor {target} not found ({reply.message}); create it with "
-                f"POST /v1/atespaces/{target.atespace}/actors or check the name",
-            )
+            raise RouteError(404, NOT_FOUND, _not_found_message(target, reply.message))
         if reply.kind == api.FAILED_PRECONDITION:
-            state = _state_of(reply)
-            raise RouteError(
-                503,
-                UNAVAILABLE,
-                f"actor {target} cannot be resumed (state {state}): {reply.message}",
-            )
+            raise RouteError(503, UNAVAILABLE, _precondition_message(target, reply))
+        if reply.kind == api.NO_MATCHING_WORKER:
+            raise RouteError(503, UNAVAILABLE, f"actor {target} cannot be placed: {reply.message}")
         if reply.kind == api.BAD_REQUEST:
             raise RouteError(400, BAD_TARGET, f"the API rejected actor {target}: {reply.message}")
 
@@ -184,6 +185,7 @@ class Resumer:
             TIMEOUT,
             f"actor {target} was not RUNNING within {budget}; its resume continues in the "
             "background; retry shortly",
+            RETRY_RESUMING_SECONDS,
         )
         if last is None or last.kind == api.TIMEOUT:
             return still
@@ -192,7 +194,8 @@ class Resumer:
                 f"actor {target} could not be placed within {budget}: {last.message}; "
                 "retry later or free a worker"
             )
-        elif last.kind == api.UNREACHABLE:
+            return RouteError(503, UNAVAILABLE, message, RETRY_CAPACITY_SECONDS)
+        if last.kind == api.UNREACHABLE:
             message = (
                 f"control plane at {self.api_url} is unreachable ({last.message}); "
                 f"actor {target} could not be resumed; retry later"
@@ -205,15 +208,31 @@ class Resumer:
                 TIMEOUT,
                 f"actor {target} is busy with another operation{what} and was not RUNNING "
                 f"within {budget}; retry shortly",
+                RETRY_CAPACITY_SECONDS,
             )
         else:
             message = f"control plane failed to resume actor {target}: {last.message}; retry later"
-        return RouteError(503, UNAVAILABLE, message)
+        return RouteError(503, UNAVAILABLE, message, RETRY_RESUMING_SECONDS)
 
 
-def _state_of(reply: ResumeReply) -> str:
+def _not_found_message(target: Target, message: str) -> str:
+    """The 404 text: what is missing, and how to create it when it is the actor."""
+    if message.startswith("atespace "):
+        return f"atespace {target.atespace} not found (see 'ate get atespaces')"
+    if message.startswith("actor ") and not message.startswith("actor template "):
+        return (
+            f"actor {target} not found; create it with "
+            f"'ate create actor {target.name} -a {target.atespace} --template <template>'"
+        )
+    return f"actor {target}: {message}"  # something else is missing (e.g. its template)
+
+
+def _precondition_message(target: Target, reply: ResumeReply) -> str:
+    """The API's message, with the actor and ``details.state`` added when it names neither."""
+    message = reply.message
+    if target.key not in message:
+        message = f"actor {target}: {message}"
     state = (reply.details or {}).get("state")
-    if state:
-        return str(state)
-    match = _STATE_IN_MESSAGE.search(reply.message)
-    return match.group(1) if match else "unknown"
+    if state and str(state) not in message:
+        message = f"{message} (state {state})"
+    return message

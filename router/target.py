@@ -69,13 +69,15 @@ def parse_header(value: str) -> Target:
         The target.
 
     Raises:
-        TargetError: Not two valid labels separated by one ``/``.
+        TargetError: Empty, or not two valid labels separated by one ``/``.
     """
     text = value.strip()
     form = (
         "expected <atespace>/<name>, both DNS-1123 labels "
         "(lower-case letters, digits, '-', at most 63 characters)"
     )
+    if not text:
+        raise TargetError(f"empty {TARGET_HEADER} header; {form}")
     parts = text.split("/")
     if len(parts) != 2:
         raise TargetError(f"bad {TARGET_HEADER} header {text!r}: {form}")
@@ -146,7 +148,8 @@ def parse_target(header: str | None, host: str | None, domain: str) -> Target:
         domain: Configured actor domain.
 
     Returns:
-        The target; the header wins over the Host.
+        The target; the header wins over the Host (even when empty: that is an error, not a
+        fall-through to the Host).
 
     Raises:
         TargetError: Neither names a valid actor; the message names the bad value and the
@@ -160,3 +163,37 @@ def parse_target(header: str | None, host: str | None, domain: str) -> Target:
             f"or Host <name>.<atespace>.actors.{domain.strip('.')}"
         )
     return parse_host(host, domain)
+
+
+def decode_header(value: bytes) -> str:
+    """Decode a header value for parsing and messages: UTF-8, bad bytes as U+FFFD.
+
+    Args:
+        value: Raw header bytes.
+
+    Returns:
+        The text (never Latin-1 mojibake such as ``Ã¼`` for ``ü``).
+    """
+    return value.decode("utf-8", errors="replace")
+
+
+def target_from_headers(values: list[bytes], host: bytes | None, domain: str) -> Target:
+    """Find the target from the raw ``ate-target-actor`` values and Host of a request.
+
+    Args:
+        values: Every ``ate-target-actor`` header value, in order (usually zero or one).
+        host: The Host header value, or None.
+        domain: Configured actor domain.
+
+    Returns:
+        The target (see ``parse_target``).
+
+    Raises:
+        TargetError: More than one ``ate-target-actor`` header (the message names them), or
+            as ``parse_target``.
+    """
+    texts = [decode_header(v) for v in values]
+    if len(texts) > 1:
+        got = " and ".join(repr(t.strip()) for t in texts)
+        raise TargetError(f"duplicate {TARGET_HEADER} header: got {got}; send exactly one")
+    return parse_target(texts[0] if texts else None, None if host is None else decode_header(host), domain)

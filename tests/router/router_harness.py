@@ -91,8 +91,9 @@ def worker_app(log: WorkerLog) -> Any:
     """A raw ASGI app playing the actor on its worker.
 
     Paths: ``/upload`` (answers sha256 and length of the body), ``/download?n=`` (streams n
-    deterministic bytes), ``/echo-body`` (streams the body back as it arrives), anything else
-    echoes method, path, query and headers as JSON.
+    deterministic bytes), ``/echo-body`` (streams the body back as it arrives), ``/early``
+    (answers 413 at once without reading the body, as the example counter does), anything
+    else echoes method, path, query and headers as JSON.
     """
 
     async def app(scope: dict[str, Any], receive: Any, send: Any) -> None:
@@ -109,6 +110,9 @@ def worker_app(log: WorkerLog) -> Any:
                     break
             data = json.dumps({"sha256": digest.hexdigest(), "size": size}).encode()
             await _send(send, 200, data, [(b"content-type", b"application/json")])
+            return
+        if path == "/early":
+            await _send(send, 413, b"too big, not read\n", [(b"content-type", b"text/plain")])
             return
         if path == "/download":
             n = int(dict(p.split("=") for p in scope["query_string"].decode().split("&"))["n"])

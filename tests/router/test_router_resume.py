@@ -9,6 +9,7 @@ import httpx
 import pytest
 from router_harness import Step, free_port
 
+from router import api_client as api
 from router.metrics import REQUESTS, RESUMES
 
 H = {"ate-target-actor": "demo/c1"}
@@ -49,6 +50,7 @@ async def test_host_form_routes_to_the_actor(start_router) -> None:
         ({"ate-target-actor": "Demo/c1"}, "'Demo/c1'"),
         ({"host": "localhost"}, "'localhost'"),
         ({"host": "c1.demo.actors.other.local"}, "'c1.demo.actors.other.local'"),
+        ([(b"ate-target-actor", "demü/c1".encode())], "'demü/c1'"),
     ],
 )
 async def test_bad_target_is_400_plain_text(start_router, headers, needle) -> None:
@@ -57,7 +59,9 @@ async def test_bad_target_is_400_plain_text(start_router, headers, needle) -> No
     resp = await env.client.get("/", headers=headers)
     assert resp.status_code == 400
     assert resp.headers["content-type"].startswith("text/plain")
+    assert "retry-after" not in resp.headers
     assert needle in resp.text
+    assert "Ã" not in resp.text  # UTF-8 shown as such, not as Latin-1 mojibake
     assert "expected" in resp.text
     assert resp.text.count("\n") == 1
     assert sum(env.api.calls.values()) == 0
@@ -70,9 +74,25 @@ async def test_unknown_actor_is_404(start_router) -> None:
     env.api.script("demo/c1", Step(404, "NotFound", "actor demo/c1 not found"))
     resp = await env.client.get("/", headers=H)
     assert resp.status_code == 404
-    assert "demo/c1" in resp.text and "not found" in resp.text
+    # The API's text is not repeated, no API path is suggested, the CLI command is.
+    assert resp.text == (
+        "actor demo/c1 not found; create it with "
+        "'ate create actor c1 -a demo --template <template>'\n"
+    )
     assert resp.headers["content-type"].startswith("text/plain")
+    assert "retry-after" not in resp.headers
     assert env.api.calls["demo/c1"] == 1
+
+
+@pytest.mark.asyncio
+async def test_unknown_atespace_is_404_saying_so(start_router) -> None:
+    env = await start_router()
+    env.api.script("nosuch/c1", Step(404, "NotFound", "atespace nosuch not found"))
+    resp = await env.client.get("/", headers={"ate-target-actor": "nosuch/c1"})
+    assert resp.status_code == 404
+    assert resp.text == "atespace nosuch not found (see 'ate get atespaces')\n"
+    assert "ate create actor" not in resp.text and "/v1/" not in resp.text
+    assert "retry-after" not in resp.headers
 
 
 @pytest.mark.asyncio
@@ -94,6 +114,7 @@ async def test_busy_until_budget_is_504(start_router) -> None:
     resp = await env.client.get("/", headers=H)
     assert resp.status_code == 504
     assert "demo/c1" in resp.text and "SuspendActor" in resp.text
+    assert resp.headers["retry-after"] == "1"
 
 
 @pytest.mark.asyncio
@@ -107,6 +128,7 @@ async def test_no_capacity_is_503_with_api_message_after_budget(start_router) ->
     elapsed = time.monotonic() - started
     assert resp.status_code == 503
     assert message in resp.text
+    assert resp.headers["retry-after"] == "1"
     assert 0.45 <= elapsed < 1.5
     calls = env.api.calls["demo/c1"]
     assert 3 <= calls <= 10  # backoff 50 ms x1.5 capped at 500 ms over 0.5 s
@@ -132,6 +154,7 @@ async def test_budget_exhausted_is_504_and_resume_continues(start_router) -> Non
     assert resp.status_code == 504
     assert time.monotonic() - started < 0.7
     assert "demo/c1" in resp.text and "continues in the background" in resp.text
+    assert resp.headers["retry-after"] == "2"
     assert env.router.resumer.in_flight("demo/c1")
     # The resume was not cancelled: the API call completes after the request gave up,
     # and a request arriving meanwhile attaches to it instead of starting another.
@@ -146,12 +169,63 @@ async def test_budget_exhausted_is_504_and_resume_continues(start_router) -> Non
 @pytest.mark.asyncio
 async def test_failed_precondition_is_503_naming_state(start_router) -> None:
     env = await start_router()
-    env.api.script("demo/c1", Step(409, "FailedPrecondition",
-                                   "actor demo/c1 is not suspended (state: CRASHED)"))
+    message = "actor demo/c1 cannot be resumed from state CRASHED (ResumeActor wants SUSPENDED)"
+    env.api.script("demo/c1", Step(409, "FailedPrecondition", message,
+                                   details={"state": "CRASHED"}))
     resp = await env.client.get("/", headers=H)
     assert resp.status_code == 503
-    assert "CRASHED" in resp.text and "demo/c1" in resp.text
+    assert resp.text == message + "\n"  # the API's message, which names actor and state
+    assert "retry-after" not in resp.headers
     assert env.api.calls["demo/c1"] == 1
+
+
+@pytest.mark.asyncio
+async def test_failed_precondition_state_missing_from_message_is_added(start_router) -> None:
+    env = await start_router()
+    env.api.script("demo/c1", Step(409, "FailedPrecondition", "actor demo/c1 cannot be resumed",
+                                   details={"state": "CRASHED"}))
+    resp = await env.client.get("/", headers=H)
+    assert resp.status_code == 503
+    assert resp.text == "actor demo/c1 cannot be resumed (state CRASHED)\n"
+    assert "retry-after" not in resp.headers
+
+
+@pytest.mark.asyncio
+async def test_failed_precondition_without_state_prints_the_message_alone(start_router) -> None:
+    env = await start_router()
+    message = ("actor bad/f1 cannot be resumed yet: its template bad/web has no golden "
+               "snapshot (phase Building)")
+    env.api.script("bad/f1", Step(409, "FailedPrecondition", message,
+                                  details={"template_phase": "Building"}))
+    resp = await env.client.get("/", headers={"ate-target-actor": "bad/f1"})
+    assert resp.status_code == 503
+    assert resp.text == message + "\n"
+    assert "unknown" not in resp.text
+    assert "retry-after" not in resp.headers
+    assert env.api.calls["bad/f1"] == 1
+
+
+LABELS = ("no worker has room for actor demo/c1: no ACTIVE gvisor worker has the labels "
+          "{'zone': 'mars'} the template and actor select; change the actor's worker_selector "
+          "or label a worker pool")
+
+
+@pytest.mark.asyncio
+@pytest.mark.parametrize(
+    ("status", "reason"),
+    [(503, "NoCapacity"), (503, "NoMatchingWorker"), (409, "NoMatchingWorker")],
+)
+async def test_no_matching_worker_is_503_at_once(start_router, status, reason) -> None:
+    env = await start_router(parked_request_budget_seconds=1.0)
+    env.api.script("demo/c1", Step(status, reason, LABELS))
+    started = time.monotonic()
+    resp = await env.client.get("/", headers=H)
+    assert resp.status_code == 503
+    assert time.monotonic() - started < 0.5  # not parked until the budget ran out
+    assert env.api.calls["demo/c1"] == 1
+    assert resp.text == f"actor demo/c1 cannot be placed: {LABELS}\n"
+    assert "retry" not in resp.text.replace("Retry", "retry").split(LABELS)[0]
+    assert "retry-after" not in resp.headers
 
 
 @pytest.mark.asyncio
@@ -161,6 +235,7 @@ async def test_api_unreachable_is_503(start_router) -> None:
     resp = await env.client.get("/", headers=H)
     assert resp.status_code == 503
     assert "unreachable" in resp.text and "demo/c1" in resp.text and dead in resp.text
+    assert resp.headers["retry-after"] == "2"
 
 
 @pytest.mark.asyncio
@@ -170,6 +245,7 @@ async def test_api_internal_error_is_503_after_budget(start_router) -> None:
     resp = await env.client.get("/", headers=H)
     assert resp.status_code == 503
     assert "database is on fire" in resp.text
+    assert resp.headers["retry-after"] == "2"
 
 
 @pytest.mark.asyncio
@@ -185,6 +261,7 @@ async def test_parking_lot_is_bounded(start_router) -> None:
     resp = await env.client.get("/", headers={"ate-target-actor": "demo/a9"})
     assert resp.status_code == 503
     assert "capacity" in resp.text and "demo/a9" in resp.text
+    assert resp.headers["retry-after"] == "1"
     assert [r.status_code for r in await asyncio.gather(*slow)] == [200, 200]
     assert env.api.calls["demo/a9"] == 0
 
@@ -198,3 +275,60 @@ async def test_client_giving_up_does_not_cancel_the_resume(start_router) -> None
     await asyncio.sleep(0.5)
     assert env.api.completed["demo/c1"] == 1
     assert env.router.resumer.parked == 0
+
+
+@pytest.mark.asyncio
+async def test_two_target_headers_are_400_naming_both(start_router) -> None:
+    env = await start_router()
+    headers = [("ate-target-actor", "demo/c1"), ("ate-target-actor", "demo/c2")]
+    resp = await env.client.get("/", headers=headers)
+    assert resp.status_code == 400
+    assert resp.text == (
+        "duplicate ate-target-actor header: got 'demo/c1' and 'demo/c2'; send exactly one\n"
+    )
+    assert sum(env.api.calls.values()) == 0
+
+
+@pytest.mark.asyncio
+@pytest.mark.parametrize("value", [b"", b"   ", b" \t "])
+async def test_empty_target_header_is_400_not_host(start_router, value) -> None:
+    env = await start_router()
+    # The Host names a valid actor, but an empty header must not fall through to it.
+    # Raw socket: httpx refuses to send a whitespace-only header value.
+    port = int(env.url.rsplit(":", 1)[1])
+    reader, writer = await asyncio.open_connection("127.0.0.1", port)
+    writer.write(b"GET / HTTP/1.1\r\nhost: c1.demo.actors.ate.local\r\n"
+                 b"ate-target-actor:" + value + b"\r\nconnection: close\r\n\r\n")
+    answer = await reader.read()
+    writer.close()
+    head, _, text = answer.partition(b"\r\n\r\n")
+    assert head.startswith(b"HTTP/1.1 400 ")
+    assert text.startswith(b"empty ate-target-actor header; expected <atespace>/<name>")
+    assert sum(env.api.calls.values()) == 0
+
+
+@pytest.mark.asyncio
+async def test_non_utf8_target_header_is_echoed_readably(start_router) -> None:
+    env = await start_router()
+    resp = await env.client.get("/", headers=[(b"ate-target-actor", b"d\xfcmo/c1")])
+    assert resp.status_code == 400
+    assert "'d\ufffdmo/c1'" in resp.text  # Latin-1 byte not valid UTF-8: a replacement mark
+    assert "Ã" not in resp.text and "ü" not in resp.text
+
+
+@pytest.mark.parametrize(
+    ("status", "reason", "message", "kind"),
+    [
+        (409, "NoMatchingWorker", "no ACTIVE worker has sandbox class kata", api.NO_MATCHING_WORKER),
+        (503, "NoMatchingWorker", "whatever", api.NO_MATCHING_WORKER),
+        (503, "NoCapacity", "no ACTIVE gvisor worker has the labels {} ...", api.NO_MATCHING_WORKER),
+        (503, "NoCapacity", "all 3 matching workers have every place taken", api.NO_CAPACITY),
+        (409, "FailedPrecondition", "actor a/b cannot be resumed", api.FAILED_PRECONDITION),
+        (409, "OperationInProgress", "busy", api.BUSY),
+    ],
+)
+def test_classify(status, reason, message, kind) -> None:
+    reply = api.classify(status, {"reason": reason, "message": message})
+    assert reply.kind == kind
+    assert reply.message == message
+    assert (kind in api.RETRYABLE) == (kind in (api.NO_CAPACITY, api.BUSY))

@@ -33,7 +33,7 @@ def test_header_ok(value: str, expected: Target) -> None:
 
 @pytest.mark.parametrize(
     "value",
-    ["", "demo", "demo/", "/c1", "demo/c1/x", "Demo/c1", "demo/C1", "-demo/c1", "demo/c1-",
+    ["demo", "demo/", "/c1", "demo/c1/x", "Demo/c1", "demo/C1", "-demo/c1", "demo/c1-",
      "de_mo/c1", "demo/c.1", "x" * 64 + "/c1", "demo/" + "y" * 64, "demo /c1"],
 )
 def test_header_bad(value: str) -> None:
@@ -79,6 +79,12 @@ def test_host_bad(host: str) -> None:
     message = str(err.value)
     assert repr(host) in message
     assert "<name>.<atespace>.actors.ate.local" in message
+
+
+@pytest.mark.parametrize("value", ["", " ", "\t "])
+def test_empty_header_is_an_error_even_with_a_good_host(value: str) -> None:
+    with pytest.raises(TargetError, match=r"^empty ate-target-actor header"):
+        parse_target(value, "c1.demo.actors.ate.local", D)
 
 
 def test_missing_target() -> None:
