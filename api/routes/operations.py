@@ -8,10 +8,12 @@ from typing import Any
 from fastapi import APIRouter, Query
 from temporalio.client import Client, WorkflowExecution
 
-from api.deps import TemporalDep
+from activities.store import Store, StoreError
+from api.deps import StoreDep, TemporalDep
 from api.names import check_name
 from api.schemas import RunningOperation
 from workflows.search_attributes import ACTOR, ATESPACE, OPERATION
+from workflows.types import ActorRef
 
 router = APIRouter(tags=["operations"])
 
@@ -29,23 +31,41 @@ def visibility_query(atespace: str | None, actor: str | None) -> str:
     return " AND ".join(clauses)
 
 
-async def _step(client: Client, execution: WorkflowExecution) -> str | None:
-    """The workflow's current step (its current details), or None if it cannot be asked now."""
+async def _step(client: Client, store: Store, execution: WorkflowExecution) -> str | None:
+    """The workflow's current step (its current details, as the Temporal UI shows them).
+
+    A workflow busy in a long step (a restore runs inside its workflow task) answers queries
+    only after it; then the step is told from the actor's state in Postgres instead.
+    """
     try:
         handle = client.get_workflow_handle(execution.id, run_id=execution.run_id)
-        metadata: Any = await asyncio.wait_for(handle.query("__temporal_workflow_metadata"), 2.0)
-    except Exception:
-        return None
+        metadata: Any = await asyncio.wait_for(handle.query("__temporal_workflow_metadata"), 0.5)
+    except Exception:  # the workflow is busy in a long step: read the state it wrote
+        return await _step_from_state(store, execution)
     if isinstance(metadata, dict):
         details = metadata.get("currentDetails") or metadata.get("current_details")
     else:
         details = getattr(metadata, "current_details", None)
-    return str(details) if details else None
+    return str(details) if details else await _step_from_state(store, execution)
+
+
+async def _step_from_state(store: Store, execution: WorkflowExecution) -> str | None:
+    attributes = execution.typed_search_attributes
+    atespace, actor = attributes.get(ATESPACE), attributes.get(ACTOR)
+    if not atespace or not actor or not execution.id.startswith("actor/"):
+        return None
+    try:
+        record = await store.get_actor(ActorRef(atespace, actor))
+    except StoreError:
+        return None
+    where = f" on worker {record.worker.pool}/{record.worker.name} ({record.worker.node})" if record.worker else ""
+    return f"{record.state}{where}"
 
 
 @router.get("/v1/operations")
 async def list_operations(
     temporal: TemporalDep,
+    store: StoreDep,
     atespace: str | None = None,
     actor: str | None = None,
     limit: int = Query(100, ge=1, le=1000),
@@ -58,7 +78,7 @@ async def list_operations(
     executions: list[WorkflowExecution] = []
     async for execution in temporal.list_workflows(visibility_query(atespace, actor), limit=limit):
         executions.append(execution)
-    steps = await asyncio.gather(*(_step(temporal, e) for e in executions))
+    steps = await asyncio.gather(*(_step(temporal, store, e) for e in executions))
     items = []
     for execution, step in zip(executions, steps, strict=True):
         attributes = execution.typed_search_attributes

@@ -205,9 +205,20 @@ class ApiClient:
 
     # Actors
 
-    def create_actor(self, atespace: str, name: str, template: str, worker_selector: dict[str, str]) -> dict[str, Any]:
-        """Create an actor (SUSPENDED)."""
-        body = {"name": name, "template": template, "worker_selector": worker_selector}
+    def create_actor(
+        self,
+        atespace: str,
+        name: str,
+        template: str | None,
+        worker_selector: dict[str, str],
+        from_tag: str | None = None,
+    ) -> dict[str, Any]:
+        """Create an actor (SUSPENDED), from a template or from a tag `<atespace>/<tag>`."""
+        body: dict[str, Any] = {"name": name, "worker_selector": worker_selector}
+        if template is not None:
+            body["template"] = template
+        if from_tag is not None:
+            body["from_tag"] = from_tag
         return self.request_object("POST", f"/v1/atespaces/{_segment(atespace)}/actors", json=body)
 
     def list_actors(self, atespace: str | None = None) -> list[dict[str, Any]]:
@@ -220,9 +231,51 @@ class ApiClient:
         """Get one actor."""
         return self.request_object("GET", f"/v1/atespaces/{_segment(atespace)}/actors/{_segment(name)}")
 
-    def delete_actor(self, atespace: str, name: str) -> None:
-        """Delete a SUSPENDED actor."""
-        self.request("DELETE", f"/v1/atespaces/{_segment(atespace)}/actors/{_segment(name)}")
+    def delete_actor(self, atespace: str, name: str, force: bool = False) -> None:
+        """Delete a SUSPENDED actor; `force` deletes from any state after a revert."""
+        params = {"force": "true"} if force else None
+        self.request(
+            "DELETE", f"/v1/atespaces/{_segment(atespace)}/actors/{_segment(name)}", params=params, timeout=90.0
+        )
+
+    def revert_actor(self, atespace: str, name: str, timeout_seconds: float = 60.0) -> dict[str, Any]:
+        """Revert an actor to its last COMPLETED snapshot and return it SUSPENDED."""
+        return self.request_object(
+            "POST",
+            f"/v1/atespaces/{_segment(atespace)}/actors/{_segment(name)}/revert",
+            json={"timeout_seconds": timeout_seconds},
+            timeout=timeout_seconds + 15.0,
+        )
+
+    def tag_actor(self, atespace: str, name: str, tag: str) -> dict[str, Any]:
+        """Tag the actor's latest COMPLETED snapshot."""
+        return self.request_object(
+            "POST", f"/v1/atespaces/{_segment(atespace)}/actors/{_segment(name)}/tags", json={"tag": tag}
+        )
+
+    def list_tags(self, atespace: str) -> list[dict[str, Any]]:
+        """The tags of an atespace."""
+        return self.request_object("GET", f"/v1/atespaces/{_segment(atespace)}/tags").get("items") or []
+
+    def actor_operations(self, atespace: str, name: str, limit: int = 10) -> list[dict[str, Any]]:
+        """The actor's last operations, newest first."""
+        path = f"/v1/atespaces/{_segment(atespace)}/actors/{_segment(name)}/operations"
+        return self.request_object("GET", path, params={"limit": limit}).get("items") or []
+
+    def list_operations(self, atespace: str | None = None, actor: str | None = None) -> list[dict[str, Any]]:
+        """Operations in flight."""
+        params = {k: v for k, v in {"atespace": atespace, "actor": actor}.items() if v}
+        return self.request_object("GET", "/v1/operations", params=params).get("items") or []
+
+    def drain_node(self, node: str, deadline_seconds: float) -> dict[str, Any]:
+        """Start draining a node."""
+        return self.request_object(
+            "POST", f"/v1/nodes/{_segment(node)}/drain", json={"deadline_seconds": deadline_seconds}
+        )
+
+    def undrain_node(self, node: str) -> dict[str, Any]:
+        """End a node's drain."""
+        return self.request_object("POST", f"/v1/nodes/{_segment(node)}/undrain")
 
     def resume_actor(self, atespace: str, name: str, timeout_seconds: float = 30.0) -> dict[str, Any]:
         """Resume an actor and return it RUNNING."""

@@ -126,7 +126,13 @@ def create_actor(
     ctx: typer.Context,
     name: str,
     atespace: AtespaceOpt,
-    template: Annotated[str, typer.Option("--template", "-t", help="The template, in the same atespace.")],
+    template: Annotated[
+        str | None, typer.Option("--template", "-t", help="The template, in the same atespace.")
+    ] = None,
+    from_tag: Annotated[
+        str | None,
+        typer.Option("--from-tag", help="Start from a tagged snapshot, ATESPACE/TAG (template: the tag's)."),
+    ] = None,
     selector: Annotated[
         list[str] | None, typer.Option("--selector", "-l", help="Worker label the actor needs, key=value (repeatable).")
     ] = None,
@@ -134,9 +140,14 @@ def create_actor(
 ) -> None:
     """Create an actor (it starts SUSPENDED).
 
-    Example: ate create actor c1 -a demo --template counter --selector zone=a
+    Examples: ate create actor c1 -a demo --template counter --selector zone=a
+              ate create actor c2 -a demo --from-tag demo/v1
     """
-    actor = client(ctx).create_actor(atespace, name, template, parse_selector(selector))
+    if template is None and from_tag is None:
+        raise typer.BadParameter("give --template TEMPLATE or --from-tag ATESPACE/TAG", param_hint="'--template'")
+    if from_tag is not None and from_tag.count("/") != 1:
+        raise typer.BadParameter(f"{from_tag!r} is not ATESPACE/TAG", param_hint="'--from-tag'")
+    actor = client(ctx).create_actor(atespace, name, template, parse_selector(selector), from_tag=from_tag)
     if output is None:
         typer.echo(f"actor/{name} created")
     else:

@@ -1,5 +1,7 @@
 """`ate delete actor|atespace|template`."""
 
+from typing import Annotated
+
 import typer
 
 from ate.cli.common import AtespaceOpt, client, new_typer
@@ -8,12 +10,19 @@ app = new_typer("delete", "Delete an actor, a template or an atespace.")
 
 
 @app.command("actor")
-def delete_actor(ctx: typer.Context, name: str, atespace: AtespaceOpt) -> None:
-    """Delete a SUSPENDED actor.
+def delete_actor(
+    ctx: typer.Context,
+    name: str,
+    atespace: AtespaceOpt,
+    force: Annotated[
+        bool, typer.Option("--force", help="Delete from any state: stop its operation, terminate its sandbox first.")
+    ] = False,
+) -> None:
+    """Delete a SUSPENDED actor (any state with --force).
 
-    Example: ate delete actor c1 -a demo
+    Example: ate delete actor c1 -a demo --force
     """
-    client(ctx).delete_actor(atespace, name)
+    client(ctx).delete_actor(atespace, name, force=force)
     typer.echo(f"actor/{name} deleted")
 
 

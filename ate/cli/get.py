@@ -9,6 +9,8 @@ from ate.cli.output import (
     OutputFormat,
     print_actors,
     print_atespaces,
+    print_operations,
+    print_tags,
     print_templates,
     print_workers,
 )
@@ -121,3 +123,26 @@ def get_template(
     Example: ate get template counter -a demo
     """
     print_templates(client(ctx).get_template(atespace, name), output)
+
+
+@app.command("tags")
+def get_tags(ctx: typer.Context, atespace: AtespaceOpt, output: GetOutputOpt = OutputFormat.table) -> None:
+    """List the tags of an atespace.
+
+    Example: ate get tags -a demo
+    """
+    print_tags(client(ctx).list_tags(atespace), output)
+
+
+@app.command("operations")
+def get_operations(
+    ctx: typer.Context,
+    atespace: Annotated[str | None, typer.Option("--atespace", "-a", help="Only this atespace.")] = None,
+    actor: Annotated[str | None, typer.Option("--actor", help="Only this actor.")] = None,
+    output: GetOutputOpt = OutputFormat.table,
+) -> None:
+    """List operations in flight (the running workflows, with their current step).
+
+    Example: ate get operations -a demo --actor c1
+    """
+    print_operations(client(ctx).list_operations(atespace, actor), output)

@@ -5,7 +5,7 @@
 
 import typer
 
-from ate.cli import create, delete, dev, get, processes, resume, suspend
+from ate.cli import create, delete, describe, dev, get, node, processes, resume, revert, suspend, tag
 from ate.cli.client import DEFAULT_SERVER
 from ate.cli.common import AteGroup, ServerOpt
 
@@ -28,8 +28,10 @@ def root(
     ctx.obj = {"server": server}
 
 
-for verb in (create, get, resume, suspend, delete):
+for verb in (create, get, describe, resume, suspend, revert, tag, delete):
     app.add_typer(verb.app, rich_help_panel="Resources")
+app.add_typer(node.drain_app, rich_help_panel="Nodes")
+app.add_typer(node.undrain_app, rich_help_panel="Nodes")
 app.command("dev", rich_help_panel="Local stack")(dev.dev)
 processes.register(app)
 

@@ -264,3 +264,34 @@ def print_templates(data: Any, fmt: OutputFormat, empty: str = "No templates fou
 def print_atespaces(data: Any, fmt: OutputFormat) -> None:
     """Print one atespace or a list of atespaces."""
     echo_resources(data, fmt, columns=ATESPACE_COLUMNS, row=atespace_row, empty="No atespaces found.")
+
+
+TAG_COLUMNS = ("ATESPACE", "TAG", "ACTOR", "GENERATION", "SCOPE", "AGE")
+OPERATIONS_COLUMNS = ("ATESPACE", "ACTOR", "OPERATION", "STEP", "AGE")
+
+
+def tag_row(tag: dict[str, Any], now: datetime | None = None) -> list[str]:
+    """One row of TAG_COLUMNS."""
+    return [
+        _text(tag.get("atespace")), _text(tag.get("name")), _text(tag.get("source_actor")),
+        _text(tag.get("generation")), _text(tag.get("scope")), human_age(tag.get("created_at"), now),
+    ]  # fmt: skip
+
+
+def operation_in_flight_row(operation: dict[str, Any], now: datetime | None = None) -> list[str]:
+    """One row of OPERATIONS_COLUMNS (STEP is the workflow's current step, as the Temporal UI shows)."""
+    step = str(operation.get("step") or "").removeprefix("step: ")
+    return [
+        _text(operation.get("atespace")), _text(operation.get("actor")), _text(operation.get("operation")),
+        _text(step or None), human_age(operation.get("started_at"), now),
+    ]  # fmt: skip
+
+
+def print_tags(data: Any, fmt: OutputFormat) -> None:
+    """Print one tag or a list of tags."""
+    echo_resources(data, fmt, columns=TAG_COLUMNS, row=tag_row, empty="No tags found.")
+
+
+def print_operations(data: Any, fmt: OutputFormat) -> None:
+    """Print operations in flight."""
+    echo_resources(data, fmt, columns=OPERATIONS_COLUMNS, row=operation_in_flight_row, empty="No operations in flight.")

@@ -111,3 +111,41 @@ def test_tag_and_create_from_tag(stack: Stack) -> None:
     clone = get(stack, "tags/t2")
     assert (clone["memory_count"], clone["file_count"]) == (3, 3)  # the tagged state, then +1
     stack.ate("suspend", "actor", "t2", "-a", "tags")
+
+
+def test_cli_lifecycle_commands(stack: Stack) -> None:
+    setup_actor(stack, "cli", "k1")
+    get(stack, "cli/k1")
+    stack.ate("suspend", "actor", "k1", "-a", "cli")
+    tagged = stack.ate("tag", "actor", "k1", "v1", "-a", "cli")
+    assert tagged.stdout.strip() == "tag/cli/v1 created: actor k1, generation 1"
+    assert "v1" in stack.ate("get", "tags", "-a", "cli").stdout
+    stack.ate("create", "actor", "k2", "-a", "cli", "--from-tag", "cli/v1")
+    assert get(stack, "cli/k2")["memory_count"] == 2  # the tagged count 1, then +1
+
+    armed = stack.failpoints / "ResumeActor.atelet_call"
+    armed.touch()
+    try:
+        resume = threading.Thread(target=lambda: stack.ate("resume", "actor", "k1", "-a", "cli", check=False))
+        resume.start()
+        deadline = time.monotonic() + 30
+        while not (stack.failpoints / "ResumeActor.atelet_call.reached").exists() and time.monotonic() < deadline:
+            time.sleep(0.05)
+        in_flight = stack.ate("get", "operations", "-a", "cli", "--actor", "k1").stdout
+        assert "ResumeActor" in in_flight and "RESUMING on worker" in in_flight, in_flight
+    finally:
+        armed.unlink(missing_ok=True)
+        (stack.failpoints / "ResumeActor.atelet_call.reached").unlink(missing_ok=True)
+    resume.join(60)
+    described = stack.ate("describe", "actor", "k1", "-a", "cli").stdout
+    assert "State:            RUNNING" in described
+    assert "Operations (newest first):" in described
+    history_lines = [
+        line.split() for line in described.splitlines() if line.startswith(("ResumeActor", "SuspendActor"))
+    ]
+    assert [row[:2] for row in history_lines] == [["ResumeActor", "ok"], ["SuspendActor", "ok"], ["ResumeActor", "ok"]]
+
+    reverted = stack.ate("revert", "actor", "k1", "-a", "cli")
+    assert reverted.stdout.strip() == "actor/k1 reverted: SUSPENDED (back to generation 1)"
+    stack.ate("delete", "actor", "k2", "-a", "cli", "--force")
+    assert stack.ate("get", "actor", "k2", "-a", "cli", check=False).returncode == 1

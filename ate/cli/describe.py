@@ -1,0 +1,63 @@
+"""`ate describe actor`: everything about one actor, with its last operations."""
+
+from typing import Any
+
+import typer
+
+from ate.cli.common import AtespaceOpt, client, new_typer
+from ate.cli.output import format_table, human_age, one_line
+
+app = new_typer("describe", "Show one resource in detail, with its history.")
+
+OPERATION_COLUMNS = ("OPERATION", "OUTCOME", "WORKER", "DURATION", "AGE", "ERROR")
+
+
+def operation_row(operation: dict[str, Any]) -> list[str]:
+    """One row of OPERATION_COLUMNS; a running operation has OUTCOME `running`."""
+    duration = operation.get("duration_seconds")
+    return [
+        str(operation.get("operation")),
+        str(operation.get("outcome") or "running"),
+        str(operation.get("worker") or "<none>"),
+        f"{duration:.2f}s" if isinstance(duration, int | float) else "-",
+        human_age(operation.get("started_at")),
+        one_line(str(operation.get("error") or ""), 60),
+    ]
+
+
+@app.command("actor")
+def describe_actor(ctx: typer.Context, name: str, atespace: AtespaceOpt) -> None:
+    """Show an actor: state, worker, latest snapshot, last error, and its last operations.
+
+    Example: ate describe actor c1 -a demo
+    """
+    api = client(ctx)
+    actor = api.get_actor(atespace, name)
+    history = api.actor_operations(atespace, name, limit=10)
+    worker = actor.get("worker") or {}
+    snapshot = actor.get("latest_snapshot") or {}
+    lines = [
+        f"Name:             {actor.get('name')}",
+        f"Atespace:         {actor.get('atespace')}",
+        f"Template:         {actor.get('template')}",
+        f"State:            {actor.get('state')}",
+        f"Version:          {actor.get('version')}",
+        f"Worker:           {worker.get('pool')}/{worker.get('name')} on {worker.get('node')} ({worker.get('ip')})"
+        if worker
+        else "Worker:           <none>",
+        f"Latest snapshot:  generation {snapshot.get('generation')} {snapshot.get('scope')} {snapshot.get('state')}"
+        if snapshot
+        else "Latest snapshot:  <none> (the first resume restores the template's golden snapshot)",
+        f"Worker selector:  {actor.get('worker_selector') or {}}",
+        f"Last error:       {actor.get('last_error') or '<none>'}",
+        f"Age:              {human_age(actor.get('created_at'))}",
+        "",
+        "Operations (newest first):",
+    ]
+    typer.echo("\n".join(lines))
+    if history:
+        typer.echo(format_table(OPERATION_COLUMNS, [operation_row(o) for o in history]))
+    else:
+        typer.echo("  <none>")
+    if actor.get("state") == "CRASHED":
+        typer.echo(f"\nThe actor crashed. Bring it back with: ate revert actor {name} -a {atespace}")
