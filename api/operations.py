@@ -23,7 +23,7 @@ from temporalio.service import RPCError
 
 from api.errors import ApiError, OperationInProgress, Timeout
 from workflows.search_attributes import ACTOR, ATESPACE, OPERATION
-from workflows.types import TASK_QUEUE, Operation
+from workflows.types import TASK_QUEUE, WORKFLOW_TASK_TIMEOUT, Operation
 
 ResultT = TypeVar("ResultT")
 
@@ -65,6 +65,7 @@ async def start_or_attach(
             id=workflow_id,
             task_queue=TASK_QUEUE,
             id_conflict_policy=WorkflowIDConflictPolicy.FAIL,
+            task_timeout=WORKFLOW_TASK_TIMEOUT,
             search_attributes=search_attributes(atespace, name, operation),
             result_type=result_type,
             execution_timeout=timedelta(minutes=30),
@@ -105,6 +106,7 @@ async def take_over(
                 id=workflow_id,
                 task_queue=TASK_QUEUE,
                 id_conflict_policy=WorkflowIDConflictPolicy.FAIL,
+                task_timeout=WORKFLOW_TASK_TIMEOUT,
                 search_attributes=search_attributes(atespace, name, operation),
                 result_type=result_type,
                 execution_timeout=timedelta(minutes=30),

@@ -7,11 +7,17 @@ can import it. None of these are pydantic models; pydantic lives at the API edge
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from datetime import timedelta
 from enum import StrEnum
 from typing import Any
 
 TASK_QUEUE = "ate-control"
 """The Temporal task queue every ate workflow and activity runs on."""
+
+WORKFLOW_TASK_TIMEOUT = timedelta(seconds=3)
+"""Workflow task timeout of every ate workflow (the server default is 10 s): how long a workflow
+waits after its worker died before another worker takes it over. Long local activities (a
+restore) keep their task alive with heartbeats, so this bounds failover, not step length."""
 
 SEARCH_ATTRIBUTES = ("AteAtespace", "AteActor", "AteOperation")
 """Keyword search attributes set on every workflow (registered on the Temporal server)."""

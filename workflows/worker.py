@@ -29,7 +29,7 @@ from workflows.search_attributes import ensure_search_attributes
 from workflows.settings import WorkerSettings
 from workflows.snapshot_gc import SNAPSHOT_GC_WORKFLOW_ID, SnapshotGarbageCollectionWorkflow
 from workflows.suspend_actor import SuspendActorWorkflow
-from workflows.types import TASK_QUEUE, SnapshotGcInput
+from workflows.types import TASK_QUEUE, WORKFLOW_TASK_TIMEOUT, SnapshotGcInput
 
 log = logging.getLogger("ate.worker")
 
@@ -66,6 +66,7 @@ async def ensure_snapshot_gc(client: Client, settings: WorkerSettings) -> None:
         id=SNAPSHOT_GC_WORKFLOW_ID,
         task_queue=TASK_QUEUE,
         id_conflict_policy=WorkflowIDConflictPolicy.USE_EXISTING,
+        task_timeout=WORKFLOW_TASK_TIMEOUT,
     )
 
 

@@ -15,6 +15,7 @@ from api.schemas import TemplateCreate, TemplatePublic
 from api.views import template_view
 from workflows.types import (
     TASK_QUEUE,
+    WORKFLOW_TASK_TIMEOUT,
     GoldenSnapshotInput,
     GoldenSnapshotResult,
     Operation,
@@ -55,6 +56,7 @@ async def create_template(
         id=template_workflow_id(atespace, body.name),
         task_queue=TASK_QUEUE,
         id_conflict_policy=WorkflowIDConflictPolicy.TERMINATE_EXISTING,
+        task_timeout=WORKFLOW_TASK_TIMEOUT,
         id_reuse_policy=WorkflowIDReusePolicy.ALLOW_DUPLICATE,
         search_attributes=search_attributes(atespace, body.name, Operation.GOLDEN_SNAPSHOT),
         result_type=GoldenSnapshotResult,

@@ -9,7 +9,7 @@ from activities.store.records import WorkerRegistration
 from api.deps import StoreDep, TemporalDep
 from api.schemas import DrainRequest, NodeEvent, NodeRegistration, WorkerPublic
 from api.views import worker_view
-from workflows.types import TASK_QUEUE, ActorRef, EvictionDeadlineInput
+from workflows.types import TASK_QUEUE, WORKFLOW_TASK_TIMEOUT, ActorRef, EvictionDeadlineInput
 
 router = APIRouter(tags=["workers"])
 
@@ -79,6 +79,7 @@ async def drain_node(node: str, body: DrainRequest, temporal: TemporalDep) -> di
         id=f"node/{node}/drain",
         task_queue=TASK_QUEUE,
         id_conflict_policy=WorkflowIDConflictPolicy.USE_EXISTING,
+        task_timeout=WORKFLOW_TASK_TIMEOUT,
     )
     return {"node": node, "workflow_id": handle.id}
 

@@ -35,7 +35,7 @@ def _child(kind: str, port: int, worker_port: int = 0) -> None:
     import uvicorn
 
     sys.path.insert(0, str(HERE))
-    from router_harness import FakeApi, WorkerLog, worker_app
+    from tests.router.router_harness import FakeApi, WorkerLog, worker_app
 
     app = worker_app(WorkerLog()) if kind == "worker" else FakeApi(worker_port).app
     uvicorn.run(app, host="127.0.0.1", port=port, log_level="warning", access_log=False,

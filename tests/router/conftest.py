@@ -11,10 +11,10 @@ from typing import Any
 import httpx
 import pytest
 import pytest_asyncio
-from router_harness import DOMAIN, Env, FakeApi, Served, WorkerLog, serve, worker_app
 
 from router.app import create_app
 from router.settings import RouterSettings
+from tests.router.router_harness import DOMAIN, Env, FakeApi, Served, WorkerLog, serve, worker_app
 
 StartRouter = Callable[..., Any]
 

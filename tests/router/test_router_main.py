@@ -10,10 +10,10 @@ import time
 from pathlib import Path
 
 import httpx
-from router_harness import free_port
 
 from router.main import build_settings, parse_args
 from router.settings import RouterSettings, split_host_port
+from tests.router.router_harness import free_port
 
 ROOT = Path(__file__).resolve().parents[2]
 

@@ -8,9 +8,9 @@ import os
 
 import httpx
 import pytest
-from router_harness import free_port, pattern
 
 from router.types import Upstream
+from tests.router.router_harness import free_port, pattern
 
 H = {"ate-target-actor": "demo/c1"}
 MB5 = 5 * 1024 * 1024

@@ -7,10 +7,10 @@ import time
 
 import httpx
 import pytest
-from router_harness import Step, free_port
 
 from router import api_client as api
 from router.metrics import REQUESTS, RESUMES
+from tests.router.router_harness import Step, free_port
 
 H = {"ate-target-actor": "demo/c1"}
 
