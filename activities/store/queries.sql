@@ -114,7 +114,7 @@ RETURNING name;
 -- lock_actor --
 -- Lock one actor row for a state transition, with what the transition needs.
 SELECT a.atespace, a.name, a.template, a.state, a.version, a.worker_selector, a.worker_id,
-       a.latest_snapshot_id, a.in_progress_snapshot_id, a.operation, a.operation_id,
+       a.latest_snapshot_id, a.in_progress_snapshot_id, a.operation, a.operation_id, a.last_error,
        t.spec, t.golden_snapshot_id, t.phase AS template_phase
 FROM actors a JOIN actor_templates t ON t.atespace = a.atespace AND t.name = a.template
 WHERE a.atespace = $1 AND a.name = $2

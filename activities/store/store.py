@@ -418,6 +418,12 @@ class Store(LifecycleMixin):
                 worker = await self._worker_ref(connection, actor["worker_id"])
                 snapshot = await self._snapshot_ref(connection, snapshot_id) if snapshot_id else None
                 return ResumePlan(already_running=False, worker=worker, snapshot=snapshot, spec=spec)
+            if state == ActorState.CRASHED:
+                raise FailedPrecondition(
+                    f"actor {ref.key} is CRASHED ({actor['last_error'] or 'no reason recorded'}); bring it back "
+                    f"to its last completed snapshot with 'ate revert actor {ref.name} -a {ref.atespace}'",
+                    {"state": state},
+                )
             if state != ActorState.SUSPENDED:
                 raise FailedPrecondition(
                     f"actor {ref.key} cannot be resumed from state {state} (ResumeActor wants SUSPENDED)",

@@ -7,13 +7,16 @@ after that snapshot are forgotten.
 
 from __future__ import annotations
 
+import asyncio
+import subprocess
 import threading
 import time
 
 import httpx
 import pytest
+from temporalio.client import Client
 
-from tests.e2e.conftest import Stack
+from tests.e2e.conftest import PORTS, Stack
 from tests.e2e.test_tour import get
 
 pytestmark = [pytest.mark.slow, pytest.mark.runsc]
@@ -149,3 +152,54 @@ def test_cli_lifecycle_commands(stack: Stack) -> None:
     assert reverted.stdout.strip() == "actor/k1 reverted: SUSPENDED (back to generation 1)"
     stack.ate("delete", "actor", "k2", "-a", "cli", "--force")
     assert stack.ate("get", "actor", "k2", "-a", "cli", check=False).returncode == 1
+
+
+def test_a_sandbox_that_dies_makes_its_actor_crashed_until_reverted(stack: Stack) -> None:
+    path = setup_actor(stack, "crash", "x1")
+    assert get(stack, "crash/x1")["memory_count"] == 1
+    stack.ate("suspend", "actor", "x1", "-a", "crash")  # generation 1: count 1
+    assert get(stack, "crash/x1")["memory_count"] == 2
+    worker = api(stack, "GET", path).json()["worker"]["name"]
+    root = stack.data_dir / "atelet" / "runsc"
+    listed = subprocess.run(["runsc", "--root", str(root), "list", "-quiet"], capture_output=True, text=True, check=True)
+    [container] = [c for c in listed.stdout.split() if c.startswith(worker)]
+    subprocess.run(["runsc", "--root", str(root), "kill", container, "KILL"], check=True)  # the workload dies
+
+    deadline = time.monotonic() + 10
+    while api(stack, "GET", path).json()["state"] != "CRASHED" and time.monotonic() < deadline:
+        time.sleep(0.1)
+    crashed = api(stack, "GET", path).json()
+    assert crashed["state"] == "CRASHED" and crashed["worker"] is None
+    assert f"sandbox exited on worker {worker}" in crashed["last_error"]
+    refused = httpx.get(stack.router + "/", headers={"ate-target-actor": "crash/x1"}, timeout=30)
+    assert refused.status_code == 503 and "CRASHED" in refused.text and "revert" in refused.text, refused.text
+    assert all("crash/x1" not in w["actors"] for w in api(stack, "GET", "/v1/workers").json()["items"])
+
+    stack.ate("revert", "actor", "x1", "-a", "crash")
+    back = get(stack, "crash/x1")
+    assert (back["memory_count"], back["file_count"]) == (2, 2)  # generation 1 (count 1), then this request
+    stack.ate("suspend", "actor", "x1", "-a", "crash")
+
+
+def test_snapshots_of_deleted_actors_are_collected(stack: Stack) -> None:
+    path = setup_actor(stack, "gc", "g1")
+    get(stack, "gc/g1")
+    stack.ate("suspend", "actor", "g1", "-a", "gc")
+    get(stack, "gc/g1")
+    stack.ate("suspend", "actor", "g1", "-a", "gc")  # generation 2 supersedes generation 1
+    actor_dir = stack.data_dir / "snapshots" / "gc" / "actors" / "g1"
+    assert len([d for d in actor_dir.iterdir() if d.is_dir()]) == 2
+    stack.ate("delete", "actor", "g1", "-a", "gc")
+    assert api(stack, "GET", path).status_code == 404
+
+    async def collect() -> None:
+        client = await Client.connect(f"127.0.0.1:{PORTS['temporal']}")
+        await client.get_workflow_handle("snapshot-gc").signal("collect_now")
+
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline and actor_dir.exists() and any(actor_dir.iterdir()):
+        asyncio.run(collect())
+        time.sleep(1)
+    assert not actor_dir.exists() or not any(actor_dir.iterdir()), list(actor_dir.iterdir())
+    golden = stack.data_dir / "snapshots" / "gc" / "templates" / "counter"
+    assert golden.exists() and any(golden.iterdir())  # the template's golden snapshot is still in use
