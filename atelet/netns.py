@@ -4,7 +4,8 @@ Worker ``i`` of a node gets the i-th /30 of the node's subnet: the host end of t
 ``base+4i+1``, the worker end (inside namespace ``ate-<node>-<worker>``) ``base+4i+2`` and a
 default route via the host end. runsc takes the worker end over and strips its address and
 routes, and does not give them back when the sandbox exits: call ``ensure`` before every
-run and restore. Interface names must fit IFNAMSIZ (15 chars): ``atv<h><i>`` (host end) and
+run and restore. A sandbox adopted from a previous atelet run keeps its namespace untouched:
+``attach`` only checks it and re-applies the host end's address (``create`` would destroy it). Interface names must fit IFNAMSIZ (15 chars): ``atv<h><i>`` (host end) and
 ``atp<h><i>`` (worker end), where ``h`` is 4 hex digits of a hash of the node name (so two
 atelets on one machine do not collide) and ``i`` the worker index.
 """
@@ -102,3 +103,29 @@ async def ensure(net: WorkerNet) -> None:
         result = await proc.run(args, timeout=20, stdin=script.encode())
         if not result.ok:
             raise internal(f"network setup of {net.netns} failed: {result.describe()}")
+
+
+async def attach(net: WorkerNet, sandbox_pid: int = 0) -> None:
+    """For a running sandbox adopted from a previous atelet run: checks that its namespace and the
+    host end of the veth still exist (and, given ``sandbox_pid``, that the sandbox is in that very
+    namespace), then re-applies only the host end's address and link state. Nothing inside the
+    namespace is touched: the sandbox owns the worker end. INTERNAL when the network is not usable."""
+    path = NETNS_DIR / net.netns
+    if not path.exists():
+        raise internal(f"network namespace {net.netns} is gone")
+    if sandbox_pid > 0:
+        try:
+            mine = Path(f"/proc/{sandbox_pid}/ns/net").stat()
+        except OSError:
+            mine = None  # cannot tell (the process may be going away): the exit watch will see
+        if mine is not None:
+            named = path.stat()
+            if (mine.st_dev, mine.st_ino) != (named.st_dev, named.st_ino):
+                raise internal(f"sandbox process {sandbox_pid} is not in network namespace {net.netns}")
+    if not (await _ip("link", "show", "dev", net.host_if, check=False)).ok:
+        raise internal(f"host end {net.host_if} of worker network {net.netns} is gone")
+    script = f"addr replace {net.host_ip}/{net.prefixlen} dev {net.host_if}\nlink set {net.host_if} up\n"
+    result = await proc.run(["ip", "-batch", "-"], timeout=20, stdin=script.encode())
+    if not result.ok:
+        raise internal(f"network setup of {net.netns} failed: {result.describe()}")
+    log.info("worker network %s adopted: %s (host %s via %s)", net.netns, net.worker_ip, net.host_ip, net.host_if)

@@ -3,6 +3,11 @@
 ``OperationLog.run(op_id, kind, response_type, fn)`` runs ``fn`` once per ``op_id``:
 - a completed operation (a JSON record ``<dir>/<sha256(op_id)>.json`` holding the kind and the
   serialized response) returns the recorded response without running anything;
+- while it runs, the same file holds a ``started`` record (kind, no response): after an atelet
+  crash it tells which operations were in flight (``in_flight``); it is replaced by the completed
+  record, or removed when the operation fails. A started record does not answer a repeat: the
+  repeat runs the operation again (``Node`` makes that safe, e.g. by adopting the sandbox the
+  interrupted Run/Restore started);
 - a repeat while the first call still runs waits for that same run (which is shielded from the
   cancellation of any one caller, so a dropped gRPC call never leaves a half-done side effect);
 - failures are not recorded: a retry after an error runs the operation again;
@@ -46,21 +51,49 @@ class OperationLog:
             return None
         if record.get("kind") != kind:
             raise invalid(f"operation_id: {op_id!r} was already used for a {record.get('kind')} call")
+        if "response" not in record:  # started, never finished (the atelet died meanwhile)
+            return None
         response = response_type()
         response.ParseFromString(base64.b64decode(record["response"]))
         return response
 
-    def _record(self, op_id: str, kind: str, response: Message) -> None:
+    def in_flight(self) -> list[tuple[str, str]]:
+        """(operation_id, kind) of every operation recorded as started and never finished."""
+        found = []
+        for path in sorted(self.directory.glob("*.json")) if self.directory.is_dir() else []:
+            try:
+                record = json.loads(path.read_text())
+            except (OSError, json.JSONDecodeError):
+                continue
+            if isinstance(record, dict) and "response" not in record:
+                found.append((str(record.get("operation_id")), str(record.get("kind"))))
+        return found
+
+    def _write(self, op_id: str, record: dict[str, object]) -> None:
         self.directory.mkdir(parents=True, exist_ok=True)
         path = self._path(op_id)
         tmp = path.with_suffix(".tmp")
-        tmp.write_text(json.dumps({
+        tmp.write_text(json.dumps(record))
+        os.replace(tmp, path)
+
+    def _started(self, op_id: str, kind: str) -> None:
+        self._write(op_id, {"operation_id": op_id, "kind": kind, "started_at": time.time()})
+
+    def _failed(self, op_id: str) -> None:
+        path = self._path(op_id)
+        try:
+            if "response" not in json.loads(path.read_text()):
+                path.unlink()
+        except (OSError, json.JSONDecodeError):
+            pass
+
+    def _record(self, op_id: str, kind: str, response: Message) -> None:
+        self._write(op_id, {
             "operation_id": op_id,
             "kind": kind,
             "completed_at": time.time(),
             "response": base64.b64encode(response.SerializeToString()).decode(),
-        }))
-        os.replace(tmp, path)
+        })
 
     async def run(self, op_id: str, kind: str, response_type: type[M], fn: Callable[[], Awaitable[M]]) -> M:
         """Runs ``fn`` at most once to success for ``op_id`` (see the module doc)."""
@@ -73,7 +106,12 @@ class OperationLog:
         if running is None:
             async def body() -> M:
                 try:
-                    response = await fn()
+                    self._started(op_id, kind)
+                    try:
+                        response = await fn()
+                    except BaseException:
+                        self._failed(op_id)
+                        raise
                     self._record(op_id, kind, response)
                     return response
                 finally:

@@ -10,8 +10,9 @@ On-disk layout under ``state_dir``::
 
     runsc/                         runsc --root
     images/<digest>/               unpacked images (shared, never written by sandboxes)
-    operations/<sha256>.json       completed operations
+    operations/<sha256>.json       started and completed operations
     workers/<worker>/bundle/       OCI bundle of the worker's current sandbox
+    workers/<worker>/assignment.json   what runs on the worker (``atelet.assignments``)
     actors/<atespace>/<name>/volumes/<volume>/   durable dirs (bind-mounted into the sandbox)
     logs/<atespace>/<name>.log     sandbox output (runsc's stdout/stderr)
 
@@ -24,6 +25,15 @@ flight on its worker.
 Errors: INVALID_ARGUMENT (spec, URIs, names), NOT_FOUND (unknown worker, no snapshot),
 FAILED_PRECONDITION (worker busy with another actor, actor not on the worker, snapshot exists,
 manifest mismatch), UNAVAILABLE (probe timeout, checkpoint blocked), INTERNAL.
+
+Restarts: runsc sandboxes are detached and outlive the atelet process. Whenever what runs on a
+worker changes, it is persisted (``atelet.assignments``). ``start`` adopts every recorded sandbox
+that still runs: the worker is running that actor again (exit watch re-armed, shown in Health
+and heartbeats), and its network namespace is left as it is (only the host end's address is
+re-applied). A recorded sandbox that is gone or stopped is deleted and its worker reported idle
+(its durable dirs are kept); sandboxes no record names are deleted. A Run/Restore repeated with
+the operation ID that started an adopted sandbox (the atelet died before it recorded the
+response) probes that sandbox and answers success instead of starting a second one.
 """
 
 from __future__ import annotations
@@ -43,8 +53,10 @@ from typing import Any, TypeVar
 from google.protobuf.message import Message
 
 from atelet import metrics, netns, probe, watch
+from atelet.assignments import Assignment, AssignmentStore
 from atelet.bundle import build_config, write_bundle
 from atelet.errors import AteletError, invalid, not_found, precondition
+from atelet.failpoints import failpoint
 from atelet.images import ImageStore
 from atelet.oplog import OperationLog
 from atelet.pool import PoolSpec
@@ -83,14 +95,20 @@ class Worker:
     exit_reason: str = ""  # how the sandbox ended, when state is "exited" on its own
     watcher: asyncio.Task[None] | None = None  # the exit watch of the running sandbox
     inflight: int = 0  # Run/Restore/Checkpoint/Terminate calls in flight on this worker
+    operation: tuple[str, str] | None = None  # (operation_id, kind) of the Run/Restore that started it
+    started_at: float = 0.0
+    adopted: bool = False  # the sandbox was started by an earlier atelet process
 
     def free(self) -> None:
-        """Marks the worker idle (nothing runs on it)."""
+        """Marks the worker idle (nothing runs on it); ``Node._free`` also forgets its record."""
         self.actor = None
         self.container_id = None
         self.state = "idle"
         self.spec = None
         self.exit_reason = ""
+        self.operation = None
+        self.started_at = 0.0
+        self.adopted = False
 
 
 def _actor_key(ref: pb.ActorRef) -> tuple[str, str]:
@@ -114,6 +132,7 @@ class Node:
         self.images = ImageStore(settings.image_roots, self.state_dir / "images")
         self.snapshots = SnapshotStore(settings.snapshot_roots)
         self.ops = OperationLog(self.state_dir / "operations")
+        self.assignments = AssignmentStore(self.state_dir / "workers")
         self.pools = pools
         self.workers: dict[str, Worker] = {}
         index = 0
@@ -131,7 +150,8 @@ class Node:
     # ---- lifecycle -------------------------------------------------------------------------
 
     async def start(self) -> None:
-        """Creates dirs, removes leftovers of a crashed run, creates every worker's namespace."""
+        """Creates dirs, adopts the sandboxes of a previous run that still run (see the module doc),
+        removes the other leftovers, creates every other worker's namespace."""
         for sub in ("runsc", "images", "operations", "workers", "actors", "logs"):
             (self.state_dir / sub).mkdir(parents=True, exist_ok=True)
         for root in self.snapshots.roots:
@@ -140,11 +160,58 @@ class Node:
             self.runsc_version = "hollow"
         else:
             self.runsc_version = await self.runsc.version()
-            for cid in await self.runsc.list():
-                log.warning("removing leftover sandbox %s from a previous run", cid)
-                await self.runsc.delete(cid)
-            await asyncio.gather(*(netns.create(w.net) for w in self.workers.values()))
+            for op_id, kind in self.ops.in_flight():
+                log.warning("operation %s (%s) was in flight when the previous atelet stopped", op_id, kind)
+            listed = await self.runsc.list()
+            adopted: set[str] = set()
+            for name, record in self.assignments.load_all().items():
+                if await self._adopt(name, record, set(listed)):
+                    assert record.container_id is not None
+                    adopted.add(record.container_id)
+                else:
+                    self.assignments.remove(name)
+            for cid in listed:
+                if cid not in adopted:
+                    log.warning("removing leftover sandbox %s from a previous run", cid)
+                    await self.runsc.delete(cid)
+            await asyncio.gather(*(netns.create(w.net) for w in self.workers.values() if not w.adopted))
         self._update_metrics()
+
+    async def _adopt(self, name: str, record: Assignment, listed: set[str]) -> bool:
+        """Takes over the sandbox ``record`` names if it still runs and its network is intact."""
+        worker = self.workers.get(name)
+        what = f"sandbox {record.container_id} of {_fmt(record.actor)} on {name}"
+        why = ""
+        state: dict[str, Any] | None = None
+        if worker is None:
+            why = "no such worker any more"
+        elif record.net != worker.net:
+            why = f"the worker's network changed ({record.net.worker_ip} -> {worker.net.worker_ip})"
+        elif record.state != "running" or not record.container_id:
+            why = f"it had {record.state} before the restart"
+        elif record.container_id not in listed:
+            why = "runsc no longer knows it"
+        else:
+            state = await self.runsc.state(record.container_id)
+            pid = int(state.get("pid") or 0) if state else 0
+            if not state or state.get("status") != "running" or not pid_alive(pid):
+                why = f"it is not running (runsc: {state.get('status') if state else 'unknown'}, pid {pid})"
+            else:
+                try:
+                    await netns.attach(record.net, pid)
+                except AteletError as exc:
+                    why = f"its network is not usable: {exc.reason}"
+        if why or worker is None:
+            log.warning("not adopting %s: %s; the worker is idle (durable dirs kept)", what, why)
+            return False
+        worker.actor, worker.spec, worker.container_id = record.actor, record.spec, record.container_id
+        worker.state, worker.exit_reason, worker.adopted = "running", "", True
+        worker.operation = (record.operation_id, record.operation_kind)
+        worker.started_at = record.started_at
+        self._watch(worker)
+        self._persist(worker)
+        log.warning("adopted %s (started by operation %s, %s)", what, record.operation_id, record.operation_kind)
+        return True
 
     async def stop(self) -> None:
         """Terminates every sandbox and deletes every namespace this node created."""
@@ -153,7 +220,7 @@ class Node:
             async with worker.lock:
                 if not self.settings.hollow:
                     await self._stop_sandbox(worker)
-                worker.free()
+                self._free(worker)
         await asyncio.gather(*self._deleting, return_exceptions=True)
         for worker in self.workers.values():
             await self._unwatch(worker)
@@ -176,6 +243,27 @@ class Node:
             raise not_found(f"worker: no worker {name!r} on node {self.settings.node} "
                             f"(workers: {', '.join(self.workers) or 'none'})")
         return worker
+
+    def _persist(self, worker: Worker) -> None:
+        """Records what runs on ``worker`` (removes the record when it is idle); not in hollow mode."""
+        if self.settings.hollow:
+            return
+        if worker.actor is None or worker.spec is None or worker.operation is None:
+            self.assignments.remove(worker.name)
+            return
+        self.assignments.save(Assignment(
+            worker=worker.name, actor=worker.actor, container_id=worker.container_id, state=worker.state,
+            net=worker.net, spec=worker.spec, operation_id=worker.operation[0],
+            operation_kind=worker.operation[1], durable_dir=str(self._actor_dir(worker.actor)),
+            volumes={k: str(v) for k, v in self._volume_dirs(worker.actor, worker.spec).items()},
+            log=str(self._log_path(worker.actor)), bundle=str(self.state_dir / "workers" / worker.name / "bundle"),
+            exit_reason=worker.exit_reason, runsc_version=self.runsc_version, started_at=worker.started_at,
+        ))
+
+    def _free(self, worker: Worker) -> None:
+        """Marks the worker idle and forgets its record."""
+        worker.free()
+        self._persist(worker)
 
     def _update_metrics(self) -> None:
         metrics.set_workers((w.pool.name, w.state) for w in self.workers.values())
@@ -249,6 +337,22 @@ class Node:
             raise invalid("spec: cpu_millis and memory_bytes must be >= 0")
         return container
 
+    async def _started_by(self, worker: Worker, actor: tuple[str, str], op_id: str, kind: str,
+                          req: pb.RunRequest | pb.RestoreRequest) -> float | None:
+        """When this very operation already started ``actor``'s sandbox on ``worker`` and it still
+        runs (the atelet died before recording the response, then adopted the sandbox): probes it
+        and returns the probe seconds (UNAVAILABLE when it does not answer 200 in time). None when
+        the operation has yet to run here."""
+        if worker.actor != actor or worker.operation != (op_id, kind) or worker.state != "running":
+            return None
+        log.info("%s %s: %s already runs on %s (started by this operation%s); probing it", kind, op_id,
+                 _fmt(actor), worker.name, ", adopted after a restart" if worker.adopted else "")
+        if self.settings.hollow or worker.spec is None or not worker.spec.containers[0].wakeup_probe.port:
+            return 0.0
+        wp = worker.spec.containers[0].wakeup_probe
+        return await probe.wait_ready(worker.net.worker_ip, wp.port, wp.path or "/",
+                                      req.probe_timeout_seconds or DEFAULT_PROBE_TIMEOUT)
+
     def _claim(self, worker: Worker, actor: tuple[str, str]) -> None:
         if worker.actor is not None:
             raise precondition(f"worker {worker.name} is busy: it runs {_fmt(worker.actor)} "
@@ -266,6 +370,7 @@ class Node:
             existed = await self.runsc.kill(cid) is not None
         worker.container_id = None
         worker.state = "exited" if worker.actor else "idle"
+        self._persist(worker)
         task = asyncio.create_task(self._delete(cid))
         self._deleting.add(task)
         task.add_done_callback(self._deleting.discard)
@@ -304,11 +409,13 @@ class Node:
                 self._detached.add(me)
                 worker.container_id, worker.state = None, "exited"
                 worker.exit_reason = "exited on its own (finding out how)"
+                self._persist(worker)
                 self._update_metrics()
             log.warning("sandbox of %s/%s on %s exited on its own", *actor, worker.name)
             reason = await exit_watch.reason(self._log_path(actor))
             if worker.actor == actor and worker.state == "exited" and worker.container_id is None:
                 worker.exit_reason = reason
+                self._persist(worker)
             log.warning("sandbox of %s/%s on %s: %s", *actor, worker.name, reason)
             if self.on_exit is not None:
                 self.on_exit(worker.name, actor, reason)
@@ -329,7 +436,7 @@ class Node:
         return {v.name: base / v.name for v in spec.volumes if v.durable_dir}
 
     async def _boot(self, worker: Worker, actor: tuple[str, str], spec: pb.WorkloadSpec,
-                    image_path: Path | None, probe_timeout: float) -> tuple[float, float]:
+                    image_path: Path | None, probe_timeout: float, operation: tuple[str, str]) -> tuple[float, float]:
         """Starts (``image_path`` None) or restores the sandbox and waits for its probe.
 
         Returns (boot seconds, probe seconds). On failure the sandbox is deleted and the worker freed.
@@ -344,7 +451,9 @@ class Node:
         bundle = write_bundle(self.state_dir / "workers" / worker.name / "bundle", config)
         cid = f"{worker.name}-{uuid.uuid4().hex[:10]}"
         worker.actor, worker.spec, worker.container_id, worker.state = actor, spec, cid, "running"
+        worker.operation, worker.started_at, worker.adopted = operation, time.time(), False
         try:
+            self._persist(worker)  # before runsc starts it: a crash from here on leaves a record
             start = time.monotonic()
             await netns.ensure(worker.net)
             if image_path is None:
@@ -364,7 +473,7 @@ class Node:
                 await self.runsc.delete(cid)
             finally:
                 shutil.rmtree(self._actor_dir(actor), ignore_errors=True)
-                worker.free()
+                self._free(worker)
             raise
 
     # ---- operations ------------------------------------------------------------------------
@@ -377,12 +486,17 @@ class Node:
             self.images.resolve(req.spec.containers[0].image, "spec.containers[0].image")
             worker = self._worker(req.worker)
             async with worker.lock:
+                already = await self._started_by(worker, actor, req.operation_id, "run", req)
+                if already is not None:
+                    return pb.RunResponse(worker_ip=worker.net.worker_ip, probe_seconds=already)
                 self._claim(worker, actor)
                 if self.settings.hollow:
                     worker.actor, worker.state = actor, "running"
                     return pb.RunResponse(worker_ip=worker.net.worker_ip)
                 shutil.rmtree(self._actor_dir(actor), ignore_errors=True)  # a cold boot starts empty
-                boot, probe_s = await self._boot(worker, actor, req.spec, None, req.probe_timeout_seconds)
+                boot, probe_s = await self._boot(worker, actor, req.spec, None, req.probe_timeout_seconds,
+                                                 (req.operation_id, "run"))
+                await failpoint("Atelet.run.after_boot")
                 log.info("run %s/%s on %s: boot %.3fs probe %.3fs", *actor, worker.name, boot, probe_s)
                 return pb.RunResponse(worker_ip=worker.net.worker_ip, boot_seconds=boot, probe_seconds=probe_s)
 
@@ -397,6 +511,9 @@ class Node:
             dest = self.snapshots.resolve(req.snapshot_uri)
             worker = self._worker(req.worker)
             async with worker.lock:
+                already = await self._started_by(worker, actor, req.operation_id, "restore", req)
+                if already is not None:
+                    return pb.RestoreResponse(worker_ip=worker.net.worker_ip, probe_seconds=already)
                 self._claim(worker, actor)
                 if self.settings.hollow:
                     worker.actor, worker.state = actor, "running"
@@ -412,7 +529,9 @@ class Node:
                         await asyncio.to_thread(extract_dir, dest / tar_rel, host_dir)
                 fetch = time.monotonic() - start
                 image_path = dest / CHECKPOINT_DIR if manifest.scope == pb.SNAPSHOT_SCOPE_FULL else None
-                boot, probe_s = await self._boot(worker, actor, req.spec, image_path, req.probe_timeout_seconds)
+                boot, probe_s = await self._boot(worker, actor, req.spec, image_path, req.probe_timeout_seconds,
+                                                 (req.operation_id, "restore"))
+                await failpoint("Atelet.restore.after_boot")
                 log.info("restore %s/%s (%s) on %s: fetch %.3fs restore %.3fs probe %.3fs", *actor,
                          pb.SnapshotScope.Name(manifest.scope), worker.name, fetch, boot, probe_s)
                 return pb.RestoreResponse(worker_ip=worker.net.worker_ip, fetch_seconds=fetch,
@@ -442,7 +561,7 @@ class Node:
                     sandbox_class=SANDBOX_CLASS, scope=req.scope, runsc_version=self.runsc_version,
                     actor=pb.ActorRef(atespace=actor[0], name=actor[1]), created_by_operation=req.operation_id)
                 if self.settings.hollow:
-                    worker.free()
+                    self._free(worker)
                     return pb.CheckpointResponse(manifest=manifest)
                 assert worker.container_id is not None and worker.spec is not None
                 staging = self.snapshots.staging_dir(dest)
@@ -467,7 +586,7 @@ class Node:
                             await self._stop_sandbox(worker, already_exited=True)
                     raise
                 shutil.rmtree(self._actor_dir(actor), ignore_errors=True)
-                worker.free()
+                self._free(worker)
                 size = self.snapshots.size_of(manifest)
                 log.info("checkpoint %s/%s (%s) from %s: %.3fs + store %.3fs, %d bytes", *actor,
                          pb.SnapshotScope.Name(req.scope), worker.name, checkpoint_s, upload_s, size)
@@ -488,7 +607,7 @@ class Node:
                 if not self.settings.hollow:
                     await self._stop_sandbox(worker)
                     shutil.rmtree(self._actor_dir(actor), ignore_errors=True)
-                worker.free()
+                self._free(worker)
                 return pb.TerminateResponse(was_running=was_running)
 
         return await self._measured("terminate", req.operation_id, pb.TerminateResponse, op, req.worker)
@@ -523,7 +642,7 @@ class Node:
             if not self.settings.hollow:
                 await self._stop_sandbox(worker)
                 shutil.rmtree(self._actor_dir(actor), ignore_errors=True)
-            worker.free()
+            self._free(worker)
             self._update_metrics()
         log.warning("fenced: terminated %s/%s on %s at the control plane's request", *actor, worker_name)
         return True

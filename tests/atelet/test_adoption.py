@@ -164,6 +164,10 @@ async def test_sigkilled_atelet_adopts_its_running_sandbox(agent: Agent, api: Fa
     assert record["probe"] == {"ip": run.worker_ip, "port": 8080, "path": "/readyz"}
 
     agent.sigkill()
+    # While the atelet is down the host end of the worker's veth loses its address (as when the
+    # host's network is reconfigured): adoption puts it back without touching the namespace.
+    net = record["net"]
+    subprocess.run(["ip", "addr", "flush", "dev", net["host_if"]], check=True)
     killed = time.monotonic()
     restart = agent.start()
     channel, stub = agent.stub()
@@ -208,7 +212,7 @@ async def test_sandboxes_gone_while_the_atelet_was_down_free_their_workers(
     # default-0: the sandbox process is killed (gone); default-1: the workload is killed (stopped).
     pid = agent.sandbox_pid("default-0")
     os.kill(pid, signal.SIGKILL)
-    stopped = [c for c in agent.containers() if c.startswith("default-1-")][0]
+    stopped = next(c for c in agent.containers() if c.startswith("default-1-"))
     assert agent.runsc("kill", stopped, "KILL").returncode == 0
     for _ in range(100):
         if json.loads(agent.runsc("state", stopped).stdout or "{}").get("status") == "stopped":
@@ -222,6 +226,7 @@ async def test_sandboxes_gone_while_the_atelet_was_down_free_their_workers(
         assert beat_after(api, killed) == {"default-0": None, "default-1": None}
         assert agent.containers() == []
         assert not agent.record("default-0").exists() and not agent.record("default-1").exists()
+        assert (Path(agent.settings.state_dir).resolve() / "actors/demo/g1/volumes/data").is_dir()  # kept
         # The workers are usable again (their namespaces were rebuilt).
         run = await stub.Run(pb.RunRequest(operation_id="gone-run-2", worker="default-0",
                                            actor=pb.ActorRef(atespace="demo", name="g0"),
@@ -282,7 +287,7 @@ async def test_restore_retried_after_a_crash_before_its_response_is_not_done_twi
     assert_nothing_left(agent.settings)
 
 
-async def test_retried_restore_of_an_adopted_sandbox_that_does_not_answer_is_unavailable(
+async def test_retried_run_of_an_adopted_sandbox_that_does_not_answer_is_unavailable(
         agent: Agent, api: FakeApi, counter_image: str) -> None:
     failpoints = agent.base / "failpoints"
     agent.start()
@@ -300,22 +305,19 @@ async def test_retried_restore_of_an_adopted_sandbox_that_does_not_answer_is_una
         with pytest.raises(grpc.aio.AioRpcError):
             await first
     (failpoints / "Atelet.run.after_boot").unlink()
-    # Freeze the sandbox (SIGSTOP): it still runs as far as runsc knows, but does not answer.
-    pid = agent.sandbox_pid("default-0")
-    os.kill(pid, signal.SIGSTOP)
-    try:
-        agent.start()
-        channel, stub = agent.stub()
-        async with channel:
-            assert (await health(stub))["default-0"] == ("running", "demo/p1")
-            with pytest.raises(grpc.aio.AioRpcError) as err:
-                await stub.Run(request)
-            assert err.value.code() == grpc.StatusCode.UNAVAILABLE, err.value.details()
-    finally:
-        os.kill(pid, signal.SIGCONT)
+    host_if = json.loads(agent.record("default-0").read_text())["net"]["host_if"]
+    host_ip = json.loads(agent.record("default-0").read_text())["net"]["host_ip"]
+    agent.start()
     channel, stub = agent.stub()
     async with channel:
-        assert (await stub.Run(request)).worker_ip  # answers again: the retry succeeds
+        assert (await health(stub))["default-0"] == ("running", "demo/p1")
+        # The sandbox runs but cannot be reached (the host end lost its address): not a success.
+        subprocess.run(["ip", "addr", "flush", "dev", host_if], check=True)
+        with pytest.raises(grpc.aio.AioRpcError) as err:
+            await stub.Run(request)
+        assert err.value.code() == grpc.StatusCode.UNAVAILABLE, err.value.details()
+        subprocess.run(["ip", "addr", "replace", f"{host_ip}/30", "dev", host_if], check=True)
+        assert (await stub.Run(request)).worker_ip  # reachable again: the retry succeeds
         await stub.Terminate(pb.TerminateRequest(operation_id="un-term-1", worker="default-0", actor=P1))
     assert agent.sigterm() == 0
     assert_nothing_left(agent.settings)

@@ -50,3 +50,32 @@ async def test_failures_are_not_recorded(tmp_path: Path) -> None:
         await log.run("op-2", "terminate", pb.TerminateResponse, flaky)
     assert not (await log.run("op-2", "terminate", pb.TerminateResponse, flaky)).was_running
     assert attempts == 2
+
+
+@pytest.mark.asyncio
+async def test_started_operations_are_marked_until_they_finish(tmp_path: Path) -> None:
+    gate = asyncio.Event()
+
+    async def work() -> pb.TerminateResponse:
+        await gate.wait()
+        return pb.TerminateResponse(was_running=True)
+
+    log = OperationLog(tmp_path)
+    task = asyncio.ensure_future(log.run("op-3", "terminate", pb.TerminateResponse, work))
+    await asyncio.sleep(0.01)
+    # What an atelet restarted now would see: started, not finished; a repeat runs it again.
+    restarted = OperationLog(tmp_path)
+    assert restarted.in_flight() == [("op-3", "terminate")]
+    assert restarted.recorded("op-3", "terminate", pb.TerminateResponse) is None
+    with pytest.raises(AteletError):
+        restarted.recorded("op-3", "run", pb.RunResponse)  # still one kind per operation ID
+    gate.set()
+    assert (await task).was_running
+    assert log.in_flight() == []
+
+    async def failing() -> pb.TerminateResponse:
+        raise AteletError(grpc.StatusCode.UNAVAILABLE, "no")
+
+    with pytest.raises(AteletError):
+        await log.run("op-4", "terminate", pb.TerminateResponse, failing)
+    assert log.in_flight() == [] and len(list(tmp_path.glob("*.json"))) == 1

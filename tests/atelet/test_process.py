@@ -1,4 +1,5 @@
-"""``python -m atelet`` as a process: SIGTERM leaves nothing behind; a crash's leftovers are cleaned."""
+"""``python -m atelet`` as a process: SIGTERM leaves nothing behind; after a crash, sandboxes that
+no assignment record names are cleaned (recorded ones are adopted: test_adoption.py)."""
 
 from __future__ import annotations
 
@@ -80,7 +81,9 @@ def test_sigterm_and_crash_recovery(short_tmp: Path, counter_image: str, procs: 
         asyncio.run(run_counter(settings.listen, counter_image, "p-op-1"))
         first.send_signal(signal.SIGKILL)
         first.wait(10)
-        # ...and the next atelet on the same state dir removes it and rebuilds its namespaces.
+        # ...its record is lost (as with an atelet from before records existed)...
+        (Path(settings.state_dir).resolve() / "workers/default-0/assignment.json").unlink()
+        # ...so the next atelet on the same state dir removes it and rebuilds its namespaces.
         second = start(args)
         procs.append(second)
         root = Path(settings.state_dir).resolve() / "runsc"
