@@ -13,8 +13,10 @@ from typing import Any
 import grpc
 from google.protobuf.json_format import MessageToDict, ParseDict
 from temporalio import activity
+from temporalio.exceptions import ApplicationError
 
 from activities.errors import from_grpc_error
+from activities.store import Store
 from ate.failpoints import failpoint
 from atelet.proto import atelet_pb2 as pb
 from atelet.proto import atelet_pb2_grpc as pb_grpc
@@ -27,6 +29,7 @@ from workflows.types import (
     AteletRunResult,
     AteletTerminateInput,
     SnapshotScope,
+    WorkerRef,
 )
 
 _SCOPES = {SnapshotScope.FULL: pb.SNAPSHOT_SCOPE_FULL, SnapshotScope.DATA: pb.SNAPSHOT_SCOPE_DATA}
@@ -86,7 +89,8 @@ def _ref(actor: ActorRef) -> pb.ActorRef:
 class AteletActivities:
     """gRPC activities; `channels` caches one channel per atelet address."""
 
-    def __init__(self, call_timeout_seconds: float = 300.0) -> None:
+    def __init__(self, store: Store | None = None, call_timeout_seconds: float = 300.0) -> None:
+        self.store = store
         self._channels: dict[str, grpc.aio.Channel] = {}
         self._lock = asyncio.Lock()
         self.call_timeout_seconds = call_timeout_seconds
@@ -101,6 +105,25 @@ class AteletActivities:
                     channel = grpc.aio.insecure_channel(address)
                     self._channels[address] = channel
         return pb_grpc.AteletStub(channel)  # type: ignore[no-untyped-call]
+
+    async def _still_placed(self, placement: str, worker: WorkerRef, operation_id: str) -> None:
+        """Refuse to touch a sandbox for an operation that lost its place meanwhile.
+
+        A local activity keeps running after its workflow was terminated (a revert took over a
+        stuck resume): without this check it would start a sandbox on a worker the control
+        plane has already given to someone else.
+
+        Raises:
+            ApplicationError: type Superseded (non-retryable).
+        """
+        if self.store is None or await self.store.placement_held(placement, worker.worker_id, operation_id):
+            return
+        raise ApplicationError(
+            f"operation {operation_id} no longer holds worker {worker.pool}/{worker.name} for {placement} "
+            "(the actor was reverted or deleted meanwhile); not touching its sandbox",
+            type="Superseded",
+            non_retryable=True,
+        )
 
     async def close(self) -> None:
         """Close every channel."""
@@ -117,6 +140,7 @@ class AteletActivities:
                 retryable otherwise.
         """
         await failpoint(f"{activity.info().workflow_type}.atelet_call")
+        await self._still_placed(request.placement or request.holder.workflow_id, request.worker, request.operation_id)
         address = request.worker.atelet_address
         stub = await self.stub(address)
         spec = workload_spec(request.spec)
@@ -169,6 +193,7 @@ class AteletActivities:
             ApplicationError: as for `start`; UNAVAILABLE (e.g. a connection still open) is retried.
         """
         await failpoint(f"{activity.info().workflow_type}.atelet_checkpoint")
+        await self._still_placed(request.placement or request.holder.workflow_id, request.worker, request.operation_id)
         address = request.worker.atelet_address
         stub = await self.stub(address)
         try:

@@ -42,6 +42,36 @@ def search_attributes(atespace: str, name: str, operation: Operation) -> TypedSe
     )
 
 
+async def _start_or_running(
+    client: Client,
+    operation: Operation,
+    argument: Any,
+    *,
+    workflow_id: str,
+    atespace: str,
+    name: str,
+    result_type: type[ResultT],
+) -> tuple[WorkflowHandle[Any, ResultT], str | None]:
+    """Start `operation` under `workflow_id`; when the ID is taken, the running workflow's
+    handle and type instead (None as type when this call started it)."""
+    try:
+        started = await client.start_workflow(
+            operation.value,
+            argument,
+            id=workflow_id,
+            task_queue=TASK_QUEUE,
+            id_conflict_policy=WorkflowIDConflictPolicy.FAIL,
+            task_timeout=WORKFLOW_TASK_TIMEOUT,
+            search_attributes=search_attributes(atespace, name, operation),
+            result_type=result_type,
+            execution_timeout=timedelta(minutes=30),
+        )
+        return started, None
+    except WorkflowAlreadyStartedError as error:
+        handle = client.get_workflow_handle(workflow_id, run_id=error.run_id, result_type=result_type)
+        return handle, (await handle.describe()).workflow_type
+
+
 async def start_or_attach(
     client: Client,
     operation: Operation,
@@ -58,27 +88,15 @@ async def start_or_attach(
     Raises:
         OperationInProgress: a workflow of another kind holds the ID.
     """
-    try:
-        return await client.start_workflow(
-            operation.value,
-            argument,
-            id=workflow_id,
-            task_queue=TASK_QUEUE,
-            id_conflict_policy=WorkflowIDConflictPolicy.FAIL,
-            task_timeout=WORKFLOW_TASK_TIMEOUT,
-            search_attributes=search_attributes(atespace, name, operation),
-            result_type=result_type,
-            execution_timeout=timedelta(minutes=30),
-        )
-    except WorkflowAlreadyStartedError as error:
-        handle = client.get_workflow_handle(workflow_id, run_id=error.run_id, result_type=result_type)
-        description = await handle.describe()
-        if description.workflow_type == operation.value:
-            return handle
-        raise OperationInProgress(
-            "another operation is in progress for this actor",
-            {"operation": description.workflow_type, "actor": subject, "workflow_id": workflow_id},
-        ) from error
+    handle, running = await _start_or_running(
+        client, operation, argument, workflow_id=workflow_id, atespace=atespace, name=name, result_type=result_type
+    )
+    if running is None or running == operation.value:
+        return handle
+    raise OperationInProgress(
+        "another operation is in progress for this actor",
+        {"operation": running, "actor": subject, "workflow_id": workflow_id},
+    )
 
 
 async def take_over(
@@ -99,27 +117,15 @@ async def take_over(
     A running workflow of the same kind is attached to.
     """
     for _ in range(3):
+        handle, running = await _start_or_running(
+            client, operation, argument, workflow_id=workflow_id, atespace=atespace, name=name, result_type=result_type
+        )
+        if running is None or running == operation.value:
+            return handle
         try:
-            return await client.start_workflow(
-                operation.value,
-                argument,
-                id=workflow_id,
-                task_queue=TASK_QUEUE,
-                id_conflict_policy=WorkflowIDConflictPolicy.FAIL,
-                task_timeout=WORKFLOW_TASK_TIMEOUT,
-                search_attributes=search_attributes(atespace, name, operation),
-                result_type=result_type,
-                execution_timeout=timedelta(minutes=30),
-            )
-        except WorkflowAlreadyStartedError as error:
-            handle = client.get_workflow_handle(workflow_id, run_id=error.run_id, result_type=result_type)
-            description = await handle.describe()
-            if description.workflow_type == operation.value:
-                return handle
-            try:
-                await handle.terminate(reason=reason)
-            except RPCError:
-                pass  # it finished meanwhile; start again
+            await handle.terminate(reason=reason)
+        except RPCError:
+            pass  # it finished meanwhile; start again
     raise OperationInProgress(
         "another operation is in progress for this actor and could not be stopped; try again",
         {"workflow_id": workflow_id},

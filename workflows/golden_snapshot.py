@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from temporalio import workflow
 
-from workflows.steps import ACTIVITY_FAILURES, atelet_step, db_step, failure_of, outcome_of, record_operation, show_step
+from workflows.steps import ACTIVITY_FAILURES, atelet_step, counted, db_step, failure_of, show_step
 
 with workflow.unsafe.imports_passed_through():
     from workflows.types import (
@@ -25,6 +25,7 @@ with workflow.unsafe.imports_passed_through():
         GoldenSnapshotInput,
         GoldenSnapshotResult,
         Operation,
+        template_workflow_id,
     )
 
 
@@ -35,14 +36,7 @@ class GoldenSnapshotWorkflow:
     @workflow.run
     async def run(self, request: GoldenSnapshotInput) -> GoldenSnapshotResult:
         """Run the operation, counting it by outcome (see `_run` for what it does)."""
-        started = workflow.time()
-        try:
-            result = await self._run(request)
-        except ACTIVITY_FAILURES as error:
-            record_operation(Operation.GOLDEN_SNAPSHOT.value, outcome_of(error), started)
-            raise
-        record_operation(Operation.GOLDEN_SNAPSHOT.value, result.phase, started)
-        return result
+        return await counted(Operation.GOLDEN_SNAPSHOT.value, self._run(request), lambda result: result.phase)
 
     async def _run(self, request: GoldenSnapshotInput) -> GoldenSnapshotResult:
         """Boot, probe, checkpoint. Never raises for a workload failure: returns phase Failed."""
@@ -75,6 +69,7 @@ class GoldenSnapshotWorkflow:
                     spec=plan.spec,
                     snapshot=None,
                     probe_timeout_seconds=request.probe_timeout_seconds,
+                    placement=template_workflow_id(request.atespace, request.template),
                 ),
                 result_type=AteletRunResult,
             )
@@ -82,11 +77,17 @@ class GoldenSnapshotWorkflow:
             done: AteletCheckpointResult = await atelet_step(
                 "atelet_checkpoint",
                 AteletCheckpointInput(
-                    operation_id=operation_id, worker=plan.worker, holder=holder, snapshot=plan.snapshot
+                    operation_id=operation_id,
+                    worker=plan.worker,
+                    holder=holder,
+                    snapshot=plan.snapshot,
+                    placement=template_workflow_id(request.atespace, request.template),
                 ),
                 result_type=AteletCheckpointResult,
             )
         except ACTIVITY_FAILURES as error:
+            if failure_of(error).type == "Superseded":  # the template was recreated meanwhile
+                return GoldenSnapshotResult(phase="Superseded", reason=failure_of(error).message)
             show_step("cleanup")
             try:
                 await atelet_step(

@@ -17,10 +17,9 @@ from temporalio import workflow
 from workflows.steps import (
     ACTIVITY_FAILURES,
     atelet_step,
+    counted,
     db_step,
     failure_of,
-    outcome_of,
-    record_operation,
     reraise,
     show_step,
 )
@@ -47,14 +46,7 @@ class ResumeActorWorkflow:
     @workflow.run
     async def run(self, request: ResumeActorInput) -> ResumeActorResult:
         """Run the operation, counting it by outcome (see `_run` for what it does)."""
-        started = workflow.time()
-        try:
-            result = await self._run(request)
-        except ACTIVITY_FAILURES as error:
-            record_operation(Operation.RESUME.value, outcome_of(error), started)
-            raise
-        record_operation(Operation.RESUME.value, "ok", started)
-        return result
+        return await counted(Operation.RESUME.value, self._run(request))
 
     async def _run(self, request: ResumeActorInput) -> ResumeActorResult:
         """Resume `request.actor`.
@@ -95,6 +87,8 @@ class ResumeActorWorkflow:
             )
         except ACTIVITY_FAILURES as error:
             cause = failure_of(error)
+            if cause.type == "Superseded":  # a revert took the actor over: nothing here is ours to undo
+                raise reraise(error) from error
             show_step("rollback")
             try:
                 await atelet_step(

@@ -18,9 +18,8 @@ from temporalio import workflow
 from workflows.steps import (
     ACTIVITY_FAILURES,
     atelet_step,
+    counted,
     db_step,
-    outcome_of,
-    record_operation,
     reraise,
     show_step,
 )
@@ -45,14 +44,7 @@ class RevertActorWorkflow:
     @workflow.run
     async def run(self, request: RevertActorInput) -> RevertActorResult:
         """Run the operation, counting it by outcome (see `_run` for what it does)."""
-        started = workflow.time()
-        try:
-            result = await self._run(request)
-        except ACTIVITY_FAILURES as error:
-            record_operation(Operation.REVERT.value, outcome_of(error), started)
-            raise
-        record_operation(Operation.REVERT.value, "ok", started)
-        return result
+        return await counted(Operation.REVERT.value, self._run(request))
 
     async def _run(self, request: RevertActorInput) -> RevertActorResult:
         """Revert `request.actor` to SUSPENDED with its last COMPLETED snapshot.

@@ -5,6 +5,7 @@ Workflow code only: imports temporalio, the standard library and `workflows.type
 
 from __future__ import annotations
 
+from collections.abc import Awaitable, Callable
 from datetime import timedelta
 from typing import Any, TypeVar
 
@@ -95,3 +96,15 @@ def record_operation(operation: str, outcome: str, started: float) -> None:
 def outcome_of(error: BaseException) -> str:
     """The outcome label of a failed operation: the failure's type (NoCapacity, ...)."""
     return failure_of(error).type or "Internal"
+
+
+async def counted(operation: str, body: Awaitable[T], outcome: Callable[[T], str] = lambda _: "ok") -> T:
+    """Await a workflow's body and record its outcome and duration (see `record_operation`)."""
+    started = workflow.time()
+    try:
+        result = await body
+    except ACTIVITY_FAILURES as error:
+        record_operation(operation, outcome_of(error), started)
+        raise
+    record_operation(operation, outcome(result), started)
+    return result

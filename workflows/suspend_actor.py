@@ -18,10 +18,9 @@ from temporalio import workflow
 from workflows.steps import (
     ACTIVITY_FAILURES,
     atelet_step,
+    counted,
     db_step,
     failure_of,
-    outcome_of,
-    record_operation,
     reraise,
     show_step,
 )
@@ -46,14 +45,7 @@ class SuspendActorWorkflow:
     @workflow.run
     async def run(self, request: SuspendActorInput) -> SuspendActorResult:
         """Run the operation, counting it by outcome (see `_run` for what it does)."""
-        started = workflow.time()
-        try:
-            result = await self._run(request)
-        except ACTIVITY_FAILURES as error:
-            record_operation(Operation.SUSPEND.value, outcome_of(error), started)
-            raise
-        record_operation(Operation.SUSPEND.value, "ok", started)
-        return result
+        return await counted(Operation.SUSPEND.value, self._run(request))
 
     async def _run(self, request: SuspendActorInput) -> SuspendActorResult:
         """Suspend `request.actor` (sync: the snapshot is stored before this returns).

@@ -222,6 +222,8 @@ class AteletRunInput:
     spec: dict[str, Any]
     snapshot: SnapshotRef | None
     probe_timeout_seconds: float
+    placement: str | None = None
+    """The placement holder key this call runs under (default: the holder's workflow ID)."""
 
 
 @dataclass
@@ -266,6 +268,8 @@ class AteletCheckpointInput:
     worker: WorkerRef
     holder: ActorRef
     snapshot: SnapshotRef
+    placement: str | None = None
+    """The placement holder key this call runs under (default: the holder's workflow ID)."""
 
 
 @dataclass

@@ -119,7 +119,7 @@ async def serve(settings: WorkerSettings) -> None:
         runtime=metrics_runtime(settings.metrics_listen),
     )
     await ensure_search_attributes(client, settings.temporal_namespace)
-    atelets = AteletActivities()
+    atelets = AteletActivities(store)
     worker = build_worker(client, store, atelets, settings)
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()

@@ -448,3 +448,11 @@ UPDATE actors SET state = 'CRASHED', worker_id = NULL, operation = NULL, last_er
                   in_progress_snapshot_id = NULL, version = version + 1, updated_at = now()
 WHERE atespace = $1 AND name = $2 AND worker_id = $3
 RETURNING version;
+
+-- placement_held --
+-- Whether a holder still holds its place on a worker under an operation.
+SELECT EXISTS (SELECT 1 FROM placements WHERE holder = $1 AND worker_id = $2 AND operation_id = $3);
+
+-- actor_held_by_operation --
+-- Whether an actor is still bound to a worker under an operation (e.g. SUSPENDING under its suspend).
+SELECT EXISTS (SELECT 1 FROM actors WHERE atespace = $1 AND name = $2 AND worker_id = $3 AND operation_id = $4);

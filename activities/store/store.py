@@ -650,6 +650,20 @@ class Store(LifecycleMixin):
                 await connection.execute(Q["delete_placement"], owner)
             await connection.execute(Q["delete_pending_snapshots_of_operation"], owner, operation_id)
 
+    async def placement_held(self, holder: str, worker_id: int, operation_id: str) -> bool:
+        """Whether the operation `operation_id` still acts on `holder`'s place on the worker.
+
+        True when the place was bound by this operation (a resume, a golden boot), or when the
+        actor is bound to that worker under this operation (a suspend of a resumed actor).
+        """
+        if await self.pool.fetchval(Q["placement_held"], holder, worker_id, operation_id):
+            return True
+        kind, _, rest = holder.partition("/")
+        if kind != "actor":
+            return False
+        atespace, _, name = rest.partition("/")
+        return bool(await self.pool.fetchval(Q["actor_held_by_operation"], atespace, name, worker_id, operation_id))
+
     async def ping(self) -> None:
         """Raise when the database does not answer."""
         await self.pool.fetchval("SELECT 1")

@@ -179,3 +179,18 @@ async def test_gc_collects_superseded_and_orphaned_snapshots_only(stage: Store) 
         await stage.forget_snapshot(snapshot_id)
     assert await stage.garbage_snapshots(100, 0) == []
     assert gen1 not in garbage
+
+
+async def test_an_operation_knows_whether_it_still_holds_its_actor(stage: Store) -> None:
+    ref = await running_actor(stage, op="r1")
+    actor = await stage.get_actor(ref)
+    assert actor.worker is not None
+    worker_id = actor.worker.worker_id
+    assert await stage.placement_held(ref.workflow_id, worker_id, "r1")  # the resume that bound it
+    await stage.begin_suspend(ref, "s1")
+    assert await stage.placement_held(ref.workflow_id, worker_id, "s1")  # the suspend now acting on it
+    assert not await stage.placement_held(ref.workflow_id, worker_id, "stale")
+    await stage.begin_revert(ref, "v1")
+    await stage.finish_revert(ref, "v1", "test")
+    assert not await stage.placement_held(ref.workflow_id, worker_id, "r1")  # reverted: nobody holds it
+    assert not await stage.placement_held(ref.workflow_id, worker_id, "s1")

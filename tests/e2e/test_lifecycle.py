@@ -8,6 +8,7 @@ after that snapshot are forgotten.
 from __future__ import annotations
 
 import asyncio
+import json
 import subprocess
 import threading
 import time
@@ -161,8 +162,14 @@ def test_a_sandbox_that_dies_makes_its_actor_crashed_until_reverted(stack: Stack
     assert get(stack, "crash/x1")["memory_count"] == 2
     worker = api(stack, "GET", path).json()["worker"]["name"]
     root = stack.data_dir / "atelet" / "runsc"
-    listed = subprocess.run(["runsc", "--root", str(root), "list", "-quiet"], capture_output=True, text=True, check=True)
-    [container] = [c for c in listed.stdout.split() if c.startswith(worker)]
+    listed = subprocess.run(
+        ["runsc", "--root", str(root), "list", "-format=json"], capture_output=True, text=True, check=True
+    )
+    # a container of an earlier actor on this worker may still be in the list, stopped, while
+    # the atelet deletes it in the background: take the running one
+    [container] = [
+        c["id"] for c in json.loads(listed.stdout or "[]") if c["id"].startswith(worker) and c["status"] == "running"
+    ]
     subprocess.run(["runsc", "--root", str(root), "kill", container, "KILL"], check=True)  # the workload dies
 
     deadline = time.monotonic() + 10
