@@ -1,0 +1,451 @@
+"""A stack whose parts are separate processes, each killable with SIGKILL and restartable.
+
+Parts: PostgreSQL (embedded, or the server in ATE_DATABASE_URL with a database of our own),
+the Temporal dev server (state in `--db-filename`, so it survives a restart), `python -m ate
+api-server`, `python -m ate worker` and `python -m ate atelet` (real runsc, 2 workers, node `dur`,
+subnet 10.91.0.0/16). Ports stay clear of `ate dev` (8xxx/9xxx/7233) and tests/e2e (2xxxx).
+Every process gets `ATE_FAILPOINTS_DIR`, so a test can park an operation at a named step.
+
+Everything the checks look at is found independently of the product's own view: Postgres rows
+read with SQL, the atelet's Health over gRPC, the workload over HTTP at its worker IP, the
+snapshot files hashed here, `runsc list` and `ip netns list`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import ctypes
+import hashlib
+import json
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+import uuid
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+from urllib.parse import unquote, urlsplit, urlunsplit
+
+import asyncpg
+import grpc
+import httpx
+import psutil
+
+from ate.dev.postgres import EmbeddedPostgres
+from ate.dev.temporal import dev_server_argv, server_ready, temporal_binary
+from atelet.proto import atelet_pb2 as pb
+from atelet.proto import atelet_pb2_grpc as pb_grpc
+
+REPO = Path(__file__).resolve().parents[2]
+HOST = "127.0.0.1"
+PORTS = {
+    "api": 48080,
+    "temporal": 47233,
+    "ui": 48233,
+    "atelet": 48085,
+    "worker_metrics": 49001,
+    "atelet_metrics": 49085,
+}
+NODE = "dur"
+SUBNET = "10.91.0.0/16"
+WORKERS = 2
+NETNS_PREFIX = f"ate-{NODE}-"
+TRANSITIONAL = {"RESUMING", "SUSPENDING", "REVERTING", "PAUSING"}
+READY_TIMEOUT = 60.0
+
+
+def _pdeathsig() -> None:
+    with contextlib.suppress(Exception):
+        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGTERM)
+
+
+@dataclass
+class Part:
+    """One process of the stack, started and restarted with the same command line."""
+
+    name: str
+    argv: list[str]
+    log_path: Path
+    ready: Callable[[Part], bool]
+    env: dict[str, str]
+    process: subprocess.Popen[bytes] | None = field(default=None, repr=False)
+    log_start: int = 0
+
+    def start(self) -> None:
+        with self.log_path.open("ab") as log:
+            log.write(f"=== {time.strftime('%H:%M:%S')} starting {self.name}\n".encode())
+            log.flush()
+            self.log_start = log.tell()
+            self.process = subprocess.Popen(
+                self.argv,
+                stdin=subprocess.DEVNULL,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                env=self.env,
+                cwd=REPO,
+                start_new_session=True,
+                preexec_fn=_pdeathsig,
+            )
+
+    def log_text(self) -> str:
+        with self.log_path.open("rb") as f:
+            f.seek(self.log_start)
+            return f.read().decode("utf-8", "replace")
+
+    def wait_ready(self, timeout: float = READY_TIMEOUT) -> None:
+        deadline = time.monotonic() + timeout
+        while not self.ready(self):
+            assert self.process is not None
+            if self.process.poll() is not None:
+                raise RuntimeError(f"{self.name} exited ({self.process.returncode}):\n{self.log_text()[-3000:]}")
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"{self.name} not ready within {timeout} s:\n{self.log_text()[-3000:]}")
+            time.sleep(0.1)
+
+    def sigkill(self) -> None:
+        """SIGKILL the process itself (not its children: a crash, not a pod deletion)."""
+        assert self.process is not None
+        os.kill(self.process.pid, signal.SIGKILL)
+        self.process.wait(10)
+
+    def stop(self) -> None:
+        """SIGTERM its session, SIGKILL it after 30 s."""
+        if self.process is None or self.process.poll() is not None:
+            return
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(self.process.pid, signal.SIGTERM)
+        try:
+            self.process.wait(30)
+        except subprocess.TimeoutExpired:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(self.process.pid, signal.SIGKILL)
+            self.process.wait(10)
+
+
+def _log_line(text: str) -> Callable[[Part], bool]:
+    return lambda part: text in part.log_text()
+
+
+def _http_ok(url: str) -> Callable[[Part], bool]:
+    def check(_part: Part) -> bool:
+        try:
+            return httpx.get(url, timeout=1.0).status_code == 200
+        except httpx.HTTPError:
+            return False
+
+    return check
+
+
+class Postgres:
+    """The embedded server (killable), or an external one (not killable) with a fresh database."""
+
+    def __init__(self, pgdata: Path) -> None:
+        self.pgdata = pgdata
+        self.external = os.environ.get("ATE_DATABASE_URL")
+        self.server: EmbeddedPostgres | None = None
+        self.dsn = ""
+        self._database = ""
+
+    def start(self) -> None:
+        if self.external:
+            if not self.dsn:
+                self._database = f"ate_dur_{uuid.uuid4().hex[:10]}"
+                asyncio.run(_execute(self.external, f'CREATE DATABASE "{self._database}"'))
+                self.dsn = urlunsplit(urlsplit(self.external)._replace(path=f"/{self._database}"))
+            return
+        self.server = EmbeddedPostgres(self.pgdata)
+        self.dsn = self.server.start()
+
+    def sigkill(self) -> None:
+        """SIGKILL the postmaster and every backend (a machine crash as far as the data goes)."""
+        assert self.server is not None, "an external Postgres cannot be killed by this harness"
+        pid = self.server.postmaster_pid()
+        assert pid is not None
+        self.server._forget()
+        procs = [psutil.Process(pid), *psutil.Process(pid).children(recursive=True)]
+        for p in procs:
+            with contextlib.suppress(psutil.NoSuchProcess):
+                p.kill()
+        psutil.wait_procs(procs, timeout=10)
+
+    def stop(self) -> None:
+        if self.server is not None:
+            self.server.stop()
+        elif self.external and self._database:
+            with contextlib.suppress(Exception):
+                asyncio.run(_execute(self.external, f'DROP DATABASE "{self._database}" WITH (FORCE)'))
+
+
+async def _execute(dsn: str, sql: str) -> None:
+    connection = await asyncpg.connect(dsn)
+    try:
+        await connection.execute(sql)
+    finally:
+        await connection.close()
+
+
+async def _fetch(dsn: str, sql: str, *args: Any) -> list[dict[str, Any]]:
+    connection = await asyncpg.connect(dsn, timeout=10)
+    try:
+        await connection.set_type_codec("jsonb", encoder=json.dumps, decoder=json.loads, schema="pg_catalog")
+        return [dict(r) for r in await connection.fetch(sql, *args)]
+    finally:
+        await connection.close()
+
+
+def sha256_file(path: Path) -> str:
+    digest = hashlib.sha256()
+    with path.open("rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+class Stack:
+    """The running parts plus the probes the durability checks use."""
+
+    def __init__(self, base: Path) -> None:
+        self.base = base
+        self.failpoints = base / "failpoints"
+        self.snapshots = base / "snapshots"
+        self.atelet_state = base / "atelet"
+        self.logs = base / "logs"
+        for d in (self.failpoints, self.snapshots, self.atelet_state, self.logs):
+            d.mkdir(parents=True, exist_ok=True)
+        self.postgres = Postgres(base / "postgres")
+        self.api = f"http://{HOST}:{PORTS['api']}"
+        self.temporal_address = f"{HOST}:{PORTS['temporal']}"
+        self.parts: dict[str, Part] = {}
+
+    # ---- processes ---------------------------------------------------------------------------
+
+    def _env(self) -> dict[str, str]:
+        env = dict(os.environ)
+        env.update({
+            "ATE_DATABASE_URL": self.postgres.dsn,
+            "ATE_TEMPORAL_ADDRESS": self.temporal_address,
+            "ATE_FAILPOINTS_DIR": str(self.failpoints),
+            "PYTHONPATH": os.pathsep.join(p for p in (env.get("PYTHONPATH"), str(REPO)) if p),
+            "PYTHONUNBUFFERED": "1",
+        })  # fmt: skip
+        return env
+
+    def start(self) -> None:
+        self.postgres.start()
+        env = self._env()
+        ate = [sys.executable, "-m", "ate"]
+        temporal = dev_server_argv(
+            temporal_binary(),
+            db_filename=self.base / "temporal.db",
+            ip=HOST,
+            port=PORTS["temporal"],
+            ui_port=PORTS["ui"],
+        )
+        address = self.temporal_address
+        specs = [
+            ("temporal", temporal, lambda _p: server_ready(address)),
+            (
+                "api-server",
+                [*ate, "api-server", "--host", HOST, "--port", str(PORTS["api"]),
+                 "--snapshot-location", f"file://{self.snapshots}"],
+                _http_ok(f"{self.api}/healthz"),
+            ),
+            (
+                "worker",
+                [*ate, "worker", "--metrics-listen", f"{HOST}:{PORTS['worker_metrics']}"],
+                _log_line("worker: ready"),
+            ),
+            (
+                "atelet",
+                [*ate, "atelet", "--node", NODE, "--listen", f"{HOST}:{PORTS['atelet']}",
+                 "--state-dir", str(self.atelet_state), "--snapshot-root", str(self.snapshots),
+                 "--image-root", str(REPO), "--api-server", self.api,
+                 "--metrics-listen", f"{HOST}:{PORTS['atelet_metrics']}", "--subnet", SUBNET,
+                 "--workers", str(WORKERS), "--heartbeat-seconds", "2"],
+                _log_line("atelet: ready"),
+            ),
+        ]  # fmt: skip
+        for name, argv, ready in specs:
+            part = Part(name, argv, self.logs / f"{name}.log", ready, env)
+            self.parts[name] = part
+            part.start()
+            part.wait_ready()
+        self.wait_workers_registered()
+
+    def stop(self) -> None:
+        for name in ("atelet", "worker", "api-server", "temporal"):
+            part = self.parts.get(name)
+            if part is not None:
+                with contextlib.suppress(Exception):
+                    part.stop()
+        self.postgres.stop()
+
+    def kill_and_restart(self, name: str) -> float:
+        """SIGKILL part `name` and start it again; returns the seconds it took to be ready."""
+        started = time.monotonic()
+        if name == "postgres":
+            self.postgres.sigkill()
+            self.postgres.start()
+        else:
+            part = self.parts[name]
+            part.sigkill()
+            part.start()
+            part.wait_ready()
+            if name == "atelet":
+                self.wait_workers_registered()
+        return time.monotonic() - started
+
+    def wait_workers_registered(self, timeout: float = 30.0) -> None:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            with contextlib.suppress(httpx.HTTPError, ValueError):
+                items = httpx.get(f"{self.api}/v1/workers", timeout=5).json()["items"]
+                mine = [w for w in items if w["node"] == NODE and w["state"] == "ACTIVE"]
+                if len(mine) == WORKERS:
+                    return
+            time.sleep(0.2)
+        raise AssertionError(f"the atelet's {WORKERS} workers did not register as ACTIVE")
+
+    # ---- failpoints --------------------------------------------------------------------------
+
+    def arm(self, name: str) -> None:
+        (self.failpoints / f"{name}.reached").unlink(missing_ok=True)
+        (self.failpoints / name).write_text("armed")
+
+    def disarm(self, name: str) -> None:
+        (self.failpoints / name).unlink(missing_ok=True)
+
+    def wait_reached(self, name: str, timeout: float = 60.0) -> None:
+        reached = self.failpoints / f"{name}.reached"
+        deadline = time.monotonic() + timeout
+        while not reached.exists():
+            if time.monotonic() > deadline:
+                raise AssertionError(f"failpoint {name} not reached within {timeout} s")
+            time.sleep(0.05)
+
+    def disarm_all(self) -> None:
+        for f in self.failpoints.iterdir():
+            f.unlink(missing_ok=True)
+
+    # ---- REST --------------------------------------------------------------------------------
+
+    def rest(self, method: str, path: str, timeout: float = 30.0, **kwargs: Any) -> httpx.Response:
+        return httpx.request(method, f"{self.api}{path}", timeout=timeout, **kwargs)
+
+    def in_background(self, method: str, path: str, body: dict[str, Any] | None, resend: bool) -> Request:
+        request = Request(self, method, path, body, resend)
+        request.start()
+        return request
+
+    # ---- Temporal ------------------------------------------------------------------------------
+
+    def workflow_open(self, workflow_id: str) -> bool:
+        """Whether the latest run of `workflow_id` is still running (False when there is none)."""
+        from temporalio.client import Client, WorkflowExecutionStatus
+        from temporalio.service import RPCError
+
+        async def ask() -> bool:
+            client = await Client.connect(self.temporal_address)
+            try:
+                described = await client.get_workflow_handle(workflow_id).describe()
+            except RPCError as error:
+                if "not found" in str(error).lower():
+                    return False
+                raise
+            return described.status == WorkflowExecutionStatus.RUNNING
+
+        return asyncio.run(asyncio.wait_for(ask(), 10))
+
+    def terminate_workflow(self, workflow_id: str) -> None:
+        from temporalio.client import Client
+
+        async def go() -> None:
+            client = await Client.connect(self.temporal_address)
+            with contextlib.suppress(Exception):
+                await client.get_workflow_handle(workflow_id).terminate("durability test quarantine")
+
+        asyncio.run(asyncio.wait_for(go(), 10))
+
+    # ---- Postgres ------------------------------------------------------------------------------
+
+    def sql(self, query: str, *args: Any) -> list[dict[str, Any]]:
+        return asyncio.run(_fetch(self.postgres.dsn, query, *args))
+
+    # ---- atelet --------------------------------------------------------------------------------
+
+    def health(self) -> pb.HealthResponse:
+        with grpc.insecure_channel(f"{HOST}:{PORTS['atelet']}") as channel:
+            stub = pb_grpc.AteletStub(channel)  # type: ignore[no-untyped-call]
+            response: pb.HealthResponse = stub.Health(pb.HealthRequest(), timeout=10)
+            return response
+
+    def terminate_sandbox(self, worker: str, atespace: str, name: str) -> None:
+        with grpc.insecure_channel(f"{HOST}:{PORTS['atelet']}") as channel:
+            stub = pb_grpc.AteletStub(channel)  # type: ignore[no-untyped-call]
+            stub.Terminate(
+                pb.TerminateRequest(
+                    operation_id=f"durability-quarantine/{uuid.uuid4()}",
+                    worker=worker,
+                    actor=pb.ActorRef(atespace=atespace, name=name),
+                ),
+                timeout=60,
+            )
+
+    def runsc_containers(self) -> list[str]:
+        root = self.atelet_state / "runsc"
+        done = subprocess.run(["runsc", f"--root={root}", "list", "-quiet"], capture_output=True, text=True, timeout=30)
+        assert done.returncode == 0, done.stderr
+        return [line.strip() for line in done.stdout.splitlines() if line.strip()]
+
+    @staticmethod
+    def namespaces() -> list[str]:
+        done = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True, timeout=30)
+        return sorted(line.split()[0] for line in done.stdout.splitlines() if line.startswith(NETNS_PREFIX))
+
+    # ---- snapshots -------------------------------------------------------------------------
+
+    @staticmethod
+    def verify_snapshot_files(uri: str, db_manifest: dict[str, Any] | None) -> None:
+        """The directory exists, holds manifest.json, and every listed file has its sha256 and size."""
+        assert uri.startswith("file://"), uri
+        directory = Path(unquote(urlsplit(uri).path))
+        assert directory.is_dir(), f"snapshot directory {directory} is missing"
+        manifest = json.loads((directory / "manifest.json").read_text())
+        files = manifest.get("files") or []
+        assert files, f"{directory}/manifest.json lists no files"
+        for entry in files:
+            path = directory / entry["path"]
+            assert path.is_file(), f"{path} listed in the manifest is missing"
+            assert path.stat().st_size == int(entry.get("size_bytes") or 0), f"{path}: size differs from manifest"
+            assert sha256_file(path) == entry["sha256"], f"{path}: sha256 differs from manifest"
+        if db_manifest is not None:
+            recorded = {(f["path"], f["sha256"]) for f in db_manifest.get("files") or []}
+            on_disk = {(f["path"], f["sha256"]) for f in files}
+            assert recorded == on_disk, f"the manifest in Postgres is not the one on disk at {directory}"
+
+
+class Request(threading.Thread):
+    """One REST call in the background; re-sent (as a client would) when the connection died."""
+
+    def __init__(self, stack: Stack, method: str, path: str, body: dict[str, Any] | None, resend: bool) -> None:
+        super().__init__(daemon=True)
+        self.stack, self.method, self.path, self.body, self.resend = stack, method, path, body, resend
+        self.responses: list[str] = []
+        self.stop_resending = threading.Event()
+
+    def run(self) -> None:
+        while True:
+            try:
+                response = self.stack.rest(self.method, self.path, timeout=180, json=self.body)
+                self.responses.append(f"{response.status_code} {response.text[:300]}")
+                return
+            except httpx.HTTPError as error:
+                self.responses.append(f"transport error: {error!r}")
+                if not self.resend or self.stop_resending.is_set():
+                    return
+                time.sleep(0.3)
