@@ -122,7 +122,8 @@ async def _sql_variants(dsn: str, size: int, reps: int = 15) -> dict[str, dict[s
             key = _name(int(size * 0.8) + rng.randrange(size // 20))
             for name, sql in (("sql_current", Q["list_actors"]), ("sql_variant", VARIANT)):
                 t = time.monotonic()
-                rows = await conn.fetch(sql, None, ATESPACE, key, 101)
+                extra = (None,) if name == "sql_current" else ()  # list_actors' state filter: none
+                rows = await conn.fetch(sql, None, ATESPACE, key, 101, *extra)
                 out[name].append(time.monotonic() - t)
                 assert len(rows) == 101
     finally:
@@ -153,7 +154,9 @@ async def _table_sizes(dsn: str) -> dict[str, Any]:
         n = await conn.fetchval("SELECT count(*) FROM actors")
         heap = await conn.fetchval("SELECT pg_table_size('actors')")
         idx = await conn.fetchval("SELECT pg_indexes_size('actors')")
-        plan = await conn.fetch("EXPLAIN (ANALYZE, BUFFERS) " + Q["list_actors"], None, ATESPACE, _name(n * 8 // 10), 101)
+        plan = await conn.fetch(
+            "EXPLAIN (ANALYZE, BUFFERS) " + Q["list_actors"], None, ATESPACE, _name(n * 8 // 10), 101, None
+        )
     finally:
         await conn.close()
     lines = [r[0] for r in plan]
