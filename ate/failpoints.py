@@ -5,7 +5,8 @@ failpoint NAME while the file `<dir>/NAME` exists writes `<dir>/NAME.reached` (w
 process's PID) and waits until `<dir>/NAME` is removed. A durability test arms a failpoint,
 starts an operation, waits for `.reached`, kills a process (SIGKILL), restarts it, disarms the
 failpoint and checks the outcome. The idea is etcd's gofail and FreeBSD's fail(9); names are
-`<Operation>.<step>`, e.g. `ResumeActor.after_bind`.
+`<Operation>.<step>`, e.g. `ResumeActor.after_bind`, in the activities, and
+`Atelet.<call>.<step>`, e.g. `Atelet.restore.after_boot`, in the atelet.
 
 Cost when off: one dictionary lookup per call.
 """

@@ -52,11 +52,11 @@ from typing import Any, TypeVar
 
 from google.protobuf.message import Message
 
+from ate.failpoints import failpoint
 from atelet import metrics, netns, probe, watch
 from atelet.assignments import Assignment, AssignmentStore
 from atelet.bundle import build_config, write_bundle
 from atelet.errors import AteletError, invalid, not_found, precondition
-from atelet.failpoints import failpoint
 from atelet.images import ImageStore
 from atelet.oplog import OperationLog
 from atelet.pool import PoolSpec
