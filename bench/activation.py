@@ -23,6 +23,7 @@ import json
 import shutil
 import tempfile
 import time
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
@@ -30,11 +31,21 @@ import httpx
 
 from bench import stack as stack_mod
 from bench.actors import COUNTER, call, setup, workflow_steps
-from bench.common import ROOT, machine, ms, summary, table, write_result
+from bench.common import ROOT, Log, machine, ms, summary, table, write_result
 
 ATESPACE, ACTOR = "bench", "c1"
-STEPS = ["front", "dispatch", "placement", "atelet_fetch", "atelet_restore", "atelet_probe", "atelet_rpc",
-         "finalize", "complete", "back"]
+STEPS = [
+    "front",
+    "dispatch",
+    "placement",
+    "atelet_fetch",
+    "atelet_restore",
+    "atelet_probe",
+    "atelet_rpc",
+    "finalize",
+    "complete",
+    "back",
+]
 STEP_DOC = {
     "front": "client send -> WorkflowExecutionStarted (router parse, router->API, API get_actor, start_workflow)",
     "dispatch": "WorkflowExecutionStarted -> first WorkflowTaskStarted (matching, poll)",
@@ -53,7 +64,9 @@ async def _get(client: httpx.AsyncClient, url: str, headers: dict[str, str]) -> 
     return await client.get(url, headers=headers)
 
 
-async def ours(stack: stack_mod.Stack, cycles: int, warmup: int, log, between=None) -> dict[str, Any]:
+async def ours(
+    stack: stack_mod.Stack, cycles: int, warmup: int, log: Log, between: Callable[[int], Awaitable[None]] | None = None
+) -> dict[str, Any]:
     from temporalio.client import Client
 
     temporal = await Client.connect(stack.temporal_address)
@@ -120,7 +133,10 @@ async def _snapshot(stack: stack_mod.Stack) -> tuple[str, dict[str, Any], dict[s
         row = await conn.fetchrow(
             "SELECT s.uri, s.manifest, t.spec FROM actors a JOIN snapshots s ON s.id = a.latest_snapshot_id "
             "JOIN actor_templates t ON t.atespace = a.atespace AND t.name = a.template "
-            "WHERE a.atespace = $1 AND a.name = $2", ATESPACE, ACTOR)
+            "WHERE a.atespace = $1 AND a.name = $2",
+            ATESPACE,
+            ACTOR,
+        )
     finally:
         await conn.close()
     return row["uri"], json.loads(row["manifest"]), json.loads(row["spec"])
@@ -149,7 +165,7 @@ class Baselines:
         self.wspec = workload_spec(spec)
         self.container = self.wspec.containers[0]
         self.channel = grpc.aio.insecure_channel(self.stack.atelet_address)
-        self.stub = pb_grpc.AteletStub(self.channel)
+        self.stub = pb_grpc.AteletStub(self.channel)  # type: ignore[no-untyped-call]
         self.dest = SnapshotStore([self.stack.data_dir / "snapshots"]).resolve(self.uri)
         self.work = Path(tempfile.mkdtemp(prefix="ate-bench-floor-"))
         self.net = netns.plan("atebench-floor", "floor-0", 0, "10.96.0.0/30")
@@ -163,8 +179,15 @@ class Baselines:
             tar = self.dest / VOLUMES_DIR / f"{v.name}.tar"
             if tar.exists():
                 extract_dir(tar, volumes[v.name])
-        config = build_config(image, self.container, self.net.netns_path, volumes, self.wspec.cpu_millis,
-                              self.wspec.memory_bytes, hostname=ACTOR)
+        config = build_config(
+            image,
+            self.container,
+            self.net.netns_path,
+            volumes,
+            self.wspec.cpu_millis,
+            self.wspec.memory_bytes,
+            hostname=ACTOR,
+        )
         self.bundle = write_bundle(self.work / "bundle", config)
 
     async def once(self, i: int) -> None:
@@ -184,10 +207,18 @@ class Baselines:
         ref = pb.ActorRef(atespace=ATESPACE, name=ACTOR)
         op = f"bench-{time.time_ns()}"
         t0 = time.monotonic()
-        reply = await self.stub.Restore(pb.RestoreRequest(
-            operation_id=op + "/restore", worker="default-0", actor=ref, spec=self.wspec, snapshot_uri=uri,
-            manifest=ParseDict(manifest, pb.SnapshotManifest(), ignore_unknown_fields=True),
-            probe_timeout_seconds=30), timeout=120)
+        reply = await self.stub.Restore(
+            pb.RestoreRequest(
+                operation_id=op + "/restore",
+                worker="default-0",
+                actor=ref,
+                spec=self.wspec,
+                snapshot_uri=uri,
+                manifest=ParseDict(manifest, pb.SnapshotManifest(), ignore_unknown_fields=True),
+                probe_timeout_seconds=30,
+            ),
+            timeout=120,
+        )
         t1 = time.monotonic()
         while await probe.http_status(reply.worker_ip, port, "/") != 200:
             await asyncio.sleep(0.002)
@@ -195,8 +226,9 @@ class Baselines:
         self.atelet["rpc"].append(t1 - t0)
         self.atelet["first_get"].append(t2 - t1)
         self.atelet["total"].append(t2 - t0)
-        await self.stub.Terminate(pb.TerminateRequest(operation_id=op + "/terminate", worker="default-0", actor=ref),
-                                  timeout=60)
+        await self.stub.Terminate(
+            pb.TerminateRequest(operation_id=op + "/terminate", worker="default-0", actor=ref), timeout=60
+        )
         await asyncio.sleep(0.2)
         cid = f"floor-{i}"
         t = time.monotonic()
@@ -218,14 +250,16 @@ class Baselines:
     async def close(self) -> None:
         from atelet import netns
 
-        await self.channel.close()
+        await self.channel.close(grace=None)
         for cid in await self.runsc.list():
             await self.runsc.delete(cid)
         await netns.destroy(self.net)
         shutil.rmtree(self.work, ignore_errors=True)
 
 
-async def _interleaved(stack: stack_mod.Stack, cycles: int, warmup: int, log) -> tuple[dict, dict, dict]:
+async def _interleaved(
+    stack: stack_mod.Stack, cycles: int, warmup: int, log: Log
+) -> tuple[dict[str, Any], dict[str, Any], dict[str, Any]]:
     base = Baselines(stack)
     await base.prepare()
     try:
@@ -235,7 +269,7 @@ async def _interleaved(stack: stack_mod.Stack, cycles: int, warmup: int, log) ->
     return data, base.atelet, base.floor
 
 
-def run(cycles: int = 50, warmup: int = 3, keep: bool = False, log=print) -> dict[str, Any]:
+def run(cycles: int = 50, warmup: int = 3, keep: bool = False, log: Log = print) -> dict[str, Any]:
     stack = stack_mod.start(workers=1, keep=keep, log=log)
     try:
         setup(stack.api_url, ATESPACE, [ACTOR], COUNTER)
@@ -256,10 +290,14 @@ def run(cycles: int = 50, warmup: int = 3, keep: bool = False, log=print) -> dic
     out: list[str] = []
     out.append(f"activation latency, {len(rows)} cycles (ms)")
     hdr = ["path", "p50", "p95", "p99", "mean", "max"]
-    rws = [[n, *(ms(s[k]) for k in ("p50", "p95", "p99", "mean", "max"))]
-           for n, s in (("ours: router GET of a suspended actor", s_ours),
-                        ("atelet gRPC Restore + first GET", s_atelet),
-                        ("floor: runsc restore + first GET", s_floor))]
+    rws = [
+        [n, *(ms(s[k]) for k in ("p50", "p95", "p99", "mean", "max"))]
+        for n, s in (
+            ("ours: router GET of a suspended actor", s_ours),
+            ("atelet gRPC Restore + first GET", s_atelet),
+            ("floor: runsc restore + first GET", s_floor),
+        )
+    ]
     rws.append(["overhead ours - floor", *(ms(s_ours[k] - s_floor[k]) for k in ("p50", "p95", "p99", "mean", "max"))])
     rws.append(["overhead ours - atelet", *(ms(s_ours[k] - s_atelet[k]) for k in ("p50", "p95", "p99", "mean", "max"))])
     out.append(table(hdr, rws))
@@ -273,22 +311,37 @@ def run(cycles: int = 50, warmup: int = 3, keep: bool = False, log=print) -> dic
     out.append("")
     fl = {k: summary(v) for k, v in floor_data.items()}
     out.append("floor detail (ms): " + ", ".join(f"{k} p50 {ms(v['p50']):.1f}" for k, v in fl.items()))
-    out.append(f"suspend via API (ms): p50 {ms(summary(ours_data['suspend_s'])['p50']):.1f} "
-               f"p95 {ms(summary(ours_data['suspend_s'])['p95']):.1f}; snapshots on disk {n_snaps}, "
-               f"{snap_bytes / n_snaps / 1e6 if n_snaps else 0:.2f} MB each; RSS of one RUNNING counter sandbox "
-               f"{sandbox_rss / 2**20:.1f} MiB ({len(sandbox_pids)} runsc processes)")
-    key = (f"KEY activation p50/p95/p99 ms: ours {ms(s_ours['p50']):.0f}/{ms(s_ours['p95']):.0f}/{ms(s_ours['p99']):.0f}"
-           f" atelet {ms(s_atelet['p50']):.0f}/{ms(s_atelet['p95']):.0f}/{ms(s_atelet['p99']):.0f}"
-           f" floor {ms(s_floor['p50']):.0f}/{ms(s_floor['p95']):.0f}/{ms(s_floor['p99']):.0f}"
-           f" overhead {ms(s_ours['p50'] - s_floor['p50']):.0f}/{ms(s_ours['p95'] - s_floor['p95']):.0f}"
-           f"/{ms(s_ours['p99'] - s_floor['p99']):.0f}")
+    out.append(
+        f"suspend via API (ms): p50 {ms(summary(ours_data['suspend_s'])['p50']):.1f} "
+        f"p95 {ms(summary(ours_data['suspend_s'])['p95']):.1f}; snapshots on disk {n_snaps}, "
+        f"{snap_bytes / n_snaps / 1e6 if n_snaps else 0:.2f} MB each; RSS of one RUNNING counter sandbox "
+        f"{sandbox_rss / 2**20:.1f} MiB ({len(sandbox_pids)} runsc processes)"
+    )
+    key = (
+        f"KEY activation p50/p95/p99 ms: ours {ms(s_ours['p50']):.0f}/{ms(s_ours['p95']):.0f}/{ms(s_ours['p99']):.0f}"
+        f" atelet {ms(s_atelet['p50']):.0f}/{ms(s_atelet['p95']):.0f}/{ms(s_atelet['p99']):.0f}"
+        f" floor {ms(s_floor['p50']):.0f}/{ms(s_floor['p95']):.0f}/{ms(s_floor['p99']):.0f}"
+        f" overhead {ms(s_ours['p50'] - s_floor['p50']):.0f}/{ms(s_ours['p95'] - s_floor['p95']):.0f}"
+        f"/{ms(s_ours['p99'] - s_floor['p99']):.0f}"
+    )
     out.append(key)
     text = "\n".join(out)
-    result = {"benchmark": "activation", "machine": machine(), "cycles": len(rows), "ours": s_ours,
-              "atelet": s_atelet, "floor": s_floor, "steps": {k: summary([r[k] for r in rows]) for k in STEPS},
-              "floor_detail": fl, "atelet_detail": {k: summary(v) for k, v in atelet_data.items()},
-              "suspend": summary(ours_data["suspend_s"]), "sandbox_rss_bytes": sandbox_rss, "snapshot_bytes_each": snap_bytes / n_snaps if n_snaps else 0,
-              "raw": {"ours": rows, "atelet": atelet_data, "floor": floor_data}, "text": text}
+    result = {
+        "benchmark": "activation",
+        "machine": machine(),
+        "cycles": len(rows),
+        "ours": s_ours,
+        "atelet": s_atelet,
+        "floor": s_floor,
+        "steps": {k: summary([r[k] for r in rows]) for k in STEPS},
+        "floor_detail": fl,
+        "atelet_detail": {k: summary(v) for k, v in atelet_data.items()},
+        "suspend": summary(ours_data["suspend_s"]),
+        "sandbox_rss_bytes": sandbox_rss,
+        "snapshot_bytes_each": snap_bytes / n_snaps if n_snaps else 0,
+        "raw": {"ours": rows, "atelet": atelet_data, "floor": floor_data},
+        "text": text,
+    }
     path = write_result("activation", result)
     print(text.replace("\nKEY", f"\nresults: {path}\nKEY"))
     return result

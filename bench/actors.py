@@ -13,7 +13,9 @@ from bench.common import ROOT
 COUNTER = ROOT / "examples" / "counter" / "template.yaml"
 
 
-def setup(api_url: str, atespace: str, actors: list[str], template: Path = COUNTER, name: str = "counter") -> dict[str, Any]:
+def setup(
+    api_url: str, atespace: str, actors: list[str], template: Path = COUNTER, name: str = "counter"
+) -> dict[str, Any]:
     """Create atespace, template (waits for its golden snapshot) and actors; returns the template."""
     from ate.cli.client import ApiClient
     from ate.cli.manifest import load_template_spec
@@ -37,7 +39,7 @@ async def call(client: httpx.AsyncClient, verb: str, atespace: str, name: str) -
 
 
 def _ts(event: Any) -> float:
-    return event.event_time.seconds + event.event_time.nanos / 1e9
+    return float(event.event_time.seconds + event.event_time.nanos / 1e9)
 
 
 async def workflow_steps(temporal: Any, workflow_id: str) -> dict[str, Any]:

@@ -27,7 +27,7 @@ import httpx
 from bench import profile as prof
 from bench import stack as stack_mod
 from bench.actors import call, setup
-from bench.common import ROOT, CpuMeter, machine, ms, summary, table, write_result
+from bench.common import ROOT, CpuMeter, Log, machine, ms, summary, table, write_result
 from bench.floorwf import TASK_QUEUE as FLOOR_QUEUE
 
 ATESPACE = "bench"
@@ -35,8 +35,14 @@ ATESPACE = "bench"
 
 def start_floor_worker(stack: stack_mod.Stack) -> subprocess.Popen[str]:
     env = dict(os.environ, PYTHONPATH=str(ROOT))
-    proc = subprocess.Popen([sys.executable, "-m", "bench.floorwf", "--address", stack.temporal_address],
-                            cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "bench.floorwf", "--address", stack.temporal_address],
+        cwd=ROOT,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
     assert proc.stdout is not None
     line = proc.stdout.readline()
     if "floor: ready" not in line:
@@ -47,8 +53,9 @@ def start_floor_worker(stack: stack_mod.Stack) -> subprocess.Popen[str]:
 
 async def _floor_once(temporal: Any, i: int) -> float:
     t = time.monotonic()
-    handle = await temporal.start_workflow("BenchFloor", "x", id=f"bench-floor-{time.time_ns()}-{i}",
-                                           task_queue=FLOOR_QUEUE, result_type=str)
+    handle = await temporal.start_workflow(
+        "BenchFloor", "x", id=f"bench-floor-{time.time_ns()}-{i}", task_queue=FLOOR_QUEUE, result_type=str
+    )
     await handle.result()
     return time.monotonic() - t
 
@@ -59,14 +66,19 @@ async def _resume_wf(temporal: Any, name: str) -> float:
 
     ref = ActorRef(ATESPACE, name)
     t = time.monotonic()
-    handle = await temporal.start_workflow(Operation.RESUME.value, ResumeActorInput(actor=ref), id=ref.workflow_id,
-                                           task_queue=TASK_QUEUE, result_type=ResumeActorResult,
-                                           search_attributes=search_attributes(ATESPACE, name, Operation.RESUME))
+    handle = await temporal.start_workflow(
+        Operation.RESUME.value,
+        ResumeActorInput(actor=ref),
+        id=ref.workflow_id,
+        task_queue=TASK_QUEUE,
+        result_type=ResumeActorResult,
+        search_attributes=search_attributes(ATESPACE, name, Operation.RESUME),
+    )
     await handle.result()
     return time.monotonic() - t
 
 
-async def _latency(stack: stack_mod.Stack, cycles: int, log) -> dict[str, list[float]]:
+async def _latency(stack: stack_mod.Stack, cycles: int, log: Log) -> dict[str, list[float]]:
     from temporalio.client import Client
 
     temporal = await Client.connect(stack.temporal_address)
@@ -93,7 +105,7 @@ async def _latency(stack: stack_mod.Stack, cycles: int, log) -> dict[str, list[f
     return data
 
 
-def run_latency(cycles: int = 100, keep: bool = False, log=print) -> dict[str, Any]:
+def run_latency(cycles: int = 100, keep: bool = False, log: Log = print) -> dict[str, Any]:
     stack = stack_mod.start(workers=2, hollow=True, keep=keep, log=log)
     floor = None
     try:
@@ -106,23 +118,36 @@ def run_latency(cycles: int = 100, keep: bool = False, log=print) -> dict[str, A
             floor.wait(30)
         stack.stop()
     s = {k: summary(v) for k, v in data.items()}
-    rows = [[name, ms(s[k]["p50"]), ms(s[k]["p95"]), ms(s[k]["p99"]), s[k]["p50"] / s["floor"]["p50"],
-             s[k]["p95"] / s["floor"]["p95"]]
-            for k, name in (("floor", "floor: BenchFloor, 3 no-op local activities (client)"),
-                            ("wf", "ResumeActor via Temporal client (hollow)"),
-                            ("api", "ResumeActor via REST API (hollow)"),
-                            ("suspend", "SuspendActor via REST API (hollow)"))]
-    text = "\n".join([
-        f"sequential latency, {cycles} cycles interleaved, hollow atelet (ms; ratio = ours / floor)",
-        table(["path", "p50", "p95", "p99", "x p50", "x p95"], rows),
-        f"KEY temporal-floor p50/p95 ms: floor {ms(s['floor']['p50']):.1f}/{ms(s['floor']['p95']):.1f}"
-        f" resume-wf {ms(s['wf']['p50']):.1f}/{ms(s['wf']['p95']):.1f}"
-        f" resume-api {ms(s['api']['p50']):.1f}/{ms(s['api']['p95']):.1f}"
-        f" ratio p95 wf {s['wf']['p95'] / s['floor']['p95']:.2f}x api {s['api']['p95'] / s['floor']['p95']:.2f}x"
-        f" (target <=1.5x)",
-    ])
-    path = write_result("temporal-floor", {"benchmark": "temporal-floor", "machine": machine(), "summary": s,
-                                           "raw": data, "text": text})
+    rows = [
+        [
+            name,
+            ms(s[k]["p50"]),
+            ms(s[k]["p95"]),
+            ms(s[k]["p99"]),
+            s[k]["p50"] / s["floor"]["p50"],
+            s[k]["p95"] / s["floor"]["p95"],
+        ]
+        for k, name in (
+            ("floor", "floor: BenchFloor, 3 no-op local activities (client)"),
+            ("wf", "ResumeActor via Temporal client (hollow)"),
+            ("api", "ResumeActor via REST API (hollow)"),
+            ("suspend", "SuspendActor via REST API (hollow)"),
+        )
+    ]
+    text = "\n".join(
+        [
+            f"sequential latency, {cycles} cycles interleaved, hollow atelet (ms; ratio = ours / floor)",
+            table(["path", "p50", "p95", "p99", "x p50", "x p95"], rows),
+            f"KEY temporal-floor p50/p95 ms: floor {ms(s['floor']['p50']):.1f}/{ms(s['floor']['p95']):.1f}"
+            f" resume-wf {ms(s['wf']['p50']):.1f}/{ms(s['wf']['p95']):.1f}"
+            f" resume-api {ms(s['api']['p50']):.1f}/{ms(s['api']['p95']):.1f}"
+            f" ratio p95 wf {s['wf']['p95'] / s['floor']['p95']:.2f}x api {s['api']['p95'] / s['floor']['p95']:.2f}x"
+            f" (target <=1.5x)",
+        ]
+    )
+    path = write_result(
+        "temporal-floor", {"benchmark": "temporal-floor", "machine": machine(), "summary": s, "raw": data, "text": text}
+    )
     print(text.replace("\nKEY", f"\nresults: {path}\nKEY"))
     return s
 
@@ -132,12 +157,19 @@ def pool_file(workers: int) -> Path:
     path.write_text(
         "apiVersion: ate.dev/v1alpha1\nkind: WorkerPool\nmetadata: {name: hollow}\n"
         f"spec:\n  replicas: {workers}\n  sandboxClass: gvisor\n  labels: {{}}\n"
-        "  capacity: {places: 1, cpu: '2', memory: 2Gi}\n")
+        "  capacity: {places: 1, cpu: '2', memory: 2Gi}\n"
+    )
     return path
 
 
-async def _ours_loop(stack: stack_mod.Stack, actors: list[str], concurrency: int, seconds: float,
-                     lat: dict[str, list[float]], errors: list[str]) -> int:
+async def _ours_loop(
+    stack: stack_mod.Stack,
+    actors: list[str],
+    concurrency: int,
+    seconds: float,
+    lat: dict[str, list[float]],
+    errors: list[str],
+) -> int:
     limits = httpx.Limits(max_connections=concurrency * 2, max_keepalive_connections=concurrency * 2)
     api = httpx.AsyncClient(base_url=stack.api_url, timeout=120, limits=limits)
     deadline = time.monotonic() + seconds
@@ -193,8 +225,15 @@ async def _floor_loop(address: str, concurrency: int, seconds: float, lat: list[
     return done
 
 
-def run_throughput(actors: int = 200, workers: int = 50, concurrency: int = 32, seconds: float = 30.0,
-                   profile: bool = True, keep: bool = False, log=print) -> dict[str, Any]:
+def run_throughput(
+    actors: int = 200,
+    workers: int = 50,
+    concurrency: int = 32,
+    seconds: float = 30.0,
+    profile: bool = True,
+    keep: bool = False,
+    log: Log = print,
+) -> dict[str, Any]:
     pool = pool_file(workers)
     stack = stack_mod.start(pool=pool, hollow=True, keep=keep, log=log)
     floor = None
@@ -231,7 +270,10 @@ def run_throughput(actors: int = 200, workers: int = 50, concurrency: int = 32, 
         floor_done = asyncio.run(_floor_loop(stack.temporal_address, concurrency, seconds, floor_lat))
         cpu_floor = meter.stop()
         wall_floor = meter.wall
-        rss = {k: sum(__import__("bench.common", fromlist=["rss_bytes"]).rss_bytes(p) for p in v) for k, v in groups.items()}
+        rss = {
+            k: sum(__import__("bench.common", fromlist=["rss_bytes"]).rss_bytes(p) for p in v)
+            for k, v in groups.items()
+        }
     finally:
         if floor is not None:
             floor.terminate()
@@ -241,36 +283,89 @@ def run_throughput(actors: int = 200, workers: int = 50, concurrency: int = 32, 
     ours_wf_s = 2 * cycles / wall_ours
     floor_wf_s = floor_done / wall_floor
     ratio = ours_wf_s / floor_wf_s
-    cpu_rows = [[k, cpu_ours.get(k, 0.0), 1000 * cpu_ours.get(k, 0.0) / max(2 * cycles, 1), cpu_floor.get(k, 0.0),
-                 1000 * cpu_floor.get(k, 0.0) / max(floor_done, 1), rss.get(k, 0) / 2**20]
-                for k in sorted(cpu_ours, key=lambda k: -cpu_ours[k])]
+    cpu_rows = [
+        [
+            k,
+            cpu_ours.get(k, 0.0),
+            1000 * cpu_ours.get(k, 0.0) / max(2 * cycles, 1),
+            cpu_floor.get(k, 0.0),
+            1000 * cpu_floor.get(k, 0.0) / max(floor_done, 1),
+            rss.get(k, 0) / 2**20,
+        ]
+        for k in sorted(cpu_ours, key=lambda k: -cpu_ours[k])
+    ]
     rs, ss, fs = summary(lat["resume"]), summary(lat["suspend"]), summary(floor_lat)
-    text = "\n".join([
-        f"throughput over {seconds:.0f} s, concurrency {concurrency}, {actors} actors, {workers} hollow workers",
-        table(["what", "count", "per s", "p50 ms", "p95 ms", "p99 ms"], [
-            ["ours: resume+suspend cycles (REST API)", cycles, cycles / wall_ours, ms(rs["p50"]) + ms(ss["p50"]),
-             ms(rs["p95"]) + ms(ss["p95"]), ms(rs["p99"]) + ms(ss["p99"])],
-            ["  of which resume", len(lat["resume"]), len(lat["resume"]) / wall_ours, ms(rs["p50"]), ms(rs["p95"]),
-             ms(rs["p99"])],
-            ["  of which suspend", len(lat["suspend"]), len(lat["suspend"]) / wall_ours, ms(ss["p50"]), ms(ss["p95"]),
-             ms(ss["p99"])],
-            ["ours: workflows (2 per cycle)", 2 * cycles, ours_wf_s, "", "", ""],
-            ["floor: BenchFloor workflows (client)", floor_done, floor_wf_s, ms(fs["p50"]), ms(fs["p95"]), ms(fs["p99"])],
-        ]),
-        f"errors during ours: {len(errors)}" + (f" (first: {errors[0]})" if errors else ""),
-        "",
-        "CPU seconds by process over each window (ms per workflow), RSS at the end",
-        table(["process", "cpu s ours", "ms/wf ours", "cpu s floor", "ms/wf floor", "RSS MiB"], cpu_rows),
-        "",
-        prof.render(profiles),
-        f"KEY throughput: ours {cycles / wall_ours:.1f} cycles/s = {ours_wf_s:.1f} wf/s, floor {floor_wf_s:.1f} wf/s,"
-        f" ratio {100 * ratio:.0f}% (target >=70%)",
-    ])
-    result = {"benchmark": "throughput", "machine": machine(), "cycles": cycles, "wall": wall_ours,
-              "ours_wf_per_s": ours_wf_s, "floor_wf_per_s": floor_wf_s, "ratio": ratio, "resume": rs, "suspend": ss,
-              "floor_latency": fs, "cpu_ours": cpu_ours, "cpu_floor": cpu_floor, "rss": rss, "errors": errors[:20],
-              "n_errors": len(errors), "profiles": profiles, "text": text,
-              "params": {"actors": actors, "workers": workers, "concurrency": concurrency, "seconds": seconds}}
+    text = "\n".join(
+        [
+            f"throughput over {seconds:.0f} s, concurrency {concurrency}, {actors} actors, {workers} hollow workers",
+            table(
+                ["what", "count", "per s", "p50 ms", "p95 ms", "p99 ms"],
+                [
+                    [
+                        "ours: resume+suspend cycles (REST API)",
+                        cycles,
+                        cycles / wall_ours,
+                        ms(rs["p50"]) + ms(ss["p50"]),
+                        ms(rs["p95"]) + ms(ss["p95"]),
+                        ms(rs["p99"]) + ms(ss["p99"]),
+                    ],
+                    [
+                        "  of which resume",
+                        len(lat["resume"]),
+                        len(lat["resume"]) / wall_ours,
+                        ms(rs["p50"]),
+                        ms(rs["p95"]),
+                        ms(rs["p99"]),
+                    ],
+                    [
+                        "  of which suspend",
+                        len(lat["suspend"]),
+                        len(lat["suspend"]) / wall_ours,
+                        ms(ss["p50"]),
+                        ms(ss["p95"]),
+                        ms(ss["p99"]),
+                    ],
+                    ["ours: workflows (2 per cycle)", 2 * cycles, ours_wf_s, "", "", ""],
+                    [
+                        "floor: BenchFloor workflows (client)",
+                        floor_done,
+                        floor_wf_s,
+                        ms(fs["p50"]),
+                        ms(fs["p95"]),
+                        ms(fs["p99"]),
+                    ],
+                ],
+            ),
+            f"errors during ours: {len(errors)}" + (f" (first: {errors[0]})" if errors else ""),
+            "",
+            "CPU seconds by process over each window (ms per workflow), RSS at the end",
+            table(["process", "cpu s ours", "ms/wf ours", "cpu s floor", "ms/wf floor", "RSS MiB"], cpu_rows),
+            "",
+            prof.render(profiles),
+            f"KEY throughput: ours {cycles / wall_ours:.1f} cycles/s = {ours_wf_s:.1f} wf/s, floor {floor_wf_s:.1f} wf/s,"
+            f" ratio {100 * ratio:.0f}% (target >=70%)",
+        ]
+    )
+    result = {
+        "benchmark": "throughput",
+        "machine": machine(),
+        "cycles": cycles,
+        "wall": wall_ours,
+        "ours_wf_per_s": ours_wf_s,
+        "floor_wf_per_s": floor_wf_s,
+        "ratio": ratio,
+        "resume": rs,
+        "suspend": ss,
+        "floor_latency": fs,
+        "cpu_ours": cpu_ours,
+        "cpu_floor": cpu_floor,
+        "rss": rss,
+        "errors": errors[:20],
+        "n_errors": len(errors),
+        "profiles": profiles,
+        "text": text,
+        "params": {"actors": actors, "workers": workers, "concurrency": concurrency, "seconds": seconds},
+    }
     path = write_result("throughput", result)
     print(text.replace("\nKEY", f"\nresults: {path}\nKEY"))
     return result

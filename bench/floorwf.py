@@ -18,8 +18,12 @@ from temporalio import activity, workflow
 from temporalio.common import RetryPolicy
 
 TASK_QUEUE = "bench-floor"
-_RETRY = RetryPolicy(initial_interval=timedelta(milliseconds=50), backoff_coefficient=2.0,
-                     maximum_interval=timedelta(seconds=2), maximum_attempts=20)
+_RETRY = RetryPolicy(
+    initial_interval=timedelta(milliseconds=50),
+    backoff_coefficient=2.0,
+    maximum_interval=timedelta(seconds=2),
+    maximum_attempts=20,
+)
 
 
 @activity.defn(name="bench_noop")
@@ -33,7 +37,8 @@ class FloorWorkflow:
     async def run(self, value: str) -> str:
         for _ in range(3):
             value = await workflow.execute_local_activity(
-                "bench_noop", value, result_type=str, start_to_close_timeout=timedelta(seconds=15), retry_policy=_RETRY)
+                "bench_noop", value, result_type=str, start_to_close_timeout=timedelta(seconds=15), retry_policy=_RETRY
+            )
         return value
 
 
@@ -53,11 +58,15 @@ async def serve(address: str, metrics_listen: str) -> None:
         pass
     client = await Client.connect(address, runtime=runtime) if runtime else await Client.connect(address)
     worker = Worker(
-        client, task_queue=TASK_QUEUE, workflows=[FloorWorkflow], activities=[noop],
+        client,
+        task_queue=TASK_QUEUE,
+        workflows=[FloorWorkflow],
+        activities=[noop],
         max_concurrent_workflow_tasks=settings.max_concurrent_workflow_tasks,
         max_concurrent_local_activities=settings.max_concurrent_local_activities,
         max_cached_workflows=settings.max_cached_workflows,
-        max_concurrent_workflow_task_polls=20, nonsticky_to_sticky_poll_ratio=0.5,
+        max_concurrent_workflow_task_polls=20,
+        nonsticky_to_sticky_poll_ratio=0.5,
     )
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()

@@ -10,9 +10,31 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-PACKAGES = ("temporalio", "grpc", "asyncpg", "fastapi", "starlette", "uvicorn", "pydantic", "httpx", "httpcore",
-            "h11", "prometheus_client", "asyncio", "google/protobuf", "json", "activities", "workflows", "api",
-            "atelet", "router", "uvloop", "ssl", "logging", "selectors")
+PACKAGES = (
+    "temporalio",
+    "grpc",
+    "asyncpg",
+    "fastapi",
+    "starlette",
+    "uvicorn",
+    "pydantic",
+    "httpx",
+    "httpcore",
+    "h11",
+    "prometheus_client",
+    "asyncio",
+    "google/protobuf",
+    "json",
+    "activities",
+    "workflows",
+    "api",
+    "atelet",
+    "router",
+    "uvloop",
+    "ssl",
+    "logging",
+    "selectors",
+)
 
 
 def py_spy() -> str | None:
@@ -28,9 +50,28 @@ def start(pids: dict[str, int], seconds: float, rate: int = 67) -> tuple[dict[st
     procs = {}
     for name, pid in pids.items():
         out = tmp / f"{name}.txt"
-        procs[name] = (subprocess.Popen([binary, "record", "-p", str(pid), "-d", str(int(seconds)), "-r", str(rate),
-                                         "-f", "raw", "-o", str(out), "--nonblocking"],
-                                        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL), out)
+        procs[name] = (
+            subprocess.Popen(
+                [
+                    binary,
+                    "record",
+                    "-p",
+                    str(pid),
+                    "-d",
+                    str(int(seconds)),
+                    "-r",
+                    str(rate),
+                    "-f",
+                    "raw",
+                    "-o",
+                    str(out),
+                    "--nonblocking",
+                ],
+                stdout=subprocess.DEVNULL,
+                stderr=subprocess.DEVNULL,
+            ),
+            out,
+        )
     return procs, tmp
 
 
@@ -92,8 +133,10 @@ def render(profiles: dict[str, Any]) -> str:
         if "error" in p:
             lines.append(f"  {name}: {p['error']}")
             continue
-        lines.append(f"  {name} ({p['samples']} samples): by package of the leaf frame: "
-                     + ", ".join(f"{k} {v}%" for k, v in p["by_package"][:8]))
+        lines.append(
+            f"  {name} ({p['samples']} samples): by package of the leaf frame: "
+            + ", ".join(f"{k} {v}%" for k, v in p["by_package"][:8])
+        )
         for f, v in p["top_self"][:6]:
             lines.append(f"      {v:5.1f}%  {f[:110]}")
     return "\n".join(lines)

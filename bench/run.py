@@ -42,8 +42,15 @@ def main(argv: list[str] | None = None) -> None:
     elif args.name == "throughput":
         from bench import controlplane
 
-        controlplane.run_throughput(actors=args.actors, workers=args.workers, concurrency=args.concurrency,
-                                    seconds=args.seconds, profile=not args.no_profile, keep=args.keep, log=log)
+        controlplane.run_throughput(
+            actors=args.actors,
+            workers=args.workers,
+            concurrency=args.concurrency,
+            seconds=args.seconds,
+            profile=not args.no_profile,
+            keep=args.keep,
+            log=log,
+        )
     elif args.name == "scale":
         from bench import scale
 

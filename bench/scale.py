@@ -21,7 +21,7 @@ import httpx
 
 from bench import stack as stack_mod
 from bench.actors import call, setup
-from bench.common import machine, ms, rss_bytes, summary, table, write_result
+from bench.common import Log, machine, ms, rss_bytes, summary, table, write_result
 
 ATESPACE = "bench"
 
@@ -40,7 +40,10 @@ async def _insert(dsn: str, start: int, end: int) -> float:
         await conn.execute(
             "INSERT INTO actors (atespace, name, template) "
             "SELECT $1, 's' || lpad(g::text, 8, '0'), 'counter' FROM generate_series($2::int, $3::int - 1) g",
-            ATESPACE, start, end)
+            ATESPACE,
+            start,
+            end,
+        )
         await conn.execute("ANALYZE actors")
         total = await conn.fetchval("SELECT count(*) FROM actors")
     finally:
@@ -80,8 +83,13 @@ async def _measure(stack: stack_mod.Stack, size: int, cycles: int, used: set[int
             (await api.get(f"/v1/atespaces/{ATESPACE}/actors", params={"page_size": 100})).raise_for_status()
             la = time.monotonic() - t
             if i >= 3:
-                for key, v in (("resume", r), ("suspend", s), ("list_first", lf), ("list_deep", ld),
-                               ("list_atespace", la)):
+                for key, v in (
+                    ("resume", r),
+                    ("suspend", s),
+                    ("list_first", lf),
+                    ("list_deep", ld),
+                    ("list_atespace", la),
+                ):
                     data[key].append(v)
     finally:
         await api.aclose()
@@ -160,11 +168,19 @@ async def _table_sizes(dsn: str) -> dict[str, Any]:
     finally:
         await conn.close()
     lines = [r[0] for r in plan]
-    return {"rows": n, "heap": heap, "indexes": idx, "bytes_per_row": (heap + idx) / n,
-            "deep_plan": " | ".join(line.strip() for line in lines[:6]), "deep_plan_full": lines}
+    return {
+        "rows": n,
+        "heap": heap,
+        "indexes": idx,
+        "bytes_per_row": (heap + idx) / n,
+        "deep_plan": " | ".join(line.strip() for line in lines[:6]),
+        "deep_plan_full": lines,
+    }
 
 
-def run(sizes: list[int] | None = None, cycles: int = 30, keep: bool = False, log=print) -> dict[str, Any]:
+def run(
+    sizes: list[int] | None = None, cycles: int = 30, keep: bool = False, log: Log = print
+) -> dict[int, dict[str, Any]]:
     sizes = sizes or [10_000, 1_000_000]
     stack = stack_mod.start(workers=2, hollow=True, keep=keep, log=log)
     results: dict[int, dict[str, Any]] = {}
@@ -192,20 +208,33 @@ def run(sizes: list[int] | None = None, cycles: int = 30, keep: bool = False, lo
     rows = []
     for k in keys:
         a, b = results[lo][k], results[hi][k]
-        rows.append([k, ms(a["p50"]), ms(a["p95"]), ms(b["p50"]), ms(b["p95"]), b["p50"] / a["p50"], b["p95"] / a["p95"]])
-    text = "\n".join([
-        f"latency at {lo} and {hi} actor rows, {cycles} samples each, hollow atelet (ms)",
-        table(["operation", f"p50 @{lo}", f"p95 @{lo}", f"p50 @{hi}", f"p95 @{hi}", "x p50", "x p95"], rows),
-        "RSS at the largest size (MiB): " + ", ".join(f"{k} {v:.0f}" for k, v in sorted(rss.items())),
-        f"actors table at {hi} rows: heap+toast {sizes_db.get('heap', 0) / 2**20:.0f} MiB, indexes "
-        f"{sizes_db.get('indexes', 0) / 2**20:.0f} MiB, {sizes_db.get('bytes_per_row', 0):.0f} bytes/row in all; "
-        f"deep-page plan: {sizes_db.get('deep_plan', '')}",
-        "bulk insert: " + ", ".join(f"{s} rows total in {results[s]['insert_s']:.1f} s" for s in sizes),
-        f"KEY scale {hi}/{lo}: resume p50 x{rows[0][5]:.2f} p95 x{rows[0][6]:.2f},"
-        f" list first p50 x{rows[2][5]:.2f}, list deep p50 x{rows[3][5]:.2f} (target <=1.2)",
-    ])
-    path = write_result("scale", {"benchmark": "scale", "machine": machine(), "sizes": sizes,
-                                  "results": {str(k): v for k, v in results.items()}, "rss_mib": rss, "db": sizes_db,
-                                  "text": text})
+        rows.append(
+            [k, ms(a["p50"]), ms(a["p95"]), ms(b["p50"]), ms(b["p95"]), b["p50"] / a["p50"], b["p95"] / a["p95"]]
+        )
+    text = "\n".join(
+        [
+            f"latency at {lo} and {hi} actor rows, {cycles} samples each, hollow atelet (ms)",
+            table(["operation", f"p50 @{lo}", f"p95 @{lo}", f"p50 @{hi}", f"p95 @{hi}", "x p50", "x p95"], rows),
+            "RSS at the largest size (MiB): " + ", ".join(f"{k} {v:.0f}" for k, v in sorted(rss.items())),
+            f"actors table at {hi} rows: heap+toast {sizes_db.get('heap', 0) / 2**20:.0f} MiB, indexes "
+            f"{sizes_db.get('indexes', 0) / 2**20:.0f} MiB, {sizes_db.get('bytes_per_row', 0):.0f} bytes/row in all; "
+            f"deep-page plan: {sizes_db.get('deep_plan', '')}",
+            "bulk insert: " + ", ".join(f"{s} rows total in {results[s]['insert_s']:.1f} s" for s in sizes),
+            f"KEY scale {hi}/{lo}: resume p50 x{rows[0][5]:.2f} p95 x{rows[0][6]:.2f},"
+            f" list first p50 x{rows[2][5]:.2f}, list deep p50 x{rows[3][5]:.2f} (target <=1.2)",
+        ]
+    )
+    path = write_result(
+        "scale",
+        {
+            "benchmark": "scale",
+            "machine": machine(),
+            "sizes": sizes,
+            "results": {str(k): v for k, v in results.items()},
+            "rss_mib": rss,
+            "db": sizes_db,
+            "text": text,
+        },
+    )
     print(text.replace("\nKEY", f"\nresults: {path}\nKEY"))
     return results

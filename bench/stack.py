@@ -21,7 +21,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from bench.common import ROOT, children_of, cmdline
+from bench.common import ROOT, Log, children_of, cmdline
 
 PORTS = {"api": 18180, "router": 18100, "atelet": 18185, "temporal": 17333, "ui": 18333}
 METRICS = {"router": 19000, "worker": 19001, "atelet": 19085}
@@ -54,8 +54,13 @@ class Stack:
     def processes(self) -> dict[str, list[int]]:
         """PIDs by part: api-server, worker, atelet, router, temporal, postgres, runsc, ate-dev."""
         groups: dict[str, list[int]] = {"ate-dev": [self.proc.pid]}
-        names = {"ate api-server": "api-server", "ate worker": "worker", "ate atelet": "atelet",
-                 "ate router": "router", "server start-dev": "temporal"}
+        names = {
+            "ate api-server": "api-server",
+            "ate worker": "worker",
+            "ate atelet": "atelet",
+            "ate router": "router",
+            "server start-dev": "temporal",
+        }
         for pid in children_of(self.proc.pid):
             line = cmdline(pid)
             for needle, name in names.items():
@@ -90,18 +95,28 @@ class Stack:
             shutil.rmtree(self.data_dir, ignore_errors=True)
 
 
-def start(*, workers: int = 1, pool: Path | None = None, hollow: bool = False, env: dict[str, str] | None = None,
-          keep: bool = False, timeout: float = 240.0, log=print) -> Stack:
+def start(
+    *,
+    workers: int = 1,
+    pool: Path | None = None,
+    hollow: bool = False,
+    env: dict[str, str] | None = None,
+    keep: bool = False,
+    timeout: float = 240.0,
+    log: Log = print,
+) -> Stack:
     """Start `ate dev` and wait for `ate: ready`. `env` adds/overrides variables of every part."""
     data_dir = Path(tempfile.mkdtemp(prefix="ate-bench-"))
     child_env = {k: v for k, v in os.environ.items() if k not in ("ATE_DATABASE_URL", "ATE_TEMPORAL_ADDRESS")}
-    child_env.update({
-        "ATE_ATELET_SUBNET": SUBNET,
-        "ATE_ROUTER_METRICS_LISTEN": f"127.0.0.1:{METRICS['router']}",
-        "ATE_METRICS_LISTEN": f"127.0.0.1:{METRICS['worker']}",
-        "ATE_ATELET_METRICS_LISTEN": f"127.0.0.1:{METRICS['atelet']}",
-        "PYTHONUNBUFFERED": "1",
-    })
+    child_env.update(
+        {
+            "ATE_ATELET_SUBNET": SUBNET,
+            "ATE_ROUTER_METRICS_LISTEN": f"127.0.0.1:{METRICS['router']}",
+            "ATE_METRICS_LISTEN": f"127.0.0.1:{METRICS['worker']}",
+            "ATE_ATELET_METRICS_LISTEN": f"127.0.0.1:{METRICS['atelet']}",
+            "PYTHONUNBUFFERED": "1",
+        }
+    )
     if hollow:
         child_env["ATE_ATELET_HOLLOW"] = "true"
     child_env.update(env or {})
@@ -114,8 +129,15 @@ def start(*, workers: int = 1, pool: Path | None = None, hollow: bool = False, e
         "--ui-port", str(PORTS["ui"]), "--metrics-port-base", str(METRICS["router"]),
     ]  # fmt: skip
     argv += ["--pool", str(pool)] if pool else ["--workers", str(workers)]
-    proc = subprocess.Popen(argv, cwd=ROOT, env=child_env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                            text=True, start_new_session=True)
+    proc = subprocess.Popen(
+        argv,
+        cwd=ROOT,
+        env=child_env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        start_new_session=True,
+    )
     stack = Stack(data_dir=data_dir, proc=proc, hollow=hollow, keep=keep)
     ready = threading.Event()
 
