@@ -197,3 +197,24 @@ def test_every_process_exports_operation_metrics(stack: Stack) -> None:
     assert metric(atelet, "ate_atelet_operations_total") >= 1
     stack.ate("suspend", "actor", "m1", "-a", "metrics")
     assert metric(api, "ate_workers", pool="default", state="idle") == 2  # both workers free again
+
+
+def test_no_room_is_a_503_that_names_the_placement_check(stack: Stack) -> None:
+    stack.ate("create", "atespace", "full", check=False)
+    stack.ate("create", "template", "counter", "-a", "full", "-f", "examples/counter/template.yaml", check=False)
+    for name in ("n1", "n2", "n3"):
+        stack.ate("create", "actor", name, "-a", "full", "--template", "counter")
+    get(stack, "full/n1")
+    get(stack, "full/n2")  # the stack's two workers have one place each: both taken now
+    started = time.monotonic()
+    refused = httpx.get(stack.router + "/", headers={"ate-target-actor": "full/n3"}, timeout=60)
+    parked = time.monotonic() - started
+    assert refused.status_code == 503, refused.text
+    assert "no worker has room for the actor full/n3: all 2 matching workers have every place taken" in refused.text
+    assert refused.headers.get("retry-after") is not None
+    assert parked >= 4.5  # parked for its 5 s budget before giving up, as a worker might have freed up
+    assert actor_json(stack, "n3", "full")["state"] == "SUSPENDED"  # the refusal changed nothing
+    stack.ate("suspend", "actor", "n1", "-a", "full")
+    assert get(stack, "full/n3")["memory_count"] == 1  # a place is free: n3 runs
+    stack.ate("suspend", "actor", "n2", "-a", "full")
+    stack.ate("suspend", "actor", "n3", "-a", "full")
