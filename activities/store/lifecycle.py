@@ -14,6 +14,7 @@ from typing import Any
 import asyncpg
 
 from activities.store.errors import AlreadyExists, FailedPrecondition, NotFound, VersionConflict
+from activities.store.placement import PlacementMixin
 from activities.store.sql import QUERIES as Q
 from workflows.types import ActorRef, ActorState, DrainPlan, GarbageSnapshot, RevertPlan, WorkerRef
 
@@ -74,13 +75,8 @@ def _held_by(holder: str, atespace: str, name: str) -> bool:
     return name.startswith("golden-") and holder == f"template/{atespace}/{name.removeprefix('golden-')}"
 
 
-class LifecycleMixin:
+class LifecycleMixin(PlacementMixin):
     """Revert, crash, node, tag, history and GC transitions (mixed into `Store`)."""
-
-    pool: asyncpg.Pool
-
-    async def _worker_ref(self, connection: asyncpg.Connection, worker_id: int) -> WorkerRef:
-        raise NotImplementedError
 
     # ---- RevertActor ------------------------------------------------------------------------
 
