@@ -17,13 +17,14 @@ import asyncio
 from datetime import timedelta
 
 from temporalio import workflow
-from temporalio.common import SearchAttributeKey, SearchAttributePair, TypedSearchAttributes
+from temporalio.common import SearchAttributePair, TypedSearchAttributes
 from temporalio.exceptions import ChildWorkflowError, WorkflowAlreadyStartedError
 from temporalio.workflow import ParentClosePolicy
 
 from workflows.steps import ACTIVITY_FAILURES, atelet_step, db_step, show_step
 
 with workflow.unsafe.imports_passed_through():
+    from workflows.search_attributes import ACTOR, ATESPACE, OPERATION
     from workflows.types import (
         TASK_QUEUE,
         AteletTerminateInput,
@@ -45,9 +46,9 @@ CHECK_EVERY = timedelta(seconds=10)
 def _attributes(atespace: str, name: str) -> TypedSearchAttributes:
     return TypedSearchAttributes(
         [
-            SearchAttributePair(SearchAttributeKey.for_keyword("AteAtespace"), atespace),
-            SearchAttributePair(SearchAttributeKey.for_keyword("AteActor"), name),
-            SearchAttributePair(SearchAttributeKey.for_keyword("AteOperation"), Operation.SUSPEND.value),
+            SearchAttributePair(ATESPACE, atespace),
+            SearchAttributePair(ACTOR, name),
+            SearchAttributePair(OPERATION, Operation.SUSPEND.value),
         ]
     )
 

@@ -13,9 +13,7 @@ import sys
 from pathlib import Path
 
 from ate.dev.supervisor import Child
-
-SEARCH_ATTRIBUTES = ("AteAtespace", "AteActor", "AteOperation")
-"""Keyword search attributes set on every ate workflow."""
+from workflows.types import SEARCH_ATTRIBUTES
 
 TUNING_FLAGS = (
     "--sqlite-pragma", "journal_mode=wal",
