@@ -1,4 +1,4 @@
-"""Activities that call atelets over gRPC: run/restore, checkpoint, terminate.
+"""Activities that call atelets over gRPC: run/restore, checkpoint, copy (upload), terminate.
 
 Every call carries the operation ID; the atelet answers a repeat with the first call's result,
 so Temporal may retry any of these after a crash without a double restore or a second
@@ -25,6 +25,7 @@ from workflows.types import (
     ActorRef,
     AteletCheckpointInput,
     AteletCheckpointResult,
+    AteletCopyInput,
     AteletRunInput,
     AteletRunResult,
     AteletTerminateInput,
@@ -213,6 +214,39 @@ class AteletActivities:
             manifest=MessageToDict(done.manifest, preserving_proto_field_name=True),
             size_bytes=done.size_bytes,
             timings={"checkpoint": done.checkpoint_seconds, "upload": done.upload_seconds},
+        )
+
+    @activity.defn(name="atelet_copy_snapshot")
+    async def copy_snapshot(self, request: AteletCopyInput) -> AteletCheckpointResult:
+        """Upload a paused actor's LOCAL snapshot: the atelet of its node copies it (verified
+        against its manifest) to `request.destination.uri`. Touches no sandbox; idempotent.
+
+        Raises:
+            ApplicationError: AteletNotFound when the local snapshot is gone from the node,
+                AteletFailedPrecondition when it does not match its manifest; other codes retried.
+        """
+        await failpoint(f"{activity.info().workflow_type}.atelet_copy")
+        address = request.atelet_address
+        stub = await self.stub(address)
+        manifest = pb.SnapshotManifest()
+        if request.source.manifest:
+            ParseDict(request.source.manifest, manifest, ignore_unknown_fields=True)
+        try:
+            done = await stub.CopySnapshot(
+                pb.CopySnapshotRequest(
+                    operation_id=call_id(request.operation_id, "copy"),
+                    source_uri=request.source.uri,
+                    destination_uri=request.destination.uri,
+                    manifest=manifest,
+                ),
+                timeout=self.call_timeout_seconds,
+            )
+        except grpc.aio.AioRpcError as error:
+            raise from_grpc_error(error, "CopySnapshot", address) from error
+        return AteletCheckpointResult(
+            manifest=MessageToDict(done.manifest, preserving_proto_field_name=True),
+            size_bytes=done.size_bytes,
+            timings={"upload": done.copy_seconds},
         )
 
     @activity.defn(name="atelet_terminate")

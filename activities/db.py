@@ -18,6 +18,7 @@ from workflows.types import (
     FinishInput,
     GoldenPlan,
     GoldenSnapshotInput,
+    PausePlan,
     ResumePlan,
     SuspendPlan,
 )
@@ -78,10 +79,33 @@ class DbActivities:
 
     @activity.defn(name="rollback_suspend")
     async def rollback_suspend(self, request: CompleteSnapshotInput) -> None:
-        """SUSPENDING -> RUNNING after a failed checkpoint (the error is in manifest['error'])."""
+        """SUSPENDING|PAUSING -> RUNNING after a failed checkpoint, SUSPENDING -> PAUSED after a failed
+        upload (the error is in manifest['error'])."""
         await self.store.rollback_suspend(
             request.actor, request.operation_id, request.snapshot_id, str(request.manifest.get("error", ""))
         )
+
+    @activity.defn(name="begin_pause")
+    async def begin_pause(self, request: BeginSuspendInput) -> PausePlan:
+        """RUNNING -> PAUSING with a PENDING local snapshot reserved on the worker's node."""
+        await failpoint("PauseActor.before_mark")
+        try:
+            plan = await self.store.begin_pause(request.actor, request.operation_id)
+        except StoreError as error:
+            raise from_store_error(error) from error
+        await failpoint("PauseActor.after_mark")
+        return plan
+
+    @activity.defn(name="complete_pause")
+    async def complete_pause(self, request: CompleteSnapshotInput) -> None:
+        """Local snapshot COMPLETED, actor PAUSED and pinned to its node, worker freed."""
+        await failpoint("PauseActor.before_finalize")
+        try:
+            await self.store.complete_pause(
+                request.actor, request.operation_id, request.snapshot_id, request.manifest, request.size_bytes
+            )
+        except StoreError as error:
+            raise from_store_error(error) from error
 
     @activity.defn(name="begin_golden")
     async def begin_golden(self, request: GoldenSnapshotInput) -> GoldenPlan:

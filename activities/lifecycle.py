@@ -29,6 +29,7 @@ from workflows.types import (
     Leftover,
     RevertPlan,
     SnapshotGcInput,
+    SnapshotStorage,
 )
 
 
@@ -81,7 +82,7 @@ class LifecycleActivities:
     @activity.defn(name="crash_after_deadline")
     async def crash_after_deadline(self, request: CrashInput) -> None:
         """Mark an actor left on a drained node CRASHED (its last COMPLETED snapshot is kept)."""
-        await self.store.crash_after_deadline(request.actor, request.worker_id, request.reason)
+        await self.store.crash_after_deadline(request.actor, request.worker_id, request.reason, request.node)
 
     @activity.defn(name="garbage_snapshots")
     async def garbage_snapshots(self, request: SnapshotGcInput) -> list[GarbageSnapshot]:
@@ -92,14 +93,24 @@ class LifecycleActivities:
     async def delete_snapshot(self, request: DeleteSnapshotInput) -> bool:
         """Delete a snapshot's data through a live atelet, then its row. Returns whether data existed.
 
+        A LOCAL snapshot lies on one node: only that node's atelet can delete it.
+
         Raises:
-            ApplicationError: no atelet is alive (retried), or the atelet refused the URI.
+            ApplicationError: no (suitable) atelet is alive (retried), or the atelet refused the URI.
         """
-        address = await self.store.any_live_atelet()
+        snapshot = request.snapshot
+        if snapshot.storage == SnapshotStorage.LOCAL and snapshot.node:
+            address = await self.store.live_atelet_of(snapshot.node)
+            if address is None:
+                raise ApplicationError(
+                    f"node {snapshot.node} holding local snapshot {snapshot.uri} is not alive; retrying later",
+                    type="NoAtelet",
+                )
+        else:
+            address = await self.store.any_live_atelet()
         if address is None:
             raise ApplicationError("no atelet is alive to delete snapshots; retrying later", type="NoAtelet")
         stub = await self.atelets.stub(address)
-        snapshot = request.snapshot
         try:
             done = await stub.DeleteSnapshot(
                 pb.DeleteSnapshotRequest(

@@ -308,6 +308,12 @@ class SuspendRequest(Strict):
     mode: Literal["sync"] = "sync"
 
 
+class PauseRequest(Strict):
+    """POST body of a pause (all optional)."""
+
+    timeout_seconds: float | None = Field(default=None, gt=0, le=3600)
+
+
 class WorkerOfActor(BaseModel):
     """Where an actor runs."""
 
@@ -337,6 +343,8 @@ class ActorPublic(BaseModel):
     worker_selector: dict[str, str]
     worker: WorkerOfActor | None
     latest_snapshot: SnapshotOfActor | None
+    pinned_node: str | None = None
+    local_snapshot: SnapshotOfActor | None = None
     operation: str | None
     last_error: str | None
     created_at: datetime

@@ -39,6 +39,15 @@ def actor_view(actor: ActorRecord) -> ActorPublic:
         )
         if actor.latest_snapshot
         else None,
+        pinned_node=actor.pinned_node,
+        local_snapshot=SnapshotOfActor(
+            generation=actor.local_snapshot.generation,
+            scope=actor.local_snapshot.scope,
+            uri=actor.local_snapshot.uri,
+            state=actor.local_snapshot.state,
+        )
+        if actor.local_snapshot
+        else None,
         operation=actor.operation,
         last_error=actor.last_error,
         created_at=actor.created_at,

@@ -28,6 +28,7 @@ from atelet.registration import heartbeat_loop
 from atelet.sandboxes import Node
 from atelet.service import AteletService
 from atelet.settings import AteletSettings
+from atelet.snapshots import SnapshotRootError
 
 log = logging.getLogger("atelet")
 
@@ -106,6 +107,8 @@ def parse_args(argv: list[str] | None = None) -> AteletSettings:
     parser.add_argument("--metrics-listen")
     parser.add_argument("--state-dir", type=Path)
     parser.add_argument("--snapshot-root", type=Path, action="append", dest="snapshot_roots")
+    parser.add_argument("--local-snapshot-root", type=Path,
+                        help="where LOCAL (local:///) snapshots live (default: <state-dir>/local-snapshots)")
     parser.add_argument("--image-root", type=Path, action="append", dest="image_roots")
     parser.add_argument("--pool", type=Path, dest="pool_file")
     parser.add_argument("--workers", type=int)
@@ -127,7 +130,7 @@ def main(argv: list[str] | None = None) -> None:
     try:
         settings = parse_args(argv)
         asyncio.run(serve(settings))
-    except PoolError as exc:
+    except (PoolError, SnapshotRootError) as exc:
         print(f"atelet: {exc}", file=sys.stderr)
         sys.exit(2)
     except KeyboardInterrupt:

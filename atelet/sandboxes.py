@@ -1,5 +1,5 @@
 """The node's workers and the sandbox that runs on each: Run, Restore, Checkpoint, Terminate,
-DeleteSnapshot, exit watching and fencing.
+DeleteSnapshot, CopySnapshot, exit watching and fencing.
 
 Each worker is one network namespace (``atelet.netns``) that runs at most one actor's sandbox at a
 time, guarded by a per-worker asyncio lock. Every mutating call goes through the operation log
@@ -15,6 +15,7 @@ On-disk layout under ``state_dir``::
     workers/<worker>/assignment.json   what runs on the worker (``atelet.assignments``)
     actors/<atespace>/<name>/volumes/<volume>/   durable dirs (bind-mounted into the sandbox)
     logs/<atespace>/<name>.log     sandbox output (runsc's stdout/stderr)
+    local-snapshots/<path>/        LOCAL snapshots, ``local:///<path>`` (unless ``local_snapshot_root`` is set)
 
 A sandbox that exits on its own (crash, OOM kill; not one the atelet stopped) is noticed by a
 watch task (``atelet.watch``), measured 5-100 ms after the kill: the worker's state becomes
@@ -40,7 +41,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import re
 import shutil
 import time
 import uuid
@@ -71,11 +71,11 @@ from atelet.snapshots import (
     archive_dir,
     extract_dir,
 )
+from atelet.spec import actor_key, validate_spec
 
 log = logging.getLogger(__name__)
 
 M = TypeVar("M", bound=Message)
-_DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$")
 DEFAULT_PROBE_TIMEOUT = 30.0
 
 
@@ -111,13 +111,6 @@ class Worker:
         self.adopted = False
 
 
-def _actor_key(ref: pb.ActorRef) -> tuple[str, str]:
-    for fname, value in (("actor.atespace", ref.atespace), ("actor.name", ref.name)):
-        if not _DNS_LABEL.match(value):
-            raise invalid(f"{fname}: {value!r} is not a DNS-1123 label")
-    return ref.atespace, ref.name
-
-
 def _fmt(actor: tuple[str, str] | None) -> str:
     return "nothing" if actor is None else f"actor {actor[0]}/{actor[1]}"
 
@@ -130,7 +123,7 @@ class Node:
         self.state_dir = Path(settings.state_dir).resolve()
         self.runsc = Runsc(settings.runsc, self.state_dir / "runsc")
         self.images = ImageStore(settings.image_roots, self.state_dir / "images")
-        self.snapshots = SnapshotStore(settings.snapshot_roots)
+        self.snapshots = SnapshotStore(settings.snapshot_roots, settings.local_snapshot_dir)
         self.ops = OperationLog(self.state_dir / "operations")
         self.assignments = AssignmentStore(self.state_dir / "workers")
         self.pools = pools
@@ -156,6 +149,10 @@ class Node:
             (self.state_dir / sub).mkdir(parents=True, exist_ok=True)
         for root in self.snapshots.roots:
             root.mkdir(parents=True, exist_ok=True)
+        assert self.snapshots.local_root is not None
+        self.snapshots.local_root.mkdir(parents=True, exist_ok=True)
+        for leftover in await asyncio.to_thread(self.snapshots.remove_local_staging):
+            log.warning("removed %s: a local snapshot the previous atelet did not finish", leftover)
         if self.settings.hollow:
             self.runsc_version = "hollow"
         else:
@@ -311,32 +308,6 @@ class Node:
             metrics.observe(kind, outcome, time.monotonic() - start)
             self._update_metrics()
 
-    @staticmethod
-    def _validate_spec(spec: pb.WorkloadSpec) -> pb.Container:
-        """The single container of ``spec``; INVALID_ARGUMENT naming the field otherwise."""
-        if len(spec.containers) != 1:
-            raise invalid(f"spec.containers: exactly one container per sandbox is supported, got {len(spec.containers)}")
-        container = spec.containers[0]
-        if not container.image:
-            raise invalid("spec.containers[0].image: required")
-        volumes = {v.name: v for v in spec.volumes}
-        for i, vm in enumerate(container.volume_mounts):
-            if vm.name not in volumes:
-                raise invalid(f"spec.containers[0].volume_mounts[{i}].name: no volume {vm.name!r} in spec.volumes")
-            if not volumes[vm.name].durable_dir:
-                raise invalid(f"spec.volumes: volume {vm.name!r} must be a durable_dir")
-            if not vm.mount_path.startswith("/") or ".." in vm.mount_path.split("/"):
-                raise invalid(f"spec.containers[0].volume_mounts[{i}].mount_path: {vm.mount_path!r} must be absolute")
-        for v in spec.volumes:
-            if not _DNS_LABEL.match(v.name):
-                raise invalid(f"spec.volumes: name {v.name!r} is not a DNS-1123 label")
-        port = container.wakeup_probe.port
-        if port < 0 or port > 65535:
-            raise invalid(f"spec.containers[0].wakeup_probe.port: {port} is not a port")
-        if spec.cpu_millis < 0 or spec.memory_bytes < 0:
-            raise invalid("spec: cpu_millis and memory_bytes must be >= 0")
-        return container
-
     async def _started_by(self, worker: Worker, actor: tuple[str, str], op_id: str, kind: str,
                           req: pb.RunRequest | pb.RestoreRequest) -> float | None:
         """When this very operation already started ``actor``'s sandbox on ``worker`` and it still
@@ -481,8 +452,8 @@ class Node:
     async def run(self, req: pb.RunRequest) -> pb.RunResponse:
         """Cold boot of ``req.actor`` on ``req.worker`` from its template's image."""
         async def op() -> pb.RunResponse:
-            actor = _actor_key(req.actor)
-            self._validate_spec(req.spec)
+            actor = actor_key(req.actor)
+            validate_spec(req.spec)
             self.images.resolve(req.spec.containers[0].image, "spec.containers[0].image")
             worker = self._worker(req.worker)
             async with worker.lock:
@@ -505,8 +476,8 @@ class Node:
     async def restore(self, req: pb.RestoreRequest) -> pb.RestoreResponse:
         """Restores ``req.actor`` on ``req.worker`` from the snapshot at ``req.snapshot_uri``."""
         async def op() -> pb.RestoreResponse:
-            actor = _actor_key(req.actor)
-            self._validate_spec(req.spec)
+            actor = actor_key(req.actor)
+            validate_spec(req.spec)
             self.images.resolve(req.spec.containers[0].image, "spec.containers[0].image")
             dest = self.snapshots.resolve(req.snapshot_uri)
             worker = self._worker(req.worker)
@@ -542,7 +513,7 @@ class Node:
     async def checkpoint(self, req: pb.CheckpointRequest) -> pb.CheckpointResponse:
         """Checkpoints ``req.actor`` on ``req.worker`` to ``req.snapshot_uri`` and frees the worker."""
         async def op() -> pb.CheckpointResponse:
-            actor = _actor_key(req.actor)
+            actor = actor_key(req.actor)
             if req.scope not in (pb.SNAPSHOT_SCOPE_FULL, pb.SNAPSHOT_SCOPE_DATA):
                 raise invalid("scope: must be SNAPSHOT_SCOPE_FULL or SNAPSHOT_SCOPE_DATA")
             dest = self.snapshots.resolve(req.snapshot_uri)
@@ -598,7 +569,7 @@ class Node:
     async def terminate(self, req: pb.TerminateRequest) -> pb.TerminateResponse:
         """Stops and deletes ``req.actor``'s sandbox on ``req.worker``; fine when nothing runs."""
         async def op() -> pb.TerminateResponse:
-            actor = _actor_key(req.actor)
+            actor = actor_key(req.actor)
             worker = self._worker(req.worker)
             async with worker.lock:
                 if worker.actor != actor:
@@ -623,6 +594,27 @@ class Node:
         # Not recorded: deleting is idempotent by itself, and existed=false tells a repeat.
         return await self._measured("delete_snapshot", req.operation_id, pb.DeleteSnapshotResponse, op,
                                     record=False)
+
+    async def copy_snapshot(self, req: pb.CopySnapshotRequest) -> pb.CopySnapshotResponse:
+        """Copies the snapshot at ``req.source_uri`` to ``req.destination_uri`` (``SnapshotStore.copy``):
+        the upload of a paused actor's local snapshot. Hollow mode copies real files too, but
+        answers a missing source with ``req.manifest`` (its Checkpoint wrote nothing)."""
+        async def op() -> pb.CopySnapshotResponse:
+            start = time.monotonic()
+            if self.settings.hollow:
+                source = self.snapshots.resolve(req.source_uri, "source_uri")
+                self.snapshots.resolve(req.destination_uri, "destination_uri")
+                if not source.exists():
+                    return pb.CopySnapshotResponse(manifest=req.manifest, size_bytes=0)
+            manifest, copied = await self.snapshots.copy(req.source_uri, req.destination_uri, req.manifest)
+            seconds = time.monotonic() - start
+            await failpoint("Atelet.copy_snapshot.after_copy")
+            size = self.snapshots.size_of(manifest)
+            log.info("copy snapshot %s -> %s: %s, %d bytes in %.3fs", req.source_uri, req.destination_uri,
+                     "copied" if copied else "already there", size, seconds)
+            return pb.CopySnapshotResponse(manifest=manifest, size_bytes=size, copy_seconds=seconds)
+
+        return await self._measured("copy_snapshot", req.operation_id, pb.CopySnapshotResponse, op)
 
     async def fence(self, worker_name: str, actor: tuple[str, str]) -> bool:
         """Terminates ``actor``'s sandbox (running or exited) on ``worker_name`` at the control plane's

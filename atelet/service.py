@@ -66,6 +66,12 @@ class AteletService(pb_grpc.AteletServicer):
         """Deletes a snapshot directory (idempotent)."""
         return await _call(context, f"DeleteSnapshot {request.operation_id}", self.node.delete_snapshot(request))
 
+    async def CopySnapshot(  # noqa: N802
+        self, request: pb.CopySnapshotRequest, context: Context
+    ) -> pb.CopySnapshotResponse:
+        """Copies a completed snapshot (typically a local one) to another URI (idempotent)."""
+        return await _call(context, f"CopySnapshot {request.operation_id}", self.node.copy_snapshot(request))
+
     async def Health(  # noqa: N802
         self, request: pb.HealthRequest, context: Context
     ) -> pb.HealthResponse:

@@ -23,6 +23,10 @@ class AteletSettings(BaseSettings):
     - ``metrics_listen``: ``host:port`` of the Prometheus endpoint; empty disables it.
     - ``state_dir``: runsc root, image cache, bundles, actor dirs, logs and operation records.
     - ``snapshot_roots``: the only directories ``file://`` snapshot URIs may point into.
+    - ``local_snapshot_root``: where LOCAL snapshots (``local:///<path>`` URIs, e.g. a paused
+      actor's checkpoint) live on this node's own disk; default ``<state_dir>/local-snapshots``
+      (``local_snapshot_dir``). ``file://`` URIs cannot reach into it unless it is also one of the
+      ``snapshot_roots``; it must not contain a snapshot root.
     - ``image_roots``: the only directories ``oci:<path>:<tag>`` image layouts may lie in;
       a relative image path is taken relative to each root in turn.
     - ``pool_file``: WorkerPool YAML; without it, one pool ``default`` of ``workers`` workers.
@@ -44,6 +48,7 @@ class AteletSettings(BaseSettings):
     metrics_listen: str = "127.0.0.1:9085"
     state_dir: Path = Path(".ate/atelet")
     snapshot_roots: list[Path] = Field(default_factory=lambda: [Path(".ate/snapshots")])
+    local_snapshot_root: Path | None = None
     image_roots: list[Path] = Field(default_factory=lambda: [Path.cwd()])
     pool_file: Path | None = None
     workers: int = Field(default=2, ge=0, le=1000)
@@ -62,6 +67,11 @@ class AteletSettings(BaseSettings):
         if not isinstance(net, ipaddress.IPv4Network) or net.prefixlen > 29:
             raise ValueError("subnet must be an IPv4 network of /29 or larger")
         return str(net)
+
+    @property
+    def local_snapshot_dir(self) -> Path:
+        """The local snapshot root in effect: ``local_snapshot_root`` or ``<state_dir>/local-snapshots``."""
+        return self.local_snapshot_root or Path(self.state_dir) / "local-snapshots"
 
     @property
     def advertise(self) -> str:

@@ -3,7 +3,8 @@
 Started when a node is drained (`ate drain node`, or its atelet on SIGTERM, which is how a
 Kubernetes pod eviction arrives). Steps:
 1. `begin_drain`: the node's workers become UNAVAILABLE (draining): no new actor lands there.
-2. A SuspendActor child workflow per RUNNING actor, under the actor's own workflow ID (so it
+2. A SuspendActor child workflow per RUNNING actor and per PAUSED actor whose local snapshot
+   lies on the node (the suspend uploads it), under the actor's own workflow ID (so it
    takes the per-actor lock like any suspend); an actor busy with another operation is left to
    it and checked again below.
 3. Until the deadline (default 30 min, as in the reference system), every 10 s: anything still
@@ -104,21 +105,26 @@ class EvictionDeadlineWorkflow:
             await workflow.sleep(min(CHECK_EVERY.total_seconds(), remaining))
         show_step(f"deadline passed: crashing {len(leftovers)} actors")
         for left in leftovers:
-            try:
-                await atelet_step(
-                    "atelet_terminate",
-                    AteletTerminateInput(operation_id=workflow.info().run_id, worker=left.worker, holder=left.actor),
-                    bool,
-                )
-            except ACTIVITY_FAILURES:
-                workflow.logger.warning("could not terminate %s on its drained node", left.actor.key)
+            if left.worker is not None:
+                try:
+                    await atelet_step(
+                        "atelet_terminate",
+                        AteletTerminateInput(
+                            operation_id=workflow.info().run_id, worker=left.worker, holder=left.actor
+                        ),
+                        bool,
+                    )
+                except ACTIVITY_FAILURES:
+                    workflow.logger.warning("could not terminate %s on its drained node", left.actor.key)
+            what = "suspended" if left.worker is not None else "uploaded from its paused snapshot"
             await db_step(
                 "crash_after_deadline",
                 CrashInput(
                     actor=left.actor,
-                    worker_id=left.worker.worker_id,
+                    worker_id=left.worker.worker_id if left.worker is not None else None,
+                    node=request.node,
                     reason=f"eviction deadline passed: node {request.node} was drained and the actor was not "
-                    f"suspended within {request.deadline_seconds:g} s",
+                    f"{what} within {request.deadline_seconds:g} s",
                 ),
             )
             result.crashed.append(left.actor.key)

@@ -1,12 +1,15 @@
-"""ResumeActor: SUSPENDED -> RESUMING -> RUNNING (placement, atelet restore, finalize).
+"""ResumeActor: SUSPENDED|PAUSED -> RESUMING -> RUNNING (placement, atelet restore, finalize).
 
 Steps (each an idempotent local activity keyed by this run's ID as operation ID):
 1. placement: `begin_resume` chooses a worker and binds it, marking RESUMING (one transaction).
+   A PAUSED actor is placed on the node holding its local snapshot; when that node is full
+   and another has room, the local snapshot is first uploaded (`workflows.detach`) and the
+   actor placed anywhere.
 2. restore: `atelet_start` restores the latest snapshot (or the golden one) onto the worker and
    waits for the wakeup probes.
 3. finalize: `finish_resume` marks RUNNING.
 If the restore fails for good, the sandbox is terminated and the actor rolled back to
-SUSPENDED with its worker freed: never left in RESUMING with a worker held (the reference
+SUSPENDED (PAUSED when it came from there) with its worker freed: never left in RESUMING with a worker held (the reference
 system's failure #1665).
 """
 
@@ -14,6 +17,7 @@ from __future__ import annotations
 
 from temporalio import workflow
 
+from workflows.detach import detach_paused
 from workflows.steps import (
     ACTIVITY_FAILURES,
     atelet_step,
@@ -65,7 +69,17 @@ class ResumeActorWorkflow:
                 "begin_resume", BeginResumeInput(actor=actor, operation_id=operation_id), result_type=ResumePlan
             )
         except ACTIVITY_FAILURES as error:
-            raise reraise(error) from error
+            if failure_of(error).type != "PinnedNodeFull":
+                raise reraise(error) from error
+            await detach_paused(actor, operation_id)
+            timings["detach"] = workflow.time() - started
+            show_step("placement after detach")
+            try:
+                plan = await db_step(
+                    "begin_resume", BeginResumeInput(actor=actor, operation_id=operation_id), result_type=ResumePlan
+                )
+            except ACTIVITY_FAILURES as again:
+                raise reraise(again) from again
         timings["placement"] = workflow.time() - started
         if plan.already_running:
             return ResumeActorResult(actor=actor, worker=plan.worker, already_running=True, timings=timings)

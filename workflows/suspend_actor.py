@@ -1,14 +1,17 @@
-"""SuspendActor (mode sync): RUNNING -> SUSPENDING -> SUSPENDED.
+"""SuspendActor (mode sync): RUNNING|PAUSED -> SUSPENDING -> SUSPENDED.
 
 Steps (idempotent local activities, operation ID = this run's ID):
 1. mark: `begin_suspend` marks SUSPENDING and reserves the next snapshot generation (PENDING).
 2. checkpoint: `atelet_checkpoint` writes the snapshot with the template's onCommit scope to its
-   storage location; the atelet stops the sandbox and frees the worker.
+   storage location; the atelet stops the sandbox and frees the worker. From PAUSED there is
+   no sandbox: `atelet_copy_snapshot` uploads the local snapshot instead (the atelet of the node
+   holding it copies it, verified, to the storage location).
 3. finalize: `complete_suspend` marks the snapshot COMPLETED (with the manifest), the actor
    SUSPENDED with it as latest, and frees the place, in one transaction. A snapshot is never
    promoted without its data: only the manifest returned by a finished checkpoint completes it.
-If the checkpoint fails for good, the actor goes back to RUNNING (its sandbox still runs) and
-the PENDING snapshot row is dropped.
+If the checkpoint fails for good, the actor goes back to RUNNING (its sandbox still runs), or
+to PAUSED when the upload failed (its local snapshot is still on its node); the PENDING
+snapshot row is dropped. An uploaded local snapshot is left to the snapshot GC.
 """
 
 from __future__ import annotations
@@ -29,6 +32,7 @@ with workflow.unsafe.imports_passed_through():
     from workflows.types import (
         AteletCheckpointInput,
         AteletCheckpointResult,
+        AteletCopyInput,
         BeginSuspendInput,
         CompleteSnapshotInput,
         Operation,
@@ -68,17 +72,33 @@ class SuspendActorWorkflow:
         timings["mark"] = workflow.time() - started
         if plan.already_suspended:
             return SuspendActorResult(actor=actor, already_suspended=True, timings=timings)
-        assert plan.worker is not None and plan.snapshot is not None
-        show_step(f"checkpoint {plan.snapshot.scope.value} on worker {plan.worker.pool}/{plan.worker.name}")
+        assert plan.snapshot is not None
         started = workflow.time()
         try:
-            done: AteletCheckpointResult = await atelet_step(
-                "atelet_checkpoint",
-                AteletCheckpointInput(
-                    operation_id=operation_id, worker=plan.worker, holder=actor, snapshot=plan.snapshot
-                ),
-                result_type=AteletCheckpointResult,
-            )
+            done: AteletCheckpointResult
+            if plan.upload_from is not None:
+                assert plan.atelet_address is not None
+                show_step(f"upload paused snapshot from node {plan.upload_from.node}")
+                done = await atelet_step(
+                    "atelet_copy_snapshot",
+                    AteletCopyInput(
+                        operation_id=operation_id,
+                        atelet_address=plan.atelet_address,
+                        source=plan.upload_from,
+                        destination=plan.snapshot,
+                    ),
+                    result_type=AteletCheckpointResult,
+                )
+            else:
+                assert plan.worker is not None
+                show_step(f"checkpoint {plan.snapshot.scope.value} on worker {plan.worker.pool}/{plan.worker.name}")
+                done = await atelet_step(
+                    "atelet_checkpoint",
+                    AteletCheckpointInput(
+                        operation_id=operation_id, worker=plan.worker, holder=actor, snapshot=plan.snapshot
+                    ),
+                    result_type=AteletCheckpointResult,
+                )
         except ACTIVITY_FAILURES as error:
             cause = failure_of(error)
             show_step("rollback")
@@ -92,7 +112,8 @@ class SuspendActorWorkflow:
                     size_bytes=0,
                 ),
             )
-            raise reraise(error, f"suspend of actor {actor.key} failed; it keeps running: ") from error
+            kept = "it stays PAUSED" if plan.upload_from is not None else "it keeps running"
+            raise reraise(error, f"suspend of actor {actor.key} failed; {kept}: ") from error
         timings["atelet"] = workflow.time() - started
         timings.update({f"atelet_{k}": v for k, v in done.timings.items()})
         show_step("finalize")

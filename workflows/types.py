@@ -50,6 +50,14 @@ class SnapshotScope(StrEnum):
     DATA = "DATA"
 
 
+class SnapshotStorage(StrEnum):
+    """EXTERNAL: in the template's storage location, restorable on any node. LOCAL: on one
+    node's disk only (a pause); the actor is pinned to that node while it has one."""
+
+    EXTERNAL = "EXTERNAL"
+    LOCAL = "LOCAL"
+
+
 class SnapshotState(StrEnum):
     """PENDING: being written (never restored from). COMPLETED: data stored and verified."""
 
@@ -130,6 +138,9 @@ class SnapshotRef:
     scope: SnapshotScope
     uri: str
     manifest: dict[str, Any] | None = None
+    storage: SnapshotStorage = SnapshotStorage.EXTERNAL
+    node: str | None = None
+    """The node holding a LOCAL snapshot (None for EXTERNAL ones)."""
 
 
 # ---- workflow inputs and results ------------------------------------------------------------
@@ -253,11 +264,57 @@ class BeginSuspendInput:
 
 @dataclass
 class SuspendPlan:
-    """What begin_suspend decided: nothing to do, or where to checkpoint to."""
+    """What begin_suspend decided: nothing to do, or where to checkpoint to.
+
+    From RUNNING: checkpoint the sandbox on `worker` into `snapshot`. From PAUSED: no worker;
+    copy the local snapshot `upload_from` into `snapshot` through the atelet at `atelet_address`
+    (the node holding it).
+    """
 
     already_suspended: bool
     worker: WorkerRef | None = None
     snapshot: SnapshotRef | None = None
+    upload_from: SnapshotRef | None = None
+    atelet_address: str | None = None
+
+
+@dataclass
+class PauseActorInput:
+    """Input of the PauseActor workflow."""
+
+    actor: ActorRef
+
+
+@dataclass
+class PauseActorResult:
+    """Result of PauseActor: the local snapshot's generation and node (None if already PAUSED)."""
+
+    actor: ActorRef
+    already_paused: bool = False
+    generation: int | None = None
+    node: str | None = None
+    timings: dict[str, float] = field(default_factory=dict)
+
+
+@dataclass
+class PausePlan:
+    """What begin_pause decided: nothing to do (already PAUSED), or where to checkpoint to (a
+    LOCAL snapshot on the worker's node)."""
+
+    already_paused: bool
+    worker: WorkerRef | None = None
+    snapshot: SnapshotRef | None = None
+
+
+@dataclass
+class AteletCopyInput:
+    """Copy a completed snapshot (`source`, a LOCAL one) to `destination`'s URI through the
+    atelet at `atelet_address` (the upload of a paused actor's snapshot)."""
+
+    operation_id: str
+    atelet_address: str
+    source: SnapshotRef
+    destination: SnapshotRef
 
 
 @dataclass
@@ -389,10 +446,11 @@ class BeginDrainInput:
 
 @dataclass
 class Leftover:
-    """An actor still on a drained node's worker at the deadline."""
+    """An actor still on a drained node at the deadline: bound to one of its workers, or PAUSED
+    with its local snapshot there (worker None)."""
 
     actor: ActorRef
-    worker: WorkerRef
+    worker: WorkerRef | None
 
 
 @dataclass
@@ -400,8 +458,10 @@ class CrashInput:
     """Mark an actor CRASHED on a worker with a reason."""
 
     actor: ActorRef
-    worker_id: int
+    worker_id: int | None
     reason: str
+    node: str | None = None
+    """For a PAUSED actor (worker_id None): the drained node its local snapshot is on."""
 
 
 @dataclass
@@ -421,6 +481,9 @@ class GarbageSnapshot:
     uri: str
     owner: str
     generation: int
+    storage: SnapshotStorage = SnapshotStorage.EXTERNAL
+    node: str | None = None
+    """The node holding a LOCAL snapshot: only its atelet can delete it."""
 
 
 @dataclass

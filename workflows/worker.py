@@ -23,6 +23,7 @@ from activities.lifecycle import LifecycleActivities
 from activities.store import Store, migrate
 from workflows.eviction_deadline import EvictionDeadlineWorkflow
 from workflows.golden_snapshot import GoldenSnapshotWorkflow
+from workflows.pause_actor import PauseActorWorkflow
 from workflows.resume_actor import ResumeActorWorkflow
 from workflows.revert_actor import RevertActorWorkflow
 from workflows.search_attributes import ensure_search_attributes
@@ -36,6 +37,7 @@ log = logging.getLogger("ate.worker")
 WORKFLOWS = [
     ResumeActorWorkflow,
     SuspendActorWorkflow,
+    PauseActorWorkflow,
     GoldenSnapshotWorkflow,
     RevertActorWorkflow,
     EvictionDeadlineWorkflow,
@@ -85,11 +87,14 @@ def build_worker(client: Client, store: Store, atelets: AteletActivities, settin
             db.begin_suspend,
             db.complete_suspend,
             db.rollback_suspend,
+            db.begin_pause,
+            db.complete_pause,
             db.begin_golden,
             db.complete_golden,
             db.fail_golden,
             atelets.start,
             atelets.checkpoint,
+            atelets.copy_snapshot,
             atelets.terminate,
             lifecycle.begin_revert,
             lifecycle.fence_worker,

@@ -6,6 +6,7 @@ from activities.store.errors import (
     NoCapacity,
     NoMatchingWorker,
     NotFound,
+    PinnedNodeFull,
     StoreError,
     VersionConflict,
 )
@@ -18,6 +19,7 @@ __all__ = [
     "NoCapacity",
     "NoMatchingWorker",
     "NotFound",
+    "PinnedNodeFull",
     "Store",
     "StoreError",
     "VersionConflict",

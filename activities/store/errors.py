@@ -50,3 +50,10 @@ class NoMatchingWorker(NoCapacity):
     """No worker could ever take the actor as configured (sandbox class or labels): not a shortage."""
 
     reason = "NoMatchingWorker"
+
+
+class PinnedNodeFull(NoCapacity):
+    """A paused actor's node has no room while other nodes do: upload its local snapshot, unpin
+    it and place it elsewhere (ARCHITECTURE.md, "Placement": the pinned node is full)."""
+
+    reason = "PinnedNodeFull"

@@ -14,18 +14,16 @@ from typing import Any
 import asyncpg
 
 from activities.store.errors import AlreadyExists, FailedPrecondition, NotFound, VersionConflict
-from activities.store.placement import PlacementMixin
+from activities.store.placement import NODE_LIVENESS_SECONDS, PlacementMixin
 from activities.store.sql import QUERIES as Q
-from workflows.types import ActorRef, ActorState, DrainPlan, GarbageSnapshot, RevertPlan, WorkerRef
+from workflows.types import ActorRef, ActorState, DrainPlan, GarbageSnapshot, RevertPlan, SnapshotStorage, WorkerRef
 
 REVERTABLE = frozenset(
     {ActorState.RUNNING, ActorState.PAUSED, ActorState.CRASHED, ActorState.RESUMING, ActorState.SUSPENDING,
-     ActorState.REVERTING}
+     ActorState.PAUSING, ActorState.REVERTING}
 )  # fmt: skip
-"""States RevertActor starts from (REVERTING: a revert that died is taken over)."""
-
-NODE_LIVENESS_SECONDS = 15.0
-"""A node whose last heartbeat is older than this is lost (atelets beat every 5 s)."""
+"""States RevertActor starts from (a stuck RESUMING/SUSPENDING/PAUSING; REVERTING: a revert that
+died is taken over)."""
 
 SETTLED_SECONDS = 10.0
 """A RUNNING actor its atelet reports absent is crashed only if it has been RUNNING this long,
@@ -105,7 +103,7 @@ class LifecycleMixin(PlacementMixin):
             else:
                 raise FailedPrecondition(
                     f"actor {ref.key} is not in a revertable state (state: {state}); RevertActor takes "
-                    "RUNNING, PAUSED, CRASHED, or a stuck RESUMING/SUSPENDING actor",
+                    "RUNNING, PAUSED, CRASHED, or a stuck RESUMING/SUSPENDING/PAUSING actor",
                     {"state": state},
                 )
             worker = None
@@ -242,29 +240,47 @@ class LifecycleMixin(PlacementMixin):
                 raise NotFound(f"node {node} not found")
             await connection.execute(Q["set_node_workers_state"], node, "UNAVAILABLE", "draining")
             plan = DrainPlan()
-            for actor in await connection.fetch(Q["actors_on_node"], node):
+            # Bound to the node's workers, or PAUSED with the local snapshot on its disk (a suspend
+            # uploads it): both must be suspended before the node goes.
+            actors = [*await connection.fetch(Q["actors_on_node"], node),
+                      *await connection.fetch(Q["actors_pinned_to_node"], node)]  # fmt: skip
+            for actor in actors:
                 ref = ActorRef(actor["atespace"], actor["name"])
                 if actor["state"] in (ActorState.RUNNING, ActorState.PAUSED):
-                    plan.running.append(ref)
+                    if ref not in plan.running:
+                        plan.running.append(ref)
                 else:
                     plan.other.append((ref, actor["state"]))
             return plan
 
-    async def drain_leftovers(self, node: str) -> list[tuple[ActorRef, WorkerRef]]:
-        """Actors still bound to a drained node's workers (not SUSPENDED by the deadline)."""
+    async def drain_leftovers(self, node: str) -> list[tuple[ActorRef, WorkerRef | None]]:
+        """Actors still on a drained node (not SUSPENDED by the deadline): bound to its workers
+        (with the worker), or PAUSED with their local snapshot there (worker None)."""
         async with self.pool.acquire() as connection:
             rows = await connection.fetch(Q["actors_on_node"], node)
-            return [
+            left: list[tuple[ActorRef, WorkerRef | None]] = [
                 (ActorRef(r["atespace"], r["name"]), await self._worker_ref(connection, r["worker_id"])) for r in rows
             ]
+            for r in await connection.fetch(Q["actors_pinned_to_node"], node):
+                ref = ActorRef(r["atespace"], r["name"])
+                if all(ref != other for other, _ in left):
+                    left.append((ref, None))
+            return left
 
-    async def crash_after_deadline(self, ref: ActorRef, worker_id: int, reason: str) -> None:
+    async def crash_after_deadline(
+        self, ref: ActorRef, worker_id: int | None, reason: str, node: str | None = None
+    ) -> None:
         """Eviction deadline passed: the actor becomes CRASHED whatever its state, place freed.
 
-        Its last COMPLETED snapshot stays its latest, so a revert brings it back.
+        `worker_id` None: a PAUSED actor whose local snapshot on `node` was not uploaded in time
+        (the snapshot is released). Its last COMPLETED snapshot stays its latest, so a revert
+        brings it back.
         """
         async with self.pool.acquire() as connection, connection.transaction():
             actor = await connection.fetchrow(Q["lock_actor"], ref.atespace, ref.name)
+            if worker_id is None:
+                await connection.execute(Q["crash_paused_actor_after_deadline"], ref.atespace, ref.name, node, reason)
+                return
             await connection.execute(Q["crash_actor_after_deadline"], ref.atespace, ref.name, worker_id, reason)
             if actor is not None and actor["in_progress_snapshot_id"] is not None:  # a suspend that lost the race
                 await connection.execute(Q["delete_pending_snapshot"], actor["in_progress_snapshot_id"])
@@ -331,7 +347,14 @@ class LifecycleMixin(PlacementMixin):
         """Snapshots nothing needs (owner gone, or superseded), oldest first."""
         rows = await self.pool.fetch(Q["garbage_snapshots"], limit, min_age_seconds)
         return [
-            GarbageSnapshot(snapshot_id=r["id"], uri=r["uri"], owner=r["owner"], generation=r["generation"])
+            GarbageSnapshot(
+                snapshot_id=r["id"],
+                uri=r["uri"],
+                owner=r["owner"],
+                generation=r["generation"],
+                storage=SnapshotStorage(r["storage"]),
+                node=r["node"],
+            )
             for r in rows
         ]
 
@@ -346,6 +369,11 @@ class LifecycleMixin(PlacementMixin):
         """Address of an atelet with a recent heartbeat."""
         address: str | None = await self.pool.fetchval(Q["any_live_atelet"], NODE_LIVENESS_SECONDS)
         return address
+
+    async def live_atelet_of(self, node: str) -> str | None:
+        """Address of the node's atelet when it sent a heartbeat recently, else None."""
+        row = await self.pool.fetchrow(Q["node_address"], node, NODE_LIVENESS_SECONDS)
+        return str(row["address"]) if row is not None and row["alive"] else None
 
 
 def _tag(row: asyncpg.Record) -> TagRecord:

@@ -17,8 +17,12 @@ from workflows.quantities import parse_cpu_millis, parse_memory_bytes
 from workflows.types import (
     SnapshotRef,
     SnapshotScope,
+    SnapshotStorage,
     WorkerRef,
 )
+
+NODE_LIVENESS_SECONDS = 15.0
+"""A node whose last heartbeat is older than this is lost (atelets beat every 5 s)."""
 
 PLACEMENT_ATTEMPTS = 5
 """Binding attempts before giving up when other resumes keep taking the chosen workers."""
@@ -62,6 +66,8 @@ class PlacementMixin:
             scope=SnapshotScope(row["scope"]),
             uri=row["uri"],
             manifest=row["manifest"],
+            storage=SnapshotStorage(row["storage"]),
+            node=row["node"],
         )
 
     async def _place(
@@ -73,10 +79,12 @@ class PlacementMixin:
         label: str,
         spec: dict[str, Any],
         actor_selector: dict[str, str],
+        node: str | None = None,
     ) -> int:
         """Choose a worker and bind `holder` to it inside the caller's transaction.
 
-        Six checks (ACTIVE, class, labels x2, places, cpu, memory) filter the workers; of two
+        `node`: the node holding the actor's LOCAL snapshot, when one pins it (check 3).
+        Six checks (ACTIVE, class, pinned node, labels x2, places, cpu, memory) filter the workers; of two
         random candidates the less loaded wins (power of two choices, ARCHITECTURE.md
         "Placement"); the chosen worker row is locked and its room checked again before binding.
 
@@ -100,6 +108,7 @@ class PlacementMixin:
                 memory,
                 excluded,
                 2,
+                node,
             )
             if not candidates:
                 break
@@ -115,7 +124,7 @@ class PlacementMixin:
                 return int(chosen)
             excluded.append(chosen)
         message, permanent = await self._no_room_message(
-            connection, label, sandbox_class, template_selector, actor_selector, cpu, memory
+            connection, label, sandbox_class, template_selector, actor_selector, cpu, memory, node
         )
         raise (NoMatchingWorker if permanent else NoCapacity)(message)
 
@@ -128,10 +137,13 @@ class PlacementMixin:
         actor_selector: dict[str, str],
         cpu: int,
         memory: int,
+        node: str | None = None,
     ) -> tuple[str, bool]:
         """The "no room" message naming the check that removed the last candidates, and whether
         the cause is configuration (class, labels) rather than a momentary shortage."""
-        d = await connection.fetchrow(Q["placement_diagnosis"], sandbox_class, template_selector, actor_selector, cpu)
+        d = await connection.fetchrow(
+            Q["placement_diagnosis"], sandbox_class, template_selector, actor_selector, cpu, node
+        )
         head = f"no worker has room for {label}"
         permanent = False
         if d["total"] == 0:
@@ -141,6 +153,8 @@ class PlacementMixin:
         elif d["class_ok"] == 0:
             why = f"no ACTIVE worker has sandbox class {sandbox_class}; add a worker pool of that class"
             permanent = True
+        elif d["node_ok"] == 0:
+            why = f"no ACTIVE {sandbox_class} worker is on node {node}, which holds the actor's paused (local) snapshot"
         elif d["labels_ok"] == 0:
             selectors = {**template_selector, **actor_selector}
             why = (
@@ -149,7 +163,8 @@ class PlacementMixin:
             )
             permanent = True
         elif d["places_ok"] == 0:
-            why = f"all {d['labels_ok']} matching workers have every place taken"
+            where = f" on node {node} (the actor is pinned there by its paused snapshot)" if node else ""
+            why = f"all {d['labels_ok']} matching workers{where} have every place taken"
         elif d["cpu_ok"] == 0:
             why = f"no matching worker with a free place has {cpu}m of CPU free"
         else:

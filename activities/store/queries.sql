@@ -70,11 +70,14 @@ SELECT a.atespace, a.name, a.template, a.state, a.version, a.worker_selector, a.
        w.id AS worker_id, w.pool AS worker_pool, w.name AS worker_name, w.node AS worker_node,
        w.ip AS worker_ip, n.address AS atelet_address,
        s.id AS snapshot_id, s.generation AS snapshot_generation, s.scope AS snapshot_scope,
-       s.uri AS snapshot_uri, s.state AS snapshot_state, s.manifest AS snapshot_manifest
+       s.uri AS snapshot_uri, s.state AS snapshot_state, s.manifest AS snapshot_manifest,
+       a.pinned_node, l.id AS local_snapshot_id, l.generation AS local_snapshot_generation,
+       l.scope AS local_snapshot_scope, l.uri AS local_snapshot_uri
 FROM actors a
 LEFT JOIN workers w ON w.id = a.worker_id
 LEFT JOIN nodes n ON n.name = w.node
 LEFT JOIN snapshots s ON s.id = a.latest_snapshot_id
+LEFT JOIN snapshots l ON l.id = a.local_snapshot_id
 WHERE a.atespace = $1 AND a.name = $2;
 
 -- list_actors --
@@ -94,10 +97,13 @@ SELECT a.atespace, a.name, a.template, a.state, a.version, a.worker_selector, a.
        w.id AS worker_id, w.pool AS worker_pool, w.name AS worker_name, w.node AS worker_node,
        w.ip AS worker_ip, NULL::text AS atelet_address,
        s.id AS snapshot_id, s.generation AS snapshot_generation, s.scope AS snapshot_scope,
-       s.uri AS snapshot_uri, s.state AS snapshot_state, NULL::jsonb AS snapshot_manifest
+       s.uri AS snapshot_uri, s.state AS snapshot_state, NULL::jsonb AS snapshot_manifest,
+       a.pinned_node, l.id AS local_snapshot_id, l.generation AS local_snapshot_generation,
+       l.scope AS local_snapshot_scope, l.uri AS local_snapshot_uri
 FROM page a
 LEFT JOIN workers w ON w.id = a.worker_id
 LEFT JOIN snapshots s ON s.id = a.latest_snapshot_id
+LEFT JOIN snapshots l ON l.id = a.local_snapshot_id
 ORDER BY a.atespace, a.name;
 
 -- update_actor_selector --
@@ -114,8 +120,8 @@ RETURNING name;
 -- lock_actor --
 -- Lock one actor row for a state transition, with what the transition needs.
 SELECT a.atespace, a.name, a.template, a.state, a.version, a.worker_selector, a.worker_id,
-       a.latest_snapshot_id, a.in_progress_snapshot_id, a.operation, a.operation_id, a.last_error,
-       t.spec, t.golden_snapshot_id, t.phase AS template_phase
+       a.latest_snapshot_id, a.in_progress_snapshot_id, a.local_snapshot_id, a.pinned_node,
+       a.operation, a.operation_id, a.last_error, t.spec, t.golden_snapshot_id, t.phase AS template_phase
 FROM actors a JOIN actor_templates t ON t.atespace = a.atespace AND t.name = a.template
 WHERE a.atespace = $1 AND a.name = $2
 FOR UPDATE OF a;
@@ -132,9 +138,9 @@ FROM workers w JOIN nodes n ON n.name = w.node
 WHERE w.id = $1;
 
 -- placement_candidates --
--- Up to $7 random workers passing every placement check: ACTIVE, sandbox class $1, labels
--- containing both selectors $2 and $3, room for one more place, $4 millicores and $5 bytes;
--- excluding ids in $6. Load is the fullest of the three dimensions after this placement.
+-- Up to $7 random workers passing every placement check: ACTIVE, sandbox class $1, on node $8
+-- when the actor is pinned there (NULL: any node), labels containing both selectors $2 and $3,
+-- room for one more place, $4 millicores and $5 bytes; excluding ids in $6. Load is the fullest of the three dimensions after this placement.
 SELECT w.id,
        GREATEST((u.places + 1)::float8 / w.places,
                 (u.cpu + $4)::float8 / w.cpu_millis,
@@ -146,6 +152,7 @@ CROSS JOIN LATERAL (
     FROM placements p WHERE p.worker_id = w.id
 ) u
 WHERE w.state = 'ACTIVE' AND w.sandbox_class = $1
+  AND ($8::text IS NULL OR w.node = $8)
   AND w.labels @> $2 AND w.labels @> $3
   AND NOT (w.id = ANY($6::bigint[]))
   AND u.places + 1 <= w.places AND u.cpu + $4 <= w.cpu_millis AND u.memory + $5 <= w.memory_bytes
@@ -153,16 +160,22 @@ ORDER BY random()
 LIMIT $7;
 
 -- placement_diagnosis --
--- How many workers survive each placement check, in order, for the "no room" message.
+-- How many workers survive each placement check, in order, for the "no room" message
+-- ($5: the node the actor is pinned to, or NULL).
 SELECT count(*) AS total,
        count(*) FILTER (WHERE w.state = 'ACTIVE') AS active,
        count(*) FILTER (WHERE w.state = 'ACTIVE' AND w.sandbox_class = $1) AS class_ok,
        count(*) FILTER (WHERE w.state = 'ACTIVE' AND w.sandbox_class = $1
+                          AND ($5::text IS NULL OR w.node = $5)) AS node_ok,
+       count(*) FILTER (WHERE w.state = 'ACTIVE' AND w.sandbox_class = $1
+                          AND ($5::text IS NULL OR w.node = $5)
                           AND w.labels @> $2 AND w.labels @> $3) AS labels_ok,
        count(*) FILTER (WHERE w.state = 'ACTIVE' AND w.sandbox_class = $1
+                          AND ($5::text IS NULL OR w.node = $5)
                           AND w.labels @> $2 AND w.labels @> $3
                           AND u.places + 1 <= w.places) AS places_ok,
        count(*) FILTER (WHERE w.state = 'ACTIVE' AND w.sandbox_class = $1
+                          AND ($5::text IS NULL OR w.node = $5)
                           AND w.labels @> $2 AND w.labels @> $3
                           AND u.places + 1 <= w.places AND u.cpu + $4 <= w.cpu_millis) AS cpu_ok
 FROM workers w
@@ -201,14 +214,18 @@ WHERE atespace = $1 AND name = $2 AND version = $3
 RETURNING version;
 
 -- mark_actor_running --
--- RESUMING -> RUNNING for the operation that holds it.
-UPDATE actors SET state = 'RUNNING', operation = NULL, version = version + 1, updated_at = now()
+-- RESUMING -> RUNNING for the operation that holds it; a paused actor's local snapshot is consumed
+-- (unreferenced, the snapshot GC deletes it from its node) and the actor unpinned.
+UPDATE actors SET state = 'RUNNING', operation = NULL, local_snapshot_id = NULL, pinned_node = NULL,
+                  version = version + 1, updated_at = now()
 WHERE atespace = $1 AND name = $2 AND state = 'RESUMING' AND operation_id = $3
 RETURNING version;
 
 -- rollback_actor_resume --
--- RESUMING -> SUSPENDED after a failed resume: unbound, the error recorded.
-UPDATE actors SET state = 'SUSPENDED', worker_id = NULL, operation = NULL, last_error = $4,
+-- RESUMING -> SUSPENDED (PAUSED when it still has its local snapshot) after a failed resume:
+-- unbound, the error recorded.
+UPDATE actors SET state = CASE WHEN local_snapshot_id IS NULL THEN 'SUSPENDED' ELSE 'PAUSED' END,
+                  worker_id = NULL, operation = NULL, last_error = $4,
                   version = version + 1, updated_at = now()
 WHERE atespace = $1 AND name = $2 AND state = 'RESUMING' AND operation_id = $3
 RETURNING version;
@@ -219,8 +236,9 @@ SELECT COALESCE(max(generation), 0) + 1 FROM snapshots WHERE owner = $1;
 
 -- insert_snapshot --
 -- Record a snapshot about to be written (PENDING: never restored from until COMPLETED).
-INSERT INTO snapshots (owner, generation, scope, uri, sandbox_class, operation_id, node)
-VALUES ($1, $2, $3, $4, $5, $6, $7)
+-- Storage $8: EXTERNAL (the storage location) or LOCAL (on node $7 only).
+INSERT INTO snapshots (owner, generation, scope, uri, sandbox_class, operation_id, node, storage)
+VALUES ($1, $2, $3, $4, $5, $6, $7, $8)
 RETURNING id;
 
 -- complete_snapshot --
@@ -241,18 +259,22 @@ WHERE atespace = $1 AND name = $2 AND version = $3
 RETURNING version;
 
 -- mark_actor_suspended --
--- SUSPENDING -> SUSPENDED: the snapshot becomes the latest, the worker is freed.
+-- SUSPENDING -> SUSPENDED: the snapshot becomes the latest, the worker is freed; an uploaded
+-- local snapshot is released (the GC deletes it from its node) and the actor unpinned.
 UPDATE actors SET state = 'SUSPENDED', worker_id = NULL, latest_snapshot_id = $4,
                   in_progress_snapshot_id = NULL, operation = NULL, last_error = NULL,
+                  local_snapshot_id = NULL, pinned_node = NULL,
                   version = version + 1, updated_at = now()
 WHERE atespace = $1 AND name = $2 AND state = 'SUSPENDING' AND operation_id = $3
 RETURNING version;
 
 -- rollback_actor_suspend --
--- SUSPENDING -> RUNNING after a failed checkpoint (the sandbox still runs).
-UPDATE actors SET state = 'RUNNING', in_progress_snapshot_id = NULL, operation = NULL,
+-- SUSPENDING|PAUSING -> RUNNING after a failed checkpoint (the sandbox still runs), or
+-- SUSPENDING -> PAUSED after a failed upload of the local snapshot (it is still on its node).
+UPDATE actors SET state = CASE WHEN local_snapshot_id IS NULL THEN 'RUNNING' ELSE 'PAUSED' END,
+                  in_progress_snapshot_id = NULL, operation = NULL,
                   last_error = $4, version = version + 1, updated_at = now()
-WHERE atespace = $1 AND name = $2 AND state = 'SUSPENDING' AND operation_id = $3
+WHERE atespace = $1 AND name = $2 AND state IN ('SUSPENDING', 'PAUSING') AND operation_id = $3
 RETURNING version;
 
 -- upsert_node --
@@ -302,9 +324,10 @@ SELECT id FROM snapshots WHERE owner = $1 AND operation_id = $2;
 DELETE FROM snapshots WHERE owner = $1 AND operation_id = $2 AND state = 'PENDING';
 
 -- mark_actor_reverting --
--- Any revertable state -> REVERTING under this operation; the in-progress snapshot is dropped.
+-- Any revertable state -> REVERTING under this operation; the in-progress snapshot is dropped
+-- and a paused actor's local snapshot released (the GC deletes it from its node).
 UPDATE actors SET state = 'REVERTING', operation = 'RevertActor', operation_id = $3,
-                  in_progress_snapshot_id = NULL, version = version + 1, updated_at = now()
+                  in_progress_snapshot_id = NULL, local_snapshot_id = NULL, pinned_node = NULL, version = version + 1, updated_at = now()
 WHERE atespace = $1 AND name = $2
 RETURNING version;
 
@@ -413,13 +436,15 @@ WHERE t.atespace = $1 ORDER BY t.name;
 UPDATE actors SET latest_snapshot_id = $3 WHERE atespace = $1 AND name = $2 AND state = 'SUSPENDED';
 
 -- garbage_snapshots --
--- Snapshots nothing refers to: not an actor's latest or in-progress, not a tag's, not a
--- template's golden one; and either their owner is gone or a newer COMPLETED generation of the
--- same owner exists. PENDING rows of a live operation are left alone (older than $2 seconds only).
-SELECT s.id, s.uri, s.owner, s.generation FROM snapshots s
+-- Snapshots nothing refers to: not an actor's latest, in-progress or local one, not a tag's,
+-- not a template's golden one; and either their owner is gone, or a newer COMPLETED generation
+-- of the same owner exists, or it is a LOCAL snapshot (only a paused actor keeps one).
+-- PENDING rows of a live operation are left alone (older than $2 seconds only).
+SELECT s.id, s.uri, s.owner, s.generation, s.storage, s.node FROM snapshots s
 WHERE s.deleted_at IS NULL
   AND s.created_at < now() - make_interval(secs => $2)
-  AND NOT EXISTS (SELECT 1 FROM actors a WHERE a.latest_snapshot_id = s.id OR a.in_progress_snapshot_id = s.id)
+  AND NOT EXISTS (SELECT 1 FROM actors a WHERE a.latest_snapshot_id = s.id OR a.in_progress_snapshot_id = s.id
+                                           OR a.local_snapshot_id = s.id)
   AND NOT EXISTS (SELECT 1 FROM tags t WHERE t.snapshot_id = s.id)
   AND NOT EXISTS (SELECT 1 FROM actor_templates t WHERE t.golden_snapshot_id = s.id)
   AND (
@@ -429,6 +454,7 @@ WHERE s.deleted_at IS NULL
         SELECT 1 FROM actor_templates t WHERE 'template/' || t.atespace || '/' || t.name = s.owner))
     OR EXISTS (SELECT 1 FROM snapshots n WHERE n.owner = s.owner AND n.generation > s.generation
                AND n.state = 'COMPLETED')
+    OR s.storage = 'LOCAL'
   )
 ORDER BY s.id
 LIMIT $1;
@@ -456,3 +482,35 @@ SELECT EXISTS (SELECT 1 FROM placements WHERE holder = $1 AND worker_id = $2 AND
 -- actor_held_by_operation --
 -- Whether an actor is still bound to a worker under an operation (e.g. SUSPENDING under its suspend).
 SELECT EXISTS (SELECT 1 FROM actors WHERE atespace = $1 AND name = $2 AND worker_id = $3 AND operation_id = $4);
+
+-- mark_actor_pausing --
+-- RUNNING -> PAUSING with the local snapshot being written, guarded by version.
+UPDATE actors SET state = 'PAUSING', operation = 'PauseActor', operation_id = $4,
+                  in_progress_snapshot_id = $5, version = version + 1, updated_at = now()
+WHERE atespace = $1 AND name = $2 AND version = $3
+RETURNING version;
+
+-- mark_actor_paused --
+-- PAUSING -> PAUSED: the local snapshot $4 is kept on node $5, which the actor is pinned to; the
+-- worker is freed. The latest snapshot (in the storage location) stays what a revert returns to.
+UPDATE actors SET state = 'PAUSED', worker_id = NULL, local_snapshot_id = $4, pinned_node = $5,
+                  in_progress_snapshot_id = NULL, operation = NULL, last_error = NULL,
+                  version = version + 1, updated_at = now()
+WHERE atespace = $1 AND name = $2 AND state = 'PAUSING' AND operation_id = $3
+RETURNING version;
+
+-- node_address --
+-- A node's atelet address and whether it sent a heartbeat within $2 seconds.
+SELECT address, last_heartbeat > now() - make_interval(secs => $2) AS alive FROM nodes WHERE name = $1;
+
+-- actors_pinned_to_node --
+-- Actors whose local (paused) snapshot lies on a node.
+SELECT atespace, name, state FROM actors WHERE pinned_node = $1;
+
+-- crash_paused_actor_after_deadline --
+-- PAUSED on a drained node whose local snapshot was not uploaded in time -> CRASHED; the local
+-- snapshot is released (it goes with the node) and the last COMPLETED snapshot stays latest.
+UPDATE actors SET state = 'CRASHED', operation = NULL, last_error = $4, local_snapshot_id = NULL,
+                  pinned_node = NULL, version = version + 1, updated_at = now()
+WHERE atespace = $1 AND name = $2 AND state = 'PAUSED' AND pinned_node = $3
+RETURNING version;

@@ -88,6 +88,10 @@ class ActorRecord:
     updated_at: datetime
     worker: ActorWorker | None
     latest_snapshot: ActorSnapshot | None
+    pinned_node: str | None = None
+    """The node holding the actor's local (paused) snapshot, which its next resume goes to."""
+    local_snapshot: ActorSnapshot | None = None
+    """A PAUSED actor's LOCAL snapshot (on `pinned_node` only)."""
 
     @classmethod
     def from_row(cls, row: asyncpg.Record) -> ActorRecord:
@@ -125,6 +129,16 @@ class ActorRecord:
             updated_at=row["updated_at"],
             worker=worker,
             latest_snapshot=snapshot,
+            pinned_node=row["pinned_node"],
+            local_snapshot=ActorSnapshot(
+                snapshot_id=row["local_snapshot_id"],
+                generation=row["local_snapshot_generation"],
+                scope=row["local_snapshot_scope"],
+                uri=row["local_snapshot_uri"],
+                state="COMPLETED",
+            )
+            if row["local_snapshot_id"] is not None
+            else None,
         )
 
 

@@ -1,4 +1,4 @@
-"""The transitions of ResumeActor, SuspendActor and GoldenSnapshot.
+"""The transitions of ResumeActor, SuspendActor, PauseActor and GoldenSnapshot.
 
 Each runs in one transaction that locks the actor row, checks the state-machine edge and writes
 the intent before the caller's side effect; each is idempotent for its operation ID, so an
@@ -8,23 +8,33 @@ activity retried after any crash finds its own earlier write and returns the sam
 import hashlib
 from typing import Any
 
+import asyncpg
+
 from activities.store.errors import (
     FailedPrecondition,
+    NoCapacity,
     NotFound,
+    PinnedNodeFull,
     VersionConflict,
 )
-from activities.store.placement import PlacementMixin
+from activities.store.placement import NODE_LIVENESS_SECONDS, PlacementMixin, limits_of
 from activities.store.sql import QUERIES as Q
 from workflows.types import (
     ActorRef,
     ActorState,
     GoldenPlan,
+    PausePlan,
     ResumePlan,
     SnapshotRef,
     SnapshotScope,
+    SnapshotStorage,
     SuspendPlan,
     template_workflow_id,
 )
+
+LOCAL_LOCATION = "local://"
+"""Storage location of LOCAL snapshots: the atelet maps `local:///<path>` into its own
+local-snapshot directory, so the control plane never needs a node's file layout."""
 
 
 def commit_scope_of(spec: dict[str, Any]) -> SnapshotScope:
@@ -33,8 +43,15 @@ def commit_scope_of(spec: dict[str, Any]) -> SnapshotScope:
     return SnapshotScope(value.upper())
 
 
+def pause_scope_of(spec: dict[str, Any]) -> SnapshotScope:
+    """The snapshot scope a pause writes: the template's snapshotConfig.onPause (default FULL)."""
+    value = str((spec.get("snapshotConfig") or {}).get("onPause") or "Full")
+    return SnapshotScope(value.upper())
+
+
 def snapshot_uri(location: str, owner: str, generation: int, operation_id: str) -> str:
-    """Where a snapshot is stored: `<location>/<owner kind>/<atespace>/<name>/<gen>-<op8>`.
+    """Where a snapshot is stored: `<location>/<atespace>/<owner kind>s/<name>/<gen>-<op12>`
+    (LOCAL ones: `local:///<atespace>/actors/<name>/<gen>-<op12>` on their node).
 
     The operation suffix (a digest of the operation ID) makes each attempt's destination
     unique, so a crashed earlier attempt can never be mistaken for this one's data.
@@ -43,7 +60,8 @@ def snapshot_uri(location: str, owner: str, generation: int, operation_id: str) 
     # Run IDs are UUIDv7: their first characters are a timestamp shared by runs started close
     # together, so the suffix is a digest of the whole ID.
     suffix = hashlib.sha256(operation_id.encode()).hexdigest()[:12]
-    return f"{location.rstrip('/')}/{atespace}/{kind}s/{name}/{generation}-{suffix}"
+    base = "local://" if location == LOCAL_LOCATION else location.rstrip("/")
+    return f"{base}/{atespace}/{kind}s/{name}/{generation}-{suffix}"
 
 
 class TransitionsMixin(PlacementMixin):
@@ -69,7 +87,9 @@ class TransitionsMixin(PlacementMixin):
             if state == ActorState.RUNNING:
                 worker = await self._worker_ref(connection, actor["worker_id"])
                 return ResumePlan(already_running=True, worker=worker, spec=spec)
-            snapshot_id = actor["latest_snapshot_id"] or actor["golden_snapshot_id"]
+            # A paused actor restores its local snapshot, on the node that holds it.
+            snapshot_id = actor["local_snapshot_id"] or actor["latest_snapshot_id"] or actor["golden_snapshot_id"]
+            pinned = actor["pinned_node"] if actor["local_snapshot_id"] else None
             if state == ActorState.RESUMING and actor["operation_id"] == operation_id:
                 worker = await self._worker_ref(connection, actor["worker_id"])
                 snapshot = await self._snapshot_ref(connection, snapshot_id) if snapshot_id else None
@@ -80,9 +100,9 @@ class TransitionsMixin(PlacementMixin):
                     f"to its last completed snapshot with 'ate revert actor {ref.name} -a {ref.atespace}'",
                     {"state": state},
                 )
-            if state != ActorState.SUSPENDED:
+            if state not in (ActorState.SUSPENDED, ActorState.PAUSED):
                 raise FailedPrecondition(
-                    f"actor {ref.key} cannot be resumed from state {state} (ResumeActor wants SUSPENDED)",
+                    f"actor {ref.key} cannot be resumed from state {state} (ResumeActor wants SUSPENDED or PAUSED)",
                     {"state": state},
                 )
             if snapshot_id is None:
@@ -95,14 +115,20 @@ class TransitionsMixin(PlacementMixin):
             stale = await connection.fetchrow(Q["get_placement"], holder)
             if stale is not None:  # left by an operation that died before rolling back
                 await connection.execute(Q["delete_placement"], holder)
-            worker_id = await self._place(
-                connection,
-                holder=holder,
-                operation_id=operation_id,
-                label=f"the actor {ref.key}",
-                spec=spec,
-                actor_selector=actor["worker_selector"],
-            )
+            try:
+                worker_id = await self._place(
+                    connection,
+                    holder=holder,
+                    operation_id=operation_id,
+                    label=f"the actor {ref.key}",
+                    spec=spec,
+                    actor_selector=actor["worker_selector"],
+                    node=pinned,
+                )
+            except NoCapacity as error:
+                if pinned is None:
+                    raise
+                raise await self._pinned_no_room(connection, ref, actor, pinned, error) from error
             updated = await connection.fetchval(
                 Q["mark_actor_resuming"], ref.atespace, ref.name, actor["version"], worker_id, operation_id
             )
@@ -119,6 +145,46 @@ class TransitionsMixin(PlacementMixin):
                 f"{worker.pool}/{worker.name}",
             )
             return ResumePlan(already_running=False, worker=worker, snapshot=snapshot, spec=spec)
+
+    async def _pinned_no_room(
+        self, connection: asyncpg.Connection, ref: ActorRef, actor: asyncpg.Record, node: str, error: NoCapacity
+    ) -> NoCapacity:
+        """Why a paused actor cannot go back to its node, as the error to raise.
+
+        PinnedNodeFull when the node is alive and another node has room (the resume uploads the
+        local snapshot and places the actor elsewhere); otherwise NoCapacity saying what to do.
+        """
+        address = await connection.fetchrow(Q["node_address"], node, NODE_LIVENESS_SECONDS)
+        if address is None or not address["alive"]:
+            latest = actor["latest_snapshot_id"] or actor["golden_snapshot_id"]
+            fallback = await self._snapshot_ref(connection, latest) if latest else None
+            back_to = f"generation {fallback.generation}" if fallback else "its template's golden snapshot"
+            return NoCapacity(
+                f"actor {ref.key} is PAUSED and its paused state lies on node {node}, which is not available "
+                f"(no heartbeat for {NODE_LIVENESS_SECONDS:g} s); resume it when the node is back, or drop the "
+                f"paused state and go back to its last uploaded snapshot ({back_to}) with "
+                f"'ate revert actor {ref.name} -a {ref.atespace}'",
+                {"state": ActorState.PAUSED.value, "pinned_node": node},
+            )
+        spec = actor["spec"]
+        cpu, memory = limits_of(spec)
+        elsewhere = await connection.fetch(
+            Q["placement_candidates"],
+            str(spec.get("sandboxClass") or "gvisor"),
+            spec.get("workerSelector") or {},
+            actor["worker_selector"],
+            cpu,
+            memory,
+            [],
+            1,
+            None,
+        )
+        if elsewhere:
+            return PinnedNodeFull(
+                f"{error.message}; other nodes have room: the paused snapshot is uploaded and the actor placed there",
+                {"pinned_node": node},
+            )
+        return error
 
     async def finish_resume(self, ref: ActorRef, operation_id: str) -> None:
         """RESUMING -> RUNNING for this operation (idempotent: a repeat finds RUNNING).
@@ -164,19 +230,25 @@ class TransitionsMixin(PlacementMixin):
             if state == ActorState.SUSPENDED:
                 return SuspendPlan(already_suspended=True)
             if state == ActorState.SUSPENDING and actor["operation_id"] == operation_id:
-                worker = await self._worker_ref(connection, actor["worker_id"])
                 snapshot = await self._snapshot_ref(connection, actor["in_progress_snapshot_id"])
-                return SuspendPlan(already_suspended=False, worker=worker, snapshot=snapshot)
-            if state != ActorState.RUNNING:
+                if actor["local_snapshot_id"] is not None:
+                    return await self._upload_plan(connection, ref, actor["local_snapshot_id"], snapshot)
+                bound = await self._worker_ref(connection, actor["worker_id"])
+                return SuspendPlan(already_suspended=False, worker=bound, snapshot=snapshot)
+            if state not in (ActorState.RUNNING, ActorState.PAUSED):
                 raise FailedPrecondition(
-                    f"actor {ref.key} cannot be suspended from state {state} (SuspendActor wants RUNNING)",
+                    f"actor {ref.key} cannot be suspended from state {state} (SuspendActor wants RUNNING or PAUSED)",
                     {"state": state},
                 )
             spec = actor["spec"]
-            worker = await self._worker_ref(connection, actor["worker_id"])
+            worker = await self._worker_ref(connection, actor["worker_id"]) if state == ActorState.RUNNING else None
+            local = await self._snapshot_ref(connection, actor["local_snapshot_id"]) if worker is None else None
+            if local is not None:
+                await self._node_atelet(connection, ref, local)  # refuse before marking when the node is gone
             owner = ref.workflow_id
             generation = await connection.fetchval(Q["next_generation"], owner)
-            scope = commit_scope_of(spec)
+            # An upload keeps the scope the pause wrote; a checkpoint writes the onCommit scope.
+            scope = local.scope if local is not None else commit_scope_of(spec)
             location = str((spec.get("snapshotConfig") or {}).get("storageLocation") or "")
             uri = snapshot_uri(location, owner, generation, operation_id)
             snapshot_id = await connection.fetchval(
@@ -188,6 +260,7 @@ class TransitionsMixin(PlacementMixin):
                 str(spec.get("sandboxClass") or "gvisor"),
                 operation_id,
                 None,
+                SnapshotStorage.EXTERNAL.value,
             )
             updated = await connection.fetchval(
                 Q["mark_actor_suspending"], ref.atespace, ref.name, actor["version"], operation_id, snapshot_id
@@ -200,10 +273,36 @@ class TransitionsMixin(PlacementMixin):
                 ref.atespace,
                 ref.name,
                 "SuspendActor",
-                f"{worker.pool}/{worker.name}",
+                f"{worker.pool}/{worker.name}" if worker else f"upload from {local.node if local else '?'}",
             )
             snapshot = SnapshotRef(snapshot_id=snapshot_id, generation=generation, scope=scope, uri=uri)
+            if local is not None:
+                return await self._upload_plan(connection, ref, local.snapshot_id, snapshot)
             return SuspendPlan(already_suspended=False, worker=worker, snapshot=snapshot)
+
+    async def _node_atelet(self, connection: asyncpg.Connection, ref: ActorRef, local: SnapshotRef) -> str:
+        """The address of the atelet holding `local`.
+
+        Raises:
+            FailedPrecondition: that node is not alive (nothing can read the paused snapshot).
+        """
+        row = await connection.fetchrow(Q["node_address"], local.node, NODE_LIVENESS_SECONDS)
+        if row is None or not row["alive"]:
+            raise FailedPrecondition(
+                f"actor {ref.key} is PAUSED on node {local.node}, which is not available (no heartbeat for "
+                f"{NODE_LIVENESS_SECONDS:g} s), so its paused snapshot cannot be uploaded; retry when the node is "
+                f"back, or drop the paused state with 'ate revert actor {ref.name} -a {ref.atespace}'",
+                {"state": ActorState.PAUSED.value, "pinned_node": local.node},
+            )
+        return str(row["address"])
+
+    async def _upload_plan(
+        self, connection: asyncpg.Connection, ref: ActorRef, local_id: int, destination: SnapshotRef
+    ) -> SuspendPlan:
+        """The plan of a suspend from PAUSED: copy the local snapshot to `destination`."""
+        local = await self._snapshot_ref(connection, local_id)
+        address = await self._node_atelet(connection, ref, local)
+        return SuspendPlan(already_suspended=False, snapshot=destination, upload_from=local, atelet_address=address)
 
     async def complete_suspend(
         self, ref: ActorRef, operation_id: str, snapshot_id: int, manifest: dict[str, Any], size_bytes: int
@@ -229,11 +328,102 @@ class TransitionsMixin(PlacementMixin):
             await connection.execute(Q["finish_operation"], operation_id, "ok", None, None)
 
     async def rollback_suspend(self, ref: ActorRef, operation_id: str, snapshot_id: int, error: str) -> None:
-        """SUSPENDING -> RUNNING after a failed checkpoint; the PENDING snapshot row is dropped."""
+        """SUSPENDING|PAUSING -> RUNNING after a failed checkpoint, or SUSPENDING -> PAUSED after a
+        failed upload of the local snapshot; the PENDING snapshot row is dropped (idempotent)."""
         async with self.pool.acquire() as connection, connection.transaction():
             await connection.fetchval(Q["rollback_actor_suspend"], ref.atespace, ref.name, operation_id, error)
             await connection.execute(Q["delete_pending_snapshot"], snapshot_id)
             await connection.execute(Q["finish_operation"], operation_id, "failed", error, None)
+
+    # ---- PauseActor -------------------------------------------------------------------------
+
+    async def begin_pause(self, ref: ActorRef, operation_id: str) -> PausePlan:
+        """RUNNING -> PAUSING with a PENDING LOCAL snapshot reserved on the worker's node
+        (idempotent per operation).
+
+        Raises:
+            NotFound: unknown actor.
+            FailedPrecondition: the actor's state does not allow a pause.
+        """
+        async with self.pool.acquire() as connection, connection.transaction():
+            actor = await connection.fetchrow(Q["lock_actor"], ref.atespace, ref.name)
+            if actor is None:
+                raise NotFound(f"actor {ref.key} not found")
+            state = actor["state"]
+            if state == ActorState.PAUSED:
+                return PausePlan(already_paused=True)
+            if state == ActorState.PAUSING and actor["operation_id"] == operation_id:
+                worker = await self._worker_ref(connection, actor["worker_id"])
+                snapshot = await self._snapshot_ref(connection, actor["in_progress_snapshot_id"])
+                return PausePlan(already_paused=False, worker=worker, snapshot=snapshot)
+            if state != ActorState.RUNNING:
+                raise FailedPrecondition(
+                    f"actor {ref.key} cannot be paused from state {state} (PauseActor wants RUNNING)",
+                    {"state": state},
+                )
+            spec = actor["spec"]
+            worker = await self._worker_ref(connection, actor["worker_id"])
+            owner = ref.workflow_id
+            generation = await connection.fetchval(Q["next_generation"], owner)
+            scope = pause_scope_of(spec)
+            uri = snapshot_uri(LOCAL_LOCATION, owner, generation, operation_id)
+            snapshot_id = await connection.fetchval(
+                Q["insert_snapshot"],
+                owner,
+                generation,
+                scope.value,
+                uri,
+                str(spec.get("sandboxClass") or "gvisor"),
+                operation_id,
+                worker.node,
+                SnapshotStorage.LOCAL.value,
+            )
+            updated = await connection.fetchval(
+                Q["mark_actor_pausing"], ref.atespace, ref.name, actor["version"], operation_id, snapshot_id
+            )
+            if updated is None:
+                raise VersionConflict("concurrent update conflict, please retry")
+            await connection.execute(
+                Q["insert_operation"],
+                operation_id,
+                ref.atespace,
+                ref.name,
+                "PauseActor",
+                f"{worker.pool}/{worker.name}",
+            )
+            snapshot = SnapshotRef(
+                snapshot_id=snapshot_id,
+                generation=generation,
+                scope=scope,
+                uri=uri,
+                storage=SnapshotStorage.LOCAL,
+                node=worker.node,
+            )
+            return PausePlan(already_paused=False, worker=worker, snapshot=snapshot)
+
+    async def complete_pause(
+        self, ref: ActorRef, operation_id: str, snapshot_id: int, manifest: dict[str, Any], size_bytes: int
+    ) -> None:
+        """Local snapshot COMPLETED, actor PAUSED and pinned to its node, place freed: one transaction.
+
+        Idempotent: a repeat after success finds the actor PAUSED with this local snapshot.
+
+        Raises:
+            FailedPrecondition: the actor is no longer held by this operation.
+        """
+        async with self.pool.acquire() as connection, connection.transaction():
+            await connection.execute(Q["complete_snapshot"], snapshot_id, manifest, size_bytes)
+            snapshot = await connection.fetchrow(Q["get_snapshot"], snapshot_id)
+            updated = await connection.fetchval(
+                Q["mark_actor_paused"], ref.atespace, ref.name, operation_id, snapshot_id, snapshot["node"]
+            )
+            if updated is None:
+                row = await connection.fetchrow(Q["get_actor"], ref.atespace, ref.name)
+                if row is not None and row["state"] == ActorState.PAUSED and row["local_snapshot_id"] == snapshot_id:
+                    return
+                raise FailedPrecondition(f"actor {ref.key} is no longer pausing under operation {operation_id}")
+            await connection.execute(Q["delete_placement"], ref.workflow_id)
+            await connection.execute(Q["finish_operation"], operation_id, "ok", None, None)
 
     # ---- GoldenSnapshot ---------------------------------------------------------------------
 
@@ -281,6 +471,7 @@ class TransitionsMixin(PlacementMixin):
                     str(spec.get("sandboxClass") or "gvisor"),
                     operation_id,
                     None,
+                    SnapshotStorage.EXTERNAL.value,
                 )
                 snapshot = SnapshotRef(
                     snapshot_id=snapshot_id, generation=generation, scope=SnapshotScope.FULL, uri=uri

@@ -1,8 +1,8 @@
-"""/v1/.../actors: create, get, list, update, delete, resume, suspend.
+"""/v1/.../actors: create, get, list, update, delete, resume, suspend, pause, revert, tags.
 
-Resume and suspend run as workflows under the actor's workflow-ID lock (api.operations).
-Resuming a RUNNING actor and suspending a SUSPENDED one answer from Postgres at once: the
-router relies on that.
+Operations run as workflows under the actor's workflow-ID lock (api.operations). Resuming a
+RUNNING actor, suspending a SUSPENDED one and pausing a PAUSED one answer from Postgres at
+once: the router relies on the first.
 """
 
 from __future__ import annotations
@@ -20,6 +20,7 @@ from api.schemas import (
     ActorPublic,
     ActorUpdate,
     OperationPublic,
+    PauseRequest,
     ResumeRequest,
     SuspendRequest,
     TagCreate,
@@ -30,6 +31,8 @@ from workflows.types import (
     ActorRef,
     ActorState,
     Operation,
+    PauseActorInput,
+    PauseActorResult,
     ResumeActorInput,
     ResumeActorResult,
     RevertActorInput,
@@ -246,4 +249,36 @@ async def suspend_actor(
             subject=f"actor {ref.key}",
         )
         await wait_result(handle, timeout, f"actor {ref.key}", "suspend")
+        return actor_view(await store.get_actor(ref))
+
+
+@router.post(PREFIX + "/{name}/pause")
+async def pause_actor(
+    atespace: str,
+    name: str,
+    store: StoreDep,
+    temporal: TemporalDep,
+    settings: SettingsDep,
+    body: PauseRequest | None = None,
+) -> ActorPublic:
+    """Pause the actor: checkpoint it onto its node (a local snapshot) and free its worker; it
+    returns PAUSED, pinned to that node, and its next resume restores there. Refused unless
+    RUNNING (at once when already PAUSED)."""
+    ref = ActorRef(atespace, name)
+    with timed(Operation.PAUSE.value):
+        actor = await store.get_actor(ref)
+        if actor.state == ActorState.PAUSED:
+            return actor_view(actor)
+        timeout = (body.timeout_seconds if body else None) or settings.suspend_timeout_seconds
+        handle = await start_or_attach(
+            temporal,
+            Operation.PAUSE,
+            PauseActorInput(actor=ref),
+            workflow_id=ref.workflow_id,
+            atespace=atespace,
+            name=name,
+            result_type=PauseActorResult,
+            subject=f"actor {ref.key}",
+        )
+        await wait_result(handle, timeout, f"actor {ref.key}", "pause")
         return actor_view(await store.get_actor(ref))

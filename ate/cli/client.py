@@ -305,6 +305,15 @@ class ApiClient:
             timeout=request_timeout if request_timeout is not None else timeout_seconds + 15.0,
         )
 
+    def pause_actor(self, atespace: str, name: str, timeout_seconds: float = 60.0) -> dict[str, Any]:
+        """Pause an actor (its checkpoint stays on its node) and return it PAUSED."""
+        return self.request_object(
+            "POST",
+            f"/v1/atespaces/{_segment(atespace)}/actors/{_segment(name)}/pause",
+            json={"timeout_seconds": timeout_seconds},
+            timeout=timeout_seconds + 15.0,
+        )
+
     # Workers
 
     def list_workers(self) -> list[dict[str, Any]]:

@@ -48,6 +48,14 @@ def describe_actor(ctx: typer.Context, name: str, atespace: AtespaceOpt) -> None
         f"Latest snapshot:  generation {snapshot.get('generation')} {snapshot.get('scope')} {snapshot.get('state')}"
         if snapshot
         else "Latest snapshot:  <none> (the first resume restores the template's golden snapshot)",
+        *(
+            [
+                f"Paused snapshot:  generation {local.get('generation')} {local.get('scope')} on node "
+                f"{actor.get('pinned_node')} (its next resume is pinned there)"
+            ]
+            if (local := actor.get("local_snapshot"))
+            else []
+        ),
         f"Worker selector:  {actor.get('worker_selector') or {}}",
         f"Last error:       {actor.get('last_error') or '<none>'}",
         f"Age:              {human_age(actor.get('created_at'))}",

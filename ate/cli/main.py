@@ -5,7 +5,7 @@
 
 import typer
 
-from ate.cli import create, delete, describe, dev, get, node, processes, resume, revert, suspend, tag
+from ate.cli import create, delete, describe, dev, get, node, pause, processes, resume, revert, suspend, tag
 from ate.cli.client import DEFAULT_SERVER
 from ate.cli.common import AteGroup, ServerOpt
 
@@ -28,7 +28,7 @@ def root(
     ctx.obj = {"server": server}
 
 
-for verb in (create, get, describe, resume, suspend, revert, tag, delete):
+for verb in (create, get, describe, resume, suspend, pause, revert, tag, delete):
     app.add_typer(verb.app, rich_help_panel="Resources")
 app.add_typer(node.drain_app, rich_help_panel="Nodes")
 app.add_typer(node.undrain_app, rich_help_panel="Nodes")

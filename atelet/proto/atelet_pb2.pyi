@@ -249,3 +249,25 @@ class DeleteSnapshotResponse(_message.Message):
     EXISTED_FIELD_NUMBER: _ClassVar[int]
     existed: bool
     def __init__(self, existed: _Optional[bool] = ...) -> None: ...
+
+class CopySnapshotRequest(_message.Message):
+    __slots__ = ("operation_id", "source_uri", "destination_uri", "manifest")
+    OPERATION_ID_FIELD_NUMBER: _ClassVar[int]
+    SOURCE_URI_FIELD_NUMBER: _ClassVar[int]
+    DESTINATION_URI_FIELD_NUMBER: _ClassVar[int]
+    MANIFEST_FIELD_NUMBER: _ClassVar[int]
+    operation_id: str
+    source_uri: str
+    destination_uri: str
+    manifest: SnapshotManifest
+    def __init__(self, operation_id: _Optional[str] = ..., source_uri: _Optional[str] = ..., destination_uri: _Optional[str] = ..., manifest: _Optional[_Union[SnapshotManifest, _Mapping]] = ...) -> None: ...
+
+class CopySnapshotResponse(_message.Message):
+    __slots__ = ("manifest", "size_bytes", "copy_seconds")
+    MANIFEST_FIELD_NUMBER: _ClassVar[int]
+    SIZE_BYTES_FIELD_NUMBER: _ClassVar[int]
+    COPY_SECONDS_FIELD_NUMBER: _ClassVar[int]
+    manifest: SnapshotManifest
+    size_bytes: int
+    copy_seconds: float
+    def __init__(self, manifest: _Optional[_Union[SnapshotManifest, _Mapping]] = ..., size_bytes: _Optional[int] = ..., copy_seconds: _Optional[float] = ...) -> None: ...

@@ -65,6 +65,11 @@ class AteletStub:
                 request_serializer=atelet_dot_proto_dot_atelet__pb2.DeleteSnapshotRequest.SerializeToString,
                 response_deserializer=atelet_dot_proto_dot_atelet__pb2.DeleteSnapshotResponse.FromString,
                 _registered_method=True)
+        self.CopySnapshot = channel.unary_unary(
+                '/ate.atelet.v1.Atelet/CopySnapshot',
+                request_serializer=atelet_dot_proto_dot_atelet__pb2.CopySnapshotRequest.SerializeToString,
+                response_deserializer=atelet_dot_proto_dot_atelet__pb2.CopySnapshotResponse.FromString,
+                _registered_method=True)
 
 
 class AteletServicer:
@@ -108,8 +113,21 @@ class AteletServicer:
 
     def DeleteSnapshot(self, request, context):
         """Deletes a snapshot directory (snapshot garbage collection). Same URI checks as Checkpoint and
-        Restore; empty parent directories are removed up to, not including, the snapshot root.
+        Restore; empty parent directories are removed up to, not including, the snapshot root (or the
+        local snapshot root).
         Idempotent: existed=false when nothing was there.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def CopySnapshot(self, request, context):
+        """Copies a completed snapshot (typically a LOCAL one, "local:///...") to another URI
+        (typically the storage location, "file:///..."): the upload of a paused actor's snapshot.
+        The source is verified against the manifest first; the copy is staged next to the
+        destination and renamed into place with its manifest, so a crash never leaves a half copy.
+        Idempotent: when the destination already holds a completed snapshot with the same files
+        (sha256, size), returns it without copying. The source is left in place.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -147,6 +165,11 @@ def add_AteletServicer_to_server(servicer, server):
                     servicer.DeleteSnapshot,
                     request_deserializer=atelet_dot_proto_dot_atelet__pb2.DeleteSnapshotRequest.FromString,
                     response_serializer=atelet_dot_proto_dot_atelet__pb2.DeleteSnapshotResponse.SerializeToString,
+            ),
+            'CopySnapshot': grpc.unary_unary_rpc_method_handler(
+                    servicer.CopySnapshot,
+                    request_deserializer=atelet_dot_proto_dot_atelet__pb2.CopySnapshotRequest.FromString,
+                    response_serializer=atelet_dot_proto_dot_atelet__pb2.CopySnapshotResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -311,6 +334,33 @@ class Atelet:
             '/ate.atelet.v1.Atelet/DeleteSnapshot',
             atelet_dot_proto_dot_atelet__pb2.DeleteSnapshotRequest.SerializeToString,
             atelet_dot_proto_dot_atelet__pb2.DeleteSnapshotResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def CopySnapshot(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/ate.atelet.v1.Atelet/CopySnapshot',
+            atelet_dot_proto_dot_atelet__pb2.CopySnapshotRequest.SerializeToString,
+            atelet_dot_proto_dot_atelet__pb2.CopySnapshotResponse.FromString,
             options,
             channel_credentials,
             insecure,

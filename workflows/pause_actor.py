@@ -1,0 +1,122 @@
+"""PauseActor: RUNNING -> PAUSING -> PAUSED (the checkpoint stays on the node).
+
+A pause is a suspend whose snapshot is LOCAL: written to the worker's node, not to the storage
+location, so it is quick to take and to restore, but only that node can restore it. The actor is
+pinned to the node until the snapshot is consumed (resume), uploaded (suspend) or dropped
+(revert). The last snapshot in the storage location stays the actor's latest, which is what a
+revert returns to.
+
+Steps (idempotent local activities, operation ID = this run's ID):
+1. mark: `begin_pause` marks PAUSING and reserves the next generation as a PENDING LOCAL
+   snapshot at `local:///<atespace>/actors/<name>/<gen>-<op>` on the worker's node.
+2. checkpoint: `atelet_checkpoint` writes it with the template's onPause scope; the atelet stops
+   the sandbox and frees the worker.
+3. finalize: `complete_pause` marks the snapshot COMPLETED (with the manifest) and the actor
+   PAUSED, pinned to the node, its place freed, in one transaction.
+If the checkpoint fails for good, the actor goes back to RUNNING and the PENDING row is dropped.
+"""
+
+from __future__ import annotations
+
+from temporalio import workflow
+
+from workflows.steps import (
+    ACTIVITY_FAILURES,
+    atelet_step,
+    counted,
+    db_step,
+    failure_of,
+    reraise,
+    show_step,
+)
+
+with workflow.unsafe.imports_passed_through():
+    from workflows.types import (
+        AteletCheckpointInput,
+        AteletCheckpointResult,
+        BeginSuspendInput,
+        CompleteSnapshotInput,
+        Operation,
+        PauseActorInput,
+        PauseActorResult,
+        PausePlan,
+    )
+
+
+@workflow.defn(name=Operation.PAUSE.value)
+class PauseActorWorkflow:
+    """Pause one actor; the workflow ID `actor/<atespace>/<name>` is the per-actor lock."""
+
+    @workflow.run
+    async def run(self, request: PauseActorInput) -> PauseActorResult:
+        """Run the operation, counting it by outcome (see `_run` for what it does)."""
+        return await counted(Operation.PAUSE.value, self._run(request))
+
+    async def _run(self, request: PauseActorInput) -> PauseActorResult:
+        """Pause `request.actor`: its checkpoint is on its node when this returns.
+
+        Raises:
+            ApplicationError: type NotFound, FailedPrecondition (state), or the atelet's reason
+                when the checkpoint failed (the actor is then RUNNING again).
+        """
+        operation_id = workflow.info().run_id
+        actor = request.actor
+        timings: dict[str, float] = {}
+        show_step("mark pausing")
+        started = workflow.time()
+        try:
+            plan: PausePlan = await db_step(
+                "begin_pause", BeginSuspendInput(actor=actor, operation_id=operation_id), result_type=PausePlan
+            )
+        except ACTIVITY_FAILURES as error:
+            raise reraise(error) from error
+        timings["mark"] = workflow.time() - started
+        if plan.already_paused:
+            return PauseActorResult(actor=actor, already_paused=True, timings=timings)
+        assert plan.worker is not None and plan.snapshot is not None
+        show_step(f"local checkpoint {plan.snapshot.scope.value} on worker {plan.worker.pool}/{plan.worker.name}")
+        started = workflow.time()
+        try:
+            done: AteletCheckpointResult = await atelet_step(
+                "atelet_checkpoint",
+                AteletCheckpointInput(
+                    operation_id=operation_id, worker=plan.worker, holder=actor, snapshot=plan.snapshot
+                ),
+                result_type=AteletCheckpointResult,
+            )
+        except ACTIVITY_FAILURES as error:
+            cause = failure_of(error)
+            show_step("rollback")
+            await db_step(
+                "rollback_suspend",
+                CompleteSnapshotInput(
+                    actor=actor,
+                    operation_id=operation_id,
+                    snapshot_id=plan.snapshot.snapshot_id,
+                    manifest={"error": cause.message},
+                    size_bytes=0,
+                ),
+            )
+            raise reraise(error, f"pause of actor {actor.key} failed; it keeps running: ") from error
+        timings["atelet"] = workflow.time() - started
+        timings.update({f"atelet_{k}": v for k, v in done.timings.items()})
+        show_step("finalize")
+        started = workflow.time()
+        try:
+            await db_step(
+                "complete_pause",
+                CompleteSnapshotInput(
+                    actor=actor,
+                    operation_id=operation_id,
+                    snapshot_id=plan.snapshot.snapshot_id,
+                    manifest=done.manifest,
+                    size_bytes=done.size_bytes,
+                ),
+            )
+        except ACTIVITY_FAILURES as error:
+            raise reraise(error) from error
+        timings["finalize"] = workflow.time() - started
+        show_step("done")
+        return PauseActorResult(
+            actor=actor, generation=plan.snapshot.generation, node=plan.worker.node, timings=timings
+        )
