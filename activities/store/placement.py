@@ -113,12 +113,13 @@ class PlacementMixin:
             if not candidates:
                 break
             chosen = min(candidates, key=lambda r: r["load"])["id"]
-            room = await connection.fetchrow(Q["lock_worker_room"], chosen)
+            room = await connection.fetchrow(Q["lock_worker"], chosen)
+            used = await connection.fetchrow(Q["worker_usage"], chosen)  # after the lock: sees every bind
             if (
                 room["state"] == "ACTIVE"
-                and room["used_places"] + 1 <= room["places"]
-                and room["used_cpu"] + cpu <= room["cpu_millis"]
-                and room["used_memory"] + memory <= room["memory_bytes"]
+                and used["used_places"] + 1 <= room["places"]
+                and used["used_cpu"] + cpu <= room["cpu_millis"]
+                and used["used_memory"] + memory <= room["memory_bytes"]
             ):
                 await connection.execute(Q["insert_placement"], holder, chosen, operation_id, cpu, memory)
                 return int(chosen)

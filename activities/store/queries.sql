@@ -184,14 +184,17 @@ CROSS JOIN LATERAL (
     FROM placements p WHERE p.worker_id = w.id
 ) u;
 
--- lock_worker_room --
--- Lock a worker row and return its room, to recheck before binding.
-SELECT w.id, w.state, w.places, w.cpu_millis, w.memory_bytes,
-       (SELECT count(*) FROM placements p WHERE p.worker_id = w.id) AS used_places,
-       (SELECT COALESCE(sum(cpu_millis), 0) FROM placements p WHERE p.worker_id = w.id) AS used_cpu,
-       (SELECT COALESCE(sum(memory_bytes), 0) FROM placements p WHERE p.worker_id = w.id) AS used_memory
-FROM workers w WHERE w.id = $1
-FOR UPDATE OF w;
+-- lock_worker --
+-- Lock a worker row (binds to one worker are serialized on it) and return its capacity.
+SELECT id, state, places, cpu_millis, memory_bytes FROM workers WHERE id = $1 FOR UPDATE;
+
+-- worker_usage --
+-- What a worker's placements use. Run as its own statement after `lock_worker`: under READ
+-- COMMITTED a statement sees what was committed when it started, so counting in the locking
+-- statement itself would miss a bind committed while it waited for the lock (and overbook).
+SELECT count(*) AS used_places, COALESCE(sum(cpu_millis), 0) AS used_cpu,
+       COALESCE(sum(memory_bytes), 0) AS used_memory
+FROM placements WHERE worker_id = $1;
 
 -- insert_placement --
 -- Bind a holder to a worker.

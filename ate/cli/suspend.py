@@ -12,10 +12,11 @@ app = new_typer("suspend", "Checkpoint a running actor and free its worker.")
 
 
 class SuspendMode(StrEnum):
-    """`sync` uploads before returning; `async` uploads in the background."""
+    """`sync`: the snapshot is in the storage location before the command returns. (The
+    architecture's `async` mode, upload in the background, is not built yet; `ate pause` keeps
+    the checkpoint on the node instead.)"""
 
     sync = "sync"
-    async_ = "async"
 
 
 @app.command("actor")
@@ -24,7 +25,7 @@ def suspend_actor(
     name: str,
     atespace: AtespaceOpt,
     timeout: Annotated[float, typer.Option("--timeout", help="Seconds to wait for SUSPENDED.", min=1)] = 60.0,
-    mode: Annotated[SuspendMode, typer.Option("--mode", help="sync or async snapshot upload.")] = SuspendMode.sync,
+    mode: Annotated[SuspendMode, typer.Option("--mode", help="sync: upload before returning (the only mode so far).")] = SuspendMode.sync,
     output: OutputOpt = None,
 ) -> None:
     """Suspend an actor; returns at once when it is already SUSPENDED.

@@ -235,3 +235,33 @@ async def test_list_actors_pages_in_key_order(store: Store) -> None:
         "demo/e",
         "other/a",
     ]
+
+
+async def test_concurrent_resumes_never_overbook_a_worker(store: Store) -> None:
+    """Many resumes at once onto few places: each place is bound at most once.
+
+    Two workers with one place each, so at most 2 of the 16 resumes can bind; the rest must be
+    refused with NoCapacity. (Under READ COMMITTED, a room check that reads the placements in the
+    same statement as it locks the worker row sees a snapshot from before the lock, so two binds
+    could both see a free place: the atelet then refused one with "worker ... is busy".)
+    """
+    import asyncio
+
+    await store.register_node("n1", "127.0.0.1:1", "v", [worker("w0"), worker("w1")])
+    await ready_template(store)
+    refs = [ActorRef("demo", f"c{i}") for i in range(16)]
+    for ref in refs:
+        await store.create_actor(ref, "counter", {})
+    for attempt in range(5):  # the race needs the binds to overlap: try a few rounds
+        outcomes = await asyncio.gather(
+            *(store.begin_resume(ref, f"op-{attempt}-{ref.name}") for ref in refs), return_exceptions=True
+        )
+        bound = [o for o in outcomes if not isinstance(o, BaseException)]
+        refused = [o for o in outcomes if isinstance(o, NoCapacity)]
+        assert len(bound) + len(refused) == len(refs), [o for o in outcomes if isinstance(o, BaseException)]
+        per_worker = await store.pool.fetch("SELECT worker_id, count(*) AS n FROM placements GROUP BY worker_id")
+        assert all(row["n"] <= 1 for row in per_worker), [dict(r) for r in per_worker]
+        assert len(bound) == 2
+        for ref, outcome in zip(refs, outcomes, strict=True):
+            if not isinstance(outcome, BaseException):
+                await store.rollback_resume(ref, f"op-{attempt}-{ref.name}", "test: free the place again")
