@@ -15,12 +15,15 @@ from workflows.types import (
     BeginResumeInput,
     BeginSuspendInput,
     CompleteSnapshotInput,
+    CompleteUploadInput,
     FinishInput,
     GoldenPlan,
     GoldenSnapshotInput,
     PausePlan,
     ResumePlan,
     SuspendPlan,
+    UploadInput,
+    UploadPlan,
 )
 
 
@@ -60,7 +63,7 @@ class DbActivities:
         """RUNNING -> SUSPENDING with a PENDING snapshot reserved."""
         await failpoint("SuspendActor.before_mark")
         try:
-            plan = await self.store.begin_suspend(request.actor, request.operation_id)
+            plan = await self.store.begin_suspend(request.actor, request.operation_id, request.mode)
         except StoreError as error:
             raise from_store_error(error) from error
         await failpoint("SuspendActor.after_mark")
@@ -106,6 +109,31 @@ class DbActivities:
             )
         except StoreError as error:
             raise from_store_error(error) from error
+
+    @activity.defn(name="begin_upload")
+    async def begin_upload(self, request: UploadInput) -> UploadPlan:
+        """Reserve the storage-location snapshot an async suspend's local one is uploaded to."""
+        await failpoint("UploadSnapshot.before_reserve")
+        try:
+            return await self.store.begin_upload(request.actor, request.operation_id, request.local_snapshot_id)
+        except StoreError as error:
+            raise from_store_error(error) from error
+
+    @activity.defn(name="complete_upload")
+    async def complete_upload(self, request: CompleteUploadInput) -> bool:
+        """The upload landed: it becomes the actor's latest snapshot when the actor still waits for it."""
+        await failpoint("UploadSnapshot.before_finalize")
+        try:
+            return await self.store.complete_upload(
+                request.actor, request.local_snapshot_id, request.snapshot_id, request.manifest, request.size_bytes
+            )
+        except StoreError as error:
+            raise from_store_error(error) from error
+
+    @activity.defn(name="abandon_upload")
+    async def abandon_upload(self, request: UploadInput) -> None:
+        """Forget the snapshot an upload reserved and will not complete."""
+        await self.store.abandon_upload(request.actor, request.operation_id)
 
     @activity.defn(name="begin_golden")
     async def begin_golden(self, request: GoldenSnapshotInput) -> GoldenPlan:

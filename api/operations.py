@@ -14,7 +14,6 @@ from typing import Any, TypeVar
 
 from temporalio.client import Client, WorkflowFailureError, WorkflowHandle
 from temporalio.common import (
-    SearchAttributePair,
     TypedSearchAttributes,
     WorkflowIDConflictPolicy,
 )
@@ -22,7 +21,7 @@ from temporalio.exceptions import ApplicationError, WorkflowAlreadyStartedError
 from temporalio.service import RPCError
 
 from api.errors import ApiError, OperationInProgress, Timeout
-from workflows.search_attributes import ACTOR, ATESPACE, OPERATION
+from workflows.search_attributes import operation_attributes
 from workflows.types import TASK_QUEUE, WORKFLOW_TASK_TIMEOUT, Operation
 
 ResultT = TypeVar("ResultT")
@@ -33,13 +32,7 @@ _REASONS = {"NotFound", "FailedPrecondition", "NoCapacity", "NoMatchingWorker", 
 
 def search_attributes(atespace: str, name: str, operation: Operation) -> TypedSearchAttributes:
     """`AteAtespace`, `AteActor` and `AteOperation` for a workflow on (atespace, name)."""
-    return TypedSearchAttributes(
-        [
-            SearchAttributePair(ATESPACE, atespace),
-            SearchAttributePair(ACTOR, name),
-            SearchAttributePair(OPERATION, operation.value),
-        ]
-    )
+    return operation_attributes(atespace, name, operation.value)
 
 
 async def _start_or_running(

@@ -305,7 +305,7 @@ class SuspendRequest(Strict):
     """POST body of a suspend (all optional)."""
 
     timeout_seconds: float | None = Field(default=None, gt=0, le=3600)
-    mode: Literal["sync"] = "sync"
+    mode: Literal["sync", "async"] = "sync"
 
 
 class PauseRequest(Strict):
@@ -345,6 +345,7 @@ class ActorPublic(BaseModel):
     latest_snapshot: SnapshotOfActor | None
     pinned_node: str | None = None
     local_snapshot: SnapshotOfActor | None = None
+    upload_pending: bool = False
     operation: str | None
     last_error: str | None
     created_at: datetime

@@ -48,6 +48,7 @@ def actor_view(actor: ActorRecord) -> ActorPublic:
         )
         if actor.local_snapshot
         else None,
+        upload_pending=actor.upload_pending,
         operation=actor.operation,
         last_error=actor.last_error,
         created_at=actor.created_at,

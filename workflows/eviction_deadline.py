@@ -18,14 +18,13 @@ import asyncio
 from datetime import timedelta
 
 from temporalio import workflow
-from temporalio.common import SearchAttributePair, TypedSearchAttributes
 from temporalio.exceptions import ChildWorkflowError, WorkflowAlreadyStartedError
 from temporalio.workflow import ParentClosePolicy
 
 from workflows.steps import ACTIVITY_FAILURES, atelet_step, db_step, show_step
 
 with workflow.unsafe.imports_passed_through():
-    from workflows.search_attributes import ACTOR, ATESPACE, OPERATION
+    from workflows.search_attributes import operation_attributes
     from workflows.types import (
         TASK_QUEUE,
         AteletTerminateInput,
@@ -42,16 +41,6 @@ with workflow.unsafe.imports_passed_through():
 
 EVICTION = "EvictionDeadline"
 CHECK_EVERY = timedelta(seconds=10)
-
-
-def _attributes(atespace: str, name: str) -> TypedSearchAttributes:
-    return TypedSearchAttributes(
-        [
-            SearchAttributePair(ATESPACE, atespace),
-            SearchAttributePair(ACTOR, name),
-            SearchAttributePair(OPERATION, Operation.SUSPEND.value),
-        ]
-    )
 
 
 @workflow.defn(name=EVICTION)
@@ -79,7 +68,7 @@ class EvictionDeadlineWorkflow:
                         task_queue=TASK_QUEUE,
                         result_type=SuspendActorResult,
                         parent_close_policy=ParentClosePolicy.ABANDON,
-                        search_attributes=_attributes(actor.atespace, actor.name),
+                        search_attributes=operation_attributes(actor.atespace, actor.name, Operation.SUSPEND.value),
                     )
                 )
             except (WorkflowAlreadyStartedError, ChildWorkflowError):

@@ -1,4 +1,5 @@
-"""Registers ate's search attributes on a Temporal namespace when they are missing."""
+"""ate's search attributes: their keys, the values of one operation, and their registration on a
+Temporal namespace when they are missing."""
 
 from __future__ import annotations
 
@@ -10,7 +11,7 @@ from temporalio.api.operatorservice.v1 import (
     ListSearchAttributesRequest,
 )
 from temporalio.client import Client
-from temporalio.common import SearchAttributeKey
+from temporalio.common import SearchAttributeKey, SearchAttributePair, TypedSearchAttributes
 
 from workflows.types import SEARCH_ATTRIBUTES
 
@@ -19,6 +20,17 @@ log = logging.getLogger(__name__)
 ATESPACE = SearchAttributeKey.for_keyword("AteAtespace")
 ACTOR = SearchAttributeKey.for_keyword("AteActor")
 OPERATION = SearchAttributeKey.for_keyword("AteOperation")
+
+
+def operation_attributes(atespace: str, name: str, operation: str) -> TypedSearchAttributes:
+    """`AteAtespace`, `AteActor` and `AteOperation` of a workflow acting on (atespace, name)."""
+    return TypedSearchAttributes(
+        [
+            SearchAttributePair(ATESPACE, atespace),
+            SearchAttributePair(ACTOR, name),
+            SearchAttributePair(OPERATION, operation),
+        ]
+    )
 
 
 async def ensure_search_attributes(client: Client, namespace: str) -> None:

@@ -1,4 +1,9 @@
-"""SuspendActor (mode sync): RUNNING|PAUSED -> SUSPENDING -> SUSPENDED.
+"""SuspendActor: RUNNING|PAUSED -> SUSPENDING -> SUSPENDED.
+
+Mode sync: the snapshot is in the storage location when this returns. Mode async (from
+RUNNING): the checkpoint is written to the worker's node (a LOCAL snapshot), the actor becomes
+SUSPENDED pinned to that node, and an UploadSnapshot workflow (`workflows.upload_snapshot`) is
+started to upload it in the background; a resume meanwhile restores the local copy there.
 
 Steps (idempotent local activities, operation ID = this run's ID):
 1. mark: `begin_suspend` marks SUSPENDING and reserves the next snapshot generation (PENDING).
@@ -17,6 +22,8 @@ snapshot row is dropped. An uploaded local snapshot is left to the snapshot GC.
 from __future__ import annotations
 
 from temporalio import workflow
+from temporalio.exceptions import WorkflowAlreadyStartedError
+from temporalio.workflow import ParentClosePolicy
 
 from workflows.steps import (
     ACTIVITY_FAILURES,
@@ -29,6 +36,7 @@ from workflows.steps import (
 )
 
 with workflow.unsafe.imports_passed_through():
+    from workflows.search_attributes import operation_attributes
     from workflows.types import (
         AteletCheckpointInput,
         AteletCheckpointResult,
@@ -36,10 +44,14 @@ with workflow.unsafe.imports_passed_through():
         BeginSuspendInput,
         CompleteSnapshotInput,
         Operation,
+        SnapshotStorage,
         SuspendActorInput,
         SuspendActorResult,
         SuspendPlan,
+        UploadSnapshotInput,
+        UploadSnapshotResult,
     )
+    from workflows.upload_snapshot import upload_workflow_id
 
 
 @workflow.defn(name=Operation.SUSPEND.value)
@@ -65,7 +77,9 @@ class SuspendActorWorkflow:
         started = workflow.time()
         try:
             plan: SuspendPlan = await db_step(
-                "begin_suspend", BeginSuspendInput(actor=actor, operation_id=operation_id), result_type=SuspendPlan
+                "begin_suspend",
+                BeginSuspendInput(actor=actor, operation_id=operation_id, mode=request.mode),
+                result_type=SuspendPlan,
             )
         except ACTIVITY_FAILURES as error:
             raise reraise(error) from error
@@ -132,5 +146,29 @@ class SuspendActorWorkflow:
         except ACTIVITY_FAILURES as error:
             raise reraise(error) from error
         timings["finalize"] = workflow.time() - started
-        show_step("done")
-        return SuspendActorResult(actor=actor, generation=plan.snapshot.generation, timings=timings)
+        upload_id = None
+        if plan.snapshot.storage == SnapshotStorage.LOCAL:
+            upload_id = await self._start_upload(request, plan.snapshot.snapshot_id)
+        show_step("done" if upload_id is None else f"done; uploading in {upload_id}")
+        return SuspendActorResult(
+            actor=actor, generation=plan.snapshot.generation, timings=timings, upload_workflow_id=upload_id
+        )
+
+    @staticmethod
+    async def _start_upload(request: SuspendActorInput, local_snapshot_id: int) -> str:
+        """Start (once) the UploadSnapshot workflow of an async suspend's local snapshot; it
+        outlives this workflow. Returns its workflow ID."""
+        actor = request.actor
+        upload_id = upload_workflow_id(actor.atespace, actor.name, local_snapshot_id)
+        try:
+            await workflow.start_child_workflow(
+                Operation.UPLOAD.value,
+                UploadSnapshotInput(actor=actor, local_snapshot_id=local_snapshot_id),
+                id=upload_id,
+                result_type=UploadSnapshotResult,
+                parent_close_policy=ParentClosePolicy.ABANDON,
+                search_attributes=operation_attributes(actor.atespace, actor.name, Operation.UPLOAD.value),
+            )
+        except WorkflowAlreadyStartedError:
+            pass  # started by an earlier attempt of this step
+        return upload_id

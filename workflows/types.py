@@ -73,6 +73,7 @@ class Operation(StrEnum):
     PAUSE = "PauseActor"
     REVERT = "RevertActor"
     GOLDEN_SNAPSHOT = "GoldenSnapshot"
+    UPLOAD = "UploadSnapshot"
 
 
 TRANSITIONS: dict[Operation, tuple[frozenset[ActorState], ActorState, ActorState]] = {
@@ -165,9 +166,15 @@ class ResumeActorResult:
     timings: dict[str, float] = field(default_factory=dict)
 
 
+SUSPEND_MODES = ("sync", "async")
+"""sync: the snapshot is in the storage location when the suspend returns. async: the checkpoint
+is kept on the node and the suspend returns; an UploadSnapshot workflow uploads it in the
+background, and until then the actor is pinned to that node (ARCHITECTURE.md, "Workflows")."""
+
+
 @dataclass
 class SuspendActorInput:
-    """Input of the SuspendActor workflow. Only mode "sync" exists so far."""
+    """Input of the SuspendActor workflow; `mode` is one of SUSPEND_MODES."""
 
     actor: ActorRef
     mode: str = "sync"
@@ -175,12 +182,66 @@ class SuspendActorInput:
 
 @dataclass
 class SuspendActorResult:
-    """Result of SuspendActor: the snapshot generation written (None if already SUSPENDED)."""
+    """Result of SuspendActor: the snapshot generation written (None if already SUSPENDED); for
+    an async suspend, the local generation and the ID of the workflow uploading it."""
 
     actor: ActorRef
     already_suspended: bool = False
     generation: int | None = None
     timings: dict[str, float] = field(default_factory=dict)
+    upload_workflow_id: str | None = None
+
+
+@dataclass
+class UploadSnapshotInput:
+    """Input of the UploadSnapshot workflow: upload `local_snapshot_id`, an async suspend's
+    checkpoint, for `actor`; give up after `attempts` tries `retry_seconds` apart (doubling)."""
+
+    actor: ActorRef
+    local_snapshot_id: int
+    attempts: int = 8
+    retry_seconds: float = 2.0
+
+
+@dataclass
+class UploadPlan:
+    """What begin_upload decided: nothing to do (the local snapshot was consumed or dropped
+    meanwhile), or copy `source` to `destination` through the atelet at `atelet_address`."""
+
+    needed: bool
+    source: SnapshotRef | None = None
+    destination: SnapshotRef | None = None
+    atelet_address: str | None = None
+
+
+@dataclass
+class UploadInput:
+    """Input of begin_upload / abandon_upload."""
+
+    actor: ActorRef
+    operation_id: str
+    local_snapshot_id: int
+
+
+@dataclass
+class CompleteUploadInput:
+    """Input of complete_upload: the uploaded snapshot and what the atelet wrote."""
+
+    actor: ActorRef
+    operation_id: str
+    local_snapshot_id: int
+    snapshot_id: int
+    manifest: dict[str, Any]
+    size_bytes: int
+
+
+@dataclass
+class UploadSnapshotResult:
+    """Result of UploadSnapshot: the uploaded generation, or why nothing was uploaded."""
+
+    actor: ActorRef
+    generation: int | None = None
+    skipped: str | None = None
 
 
 @dataclass
@@ -256,10 +317,12 @@ class FinishInput:
 
 @dataclass
 class BeginSuspendInput:
-    """Input of begin_suspend: mark SUSPENDING and reserve the next snapshot generation."""
+    """Input of begin_suspend: mark SUSPENDING and reserve the next snapshot generation
+    (mode "async": a LOCAL one on the worker's node, uploaded in the background)."""
 
     actor: ActorRef
     operation_id: str
+    mode: str = "sync"
 
 
 @dataclass

@@ -32,6 +32,7 @@ from workflows.settings import WorkerSettings
 from workflows.snapshot_gc import SNAPSHOT_GC_WORKFLOW_ID, SnapshotGarbageCollectionWorkflow
 from workflows.suspend_actor import SuspendActorWorkflow
 from workflows.types import TASK_QUEUE, WORKFLOW_TASK_TIMEOUT, SnapshotGcInput
+from workflows.upload_snapshot import UploadSnapshotWorkflow
 
 log = logging.getLogger("ate.worker")
 
@@ -39,6 +40,7 @@ WORKFLOWS = [
     ResumeActorWorkflow,
     SuspendActorWorkflow,
     PauseActorWorkflow,
+    UploadSnapshotWorkflow,
     GoldenSnapshotWorkflow,
     RevertActorWorkflow,
     EvictionDeadlineWorkflow,
@@ -100,6 +102,9 @@ def build_worker(client: Client, store: Store, atelets: AteletActivities, settin
             db.rollback_suspend,
             db.begin_pause,
             db.complete_pause,
+            db.begin_upload,
+            db.complete_upload,
+            db.abandon_upload,
             db.begin_golden,
             db.complete_golden,
             db.fail_golden,

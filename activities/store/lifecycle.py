@@ -90,9 +90,12 @@ class LifecycleMixin(PlacementMixin):
             if actor is None:
                 raise NotFound(f"actor {ref.key} not found")
             state = actor["state"]
+            # An async-suspended actor whose snapshot is not uploaded yet may be pinned to a dead
+            # node: reverting drops that snapshot and unpins it.
+            pending_upload = state == ActorState.SUSPENDED and actor["pending_upload_snapshot_id"] is not None
             if state == ActorState.REVERTING and actor["operation_id"] == operation_id:
                 from_state = "REVERTING"
-            elif state in REVERTABLE:
+            elif state in REVERTABLE or pending_upload:
                 from_state = state
                 await connection.execute(Q["mark_actor_reverting"], ref.atespace, ref.name, operation_id)
                 if actor["in_progress_snapshot_id"] is not None:  # a PENDING snapshot is discarded

@@ -72,12 +72,13 @@ SELECT a.atespace, a.name, a.template, a.state, a.version, a.worker_selector, a.
        s.id AS snapshot_id, s.generation AS snapshot_generation, s.scope AS snapshot_scope,
        s.uri AS snapshot_uri, s.state AS snapshot_state, s.manifest AS snapshot_manifest,
        a.pinned_node, l.id AS local_snapshot_id, l.generation AS local_snapshot_generation,
+       a.pending_upload_snapshot_id IS NOT NULL AS upload_pending,
        l.scope AS local_snapshot_scope, l.uri AS local_snapshot_uri
 FROM actors a
 LEFT JOIN workers w ON w.id = a.worker_id
 LEFT JOIN nodes n ON n.name = w.node
 LEFT JOIN snapshots s ON s.id = a.latest_snapshot_id
-LEFT JOIN snapshots l ON l.id = a.local_snapshot_id
+LEFT JOIN snapshots l ON l.id = COALESCE(a.local_snapshot_id, a.pending_upload_snapshot_id)
 WHERE a.atespace = $1 AND a.name = $2;
 
 -- list_actors --
@@ -99,11 +100,12 @@ SELECT a.atespace, a.name, a.template, a.state, a.version, a.worker_selector, a.
        s.id AS snapshot_id, s.generation AS snapshot_generation, s.scope AS snapshot_scope,
        s.uri AS snapshot_uri, s.state AS snapshot_state, NULL::jsonb AS snapshot_manifest,
        a.pinned_node, l.id AS local_snapshot_id, l.generation AS local_snapshot_generation,
+       a.pending_upload_snapshot_id IS NOT NULL AS upload_pending,
        l.scope AS local_snapshot_scope, l.uri AS local_snapshot_uri
 FROM page a
 LEFT JOIN workers w ON w.id = a.worker_id
 LEFT JOIN snapshots s ON s.id = a.latest_snapshot_id
-LEFT JOIN snapshots l ON l.id = a.local_snapshot_id
+LEFT JOIN snapshots l ON l.id = COALESCE(a.local_snapshot_id, a.pending_upload_snapshot_id)
 ORDER BY a.atespace, a.name;
 
 -- update_actor_selector --
@@ -120,7 +122,8 @@ RETURNING name;
 -- lock_actor --
 -- Lock one actor row for a state transition, with what the transition needs.
 SELECT a.atespace, a.name, a.template, a.state, a.version, a.worker_selector, a.worker_id,
-       a.latest_snapshot_id, a.in_progress_snapshot_id, a.local_snapshot_id, a.pinned_node,
+       a.latest_snapshot_id, a.in_progress_snapshot_id, a.local_snapshot_id, a.pending_upload_snapshot_id,
+       a.pinned_node,
        a.operation, a.operation_id, a.last_error, t.spec, t.golden_snapshot_id, t.phase AS template_phase
 FROM actors a JOIN actor_templates t ON t.atespace = a.atespace AND t.name = a.template
 WHERE a.atespace = $1 AND a.name = $2
@@ -217,9 +220,11 @@ WHERE atespace = $1 AND name = $2 AND version = $3
 RETURNING version;
 
 -- mark_actor_running --
--- RESUMING -> RUNNING for the operation that holds it; a paused actor's local snapshot is consumed
--- (unreferenced, the snapshot GC deletes it from its node) and the actor unpinned.
-UPDATE actors SET state = 'RUNNING', operation = NULL, local_snapshot_id = NULL, pinned_node = NULL,
+-- RESUMING -> RUNNING for the operation that holds it; a local snapshot it restored (paused, or
+-- async-suspended and not yet uploaded) is consumed (the snapshot GC deletes it from its node)
+-- and the actor unpinned.
+UPDATE actors SET state = 'RUNNING', operation = NULL, local_snapshot_id = NULL,
+                  pending_upload_snapshot_id = NULL, pinned_node = NULL,
                   version = version + 1, updated_at = now()
 WHERE atespace = $1 AND name = $2 AND state = 'RESUMING' AND operation_id = $3
 RETURNING version;
@@ -330,7 +335,8 @@ DELETE FROM snapshots WHERE owner = $1 AND operation_id = $2 AND state = 'PENDIN
 -- Any revertable state -> REVERTING under this operation; the in-progress snapshot is dropped
 -- and a paused actor's local snapshot released (the GC deletes it from its node).
 UPDATE actors SET state = 'REVERTING', operation = 'RevertActor', operation_id = $3,
-                  in_progress_snapshot_id = NULL, local_snapshot_id = NULL, pinned_node = NULL, version = version + 1, updated_at = now()
+                  in_progress_snapshot_id = NULL, local_snapshot_id = NULL, pending_upload_snapshot_id = NULL,
+                  pinned_node = NULL, version = version + 1, updated_at = now()
 WHERE atespace = $1 AND name = $2
 RETURNING version;
 
@@ -447,7 +453,7 @@ SELECT s.id, s.uri, s.owner, s.generation, s.storage, s.node FROM snapshots s
 WHERE s.deleted_at IS NULL
   AND s.created_at < now() - make_interval(secs => $2)
   AND NOT EXISTS (SELECT 1 FROM actors a WHERE a.latest_snapshot_id = s.id OR a.in_progress_snapshot_id = s.id
-                                           OR a.local_snapshot_id = s.id)
+                                           OR a.local_snapshot_id = s.id OR a.pending_upload_snapshot_id = s.id)
   AND NOT EXISTS (SELECT 1 FROM tags t WHERE t.snapshot_id = s.id)
   AND NOT EXISTS (SELECT 1 FROM actor_templates t WHERE t.golden_snapshot_id = s.id)
   AND (
@@ -511,9 +517,39 @@ SELECT address, last_heartbeat > now() - make_interval(secs => $2) AS alive FROM
 SELECT atespace, name, state FROM actors WHERE pinned_node = $1;
 
 -- crash_paused_actor_after_deadline --
--- PAUSED on a drained node whose local snapshot was not uploaded in time -> CRASHED; the local
--- snapshot is released (it goes with the node) and the last COMPLETED snapshot stays latest.
+-- PAUSED (or async-SUSPENDED) on a drained node whose local snapshot was not uploaded in time ->
+-- CRASHED; the local snapshot is released (it goes with the node) and the last COMPLETED
+-- snapshot stays latest.
 UPDATE actors SET state = 'CRASHED', operation = NULL, last_error = $4, local_snapshot_id = NULL,
-                  pinned_node = NULL, version = version + 1, updated_at = now()
-WHERE atespace = $1 AND name = $2 AND state = 'PAUSED' AND pinned_node = $3
+                  pending_upload_snapshot_id = NULL, pinned_node = NULL, version = version + 1,
+                  updated_at = now()
+WHERE atespace = $1 AND name = $2 AND state IN ('PAUSED', 'SUSPENDED') AND pinned_node = $3
+RETURNING version;
+
+-- mark_actor_suspended_locally --
+-- SUSPENDING -> SUSPENDED by an async suspend: the checkpoint $4 is on node $5, to be uploaded in
+-- the background; the actor is pinned there until then. The worker is freed.
+UPDATE actors SET state = 'SUSPENDED', worker_id = NULL, pending_upload_snapshot_id = $4, pinned_node = $5,
+                  in_progress_snapshot_id = NULL, operation = NULL, last_error = NULL,
+                  version = version + 1, updated_at = now()
+WHERE atespace = $1 AND name = $2 AND state = 'SUSPENDING' AND operation_id = $3
+RETURNING version;
+
+-- lock_actor_pending_upload --
+-- The actor's row, locked, with what an upload of its local snapshot needs to know.
+SELECT a.state, a.pending_upload_snapshot_id, a.latest_snapshot_id, a.pinned_node,
+       s.generation AS latest_generation
+FROM actors a LEFT JOIN snapshots s ON s.id = a.latest_snapshot_id
+WHERE a.atespace = $1 AND a.name = $2
+FOR UPDATE OF a;
+
+-- mark_actor_uploaded --
+-- The background upload of the local snapshot landed as snapshot $3: it becomes the latest; the
+-- actor is unpinned unless a resume is restoring the local copy right now (that resume's finish
+-- unpins it).
+UPDATE actors SET latest_snapshot_id = $3,
+                  pending_upload_snapshot_id = CASE WHEN state = 'RESUMING' THEN pending_upload_snapshot_id END,
+                  pinned_node = CASE WHEN state = 'RESUMING' THEN pinned_node END,
+                  version = version + 1, updated_at = now()
+WHERE atespace = $1 AND name = $2
 RETURNING version;

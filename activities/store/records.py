@@ -91,7 +91,9 @@ class ActorRecord:
     pinned_node: str | None = None
     """The node holding the actor's local (paused) snapshot, which its next resume goes to."""
     local_snapshot: ActorSnapshot | None = None
-    """A PAUSED actor's LOCAL snapshot (on `pinned_node` only)."""
+    """A PAUSED actor's LOCAL snapshot, or an async suspend's not uploaded yet (on `pinned_node` only)."""
+    upload_pending: bool = False
+    """Whether `local_snapshot` is an async suspend's checkpoint whose upload has not landed."""
 
     @classmethod
     def from_row(cls, row: asyncpg.Record) -> ActorRecord:
@@ -139,6 +141,7 @@ class ActorRecord:
             )
             if row["local_snapshot_id"] is not None
             else None,
+            upload_pending=bool(row["upload_pending"]),
         )
 
 

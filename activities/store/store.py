@@ -2,7 +2,8 @@
 
 This module holds the connection pool and the plain reads and writes (atespaces, templates,
 actors, nodes, workers). State transitions live in the mixins: `transitions` (resume, suspend,
-golden snapshot), `lifecycle` (revert, crash, drain, tags, history, GC), on top of `placement`.
+pause, golden snapshot), `lifecycle` (revert, crash, drain, tags, history, GC), `uploads` (the
+background upload of an async suspend), on top of `placement`.
 """
 
 from __future__ import annotations
@@ -28,6 +29,7 @@ from activities.store.records import (
 )
 from activities.store.sql import QUERIES as Q
 from activities.store.transitions import TransitionsMixin, commit_scope_of, snapshot_uri
+from activities.store.uploads import UploadsMixin
 from workflows.types import (
     ActorRef,
 )
@@ -41,7 +43,7 @@ def _count(number: int, noun: str) -> str:
     return f"{number} {noun}" if number == 1 else f"{number} {noun}s"
 
 
-class Store(TransitionsMixin, LifecycleMixin):
+class Store(TransitionsMixin, LifecycleMixin, UploadsMixin):
     """Postgres access for the API and the activities.
 
     Args:

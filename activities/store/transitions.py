@@ -87,9 +87,11 @@ class TransitionsMixin(PlacementMixin):
             if state == ActorState.RUNNING:
                 worker = await self._worker_ref(connection, actor["worker_id"])
                 return ResumePlan(already_running=True, worker=worker, spec=spec)
-            # A paused actor restores its local snapshot, on the node that holds it.
-            snapshot_id = actor["local_snapshot_id"] or actor["latest_snapshot_id"] or actor["golden_snapshot_id"]
-            pinned = actor["pinned_node"] if actor["local_snapshot_id"] else None
+            # A paused actor (or an async-suspended one whose upload has not landed) restores its
+            # local snapshot, on the node that holds it.
+            local_id = actor["local_snapshot_id"] or actor["pending_upload_snapshot_id"]
+            snapshot_id = local_id or actor["latest_snapshot_id"] or actor["golden_snapshot_id"]
+            pinned = actor["pinned_node"] if local_id else None
             if state == ActorState.RESUMING and actor["operation_id"] == operation_id:
                 worker = await self._worker_ref(connection, actor["worker_id"])
                 snapshot = await self._snapshot_ref(connection, snapshot_id) if snapshot_id else None
@@ -162,12 +164,15 @@ class TransitionsMixin(PlacementMixin):
             latest = actor["latest_snapshot_id"] or actor["golden_snapshot_id"]
             fallback = await self._snapshot_ref(connection, latest) if latest else None
             back_to = f"generation {fallback.generation}" if fallback else "its template's golden snapshot"
+            paused = actor["local_snapshot_id"] is not None
+            what = "paused state" if paused else "snapshot (not uploaded yet)"
+            drop = "the paused state" if paused else "that snapshot"
             return NoCapacity(
-                f"actor {ref.key} is PAUSED and its paused state lies on node {node}, which is not available "
-                f"(no heartbeat for {NODE_LIVENESS_SECONDS:g} s); resume it when the node is back, or drop the "
-                f"paused state and go back to its last uploaded snapshot ({back_to}) with "
+                f"actor {ref.key} is {actor['state']} and its {what} lies on node {node}, which is not "
+                f"available (no heartbeat for {NODE_LIVENESS_SECONDS:g} s); resume it when the node is back, or "
+                f"drop {drop} and go back to its last uploaded snapshot ({back_to}) with "
                 f"'ate revert actor {ref.name} -a {ref.atespace}'",
-                {"state": ActorState.PAUSED.value, "pinned_node": node},
+                {"state": actor["state"], "pinned_node": node},
             )
         spec = actor["spec"]
         cpu, memory = limits_of(spec)
@@ -218,8 +223,11 @@ class TransitionsMixin(PlacementMixin):
 
     # ---- SuspendActor -----------------------------------------------------------------------
 
-    async def begin_suspend(self, ref: ActorRef, operation_id: str) -> SuspendPlan:
-        """RUNNING -> SUSPENDING with a PENDING snapshot row reserved (idempotent per operation).
+    async def begin_suspend(self, ref: ActorRef, operation_id: str, mode: str = "sync") -> SuspendPlan:
+        """RUNNING|PAUSED -> SUSPENDING with a PENDING snapshot row reserved (idempotent per operation).
+
+        Mode "async" from RUNNING reserves a LOCAL snapshot on the worker's node (uploaded later
+        by an UploadSnapshot workflow); from PAUSED the upload is done now either way.
 
         Raises:
             NotFound: unknown actor.
@@ -252,8 +260,10 @@ class TransitionsMixin(PlacementMixin):
             generation = await connection.fetchval(Q["next_generation"], owner)
             # An upload keeps the scope the pause wrote; a checkpoint writes the onCommit scope.
             scope = local.scope if local is not None else commit_scope_of(spec)
-            location = str((spec.get("snapshotConfig") or {}).get("storageLocation") or "")
+            keep_local = worker is not None and mode == "async"
+            location = LOCAL_LOCATION if keep_local else str((spec.get("snapshotConfig") or {}).get("storageLocation") or "")
             uri = snapshot_uri(location, owner, generation, operation_id)
+            storage = SnapshotStorage.LOCAL if keep_local else SnapshotStorage.EXTERNAL
             snapshot_id = await connection.fetchval(
                 Q["insert_snapshot"],
                 owner,
@@ -262,8 +272,8 @@ class TransitionsMixin(PlacementMixin):
                 uri,
                 str(spec.get("sandboxClass") or "gvisor"),
                 operation_id,
-                None,
-                SnapshotStorage.EXTERNAL.value,
+                worker.node if keep_local and worker is not None else None,
+                storage.value,
             )
             updated = await connection.fetchval(
                 Q["mark_actor_suspending"], ref.atespace, ref.name, actor["version"], operation_id, snapshot_id
@@ -278,7 +288,14 @@ class TransitionsMixin(PlacementMixin):
                 "SuspendActor",
                 f"{worker.pool}/{worker.name}" if worker else f"upload from {local.node if local else '?'}",
             )
-            snapshot = SnapshotRef(snapshot_id=snapshot_id, generation=generation, scope=scope, uri=uri)
+            snapshot = SnapshotRef(
+                snapshot_id=snapshot_id,
+                generation=generation,
+                scope=scope,
+                uri=uri,
+                storage=storage,
+                node=worker.node if keep_local and worker is not None else None,
+            )
             if local is not None:
                 return await self._upload_plan(connection, ref, local.snapshot_id, snapshot)
             return SuspendPlan(already_suspended=False, worker=worker, snapshot=snapshot)
@@ -311,6 +328,8 @@ class TransitionsMixin(PlacementMixin):
         self, ref: ActorRef, operation_id: str, snapshot_id: int, manifest: dict[str, Any], size_bytes: int
     ) -> None:
         """Snapshot COMPLETED, actor SUSPENDED with it as latest, place freed: one transaction.
+        For an async suspend (a LOCAL snapshot), the actor is SUSPENDED pinned to the node with the
+        snapshot pending upload instead; its latest stays the last uploaded one.
 
         Idempotent: a repeat after success finds the actor SUSPENDED with this snapshot.
 
@@ -319,12 +338,21 @@ class TransitionsMixin(PlacementMixin):
         """
         async with self.pool.acquire() as connection, connection.transaction():
             await connection.execute(Q["complete_snapshot"], snapshot_id, manifest, size_bytes)
-            updated = await connection.fetchval(
-                Q["mark_actor_suspended"], ref.atespace, ref.name, operation_id, snapshot_id
-            )
+            snapshot = await connection.fetchrow(Q["get_snapshot"], snapshot_id)
+            if snapshot is not None and snapshot["storage"] == SnapshotStorage.LOCAL:
+                updated = await connection.fetchval(
+                    Q["mark_actor_suspended_locally"], ref.atespace, ref.name, operation_id, snapshot_id, snapshot["node"]
+                )
+            else:
+                updated = await connection.fetchval(
+                    Q["mark_actor_suspended"], ref.atespace, ref.name, operation_id, snapshot_id
+                )
             if updated is None:
                 row = await connection.fetchrow(Q["get_actor"], ref.atespace, ref.name)
-                if row is not None and row["state"] == ActorState.SUSPENDED and row["snapshot_id"] == snapshot_id:
+                if row is not None and row["state"] == ActorState.SUSPENDED and snapshot_id in (
+                    row["snapshot_id"],
+                    row["local_snapshot_id"],
+                ):
                     return
                 raise FailedPrecondition(f"actor {ref.key} is no longer suspending under operation {operation_id}")
             await connection.execute(Q["delete_placement"], ref.workflow_id)

@@ -152,12 +152,13 @@ async def revert_actor(
 
     From RUNNING, PAUSED, CRASHED, or a RESUMING/SUSPENDING that is stuck: an operation in
     flight on the actor is stopped first (a resume blocked on a dead node does not block the
-    way out). Refused from SUSPENDED with `actor is not in a revertable state (state: X)`.
+    way out). Refused from SUSPENDED with `actor is not in a revertable state (state: X)`,
+    unless an async suspend's snapshot still waits for its upload (a revert drops it).
     """
     ref = ActorRef(atespace, name)
     with timed(Operation.REVERT.value):
         actor = await store.get_actor(ref)
-        if actor.state == ActorState.SUSPENDED:
+        if actor.state == ActorState.SUSPENDED and not actor.upload_pending:
             raise ApiError(
                 f"actor {ref.key} is not in a revertable state (state: SUSPENDED); it already rests on its "
                 "last completed snapshot",
@@ -231,7 +232,9 @@ async def suspend_actor(
     settings: SettingsDep,
     body: SuspendRequest | None = None,
 ) -> ActorPublic:
-    """Suspend the actor (sync: its snapshot is stored) and return it SUSPENDED."""
+    """Suspend the actor and return it SUSPENDED. Mode sync: its snapshot is in the storage
+    location. Mode async: its checkpoint is on its node, pinned there, and an UploadSnapshot
+    workflow uploads it in the background (`upload_pending` until then)."""
     ref = ActorRef(atespace, name)
     with timed(Operation.SUSPEND.value):
         actor = await store.get_actor(ref)

@@ -50,8 +50,9 @@ def describe_actor(ctx: typer.Context, name: str, atespace: AtespaceOpt) -> None
         else "Latest snapshot:  <none> (the first resume restores the template's golden snapshot)",
         *(
             [
-                f"Paused snapshot:  generation {local.get('generation')} {local.get('scope')} on node "
-                f"{actor.get('pinned_node')} (its next resume is pinned there)"
+                f"{'Upload pending' if actor.get('upload_pending') else 'Paused snapshot'}:"
+                f"{' ' * (2 if actor.get('upload_pending') else 1)} generation {local.get('generation')} "
+                f"{local.get('scope')} on node {actor.get('pinned_node')} (its next resume is pinned there)"
             ]
             if (local := actor.get("local_snapshot"))
             else []

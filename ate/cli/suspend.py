@@ -12,11 +12,12 @@ app = new_typer("suspend", "Checkpoint a running actor and free its worker.")
 
 
 class SuspendMode(StrEnum):
-    """`sync`: the snapshot is in the storage location before the command returns. (The
-    architecture's `async` mode, upload in the background, is not built yet; `ate pause` keeps
-    the checkpoint on the node instead.)"""
+    """`sync`: the snapshot is in the storage location before the command returns. `async`: the
+    checkpoint stays on the actor's node and is uploaded in the background (the actor is pinned
+    to that node until then)."""
 
     sync = "sync"
+    async_ = "async"
 
 
 @app.command("actor")
@@ -25,7 +26,9 @@ def suspend_actor(
     name: str,
     atespace: AtespaceOpt,
     timeout: Annotated[float, typer.Option("--timeout", help="Seconds to wait for SUSPENDED.", min=1)] = 60.0,
-    mode: Annotated[SuspendMode, typer.Option("--mode", help="sync: upload before returning (the only mode so far).")] = SuspendMode.sync,
+    mode: Annotated[
+        SuspendMode, typer.Option("--mode", help="sync: upload before returning; async: upload in the background.")
+    ] = SuspendMode.sync,
     output: OutputOpt = None,
 ) -> None:
     """Suspend an actor; returns at once when it is already SUSPENDED.
@@ -35,5 +38,11 @@ def suspend_actor(
     actor = client(ctx).suspend_actor(atespace, name, timeout, mode.value)
     if output is not None:
         print_actors(actor, output)
+        return
+    if actor.get("upload_pending"):
+        typer.echo(
+            f"actor/{name} suspended: {actor.get('state')} (uploading in the background from node "
+            f"{actor.get('pinned_node')})"
+        )
         return
     typer.echo(f"actor/{name} suspended: {actor.get('state')}")

@@ -14,16 +14,7 @@ import pytest
 
 from activities.store import FailedPrecondition, NoCapacity, NotFound, PinnedNodeFull, Store
 from tests.activities.test_lifecycle import running_actor, suspend
-from tests.activities.test_store import ready_template, worker
 from workflows.types import ActorRef, SnapshotStorage
-
-
-@pytest.fixture
-async def two_nodes(store: Store) -> Store:
-    await store.register_node("n1", "127.0.0.1:1", "v", [worker("w1")])
-    await store.register_node("n2", "127.0.0.2:1", "v", [worker("w2")])
-    await ready_template(store)
-    return store
 
 
 async def pause(store: Store, ref: ActorRef, op: str) -> int:

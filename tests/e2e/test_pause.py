@@ -1,4 +1,5 @@
-"""PauseActor and every transition out of PAUSED, on the real stack (runsc, Temporal, Postgres).
+"""PauseActor, every transition out of PAUSED, and async suspend, on the real stack (runsc,
+Temporal, Postgres).
 
 Counts come from the counter's definition (+1 memory and +1 file per request; FULL snapshots
 keep both). A pause keeps the checkpoint on the node (under the atelet's local-snapshots dir, not
@@ -18,7 +19,7 @@ from temporalio.client import Client
 
 from tests.e2e.conftest import PORTS, Stack
 from tests.e2e.test_lifecycle import api, setup_actor
-from tests.e2e.test_tour import get
+from tests.e2e.test_tour import get, workflows
 
 pytestmark = [pytest.mark.slow, pytest.mark.runsc]
 
@@ -119,3 +120,59 @@ def test_a_paused_actor_resumes_through_the_router_when_requested(stack: Stack) 
     stack.ate("pause", "actor", "p2", "-a", "pz")
     assert get(stack, "pz/p2")["memory_count"] == 2  # the router resumes a PAUSED actor like a SUSPENDED one
     stack.ate("suspend", "actor", "p2", "-a", "pz")
+
+
+def wait_uploaded(stack: Stack, path: str, timeout: float = 60.0) -> dict[str, object]:
+    """The actor once its async suspend's upload has landed (upload_pending false)."""
+    deadline = time.monotonic() + timeout
+    actor: dict[str, object] = api(stack, "GET", path).json()
+    while actor["upload_pending"] and time.monotonic() < deadline:
+        time.sleep(0.2)
+        actor = api(stack, "GET", path).json()
+    assert not actor["upload_pending"], actor
+    return actor
+
+
+def test_async_suspend_returns_first_and_uploads_in_the_background(stack: Stack) -> None:
+    path = setup_actor(stack, "asy", "a1")
+    local_dir = stack.data_dir / "atelet" / "local-snapshots" / "asy" / "actors" / "a1"
+    stored_dir = stack.data_dir / "snapshots" / "asy" / "actors" / "a1"
+    get(stack, "asy/a1")
+    assert get(stack, "asy/a1")["memory_count"] == 2
+    node = api(stack, "GET", path).json()["worker"]["node"]
+
+    # generation 1: the checkpoint on the node (count 2); generation 2: its upload
+    out = stack.ate("suspend", "actor", "a1", "-a", "asy", "--mode", "async").stdout.strip()
+    assert out in (
+        f"actor/a1 suspended: SUSPENDED (uploading in the background from node {node})",
+        "actor/a1 suspended: SUSPENDED",  # the upload may already have landed when the CLI reads the actor
+    ), out
+    actor = wait_uploaded(stack, path)
+    assert (actor["state"], actor["worker"], actor["pinned_node"], actor["local_snapshot"]) == (
+        "SUSPENDED", None, None, None,
+    )  # fmt: skip
+    assert (actor["latest_snapshot"]["generation"], actor["latest_snapshot"]["state"]) == (2, "COMPLETED")  # type: ignore[index]
+    assert 2 in generations(stored_dir) and 1 not in generations(stored_dir)
+    uploads = workflows(stack, 'AteActor="a1" AND AteOperation="UploadSnapshot"')
+    assert len(uploads) == 1 and uploads[0]["status"] == "WORKFLOW_EXECUTION_STATUS_COMPLETED", uploads
+    after = get(stack, "asy/a1")
+    assert (after["memory_count"], after["file_count"]) == (3, 3)  # the uploaded state, then +1
+
+    # A request right after an async suspend: whether or not the upload has landed, the memory is kept.
+    stack.ate("suspend", "actor", "a1", "-a", "asy", "--mode", "async")  # generation 3 on the node: count 3
+    after = get(stack, "asy/a1")
+    assert (after["memory_count"], after["file_count"]) == (4, 4)
+    actor = api(stack, "GET", path).json()
+    assert (actor["state"], actor["worker"]["node"], actor["pinned_node"], actor["upload_pending"]) == (
+        "RUNNING", node, None, False,
+    )  # fmt: skip
+
+    refused = api(stack, "POST", path + "/suspend", json={"mode": "later"})
+    assert refused.status_code == 400 and "mode" in refused.json()["message"], refused.text
+    stack.ate("suspend", "actor", "a1", "-a", "asy")
+
+    deadline = time.monotonic() + 30  # the local copies (generation 1 uploaded, 3 consumed) are collected
+    while generations(local_dir) and time.monotonic() < deadline:
+        collect_garbage()
+        time.sleep(1)
+    assert generations(local_dir) == []

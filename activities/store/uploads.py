@@ -1,0 +1,103 @@
+"""Store transitions of the UploadSnapshot workflow: the background upload of an async suspend's
+local snapshot (ARCHITECTURE.md, "Workflows": SuspendActor mode async).
+
+The upload runs beside the actor's own operations (it holds no per-actor lock): a resume may
+restore the local copy meanwhile, a revert may drop it. So each step checks that the actor
+still waits for this local snapshot, and the upload only becomes the actor's latest snapshot
+when it does (and when it is newer than the latest). Each method is idempotent for its
+operation ID.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from activities.store.errors import FailedPrecondition, NotFound
+from activities.store.placement import NODE_LIVENESS_SECONDS, PlacementMixin
+from activities.store.sql import QUERIES as Q
+from activities.store.transitions import snapshot_uri
+from workflows.types import ActorRef, SnapshotRef, SnapshotStorage, UploadPlan
+
+
+class UploadsMixin(PlacementMixin):
+    """begin_upload, complete_upload, abandon_upload (mixed into `Store`)."""
+
+    async def begin_upload(self, ref: ActorRef, operation_id: str, local_snapshot_id: int) -> UploadPlan:
+        """Reserve the storage-location snapshot the local one is copied to (idempotent).
+
+        Returns:
+            needed=False when the actor no longer waits for this local snapshot (a resume
+            consumed it, a revert dropped it, the actor is gone).
+
+        Raises:
+            FailedPrecondition: the node holding the local snapshot is not alive (retry later).
+        """
+        owner = ref.workflow_id
+        async with self.pool.acquire() as connection, connection.transaction():
+            actor = await connection.fetchrow(Q["lock_actor"], ref.atespace, ref.name)
+            if actor is None or actor["pending_upload_snapshot_id"] != local_snapshot_id:
+                return UploadPlan(needed=False)
+            source = await self._snapshot_ref(connection, local_snapshot_id)
+            row = await connection.fetchrow(Q["node_address"], source.node, NODE_LIVENESS_SECONDS)
+            if row is None or not row["alive"]:
+                raise FailedPrecondition(
+                    f"node {source.node} holding actor {ref.key}'s snapshot is not available; upload retried later",
+                    {"pinned_node": source.node},
+                )
+            existing = await connection.fetchrow(Q["find_snapshot_of_operation"], owner, operation_id)
+            if existing is not None:
+                destination = await self._snapshot_ref(connection, existing["id"])
+            else:
+                spec: dict[str, Any] = actor["spec"]
+                generation = await connection.fetchval(Q["next_generation"], owner)
+                location = str((spec.get("snapshotConfig") or {}).get("storageLocation") or "")
+                uri = snapshot_uri(location, owner, generation, operation_id)
+                snapshot_id = await connection.fetchval(
+                    Q["insert_snapshot"],
+                    owner,
+                    generation,
+                    source.scope.value,
+                    uri,
+                    str(spec.get("sandboxClass") or "gvisor"),
+                    operation_id,
+                    None,
+                    SnapshotStorage.EXTERNAL.value,
+                )
+                destination = SnapshotRef(snapshot_id=snapshot_id, generation=generation, scope=source.scope, uri=uri)
+            return UploadPlan(needed=True, source=source, destination=destination, atelet_address=str(row["address"]))
+
+    async def complete_upload(
+        self,
+        ref: ActorRef,
+        local_snapshot_id: int,
+        snapshot_id: int,
+        manifest: dict[str, Any],
+        size_bytes: int,
+    ) -> bool:
+        """The upload landed: snapshot COMPLETED; it becomes the actor's latest (and the actor is
+        unpinned) when the actor still waits for `local_snapshot_id` and the upload is newer than
+        its latest. Returns whether the actor took it. Idempotent.
+
+        Raises:
+            NotFound: the snapshot row is gone (the upload was abandoned meanwhile).
+        """
+        async with self.pool.acquire() as connection, connection.transaction():
+            await connection.execute(Q["complete_snapshot"], snapshot_id, manifest, size_bytes)
+            uploaded = await connection.fetchrow(Q["get_snapshot"], snapshot_id)
+            if uploaded is None:
+                raise NotFound(f"snapshot {snapshot_id} of actor {ref.key} no longer exists")
+            actor = await connection.fetchrow(Q["lock_actor_pending_upload"], ref.atespace, ref.name)
+            if actor is None:
+                return False
+            if actor["latest_snapshot_id"] == snapshot_id:
+                return True  # a repeat
+            if actor["pending_upload_snapshot_id"] != local_snapshot_id:
+                return False
+            if actor["latest_generation"] is not None and actor["latest_generation"] > uploaded["generation"]:
+                return False
+            await connection.execute(Q["mark_actor_uploaded"], ref.atespace, ref.name, snapshot_id)
+            return True
+
+    async def abandon_upload(self, ref: ActorRef, operation_id: str) -> None:
+        """Forget the snapshot an upload reserved but never completed (idempotent)."""
+        await self.pool.execute(Q["delete_pending_snapshots_of_operation"], ref.workflow_id, operation_id)

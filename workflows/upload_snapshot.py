@@ -1,0 +1,121 @@
+"""UploadSnapshot: the background half of an async suspend.
+
+SuspendActor in mode async checkpoints the actor onto its node (a LOCAL snapshot), marks it
+SUSPENDED pinned to that node, starts this workflow and returns. This workflow copies the local
+snapshot to the template's storage location through the node's atelet and then makes the copy
+the actor's latest snapshot, which unpins it (ARCHITECTURE.md, "Workflows").
+
+It holds no per-actor lock (workflow ID `upload/<atespace>/<name>/<local snapshot id>`): the
+actor stays usable meanwhile. A resume restores the local copy (the upload then only records
+the copy if the actor still waits for it); a revert drops it. Each step is idempotent:
+`begin_upload` reserves the destination once per run, the atelet's CopySnapshot returns an
+existing identical copy, `complete_upload` is a guarded update.
+
+Failures (the node unreachable, a copy error) are retried `attempts` times with a doubling
+pause; then the reserved row is dropped and the actor stays pinned to its node, where a resume
+still restores it and `ate revert` drops it.
+"""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+from temporalio import workflow
+
+from workflows.steps import ACTIVITY_FAILURES, atelet_step, db_step, failure_of, show_step
+
+with workflow.unsafe.imports_passed_through():
+    from workflows.types import (
+        AteletCheckpointResult,
+        AteletCopyInput,
+        CompleteUploadInput,
+        Operation,
+        UploadInput,
+        UploadPlan,
+        UploadSnapshotInput,
+        UploadSnapshotResult,
+    )
+
+FINAL_COPY_FAILURES = frozenset({"AteletNotFound", "AteletFailedPrecondition", "AteletInvalidArgument"})
+"""Copy failures no retry can fix: the local snapshot is gone or does not match its manifest."""
+
+
+def upload_workflow_id(atespace: str, name: str, local_snapshot_id: int) -> str:
+    """The ID of the UploadSnapshot workflow of one local snapshot."""
+    return f"upload/{atespace}/{name}/{local_snapshot_id}"
+
+
+@workflow.defn(name=Operation.UPLOAD.value)
+class UploadSnapshotWorkflow:
+    """Upload an async suspend's local snapshot and make it the actor's latest."""
+
+    @workflow.run
+    async def run(self, request: UploadSnapshotInput) -> UploadSnapshotResult:
+        """Copy, then record; see the module docstring for retries and what is skipped."""
+        actor = request.actor
+        step = UploadInput(
+            actor=actor, operation_id=workflow.info().run_id, local_snapshot_id=request.local_snapshot_id
+        )
+        pause = request.retry_seconds
+        last_error = "no attempt made"
+        for attempt in range(1, request.attempts + 1):
+            show_step(f"reserve (attempt {attempt})")
+            try:
+                plan: UploadPlan = await db_step("begin_upload", step, UploadPlan)
+            except ACTIVITY_FAILURES as error:
+                last_error = failure_of(error).message
+                await self._wait(pause, last_error)
+                pause *= 2
+                continue
+            if not plan.needed:
+                show_step("not needed: the local snapshot was resumed or dropped")
+                await db_step("abandon_upload", step)
+                return UploadSnapshotResult(actor=actor, skipped="the local snapshot was resumed or dropped")
+            assert plan.source is not None and plan.destination is not None and plan.atelet_address is not None
+            show_step(f"upload from node {plan.source.node} (attempt {attempt})")
+            try:
+                done: AteletCheckpointResult = await atelet_step(
+                    "atelet_copy_snapshot",
+                    AteletCopyInput(
+                        operation_id=step.operation_id,
+                        atelet_address=plan.atelet_address,
+                        source=plan.source,
+                        destination=plan.destination,
+                    ),
+                    AteletCheckpointResult,
+                )
+            except ACTIVITY_FAILURES as error:
+                cause = failure_of(error)
+                last_error = cause.message
+                if cause.type in FINAL_COPY_FAILURES:
+                    break
+                await self._wait(pause, last_error)
+                pause *= 2
+                continue
+            show_step("finalize")
+            taken: bool = await db_step(
+                "complete_upload",
+                CompleteUploadInput(
+                    actor=actor,
+                    operation_id=step.operation_id,
+                    local_snapshot_id=request.local_snapshot_id,
+                    snapshot_id=plan.destination.snapshot_id,
+                    manifest=done.manifest,
+                    size_bytes=done.size_bytes,
+                ),
+                bool,
+            )
+            show_step("done" if taken else "done: the actor had moved on, the copy is left to the snapshot GC")
+            return UploadSnapshotResult(
+                actor=actor,
+                generation=plan.destination.generation if taken else None,
+                skipped=None if taken else "the actor had moved on before the upload landed",
+            )
+        show_step(f"gave up: {last_error}")
+        await db_step("abandon_upload", step)
+        return UploadSnapshotResult(actor=actor, skipped=f"upload failed: {last_error}")
+
+    @staticmethod
+    async def _wait(seconds: float, why: str) -> None:
+        show_step(f"retry in {seconds:g} s: {why}")
+        await workflow.sleep(timedelta(seconds=seconds))
