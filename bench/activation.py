@@ -24,14 +24,20 @@ import shutil
 import tempfile
 import time
 from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import httpx
 
 from bench import stack as stack_mod
 from bench.actors import COUNTER, call, setup, workflow_steps
 from bench.common import ROOT, Log, machine, ms, summary, table, write_result
+
+if TYPE_CHECKING:
+    from atelet.netns import WorkerNet
+    from atelet.proto import atelet_pb2 as pb
+    from atelet.runsc import Runsc
 
 ATESPACE, ACTOR = "bench", "c1"
 STEPS = [
@@ -142,6 +148,67 @@ async def _snapshot(stack: stack_mod.Stack) -> tuple[str, dict[str, Any], dict[s
     return row["uri"], json.loads(row["manifest"]), json.loads(row["spec"])
 
 
+@dataclass
+class Floor:
+    """What a raw runsc sandbox of an actor's image needs, with no control plane at all: a network
+    namespace of its own (``atelet.netns``), an OCI bundle (``atelet.bundle``) of the unpacked
+    image (``atelet.images``) with the volumes of a snapshot, and a runsc state root of its own
+    (the flags of ``atelet.runsc``)."""
+
+    work: Path
+    net: WorkerNet
+    runsc: Runsc
+    bundle: Path
+    port: int
+
+    async def close(self) -> None:
+        """Deletes every sandbox under the root, the namespace and the work dir."""
+        from atelet import netns
+
+        for cid in await self.runsc.list():
+            await self.runsc.delete(cid)
+        await netns.destroy(self.net)
+        shutil.rmtree(self.work, ignore_errors=True)
+
+
+async def prepare_floor(
+    stack: stack_mod.Stack,
+    wspec: pb.WorkloadSpec,
+    snapshot_dir: Path,
+    *,
+    node: str = "atebench-floor",
+    subnet: str = "10.96.0.0/30",
+    hostname: str = ACTOR,
+) -> Floor:
+    """Namespace, bundle and runsc root for raw ``runsc restore`` of ``snapshot_dir/checkpoint`` (or
+    ``runsc run``): the bundle of ``wspec``'s first container, its durable dirs filled from the
+    snapshot's volume tars; ``node`` and ``subnet`` name the namespace and its /30."""
+    from atelet import netns
+    from atelet.bundle import build_config, write_bundle
+    from atelet.images import ImageStore
+    from atelet.runsc import Runsc
+    from atelet.snapshots import VOLUMES_DIR, extract_dir
+
+    container = wspec.containers[0]
+    work = Path(tempfile.mkdtemp(prefix="ate-bench-floor-"))
+    net = netns.plan(node, "floor-0", 0, subnet)
+    runsc = Runsc("runsc", work / "runsc")
+    await netns.create(net)
+    image = await ImageStore([ROOT], stack.data_dir / "atelet" / "images").unpack(container.image)
+    volumes = {}
+    for v in wspec.volumes:
+        volumes[v.name] = work / "volumes" / v.name
+        volumes[v.name].mkdir(parents=True)
+        tar = snapshot_dir / VOLUMES_DIR / f"{v.name}.tar"
+        if tar.exists():
+            extract_dir(tar, volumes[v.name])
+    config = build_config(
+        image, container, net.netns_path, volumes, wspec.cpu_millis, wspec.memory_bytes, hostname=hostname
+    )
+    bundle = write_bundle(work / "bundle", config)
+    return Floor(work=work, net=net, runsc=runsc, bundle=bundle, port=container.wakeup_probe.port)
+
+
 class Baselines:
     """atelet-direct and runsc-floor, one of each per cycle, interleaved with ours (same machine state)."""
 
@@ -154,12 +221,8 @@ class Baselines:
         import grpc
 
         from activities.atelet import workload_spec
-        from atelet import netns
-        from atelet.bundle import build_config, write_bundle
-        from atelet.images import ImageStore
         from atelet.proto import atelet_pb2_grpc as pb_grpc
-        from atelet.runsc import Runsc
-        from atelet.snapshots import VOLUMES_DIR, SnapshotStore, extract_dir
+        from atelet.snapshots import SnapshotStore
 
         self.uri, self.manifest, spec = await _snapshot(self.stack)
         self.wspec = workload_spec(spec)
@@ -167,28 +230,8 @@ class Baselines:
         self.channel = grpc.aio.insecure_channel(self.stack.atelet_address)
         self.stub = pb_grpc.AteletStub(self.channel)  # type: ignore[no-untyped-call]
         self.dest = SnapshotStore([self.stack.data_dir / "snapshots"]).resolve(self.uri)
-        self.work = Path(tempfile.mkdtemp(prefix="ate-bench-floor-"))
-        self.net = netns.plan("atebench-floor", "floor-0", 0, "10.96.0.0/30")
-        self.runsc = Runsc("runsc", self.work / "runsc")
-        await netns.create(self.net)
-        image = await ImageStore([ROOT], self.stack.data_dir / "atelet" / "images").unpack(self.container.image)
-        volumes = {}
-        for v in self.wspec.volumes:
-            volumes[v.name] = self.work / "volumes" / v.name
-            volumes[v.name].mkdir(parents=True)
-            tar = self.dest / VOLUMES_DIR / f"{v.name}.tar"
-            if tar.exists():
-                extract_dir(tar, volumes[v.name])
-        config = build_config(
-            image,
-            self.container,
-            self.net.netns_path,
-            volumes,
-            self.wspec.cpu_millis,
-            self.wspec.memory_bytes,
-            hostname=ACTOR,
-        )
-        self.bundle = write_bundle(self.work / "bundle", config)
+        self.raw = await prepare_floor(self.stack, self.wspec, self.dest)
+        self.work, self.net, self.runsc, self.bundle = self.raw.work, self.raw.net, self.raw.runsc, self.raw.bundle
 
     async def once(self, i: int) -> None:
         """One atelet-direct and one floor cycle on the actor's current latest snapshot."""
@@ -248,13 +291,8 @@ class Baselines:
         await asyncio.sleep(0.2)
 
     async def close(self) -> None:
-        from atelet import netns
-
         await self.channel.close(grace=None)
-        for cid in await self.runsc.list():
-            await self.runsc.delete(cid)
-        await netns.destroy(self.net)
-        shutil.rmtree(self.work, ignore_errors=True)
+        await self.raw.close()
 
 
 async def _interleaved(

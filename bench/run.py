@@ -28,7 +28,12 @@ def main(argv: list[str] | None = None) -> None:
     s = sub.add_parser("scale", help="resume and list latency at 10^4 and 10^6 actor rows")
     s.add_argument("--sizes", default="10000,1000000")
     s.add_argument("--cycles", type=int, default=30)
-    for sp in (a, t, p, s):
+    d = sub.add_parser("density", help="memory per RUNNING counter sandbox vs bare runsc, disk/rows per idle actor")
+    d.add_argument("--running", type=int, default=30, help="RUNNING actors (and workers)")
+    d.add_argument("--idle", type=int, default=200, help="more actors, resumed and suspended once each")
+    d.add_argument("--concurrency", type=int, default=4, help="resumes/suspends in flight")
+    d.add_argument("--cpu-seconds", type=float, default=20.0, help="idle CPU window, then the request window")
+    for sp in (a, t, p, s, d):
         sp.add_argument("--keep", action="store_true", help="keep the stack's data dir")
     args = parser.parse_args(argv)
     if args.name == "activation":
@@ -55,3 +60,14 @@ def main(argv: list[str] | None = None) -> None:
         from bench import scale
 
         scale.run(sizes=[int(x) for x in args.sizes.split(",")], cycles=args.cycles, keep=args.keep, log=log)
+    elif args.name == "density":
+        from bench import density
+
+        density.run(
+            running=args.running,
+            idle=args.idle,
+            concurrency=args.concurrency,
+            cpu_seconds=args.cpu_seconds,
+            keep=args.keep,
+            log=log,
+        )
