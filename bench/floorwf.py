@@ -14,6 +14,7 @@ import asyncio
 import signal
 from datetime import timedelta
 
+import uvloop
 from temporalio import activity, workflow
 from temporalio.common import RetryPolicy
 
@@ -45,6 +46,7 @@ class FloorWorkflow:
 async def serve(address: str, metrics_listen: str) -> None:
     from temporalio.client import Client
     from temporalio.worker import Worker
+    from temporalio.worker.workflow_sandbox import SandboxedWorkflowRunner, SandboxRestrictions
 
     from workflows.settings import WorkerSettings
 
@@ -61,6 +63,10 @@ async def serve(address: str, metrics_listen: str) -> None:
         client,
         task_queue=TASK_QUEUE,
         workflows=[FloorWorkflow],
+        # the same sandbox setting as `ate worker` (its own workflow package passed through)
+        workflow_runner=SandboxedWorkflowRunner(
+            restrictions=SandboxRestrictions.default.with_passthrough_modules("bench")
+        ),
         activities=[noop],
         max_concurrent_workflow_tasks=settings.max_concurrent_workflow_tasks,
         max_concurrent_local_activities=settings.max_concurrent_local_activities,
@@ -84,4 +90,6 @@ if __name__ == "__main__":
     parser.add_argument("--address", required=True)
     parser.add_argument("--metrics-listen", default="127.0.0.1:19101")
     args = parser.parse_args()
-    asyncio.run(serve(args.address, args.metrics_listen))
+    # the same event loop as `ate worker` (uvloop)
+    with asyncio.Runner(loop_factory=uvloop.new_event_loop) as runner:
+        runner.run(serve(args.address, args.metrics_listen))
