@@ -1,8 +1,8 @@
 """`Store`: the only user of asyncpg. Named queries in, dataclasses and store errors out.
 
 This module holds the connection pool and the plain reads and writes (atespaces, templates,
-actors, nodes, workers). State transitions live in the mixins: `transitions` (resume, suspend,
-pause, golden snapshot), `lifecycle` (revert, crash, drain, tags, history, GC), `uploads` (the
+actors, nodes, workers). State transitions live in the mixins: `transitions` (resume, suspend),
+`pause` (pause, pinned nodes), `golden` (golden snapshots), `lifecycle` (revert, crash, drain, tags, history, GC), `uploads` (the
 background upload of an async suspend), on top of `placement`.
 """
 
@@ -18,6 +18,7 @@ from activities.store.errors import (
     FailedPrecondition,
     NotFound,
 )
+from activities.store.golden import GoldenMixin
 from activities.store.lifecycle import FencingOrder, LifecycleMixin
 from activities.store.placement import limits_of
 from activities.store.records import (
@@ -27,8 +28,9 @@ from activities.store.records import (
     WorkerRecord,
     WorkerRegistration,
 )
+from activities.store.snapshot_names import commit_scope_of, snapshot_uri
 from activities.store.sql import QUERIES as Q
-from activities.store.transitions import TransitionsMixin, commit_scope_of, snapshot_uri
+from activities.store.transitions import TransitionsMixin
 from activities.store.uploads import UploadsMixin
 from workflows.types import (
     ActorRef,
@@ -43,7 +45,7 @@ def _count(number: int, noun: str) -> str:
     return f"{number} {noun}" if number == 1 else f"{number} {noun}s"
 
 
-class Store(TransitionsMixin, LifecycleMixin, UploadsMixin):
+class Store(TransitionsMixin, GoldenMixin, LifecycleMixin, UploadsMixin):
     """Postgres access for the API and the activities.
 
     Args:

@@ -1,71 +1,21 @@
-"""The transitions of ResumeActor, SuspendActor, PauseActor and GoldenSnapshot.
+"""The transitions of ResumeActor and SuspendActor (PauseActor's are in `pause`, GoldenSnapshot's in `golden`).
 
 Each runs in one transaction that locks the actor row, checks the state-machine edge and writes
 the intent before the caller's side effect; each is idempotent for its operation ID, so an
 activity retried after any crash finds its own earlier write and returns the same answer.
 """
 
-import hashlib
 from typing import Any
 
-import asyncpg
-
-from activities.store.errors import (
-    FailedPrecondition,
-    NoCapacity,
-    NotFound,
-    PinnedNodeFull,
-    VersionConflict,
-)
-from activities.store.placement import NODE_LIVENESS_SECONDS, PlacementMixin, limits_of
+from activities.store.errors import FailedPrecondition, NoCapacity, NotFound, VersionConflict
+from activities.store.pause import PauseMixin
+from activities.store.snapshot_names import LOCAL_LOCATION, commit_scope_of, snapshot_uri
 from activities.store.sql import QUERIES as Q
-from workflows.types import (
-    ActorRef,
-    ActorState,
-    GoldenPlan,
-    PausePlan,
-    ResumePlan,
-    SnapshotRef,
-    SnapshotScope,
-    SnapshotStorage,
-    SuspendPlan,
-    template_workflow_id,
-)
-
-LOCAL_LOCATION = "local://"
-"""Storage location of LOCAL snapshots: the atelet maps `local:///<path>` into its own
-local-snapshot directory, so the control plane never needs a node's file layout."""
+from workflows.types import ActorRef, ActorState, ResumePlan, SnapshotRef, SnapshotStorage, SuspendPlan
 
 
-def commit_scope_of(spec: dict[str, Any]) -> SnapshotScope:
-    """The snapshot scope a suspend writes: the template's snapshotConfig.onCommit (default FULL)."""
-    value = str((spec.get("snapshotConfig") or {}).get("onCommit") or "Full")
-    return SnapshotScope(value.upper())
-
-
-def pause_scope_of(spec: dict[str, Any]) -> SnapshotScope:
-    """The snapshot scope a pause writes: the template's snapshotConfig.onPause (default FULL)."""
-    value = str((spec.get("snapshotConfig") or {}).get("onPause") or "Full")
-    return SnapshotScope(value.upper())
-
-
-def snapshot_uri(location: str, owner: str, generation: int, operation_id: str) -> str:
-    """Where a snapshot is stored: `<location>/<atespace>/<owner kind>s/<name>/<gen>-<op12>`
-    (LOCAL ones: `local:///<atespace>/actors/<name>/<gen>-<op12>` on their node).
-
-    The operation suffix (a digest of the operation ID) makes each attempt's destination
-    unique, so a crashed earlier attempt can never be mistaken for this one's data.
-    """
-    kind, atespace, name = owner.split("/", 2)
-    # Run IDs are UUIDv7: their first characters are a timestamp shared by runs started close
-    # together, so the suffix is a digest of the whole ID.
-    suffix = hashlib.sha256(operation_id.encode()).hexdigest()[:12]
-    base = "local://" if location == LOCAL_LOCATION else location.rstrip("/")
-    return f"{base}/{atespace}/{kind}s/{name}/{generation}-{suffix}"
-
-
-class TransitionsMixin(PlacementMixin):
-    """Resume, suspend and golden-snapshot transitions (mixed into `Store`)."""
+class TransitionsMixin(PauseMixin):
+    """Resume and suspend transitions (mixed into `Store`)."""
 
     # ---- ResumeActor ------------------------------------------------------------------------
 
@@ -151,49 +101,6 @@ class TransitionsMixin(PlacementMixin):
             )
             return ResumePlan(already_running=False, worker=worker, snapshot=snapshot, spec=spec)
 
-    async def _pinned_no_room(
-        self, connection: asyncpg.Connection, ref: ActorRef, actor: asyncpg.Record, node: str, error: NoCapacity
-    ) -> NoCapacity:
-        """Why a paused actor cannot go back to its node, as the error to raise.
-
-        PinnedNodeFull when the node is alive and another node has room (the resume uploads the
-        local snapshot and places the actor elsewhere); otherwise NoCapacity saying what to do.
-        """
-        address = await connection.fetchrow(Q["node_address"], node, NODE_LIVENESS_SECONDS)
-        if address is None or not address["alive"]:
-            latest = actor["latest_snapshot_id"] or actor["golden_snapshot_id"]
-            fallback = await self._snapshot_ref(connection, latest) if latest else None
-            back_to = f"generation {fallback.generation}" if fallback else "its template's golden snapshot"
-            paused = actor["local_snapshot_id"] is not None
-            what = "paused state" if paused else "snapshot (not uploaded yet)"
-            drop = "the paused state" if paused else "that snapshot"
-            return NoCapacity(
-                f"actor {ref.key} is {actor['state']} and its {what} lies on node {node}, which is not "
-                f"available (no heartbeat for {NODE_LIVENESS_SECONDS:g} s); resume it when the node is back, or "
-                f"drop {drop} and go back to its last uploaded snapshot ({back_to}) with "
-                f"'ate revert actor {ref.name} -a {ref.atespace}'",
-                {"state": actor["state"], "pinned_node": node},
-            )
-        spec = actor["spec"]
-        cpu, memory = limits_of(spec)
-        elsewhere = await connection.fetch(
-            Q["placement_candidates"],
-            str(spec.get("sandboxClass") or "gvisor"),
-            spec.get("workerSelector") or {},
-            actor["worker_selector"],
-            cpu,
-            memory,
-            [],
-            1,
-            None,
-        )
-        if elsewhere:
-            return PinnedNodeFull(
-                f"{error.message}; other nodes have room: the paused snapshot is uploaded and the actor placed there",
-                {"pinned_node": node},
-            )
-        return error
-
     async def finish_resume(self, ref: ActorRef, operation_id: str) -> None:
         """RESUMING -> RUNNING for this operation (idempotent: a repeat finds RUNNING).
 
@@ -261,7 +168,9 @@ class TransitionsMixin(PlacementMixin):
             # An upload keeps the scope the pause wrote; a checkpoint writes the onCommit scope.
             scope = local.scope if local is not None else commit_scope_of(spec)
             keep_local = worker is not None and mode == "async"
-            location = LOCAL_LOCATION if keep_local else str((spec.get("snapshotConfig") or {}).get("storageLocation") or "")
+            location = (
+                LOCAL_LOCATION if keep_local else str((spec.get("snapshotConfig") or {}).get("storageLocation") or "")
+            )
             uri = snapshot_uri(location, owner, generation, operation_id)
             storage = SnapshotStorage.LOCAL if keep_local else SnapshotStorage.EXTERNAL
             snapshot_id = await connection.fetchval(
@@ -300,30 +209,6 @@ class TransitionsMixin(PlacementMixin):
                 return await self._upload_plan(connection, ref, local.snapshot_id, snapshot)
             return SuspendPlan(already_suspended=False, worker=worker, snapshot=snapshot)
 
-    async def _node_atelet(self, connection: asyncpg.Connection, ref: ActorRef, local: SnapshotRef) -> str:
-        """The address of the atelet holding `local`.
-
-        Raises:
-            FailedPrecondition: that node is not alive (nothing can read the paused snapshot).
-        """
-        row = await connection.fetchrow(Q["node_address"], local.node, NODE_LIVENESS_SECONDS)
-        if row is None or not row["alive"]:
-            raise FailedPrecondition(
-                f"actor {ref.key} is PAUSED on node {local.node}, which is not available (no heartbeat for "
-                f"{NODE_LIVENESS_SECONDS:g} s), so its paused snapshot cannot be uploaded; retry when the node is "
-                f"back, or drop the paused state with 'ate revert actor {ref.name} -a {ref.atespace}'",
-                {"state": ActorState.PAUSED.value, "pinned_node": local.node},
-            )
-        return str(row["address"])
-
-    async def _upload_plan(
-        self, connection: asyncpg.Connection, ref: ActorRef, local_id: int, destination: SnapshotRef
-    ) -> SuspendPlan:
-        """The plan of a suspend from PAUSED: copy the local snapshot to `destination`."""
-        local = await self._snapshot_ref(connection, local_id)
-        address = await self._node_atelet(connection, ref, local)
-        return SuspendPlan(already_suspended=False, snapshot=destination, upload_from=local, atelet_address=address)
-
     async def complete_suspend(
         self, ref: ActorRef, operation_id: str, snapshot_id: int, manifest: dict[str, Any], size_bytes: int
     ) -> None:
@@ -341,7 +226,12 @@ class TransitionsMixin(PlacementMixin):
             snapshot = await connection.fetchrow(Q["get_snapshot"], snapshot_id)
             if snapshot is not None and snapshot["storage"] == SnapshotStorage.LOCAL:
                 updated = await connection.fetchval(
-                    Q["mark_actor_suspended_locally"], ref.atespace, ref.name, operation_id, snapshot_id, snapshot["node"]
+                    Q["mark_actor_suspended_locally"],
+                    ref.atespace,
+                    ref.name,
+                    operation_id,
+                    snapshot_id,
+                    snapshot["node"],
                 )
             else:
                 updated = await connection.fetchval(
@@ -349,9 +239,14 @@ class TransitionsMixin(PlacementMixin):
                 )
             if updated is None:
                 row = await connection.fetchrow(Q["get_actor"], ref.atespace, ref.name)
-                if row is not None and row["state"] == ActorState.SUSPENDED and snapshot_id in (
-                    row["snapshot_id"],
-                    row["local_snapshot_id"],
+                if (
+                    row is not None
+                    and row["state"] == ActorState.SUSPENDED
+                    and snapshot_id
+                    in (
+                        row["snapshot_id"],
+                        row["local_snapshot_id"],
+                    )
                 ):
                     return
                 raise FailedPrecondition(f"actor {ref.key} is no longer suspending under operation {operation_id}")
@@ -365,167 +260,3 @@ class TransitionsMixin(PlacementMixin):
             await connection.fetchval(Q["rollback_actor_suspend"], ref.atespace, ref.name, operation_id, error)
             await connection.execute(Q["delete_pending_snapshot"], snapshot_id)
             await connection.execute(Q["finish_operation"], operation_id, "failed", error, None)
-
-    # ---- PauseActor -------------------------------------------------------------------------
-
-    async def begin_pause(self, ref: ActorRef, operation_id: str) -> PausePlan:
-        """RUNNING -> PAUSING with a PENDING LOCAL snapshot reserved on the worker's node
-        (idempotent per operation).
-
-        Raises:
-            NotFound: unknown actor.
-            FailedPrecondition: the actor's state does not allow a pause.
-        """
-        async with self.pool.acquire() as connection, connection.transaction():
-            actor = await connection.fetchrow(Q["lock_actor"], ref.atespace, ref.name)
-            if actor is None:
-                raise NotFound(f"actor {ref.key} not found")
-            state = actor["state"]
-            if state == ActorState.PAUSED:
-                return PausePlan(already_paused=True)
-            if state == ActorState.PAUSING and actor["operation_id"] == operation_id:
-                worker = await self._worker_ref(connection, actor["worker_id"])
-                snapshot = await self._snapshot_ref(connection, actor["in_progress_snapshot_id"])
-                return PausePlan(already_paused=False, worker=worker, snapshot=snapshot)
-            if state != ActorState.RUNNING:
-                raise FailedPrecondition(
-                    f"actor {ref.key} cannot be paused from state {state} (PauseActor wants RUNNING)",
-                    {"state": state},
-                )
-            spec = actor["spec"]
-            worker = await self._worker_ref(connection, actor["worker_id"])
-            owner = ref.workflow_id
-            generation = await connection.fetchval(Q["next_generation"], owner)
-            scope = pause_scope_of(spec)
-            uri = snapshot_uri(LOCAL_LOCATION, owner, generation, operation_id)
-            snapshot_id = await connection.fetchval(
-                Q["insert_snapshot"],
-                owner,
-                generation,
-                scope.value,
-                uri,
-                str(spec.get("sandboxClass") or "gvisor"),
-                operation_id,
-                worker.node,
-                SnapshotStorage.LOCAL.value,
-            )
-            updated = await connection.fetchval(
-                Q["mark_actor_pausing"], ref.atespace, ref.name, actor["version"], operation_id, snapshot_id
-            )
-            if updated is None:
-                raise VersionConflict("concurrent update conflict, please retry")
-            await connection.execute(
-                Q["insert_operation"],
-                operation_id,
-                ref.atespace,
-                ref.name,
-                "PauseActor",
-                f"{worker.pool}/{worker.name}",
-            )
-            snapshot = SnapshotRef(
-                snapshot_id=snapshot_id,
-                generation=generation,
-                scope=scope,
-                uri=uri,
-                storage=SnapshotStorage.LOCAL,
-                node=worker.node,
-            )
-            return PausePlan(already_paused=False, worker=worker, snapshot=snapshot)
-
-    async def complete_pause(
-        self, ref: ActorRef, operation_id: str, snapshot_id: int, manifest: dict[str, Any], size_bytes: int
-    ) -> None:
-        """Local snapshot COMPLETED, actor PAUSED and pinned to its node, place freed: one transaction.
-
-        Idempotent: a repeat after success finds the actor PAUSED with this local snapshot.
-
-        Raises:
-            FailedPrecondition: the actor is no longer held by this operation.
-        """
-        async with self.pool.acquire() as connection, connection.transaction():
-            await connection.execute(Q["complete_snapshot"], snapshot_id, manifest, size_bytes)
-            snapshot = await connection.fetchrow(Q["get_snapshot"], snapshot_id)
-            updated = await connection.fetchval(
-                Q["mark_actor_paused"], ref.atespace, ref.name, operation_id, snapshot_id, snapshot["node"]
-            )
-            if updated is None:
-                row = await connection.fetchrow(Q["get_actor"], ref.atespace, ref.name)
-                if row is not None and row["state"] == ActorState.PAUSED and row["local_snapshot_id"] == snapshot_id:
-                    return
-                raise FailedPrecondition(f"actor {ref.key} is no longer pausing under operation {operation_id}")
-            await connection.execute(Q["delete_placement"], ref.workflow_id)
-            await connection.execute(Q["finish_operation"], operation_id, "ok", None, None)
-
-    # ---- GoldenSnapshot ---------------------------------------------------------------------
-
-    async def begin_golden(self, atespace: str, template: str, operation_id: str) -> GoldenPlan:
-        """Bind a worker for a template's golden boot and reserve its snapshot (idempotent).
-
-        Raises:
-            NotFound: unknown template.
-            NoCapacity: no worker has room.
-        """
-        owner = template_workflow_id(atespace, template)
-        async with self.pool.acquire() as connection, connection.transaction():
-            row = await connection.fetchrow(Q["get_template"], atespace, template)
-            if row is None:
-                raise NotFound(f"actor template {atespace}/{template} not found")
-            spec = row["spec"]
-            existing = await connection.fetchrow(Q["find_snapshot_of_operation"], owner, operation_id)
-            placement = await connection.fetchrow(Q["get_placement"], owner)
-            if existing is not None and placement is not None and placement["operation_id"] == operation_id:
-                worker = await self._worker_ref(connection, placement["worker_id"])
-                snapshot = await self._snapshot_ref(connection, existing["id"])
-                return GoldenPlan(worker=worker, snapshot=snapshot, spec=spec)
-            if placement is not None:
-                await connection.execute(Q["delete_placement"], owner)
-            worker_id = await self._place(
-                connection,
-                holder=owner,
-                operation_id=operation_id,
-                label=f"the golden boot of template {atespace}/{template}",
-                spec=spec,
-                actor_selector={},
-            )
-            if existing is not None:
-                snapshot = await self._snapshot_ref(connection, existing["id"])
-            else:
-                generation = await connection.fetchval(Q["next_generation"], owner)
-                location = str((spec.get("snapshotConfig") or {}).get("storageLocation") or "")
-                uri = snapshot_uri(location, owner, generation, operation_id)
-                snapshot_id = await connection.fetchval(
-                    Q["insert_snapshot"],
-                    owner,
-                    generation,
-                    SnapshotScope.FULL.value,
-                    uri,
-                    str(spec.get("sandboxClass") or "gvisor"),
-                    operation_id,
-                    None,
-                    SnapshotStorage.EXTERNAL.value,
-                )
-                snapshot = SnapshotRef(
-                    snapshot_id=snapshot_id, generation=generation, scope=SnapshotScope.FULL, uri=uri
-                )
-            worker = await self._worker_ref(connection, worker_id)
-            return GoldenPlan(worker=worker, snapshot=snapshot, spec=spec)
-
-    async def complete_golden(
-        self, atespace: str, template: str, snapshot_id: int, manifest: dict[str, Any], size_bytes: int
-    ) -> None:
-        """Golden snapshot COMPLETED, template Ready, place freed (idempotent)."""
-        owner = template_workflow_id(atespace, template)
-        async with self.pool.acquire() as connection, connection.transaction():
-            await connection.execute(Q["complete_snapshot"], snapshot_id, manifest, size_bytes)
-            await connection.execute(Q["set_template_phase"], atespace, template, "Ready", None, snapshot_id)
-            await connection.execute(Q["delete_placement"], owner)
-
-    async def fail_golden(self, atespace: str, template: str, operation_id: str, reason: str) -> None:
-        """Template Failed with the reason; place and PENDING snapshot row released (idempotent)."""
-        owner = template_workflow_id(atespace, template)
-        async with self.pool.acquire() as connection, connection.transaction():
-            await connection.execute(Q["set_template_phase"], atespace, template, "Failed", reason, None)
-            placement = await connection.fetchrow(Q["get_placement"], owner)
-            if placement is not None and placement["operation_id"] == operation_id:
-                await connection.execute(Q["delete_placement"], owner)
-            await connection.execute(Q["delete_pending_snapshots_of_operation"], owner, operation_id)

@@ -14,8 +14,8 @@ from typing import Any
 
 from activities.store.errors import FailedPrecondition, NotFound
 from activities.store.placement import NODE_LIVENESS_SECONDS, PlacementMixin
+from activities.store.snapshot_names import snapshot_uri
 from activities.store.sql import QUERIES as Q
-from activities.store.transitions import snapshot_uri
 from workflows.types import ActorRef, SnapshotRef, SnapshotStorage, UploadPlan
 
 
