@@ -12,7 +12,16 @@ from __future__ import annotations
 
 from temporalio import workflow
 
-from workflows.steps import ACTIVITY_FAILURES, atelet_step, db_step, failure_of, reraise, show_step
+from workflows.steps import (
+    ACTIVITY_FAILURES,
+    atelet_step,
+    db_step,
+    drop_snapshot,
+    failure_of,
+    reraise,
+    settle_snapshot,
+    show_step,
+)
 
 with workflow.unsafe.imports_passed_through():
     from workflows.types import (
@@ -20,7 +29,6 @@ with workflow.unsafe.imports_passed_through():
         AteletCheckpointResult,
         AteletCopyInput,
         BeginSuspendInput,
-        CompleteSnapshotInput,
         SuspendPlan,
     )
 
@@ -59,33 +67,12 @@ async def detach_paused(actor: ActorRef, resume_operation_id: str) -> int | None
         )
     except ACTIVITY_FAILURES as error:
         cause = failure_of(error)
-        await db_step(
-            "rollback_suspend",
-            CompleteSnapshotInput(
-                actor=actor,
-                operation_id=operation_id,
-                snapshot_id=plan.snapshot.snapshot_id,
-                manifest={"error": cause.message},
-                size_bytes=0,
-            ),
-        )
+        await drop_snapshot(actor, operation_id, plan.snapshot.snapshot_id, cause.message)
         raise reraise(
             error,
             f"actor {actor.key}'s node {plan.upload_from.node} is full and its paused snapshot could not be "
             "moved off it; it stays PAUSED: ",
         ) from error
     show_step("detach: finalize")
-    try:
-        await db_step(
-            "complete_suspend",
-            CompleteSnapshotInput(
-                actor=actor,
-                operation_id=operation_id,
-                snapshot_id=plan.snapshot.snapshot_id,
-                manifest=done.manifest,
-                size_bytes=done.size_bytes,
-            ),
-        )
-    except ACTIVITY_FAILURES as error:
-        raise reraise(error) from error
+    await settle_snapshot("complete_suspend", actor, operation_id, plan.snapshot.snapshot_id, done)
     return plan.snapshot.generation

@@ -25,8 +25,10 @@ from workflows.steps import (
     atelet_step,
     counted,
     db_step,
+    drop_snapshot,
     failure_of,
     reraise,
+    settle_snapshot,
     show_step,
 )
 
@@ -35,7 +37,6 @@ with workflow.unsafe.imports_passed_through():
         AteletCheckpointInput,
         AteletCheckpointResult,
         BeginSuspendInput,
-        CompleteSnapshotInput,
         Operation,
         PauseActorInput,
         PauseActorResult,
@@ -87,34 +88,13 @@ class PauseActorWorkflow:
         except ACTIVITY_FAILURES as error:
             cause = failure_of(error)
             show_step("rollback")
-            await db_step(
-                "rollback_suspend",
-                CompleteSnapshotInput(
-                    actor=actor,
-                    operation_id=operation_id,
-                    snapshot_id=plan.snapshot.snapshot_id,
-                    manifest={"error": cause.message},
-                    size_bytes=0,
-                ),
-            )
+            await drop_snapshot(actor, operation_id, plan.snapshot.snapshot_id, cause.message)
             raise reraise(error, f"pause of actor {actor.key} failed; it keeps running: ") from error
         timings["atelet"] = workflow.time() - started
         timings.update({f"atelet_{k}": v for k, v in done.timings.items()})
         show_step("finalize")
         started = workflow.time()
-        try:
-            await db_step(
-                "complete_pause",
-                CompleteSnapshotInput(
-                    actor=actor,
-                    operation_id=operation_id,
-                    snapshot_id=plan.snapshot.snapshot_id,
-                    manifest=done.manifest,
-                    size_bytes=done.size_bytes,
-                ),
-            )
-        except ACTIVITY_FAILURES as error:
-            raise reraise(error) from error
+        await settle_snapshot("complete_pause", actor, operation_id, plan.snapshot.snapshot_id, done)
         timings["finalize"] = workflow.time() - started
         show_step("done")
         return PauseActorResult(

@@ -13,6 +13,9 @@ from temporalio import workflow
 from temporalio.common import RetryPolicy
 from temporalio.exceptions import ActivityError, ApplicationError
 
+with workflow.unsafe.imports_passed_through():
+    from workflows.types import ActorRef, AteletCheckpointResult, CompleteSnapshotInput
+
 T = TypeVar("T")
 
 _DB_RETRY = RetryPolicy(
@@ -108,3 +111,34 @@ async def counted(operation: str, body: Awaitable[T], outcome: Callable[[T], str
         raise
     record_operation(operation, outcome(result), started)
     return result
+
+
+async def drop_snapshot(actor: ActorRef, operation_id: str, snapshot_id: int, error: str) -> None:
+    """`rollback_suspend`: a checkpoint or upload failed for good; the actor goes back to the
+    state the operation started from and the PENDING snapshot row is dropped, `error` recorded."""
+    await db_step(
+        "rollback_suspend",
+        CompleteSnapshotInput(
+            actor=actor, operation_id=operation_id, snapshot_id=snapshot_id, manifest={"error": error}, size_bytes=0
+        ),
+    )
+
+
+async def settle_snapshot(
+    activity: str, actor: ActorRef, operation_id: str, snapshot_id: int, done: AteletCheckpointResult
+) -> None:
+    """`complete_suspend` / `complete_pause`: the snapshot COMPLETED with the manifest the atelet
+    wrote (never without it), the actor in its resting state; a failure is re-raised for the API."""
+    try:
+        await db_step(
+            activity,
+            CompleteSnapshotInput(
+                actor=actor,
+                operation_id=operation_id,
+                snapshot_id=snapshot_id,
+                manifest=done.manifest,
+                size_bytes=done.size_bytes,
+            ),
+        )
+    except ACTIVITY_FAILURES as error:
+        raise reraise(error) from error

@@ -30,8 +30,10 @@ from workflows.steps import (
     atelet_step,
     counted,
     db_step,
+    drop_snapshot,
     failure_of,
     reraise,
+    settle_snapshot,
     show_step,
 )
 
@@ -42,7 +44,6 @@ with workflow.unsafe.imports_passed_through():
         AteletCheckpointResult,
         AteletCopyInput,
         BeginSuspendInput,
-        CompleteSnapshotInput,
         Operation,
         SnapshotStorage,
         SuspendActorInput,
@@ -116,35 +117,14 @@ class SuspendActorWorkflow:
         except ACTIVITY_FAILURES as error:
             cause = failure_of(error)
             show_step("rollback")
-            await db_step(
-                "rollback_suspend",
-                CompleteSnapshotInput(
-                    actor=actor,
-                    operation_id=operation_id,
-                    snapshot_id=plan.snapshot.snapshot_id,
-                    manifest={"error": cause.message},
-                    size_bytes=0,
-                ),
-            )
+            await drop_snapshot(actor, operation_id, plan.snapshot.snapshot_id, cause.message)
             kept = "it stays PAUSED" if plan.upload_from is not None else "it keeps running"
             raise reraise(error, f"suspend of actor {actor.key} failed; {kept}: ") from error
         timings["atelet"] = workflow.time() - started
         timings.update({f"atelet_{k}": v for k, v in done.timings.items()})
         show_step("finalize")
         started = workflow.time()
-        try:
-            await db_step(
-                "complete_suspend",
-                CompleteSnapshotInput(
-                    actor=actor,
-                    operation_id=operation_id,
-                    snapshot_id=plan.snapshot.snapshot_id,
-                    manifest=done.manifest,
-                    size_bytes=done.size_bytes,
-                ),
-            )
-        except ACTIVITY_FAILURES as error:
-            raise reraise(error) from error
+        await settle_snapshot("complete_suspend", actor, operation_id, plan.snapshot.snapshot_id, done)
         timings["finalize"] = workflow.time() - started
         upload_id = None
         if plan.snapshot.storage == SnapshotStorage.LOCAL:

@@ -7,9 +7,8 @@ from typing import Any
 
 from activities.store.errors import NotFound
 from activities.store.placement import PlacementMixin
-from activities.store.snapshot_names import snapshot_uri
 from activities.store.sql import QUERIES as Q
-from workflows.types import GoldenPlan, SnapshotRef, SnapshotScope, SnapshotStorage, template_workflow_id
+from workflows.types import GoldenPlan, SnapshotScope, template_workflow_id
 
 
 class GoldenMixin(PlacementMixin):
@@ -49,22 +48,8 @@ class GoldenMixin(PlacementMixin):
             if existing is not None:
                 snapshot = await self._snapshot_ref(connection, existing["id"])
             else:
-                generation = await connection.fetchval(Q["next_generation"], owner)
-                location = str((spec.get("snapshotConfig") or {}).get("storageLocation") or "")
-                uri = snapshot_uri(location, owner, generation, operation_id)
-                snapshot_id = await connection.fetchval(
-                    Q["insert_snapshot"],
-                    owner,
-                    generation,
-                    SnapshotScope.FULL.value,
-                    uri,
-                    str(spec.get("sandboxClass") or "gvisor"),
-                    operation_id,
-                    None,
-                    SnapshotStorage.EXTERNAL.value,
-                )
-                snapshot = SnapshotRef(
-                    snapshot_id=snapshot_id, generation=generation, scope=SnapshotScope.FULL, uri=uri
+                snapshot = await self._reserve_snapshot(
+                    connection, owner=owner, operation_id=operation_id, spec=spec, scope=SnapshotScope.FULL
                 )
             worker = await self._worker_ref(connection, worker_id)
             return GoldenPlan(worker=worker, snapshot=snapshot, spec=spec)

@@ -11,9 +11,9 @@ import asyncpg
 
 from activities.store.errors import FailedPrecondition, NoCapacity, NotFound, PinnedNodeFull, VersionConflict
 from activities.store.placement import NODE_LIVENESS_SECONDS, PlacementMixin, limits_of
-from activities.store.snapshot_names import LOCAL_LOCATION, pause_scope_of, snapshot_uri
+from activities.store.snapshot_names import pause_scope_of
 from activities.store.sql import QUERIES as Q
-from workflows.types import ActorRef, ActorState, PausePlan, SnapshotRef, SnapshotStorage, SuspendPlan
+from workflows.types import ActorRef, ActorState, PausePlan, SnapshotRef, SuspendPlan
 
 
 class PauseMixin(PlacementMixin):
@@ -115,22 +115,16 @@ class PauseMixin(PlacementMixin):
             spec = actor["spec"]
             worker = await self._worker_ref(connection, actor["worker_id"])
             owner = ref.workflow_id
-            generation = await connection.fetchval(Q["next_generation"], owner)
-            scope = pause_scope_of(spec)
-            uri = snapshot_uri(LOCAL_LOCATION, owner, generation, operation_id)
-            snapshot_id = await connection.fetchval(
-                Q["insert_snapshot"],
-                owner,
-                generation,
-                scope.value,
-                uri,
-                str(spec.get("sandboxClass") or "gvisor"),
-                operation_id,
-                worker.node,
-                SnapshotStorage.LOCAL.value,
+            snapshot = await self._reserve_snapshot(
+                connection,
+                owner=owner,
+                operation_id=operation_id,
+                spec=spec,
+                scope=pause_scope_of(spec),
+                local_node=worker.node,
             )
             updated = await connection.fetchval(
-                Q["mark_actor_pausing"], ref.atespace, ref.name, actor["version"], operation_id, snapshot_id
+                Q["mark_actor_pausing"], ref.atespace, ref.name, actor["version"], operation_id, snapshot.snapshot_id
             )
             if updated is None:
                 raise VersionConflict("concurrent update conflict, please retry")
@@ -141,14 +135,6 @@ class PauseMixin(PlacementMixin):
                 ref.name,
                 "PauseActor",
                 f"{worker.pool}/{worker.name}",
-            )
-            snapshot = SnapshotRef(
-                snapshot_id=snapshot_id,
-                generation=generation,
-                scope=scope,
-                uri=uri,
-                storage=SnapshotStorage.LOCAL,
-                node=worker.node,
             )
             return PausePlan(already_paused=False, worker=worker, snapshot=snapshot)
 

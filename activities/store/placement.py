@@ -12,6 +12,7 @@ from activities.store.errors import (
     NoMatchingWorker,
     NotFound,
 )
+from activities.store.snapshot_names import LOCAL_LOCATION, snapshot_uri
 from activities.store.sql import QUERIES as Q
 from workflows.quantities import parse_cpu_millis, parse_memory_bytes
 from workflows.types import (
@@ -68,6 +69,43 @@ class PlacementMixin:
             manifest=row["manifest"],
             storage=SnapshotStorage(row["storage"]),
             node=row["node"],
+        )
+
+    async def _reserve_snapshot(
+        self,
+        connection: asyncpg.Connection,
+        *,
+        owner: str,
+        operation_id: str,
+        spec: dict[str, Any],
+        scope: SnapshotScope,
+        local_node: str | None = None,
+    ) -> SnapshotRef:
+        """Record the owner's next generation as a PENDING snapshot, inside the caller's transaction.
+
+        EXTERNAL in the template's storage location, or LOCAL on `local_node` when given. The
+        generation is max+1 of the owner's (the caller holds the owner's row lock; UNIQUE
+        (owner, generation) backs it).
+        """
+        generation = await connection.fetchval(Q["next_generation"], owner)
+        location = (
+            LOCAL_LOCATION if local_node else str((spec.get("snapshotConfig") or {}).get("storageLocation") or "")
+        )
+        storage = SnapshotStorage.LOCAL if local_node else SnapshotStorage.EXTERNAL
+        uri = snapshot_uri(location, owner, generation, operation_id)
+        snapshot_id = await connection.fetchval(
+            Q["insert_snapshot"],
+            owner,
+            generation,
+            scope.value,
+            uri,
+            str(spec.get("sandboxClass") or "gvisor"),
+            operation_id,
+            local_node,
+            storage.value,
+        )
+        return SnapshotRef(
+            snapshot_id=snapshot_id, generation=generation, scope=scope, uri=uri, storage=storage, node=local_node
         )
 
     async def _place(

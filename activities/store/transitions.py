@@ -9,9 +9,9 @@ from typing import Any
 
 from activities.store.errors import FailedPrecondition, NoCapacity, NotFound, VersionConflict
 from activities.store.pause import PauseMixin
-from activities.store.snapshot_names import LOCAL_LOCATION, commit_scope_of, snapshot_uri
+from activities.store.snapshot_names import commit_scope_of
 from activities.store.sql import QUERIES as Q
-from workflows.types import ActorRef, ActorState, ResumePlan, SnapshotRef, SnapshotStorage, SuspendPlan
+from workflows.types import ActorRef, ActorState, ResumePlan, SnapshotStorage, SuspendPlan
 
 
 class TransitionsMixin(PauseMixin):
@@ -164,28 +164,17 @@ class TransitionsMixin(PauseMixin):
             if local is not None:
                 await self._node_atelet(connection, ref, local)  # refuse before marking when the node is gone
             owner = ref.workflow_id
-            generation = await connection.fetchval(Q["next_generation"], owner)
             # An upload keeps the scope the pause wrote; a checkpoint writes the onCommit scope.
-            scope = local.scope if local is not None else commit_scope_of(spec)
-            keep_local = worker is not None and mode == "async"
-            location = (
-                LOCAL_LOCATION if keep_local else str((spec.get("snapshotConfig") or {}).get("storageLocation") or "")
-            )
-            uri = snapshot_uri(location, owner, generation, operation_id)
-            storage = SnapshotStorage.LOCAL if keep_local else SnapshotStorage.EXTERNAL
-            snapshot_id = await connection.fetchval(
-                Q["insert_snapshot"],
-                owner,
-                generation,
-                scope.value,
-                uri,
-                str(spec.get("sandboxClass") or "gvisor"),
-                operation_id,
-                worker.node if keep_local and worker is not None else None,
-                storage.value,
+            snapshot = await self._reserve_snapshot(
+                connection,
+                owner=owner,
+                operation_id=operation_id,
+                spec=spec,
+                scope=local.scope if local is not None else commit_scope_of(spec),
+                local_node=worker.node if worker is not None and mode == "async" else None,
             )
             updated = await connection.fetchval(
-                Q["mark_actor_suspending"], ref.atespace, ref.name, actor["version"], operation_id, snapshot_id
+                Q["mark_actor_suspending"], ref.atespace, ref.name, actor["version"], operation_id, snapshot.snapshot_id
             )
             if updated is None:
                 raise VersionConflict("concurrent update conflict, please retry")
@@ -196,14 +185,6 @@ class TransitionsMixin(PauseMixin):
                 ref.name,
                 "SuspendActor",
                 f"{worker.pool}/{worker.name}" if worker else f"upload from {local.node if local else '?'}",
-            )
-            snapshot = SnapshotRef(
-                snapshot_id=snapshot_id,
-                generation=generation,
-                scope=scope,
-                uri=uri,
-                storage=storage,
-                node=worker.node if keep_local and worker is not None else None,
             )
             if local is not None:
                 return await self._upload_plan(connection, ref, local.snapshot_id, snapshot)

@@ -14,9 +14,8 @@ from typing import Any
 
 from activities.store.errors import FailedPrecondition, NotFound
 from activities.store.placement import NODE_LIVENESS_SECONDS, PlacementMixin
-from activities.store.snapshot_names import snapshot_uri
 from activities.store.sql import QUERIES as Q
-from workflows.types import ActorRef, SnapshotRef, SnapshotStorage, UploadPlan
+from workflows.types import ActorRef, UploadPlan
 
 
 class UploadsMixin(PlacementMixin):
@@ -48,22 +47,9 @@ class UploadsMixin(PlacementMixin):
             if existing is not None:
                 destination = await self._snapshot_ref(connection, existing["id"])
             else:
-                spec: dict[str, Any] = actor["spec"]
-                generation = await connection.fetchval(Q["next_generation"], owner)
-                location = str((spec.get("snapshotConfig") or {}).get("storageLocation") or "")
-                uri = snapshot_uri(location, owner, generation, operation_id)
-                snapshot_id = await connection.fetchval(
-                    Q["insert_snapshot"],
-                    owner,
-                    generation,
-                    source.scope.value,
-                    uri,
-                    str(spec.get("sandboxClass") or "gvisor"),
-                    operation_id,
-                    None,
-                    SnapshotStorage.EXTERNAL.value,
+                destination = await self._reserve_snapshot(
+                    connection, owner=owner, operation_id=operation_id, spec=actor["spec"], scope=source.scope
                 )
-                destination = SnapshotRef(snapshot_id=snapshot_id, generation=generation, scope=source.scope, uri=uri)
             return UploadPlan(needed=True, source=source, destination=destination, atelet_address=str(row["address"]))
 
     async def complete_upload(
