@@ -26,6 +26,10 @@ from workflows.types import TASK_QUEUE, WORKFLOW_TASK_TIMEOUT, Operation
 
 ResultT = TypeVar("ResultT")
 
+CLOSING_GRACE_SECONDS = 3.0
+"""How long a request waits for another kind of operation's workflow to close when Postgres
+already shows no operation in flight on the actor (see `start_or_attach`)."""
+
 # Workflow failure types that are a user-facing reason of their own; anything else is Internal.
 _REASONS = {"NotFound", "FailedPrecondition", "NoCapacity", "NoMatchingWorker", "InvalidArgument", "AlreadyExists"}
 
@@ -75,21 +79,45 @@ async def start_or_attach(
     name: str,
     result_type: type[ResultT],
     subject: str,
+    closing_grace_seconds: float = 0.0,
 ) -> WorkflowHandle[Any, ResultT]:
     """Start `operation` under `workflow_id`, or attach to a running workflow of the same kind.
 
+    Args:
+        closing_grace_seconds: when a workflow of another kind holds the ID, wait this long for
+            it to close before refusing. Callers pass a few seconds when Postgres shows no
+            operation in flight on the actor: the holder has then done its work and is only
+            closing (a resume answers "already RUNNING" as soon as its last step committed, so
+            a suspend sent right after would otherwise meet the resume's closing workflow).
+
     Raises:
-        OperationInProgress: a workflow of another kind holds the ID.
+        OperationInProgress: a workflow of another kind holds the ID (after the grace).
     """
     handle, running = await _start_or_running(
         client, operation, argument, workflow_id=workflow_id, atespace=atespace, name=name, result_type=result_type
     )
     if running is None or running == operation.value:
         return handle
+    if closing_grace_seconds > 0 and await _closed_within(client, workflow_id, handle.run_id, closing_grace_seconds):
+        return await start_or_attach(
+            client, operation, argument, workflow_id=workflow_id, atespace=atespace, name=name,
+            result_type=result_type, subject=subject,
+        )  # fmt: skip
     raise OperationInProgress(
         "another operation is in progress for this actor",
         {"operation": running, "actor": subject, "workflow_id": workflow_id},
     )
+
+
+async def _closed_within(client: Client, workflow_id: str, run_id: str | None, seconds: float) -> bool:
+    """Whether the workflow run closes (in any way) within `seconds`."""
+    try:
+        await asyncio.wait_for(client.get_workflow_handle(workflow_id, run_id=run_id).result(), seconds)
+    except TimeoutError:
+        return False
+    except Exception:
+        pass
+    return True
 
 
 async def take_over(

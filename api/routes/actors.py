@@ -13,7 +13,7 @@ from api.deps import SettingsDep, StoreDep, TemporalDep
 from api.errors import ApiError, InvalidArgument
 from api.metrics import timed
 from api.names import check_name
-from api.operations import start_or_attach, take_over, wait_result
+from api.operations import CLOSING_GRACE_SECONDS, start_or_attach, take_over, wait_result
 from api.schemas import (
     ActorCreate,
     ActorList,
@@ -218,6 +218,7 @@ async def resume_actor(
             name=name,
             result_type=ResumeActorResult,
             subject=f"actor {ref.key}",
+            closing_grace_seconds=CLOSING_GRACE_SECONDS if actor.operation is None else 0.0,
         )
         await wait_result(handle, timeout, f"actor {ref.key}", "resume")
         return actor_view(await store.get_actor(ref))
@@ -250,6 +251,7 @@ async def suspend_actor(
             name=name,
             result_type=SuspendActorResult,
             subject=f"actor {ref.key}",
+            closing_grace_seconds=CLOSING_GRACE_SECONDS if actor.operation is None else 0.0,
         )
         await wait_result(handle, timeout, f"actor {ref.key}", "suspend")
         return actor_view(await store.get_actor(ref))
@@ -282,6 +284,7 @@ async def pause_actor(
             name=name,
             result_type=PauseActorResult,
             subject=f"actor {ref.key}",
+            closing_grace_seconds=CLOSING_GRACE_SECONDS if actor.operation is None else 0.0,
         )
         await wait_result(handle, timeout, f"actor {ref.key}", "pause")
         return actor_view(await store.get_actor(ref))

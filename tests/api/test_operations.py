@@ -1,0 +1,113 @@
+"""The per-actor workflow-ID lock of `api.operations` on a real Temporal dev server.
+
+ARCHITECTURE.md: a request of the same kind attaches to the running workflow; a request of a
+different kind fails fast with `another operation is in progress for this actor`. One refinement,
+checked here: when Postgres already shows no operation in flight (the holder is only closing,
+as a resume is once its last step committed), the request waits a short grace for it to close
+and then starts, instead of failing. The workflows under the lock here are stand-ins with the
+product's type names that sleep for a set time, on a worker of this test.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import socket
+import uuid
+from collections.abc import AsyncIterator, Iterator
+from datetime import timedelta
+
+import pytest
+from temporalio import workflow
+from temporalio.client import Client
+from temporalio.worker import Worker
+
+from api.errors import OperationInProgress
+from api.operations import start_or_attach
+from ate.dev.temporal import dev_server_child
+from workflows.types import TASK_QUEUE, Operation
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port: int = s.getsockname()[1]
+        return port
+
+
+@workflow.defn(name=Operation.RESUME.value, sandboxed=False)
+class SleepingResume:
+    """Stands in for ResumeActor: holds the actor's workflow ID for `seconds`."""
+
+    @workflow.run
+    async def run(self, seconds: float) -> None:
+        await workflow.sleep(timedelta(seconds=seconds))
+
+
+@workflow.defn(name=Operation.SUSPEND.value, sandboxed=False)
+class QuickSuspend:
+    """Stands in for SuspendActor: returns at once."""
+
+    @workflow.run
+    async def run(self, _argument: object) -> str:
+        return "suspended"
+
+
+@pytest.fixture(scope="module")
+def temporal_address(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """A Temporal dev server (with ate's search attributes) for this module."""
+    base = tmp_path_factory.mktemp("temporal")
+    port = free_port()
+    child = dev_server_child(base, base / "temporal.log", port=port, ui_port=free_port())
+    child.start()
+    try:
+        child.wait_ready(60)
+        yield f"127.0.0.1:{port}"
+    finally:
+        child.stop(timeout=15)
+
+
+@pytest.fixture
+async def client(temporal_address: str) -> AsyncIterator[Client]:
+    connected = await Client.connect(temporal_address)
+    async with Worker(connected, task_queue=TASK_QUEUE, workflows=[SleepingResume, QuickSuspend]):
+        yield connected
+
+
+async def hold_with_resume(client: Client, workflow_id: str, seconds: float) -> None:
+    await client.start_workflow(
+        Operation.RESUME.value, seconds, id=workflow_id, task_queue=TASK_QUEUE, task_timeout=timedelta(seconds=3)
+    )
+
+
+async def suspend(client: Client, workflow_id: str, grace: float) -> str:
+    handle = await start_or_attach(
+        client, Operation.SUSPEND, None, workflow_id=workflow_id, atespace="t", name="a1",
+        result_type=str, subject="actor t/a1", closing_grace_seconds=grace,
+    )  # fmt: skip
+    return await handle.result()
+
+
+async def test_a_different_operation_fails_fast_without_grace(client: Client) -> None:
+    workflow_id = f"actor/t/{uuid.uuid4().hex[:8]}"
+    await hold_with_resume(client, workflow_id, 30.0)
+    with pytest.raises(OperationInProgress) as refused:
+        await suspend(client, workflow_id, grace=0.0)
+    assert refused.value.message == "another operation is in progress for this actor"
+    assert refused.value.details["operation"] == "ResumeActor"
+    await client.get_workflow_handle(workflow_id).terminate("test done")
+
+
+async def test_a_closing_operation_is_waited_for_within_the_grace(client: Client) -> None:
+    workflow_id = f"actor/t/{uuid.uuid4().hex[:8]}"
+    await hold_with_resume(client, workflow_id, 1.0)  # closes in about a second
+    assert await suspend(client, workflow_id, grace=10.0) == "suspended"
+    described = await client.get_workflow_handle(workflow_id).describe()
+    assert described.workflow_type == "SuspendActor"
+
+
+async def test_an_operation_still_running_after_the_grace_is_refused(client: Client) -> None:
+    workflow_id = f"actor/t/{uuid.uuid4().hex[:8]}"
+    await hold_with_resume(client, workflow_id, 30.0)
+    with pytest.raises(OperationInProgress):
+        await asyncio.wait_for(suspend(client, workflow_id, grace=0.5), 20)
+    await client.get_workflow_handle(workflow_id).terminate("test done")
