@@ -193,6 +193,45 @@ async def actor_operations(
     return {"items": [operation_view(o) for o in await store.actor_operations(ref, limit)]}
 
 
+async def _operate(
+    store: StoreDep,
+    temporal: TemporalDep,
+    ref: ActorRef,
+    operation: Operation,
+    argument: object,
+    result_type: type[object],
+    resting: ActorState,
+    timeout: float,
+) -> ActorPublic:
+    """Run `operation` on the actor under its workflow-ID lock and return the actor after it.
+
+    Answers at once when the actor already rests in `resting` (the router relies on this for
+    resume). When Postgres shows no operation in flight, a workflow of another kind holding the
+    lock is only closing: it is given `CLOSING_GRACE_SECONDS` before the 409.
+    """
+    actor = await store.get_actor(ref)
+    if actor.state == resting:
+        return actor_view(actor)
+    handle = await start_or_attach(
+        temporal,
+        operation,
+        argument,
+        workflow_id=ref.workflow_id,
+        atespace=ref.atespace,
+        name=ref.name,
+        result_type=result_type,
+        subject=f"actor {ref.key}",
+        closing_grace_seconds=CLOSING_GRACE_SECONDS if actor.operation is None else 0.0,
+    )
+    await wait_result(handle, timeout, f"actor {ref.key}", _verb(operation))
+    return actor_view(await store.get_actor(ref))
+
+
+def _verb(operation: Operation) -> str:
+    """`resume`, `suspend`, `pause`...: how error messages name the operation."""
+    return operation.value.removesuffix("Actor").lower()
+
+
 @router.post(PREFIX + "/{name}/resume")
 async def resume_actor(
     atespace: str,
@@ -205,23 +244,11 @@ async def resume_actor(
     """Resume the actor and return it RUNNING (at once when it already runs)."""
     ref = ActorRef(atespace, name)
     with timed(Operation.RESUME.value):
-        actor = await store.get_actor(ref)
-        if actor.state == ActorState.RUNNING:
-            return actor_view(actor)
         timeout = (body.timeout_seconds if body else None) or settings.resume_timeout_seconds
-        handle = await start_or_attach(
-            temporal,
-            Operation.RESUME,
-            ResumeActorInput(actor=ref),
-            workflow_id=ref.workflow_id,
-            atespace=atespace,
-            name=name,
-            result_type=ResumeActorResult,
-            subject=f"actor {ref.key}",
-            closing_grace_seconds=CLOSING_GRACE_SECONDS if actor.operation is None else 0.0,
-        )
-        await wait_result(handle, timeout, f"actor {ref.key}", "resume")
-        return actor_view(await store.get_actor(ref))
+        return await _operate(
+            store, temporal, ref, Operation.RESUME, ResumeActorInput(actor=ref), ResumeActorResult,
+            ActorState.RUNNING, timeout,
+        )  # fmt: skip
 
 
 @router.post(PREFIX + "/{name}/suspend")
@@ -238,23 +265,11 @@ async def suspend_actor(
     workflow uploads it in the background (`upload_pending` until then)."""
     ref = ActorRef(atespace, name)
     with timed(Operation.SUSPEND.value):
-        actor = await store.get_actor(ref)
-        if actor.state == ActorState.SUSPENDED:
-            return actor_view(actor)
         timeout = (body.timeout_seconds if body else None) or settings.suspend_timeout_seconds
-        handle = await start_or_attach(
-            temporal,
-            Operation.SUSPEND,
-            SuspendActorInput(actor=ref, mode=body.mode if body else "sync"),
-            workflow_id=ref.workflow_id,
-            atespace=atespace,
-            name=name,
-            result_type=SuspendActorResult,
-            subject=f"actor {ref.key}",
-            closing_grace_seconds=CLOSING_GRACE_SECONDS if actor.operation is None else 0.0,
+        argument = SuspendActorInput(actor=ref, mode=body.mode if body else "sync")
+        return await _operate(
+            store, temporal, ref, Operation.SUSPEND, argument, SuspendActorResult, ActorState.SUSPENDED, timeout
         )
-        await wait_result(handle, timeout, f"actor {ref.key}", "suspend")
-        return actor_view(await store.get_actor(ref))
 
 
 @router.post(PREFIX + "/{name}/pause")
@@ -271,20 +286,8 @@ async def pause_actor(
     RUNNING (at once when already PAUSED)."""
     ref = ActorRef(atespace, name)
     with timed(Operation.PAUSE.value):
-        actor = await store.get_actor(ref)
-        if actor.state == ActorState.PAUSED:
-            return actor_view(actor)
         timeout = (body.timeout_seconds if body else None) or settings.suspend_timeout_seconds
-        handle = await start_or_attach(
-            temporal,
-            Operation.PAUSE,
-            PauseActorInput(actor=ref),
-            workflow_id=ref.workflow_id,
-            atespace=atespace,
-            name=name,
-            result_type=PauseActorResult,
-            subject=f"actor {ref.key}",
-            closing_grace_seconds=CLOSING_GRACE_SECONDS if actor.operation is None else 0.0,
-        )
-        await wait_result(handle, timeout, f"actor {ref.key}", "pause")
-        return actor_view(await store.get_actor(ref))
+        return await _operate(
+            store, temporal, ref, Operation.PAUSE, PauseActorInput(actor=ref), PauseActorResult,
+            ActorState.PAUSED, timeout,
+        )  # fmt: skip
