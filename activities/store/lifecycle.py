@@ -154,7 +154,13 @@ class LifecycleMixin(PlacementMixin):
         worker_id = await self.pool.fetchval(Q["worker_by_name"], node, worker)
         if worker_id is None:
             raise NotFound(f"worker {worker} of node {node} not found")
-        return await self.crash_actor(ref, worker_id, f"sandbox exited on worker {worker} ({node}): {reason}")
+        crashed = await self.crash_actor(ref, worker_id, f"sandbox exited on worker {worker} ({node}): {reason}")
+        if crashed:
+            # The atelet keeps an exited sandbox's record (and refuses the worker to anyone else)
+            # until it is told to stop it: keep the worker out of placement until a heartbeat
+            # reports it idle (the heartbeat's fencing order makes the atelet free it).
+            await self.fence_worker(worker_id, f"fenced: the sandbox of {ref.key} exited; freed at the next heartbeat")
+        return crashed
 
     async def reconcile_node(self, node: str, reported: dict[str, tuple[str, str] | None]) -> list[FencingOrder]:
         """Compare what an atelet runs with the placements on its workers.

@@ -80,6 +80,20 @@ async def test_sandbox_exit_crashes_a_running_actor_only(stage: Store) -> None:
     assert crashed.state == "CRASHED" and crashed.worker is None
     assert crashed.last_error == f"sandbox exited on worker {actor.worker.name} (n1): exit status 2"
     assert all(w.holders == [] for w in await stage.list_workers())  # its place is free
+    # ...but the atelet still holds the exited sandbox: nothing is placed there until a heartbeat
+    # has it stopped (the fencing order) and reports the worker idle
+    states = {w.name: w.state for w in await stage.list_workers()}
+    assert states[actor.worker.name] == "UNAVAILABLE"
+    other = ActorRef("demo", "a2")
+    await stage.create_actor(other, "counter", {})
+    placed = await stage.begin_resume(other, "r-other")
+    assert placed.worker is not None and placed.worker.name != actor.worker.name
+    exited = {actor.worker.name: ("demo", "a1"), placed.worker.name: None}
+    orders = await stage.register_node("n1", "127.0.0.1:1", "v", [worker("w0"), worker("w1")], exited)
+    assert [(o.worker, o.name) for o in orders] == [(actor.worker.name, "a1")]
+    idle = {actor.worker.name: None, placed.worker.name: None}
+    await stage.register_node("n1", "127.0.0.1:1", "v", [worker("w0"), worker("w1")], idle)
+    assert {w.name: w.state for w in await stage.list_workers()}[actor.worker.name] == "ACTIVE"
     plan = await stage.begin_revert(ref, "v1")
     assert (plan.from_state, plan.worker) == ("CRASHED", None)
     await stage.finish_revert(ref, "v1", "reverted from CRASHED")
