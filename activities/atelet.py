@@ -17,21 +17,20 @@ from temporalio.exceptions import ApplicationError
 
 from activities.errors import from_grpc_error
 from activities.store import Store
-from ate.failpoints import failpoint
 from atelet.proto import atelet_pb2 as pb
 from atelet.proto import atelet_pb2_grpc as pb_grpc
-from workflows.quantities import parse_cpu_millis, parse_memory_bytes
-from workflows.types import (
-    ActorRef,
+from domain.failpoints import failpoint
+from domain.operations.atelet_calls import (
     AteletCheckpointInput,
     AteletCheckpointResult,
     AteletCopyInput,
     AteletRunInput,
     AteletRunResult,
     AteletTerminateInput,
-    SnapshotScope,
-    WorkerRef,
 )
+from domain.quantities import parse_cpu_millis, parse_memory_bytes
+from domain.refs import ActorRef, WorkerRef
+from domain.states import SnapshotScope
 
 _SCOPES = {SnapshotScope.FULL: pb.SNAPSHOT_SCOPE_FULL, SnapshotScope.DATA: pb.SNAPSHOT_SCOPE_DATA}
 

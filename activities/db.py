@@ -10,21 +10,13 @@ from temporalio import activity
 
 from activities.errors import from_store_error
 from activities.store import Store, StoreError
-from ate.failpoints import failpoint
-from workflows.types import (
-    BeginResumeInput,
-    BeginSuspendInput,
-    CompleteSnapshotInput,
-    CompleteUploadInput,
-    FinishInput,
-    GoldenPlan,
-    GoldenSnapshotInput,
-    PausePlan,
-    ResumePlan,
-    SuspendPlan,
-    UploadInput,
-    UploadPlan,
-)
+from domain.failpoints import failpoint
+from domain.operations.common import FinishInput
+from domain.operations.golden import GoldenPlan, GoldenSnapshotInput
+from domain.operations.pause import PausePlan
+from domain.operations.resume import BeginResumeInput, ResumePlan
+from domain.operations.suspend import BeginSuspendInput, CompleteSnapshotInput, SuspendPlan
+from domain.operations.upload import CompleteUploadInput, UploadInput, UploadPlan
 
 
 class DbActivities:

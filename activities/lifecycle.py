@@ -15,22 +15,13 @@ from temporalio.exceptions import ApplicationError
 from activities.atelet import AteletActivities, call_id
 from activities.errors import from_grpc_error, from_store_error
 from activities.store import Store, StoreError
-from ate.failpoints import failpoint
 from atelet.proto import atelet_pb2 as pb
-from workflows.types import (
-    ActorOperation,
-    BeginDrainInput,
-    CrashInput,
-    DeleteSnapshotInput,
-    DrainPlan,
-    FenceInput,
-    FinishRevertInput,
-    GarbageSnapshot,
-    Leftover,
-    RevertPlan,
-    SnapshotGcInput,
-    SnapshotStorage,
-)
+from domain.failpoints import failpoint
+from domain.operations.common import ActorOperation
+from domain.operations.drain import BeginDrainInput, CrashInput, DrainPlan, Leftover
+from domain.operations.revert import FenceInput, FinishRevertInput, RevertPlan
+from domain.operations.snapshot_gc import DeleteSnapshotInput, GarbageSnapshot, SnapshotGcInput
+from domain.states import SnapshotStorage
 
 
 class LifecycleActivities:

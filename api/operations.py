@@ -14,6 +14,8 @@ from typing import Any, TypeVar
 
 from temporalio.client import Client, WorkflowFailureError, WorkflowHandle
 from temporalio.common import (
+    SearchAttributeKey,
+    SearchAttributePair,
     TypedSearchAttributes,
     WorkflowIDConflictPolicy,
 )
@@ -21,8 +23,8 @@ from temporalio.exceptions import ApplicationError, WorkflowAlreadyStartedError
 from temporalio.service import RPCError
 
 from api.errors import ApiError, OperationInProgress, Timeout
-from workflows.search_attributes import operation_attributes
-from workflows.types import TASK_QUEUE, WORKFLOW_TASK_TIMEOUT, Operation
+from domain.states import Operation
+from domain.temporal import TASK_QUEUE, WORKFLOW_TASK_TIMEOUT, search_attribute_values
 
 ResultT = TypeVar("ResultT")
 
@@ -36,7 +38,8 @@ _REASONS = {"NotFound", "FailedPrecondition", "NoCapacity", "NoMatchingWorker", 
 
 def search_attributes(atespace: str, name: str, operation: Operation) -> TypedSearchAttributes:
     """`AteAtespace`, `AteActor` and `AteOperation` for a workflow on (atespace, name)."""
-    return operation_attributes(atespace, name, operation.value)
+    values = search_attribute_values(atespace, name, operation.value)
+    return TypedSearchAttributes([SearchAttributePair(SearchAttributeKey.for_keyword(k), v) for k, v in values.items()])
 
 
 async def _start_or_running(

@@ -12,7 +12,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
-from workflows.quantities import parse_cpu_millis, parse_memory_bytes
+from domain.quantities import parse_cpu_millis, parse_memory_bytes
 
 _LABEL = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$"
 _LABEL_KEY = re.compile(r"^([a-z0-9]([-a-z0-9.]*[a-z0-9])?/)?[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?$")

@@ -52,7 +52,6 @@ from typing import Any, TypeVar
 
 from google.protobuf.message import Message
 
-from ate.failpoints import failpoint
 from atelet import metrics, netns, probe, watch
 from atelet.assignments import Assignment, AssignmentStore
 from atelet.bundle import build_config, write_bundle
@@ -72,6 +71,7 @@ from atelet.snapshots import (
     extract_dir,
 )
 from atelet.spec import actor_key, validate_spec
+from domain.failpoints import failpoint
 
 log = logging.getLogger(__name__)
 

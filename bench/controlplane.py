@@ -62,7 +62,10 @@ async def _floor_once(temporal: Any, i: int) -> float:
 
 async def _resume_wf(temporal: Any, name: str) -> float:
     from api.operations import search_attributes
-    from workflows.types import TASK_QUEUE, ActorRef, Operation, ResumeActorInput, ResumeActorResult
+    from domain.operations.resume import ResumeActorInput, ResumeActorResult
+    from domain.refs import ActorRef
+    from domain.states import Operation
+    from domain.temporal import TASK_QUEUE
 
     ref = ActorRef(ATESPACE, name)
     t = time.monotonic()

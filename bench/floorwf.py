@@ -1,7 +1,7 @@
 """The bare-Temporal floor: a workflow of three local activities that do nothing.
 
 Same shape as ResumeActor (three local activities with the options of workflows.steps.db_step)
-and a worker with the settings of workflows.worker.build_worker (WorkerSettings defaults, 20
+and a worker with the settings of temporal_worker.main.build_worker (WorkerSettings defaults, 20
 workflow-task pollers, sticky ratio 0.5, the same Prometheus runtime), on its own task queue of
 the same Temporal server. Run as its own process, like `ate worker`:
 `python -m bench.floorwf --address HOST:PORT` prints `floor: ready` and serves until SIGTERM.
@@ -48,12 +48,12 @@ async def serve(address: str, metrics_listen: str) -> None:
     from temporalio.worker import Worker
     from temporalio.worker.workflow_sandbox import SandboxedWorkflowRunner, SandboxRestrictions
 
-    from workflows.settings import WorkerSettings
+    from temporal_worker.settings import WorkerSettings
 
     settings = WorkerSettings()
     runtime = None
     try:
-        from workflows.worker import metrics_runtime
+        from temporal_worker.main import metrics_runtime
 
         runtime = metrics_runtime(metrics_listen)
     except ImportError:

@@ -27,6 +27,8 @@ PACKAGES = (
     "json",
     "activities",
     "workflows",
+    "domain",
+    "temporal_worker",
     "api",
     "atelet",
     "router",

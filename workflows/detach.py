@@ -24,13 +24,9 @@ from workflows.steps import (
 )
 
 with workflow.unsafe.imports_passed_through():
-    from workflows.types import (
-        ActorRef,
-        AteletCheckpointResult,
-        AteletCopyInput,
-        BeginSuspendInput,
-        SuspendPlan,
-    )
+    from domain.operations.atelet_calls import AteletCheckpointResult, AteletCopyInput
+    from domain.operations.suspend import BeginSuspendInput, SuspendPlan
+    from domain.refs import ActorRef
 
 
 async def detach_paused(actor: ActorRef, resume_operation_id: str) -> int | None:

@@ -24,20 +24,19 @@ from temporalio.workflow import ParentClosePolicy
 from workflows.steps import ACTIVITY_FAILURES, atelet_step, db_step, show_step
 
 with workflow.unsafe.imports_passed_through():
-    from workflows.search_attributes import operation_attributes
-    from workflows.types import (
-        TASK_QUEUE,
-        AteletTerminateInput,
+    from domain.operations.atelet_calls import AteletTerminateInput
+    from domain.operations.drain import (
         BeginDrainInput,
         CrashInput,
         DrainPlan,
         EvictionDeadlineInput,
         EvictionDeadlineResult,
         Leftover,
-        Operation,
-        SuspendActorInput,
-        SuspendActorResult,
     )
+    from domain.operations.suspend import SuspendActorInput, SuspendActorResult
+    from domain.states import Operation
+    from domain.temporal import TASK_QUEUE
+    from workflows.search_attributes import operation_attributes
 
 EVICTION = "EvictionDeadline"
 CHECK_EVERY = timedelta(seconds=10)

@@ -12,21 +12,19 @@ from temporalio import workflow
 from workflows.steps import ACTIVITY_FAILURES, atelet_step, counted, db_step, failure_of, show_step
 
 with workflow.unsafe.imports_passed_through():
-    from workflows.types import (
-        ActorRef,
+    from domain.operations.atelet_calls import (
         AteletCheckpointInput,
         AteletCheckpointResult,
         AteletRunInput,
         AteletRunResult,
         AteletTerminateInput,
-        CompleteSnapshotInput,
-        FinishInput,
-        GoldenPlan,
-        GoldenSnapshotInput,
-        GoldenSnapshotResult,
-        Operation,
-        template_workflow_id,
     )
+    from domain.operations.common import FinishInput
+    from domain.operations.golden import GoldenPlan, GoldenSnapshotInput, GoldenSnapshotResult
+    from domain.operations.suspend import CompleteSnapshotInput
+    from domain.refs import ActorRef
+    from domain.states import Operation
+    from domain.temporal import template_workflow_id
 
 
 @workflow.defn(name=Operation.GOLDEN_SNAPSHOT.value)

@@ -33,15 +33,10 @@ from workflows.steps import (
 )
 
 with workflow.unsafe.imports_passed_through():
-    from workflows.types import (
-        AteletCheckpointInput,
-        AteletCheckpointResult,
-        BeginSuspendInput,
-        Operation,
-        PauseActorInput,
-        PauseActorResult,
-        PausePlan,
-    )
+    from domain.operations.atelet_calls import AteletCheckpointInput, AteletCheckpointResult
+    from domain.operations.pause import PauseActorInput, PauseActorResult, PausePlan
+    from domain.operations.suspend import BeginSuspendInput
+    from domain.states import Operation
 
 
 @workflow.defn(name=Operation.PAUSE.value)

@@ -29,18 +29,11 @@ from workflows.steps import (
 )
 
 with workflow.unsafe.imports_passed_through():
-    from workflows.types import (
-        AteletRunInput,
-        AteletRunResult,
-        AteletTerminateInput,
-        BeginResumeInput,
-        FenceInput,
-        FinishInput,
-        Operation,
-        ResumeActorInput,
-        ResumeActorResult,
-        ResumePlan,
-    )
+    from domain.operations.atelet_calls import AteletRunInput, AteletRunResult, AteletTerminateInput
+    from domain.operations.common import FinishInput
+    from domain.operations.resume import BeginResumeInput, ResumeActorInput, ResumeActorResult, ResumePlan
+    from domain.operations.revert import FenceInput
+    from domain.states import Operation
 
 
 @workflow.defn(name=Operation.RESUME.value)

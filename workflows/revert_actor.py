@@ -25,16 +25,10 @@ from workflows.steps import (
 )
 
 with workflow.unsafe.imports_passed_through():
-    from workflows.types import (
-        ActorOperation,
-        AteletTerminateInput,
-        FenceInput,
-        FinishRevertInput,
-        Operation,
-        RevertActorInput,
-        RevertActorResult,
-        RevertPlan,
-    )
+    from domain.operations.atelet_calls import AteletTerminateInput
+    from domain.operations.common import ActorOperation
+    from domain.operations.revert import FenceInput, FinishRevertInput, RevertActorInput, RevertActorResult, RevertPlan
+    from domain.states import Operation
 
 
 @workflow.defn(name=Operation.REVERT.value)

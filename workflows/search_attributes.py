@@ -1,54 +1,15 @@
-"""ate's search attributes: their keys, the values of one operation, and their registration on a
-Temporal namespace when they are missing."""
+"""The search attributes a workflow sets on the workflows it starts (UploadSnapshot), as Temporal's
+typed values; their names and values come from `domain.temporal`, their registration on a
+namespace is the worker's (`temporal_worker.search_attributes`)."""
 
 from __future__ import annotations
 
-import logging
-
-from temporalio.api.enums.v1 import IndexedValueType
-from temporalio.api.operatorservice.v1 import (
-    AddSearchAttributesRequest,
-    ListSearchAttributesRequest,
-)
-from temporalio.client import Client
 from temporalio.common import SearchAttributeKey, SearchAttributePair, TypedSearchAttributes
 
-from workflows.types import SEARCH_ATTRIBUTES
-
-log = logging.getLogger(__name__)
-
-ATESPACE = SearchAttributeKey.for_keyword("AteAtespace")
-ACTOR = SearchAttributeKey.for_keyword("AteActor")
-OPERATION = SearchAttributeKey.for_keyword("AteOperation")
+from domain.temporal import search_attribute_values
 
 
 def operation_attributes(atespace: str, name: str, operation: str) -> TypedSearchAttributes:
     """`AteAtespace`, `AteActor` and `AteOperation` of a workflow acting on (atespace, name)."""
-    return TypedSearchAttributes(
-        [
-            SearchAttributePair(ATESPACE, atespace),
-            SearchAttributePair(ACTOR, name),
-            SearchAttributePair(OPERATION, operation),
-        ]
-    )
-
-
-async def ensure_search_attributes(client: Client, namespace: str) -> None:
-    """Add `AteAtespace`, `AteActor`, `AteOperation` (Keyword) to `namespace` if absent.
-
-    A server that refuses (no operator rights) is logged, not fatal: the dev server gets them
-    from `--search-attribute` flags.
-    """
-    try:
-        listed = await client.operator_service.list_search_attributes(ListSearchAttributesRequest(namespace=namespace))
-        missing = [name for name in SEARCH_ATTRIBUTES if name not in listed.custom_attributes]
-        if missing:
-            await client.operator_service.add_search_attributes(
-                AddSearchAttributesRequest(
-                    namespace=namespace,
-                    search_attributes={name: IndexedValueType.INDEXED_VALUE_TYPE_KEYWORD for name in missing},
-                )
-            )
-            log.info("registered search attributes %s", missing)
-    except Exception as error:
-        log.warning("could not check/register search attributes: %s", error)
+    values = search_attribute_values(atespace, name, operation)
+    return TypedSearchAttributes([SearchAttributePair(SearchAttributeKey.for_keyword(k), v) for k, v in values.items()])

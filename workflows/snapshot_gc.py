@@ -17,10 +17,7 @@ from temporalio import workflow
 from workflows.steps import ACTIVITY_FAILURES, atelet_step, db_step, show_step
 
 with workflow.unsafe.imports_passed_through():
-    from workflows.types import DeleteSnapshotInput, GarbageSnapshot, SnapshotGcInput
-
-SNAPSHOT_GC_WORKFLOW_ID = "snapshot-gc"
-
+    from domain.operations.snapshot_gc import DeleteSnapshotInput, GarbageSnapshot, SnapshotGcInput
 
 @workflow.defn(name="SnapshotGarbageCollection")
 class SnapshotGarbageCollectionWorkflow:

@@ -1,6 +1,6 @@
 """Helpers every ate workflow uses: activity options and the visible current step.
 
-Workflow code only: imports temporalio, the standard library and `workflows.types`.
+Workflow code only: imports temporalio, the standard library and `domain`.
 """
 
 from __future__ import annotations
@@ -14,7 +14,9 @@ from temporalio.common import RetryPolicy
 from temporalio.exceptions import ActivityError, ApplicationError
 
 with workflow.unsafe.imports_passed_through():
-    from workflows.types import ActorRef, AteletCheckpointResult, CompleteSnapshotInput
+    from domain.operations.atelet_calls import AteletCheckpointResult
+    from domain.operations.suspend import CompleteSnapshotInput
+    from domain.refs import ActorRef
 
 T = TypeVar("T")
 

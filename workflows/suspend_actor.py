@@ -38,21 +38,12 @@ from workflows.steps import (
 )
 
 with workflow.unsafe.imports_passed_through():
+    from domain.operations.atelet_calls import AteletCheckpointInput, AteletCheckpointResult, AteletCopyInput
+    from domain.operations.suspend import BeginSuspendInput, SuspendActorInput, SuspendActorResult, SuspendPlan
+    from domain.operations.upload import UploadSnapshotInput, UploadSnapshotResult
+    from domain.states import Operation, SnapshotStorage
+    from domain.temporal import upload_workflow_id
     from workflows.search_attributes import operation_attributes
-    from workflows.types import (
-        AteletCheckpointInput,
-        AteletCheckpointResult,
-        AteletCopyInput,
-        BeginSuspendInput,
-        Operation,
-        SnapshotStorage,
-        SuspendActorInput,
-        SuspendActorResult,
-        SuspendPlan,
-        UploadSnapshotInput,
-        UploadSnapshotResult,
-    )
-    from workflows.upload_snapshot import upload_workflow_id
 
 
 @workflow.defn(name=Operation.SUSPEND.value)

@@ -25,24 +25,18 @@ from temporalio import workflow
 from workflows.steps import ACTIVITY_FAILURES, atelet_step, db_step, failure_of, show_step
 
 with workflow.unsafe.imports_passed_through():
-    from workflows.types import (
-        AteletCheckpointResult,
-        AteletCopyInput,
+    from domain.operations.atelet_calls import AteletCheckpointResult, AteletCopyInput
+    from domain.operations.upload import (
         CompleteUploadInput,
-        Operation,
         UploadInput,
         UploadPlan,
         UploadSnapshotInput,
         UploadSnapshotResult,
     )
+    from domain.states import Operation
 
 FINAL_COPY_FAILURES = frozenset({"AteletNotFound", "AteletFailedPrecondition", "AteletInvalidArgument"})
 """Copy failures no retry can fix: the local snapshot is gone or does not match its manifest."""
-
-
-def upload_workflow_id(atespace: str, name: str, local_snapshot_id: int) -> str:
-    """The ID of the UploadSnapshot workflow of one local snapshot."""
-    return f"upload/{atespace}/{name}/{local_snapshot_id}"
 
 
 @workflow.defn(name=Operation.UPLOAD.value)

@@ -8,7 +8,9 @@ from typing import Any
 from activities.store.errors import NotFound
 from activities.store.placement import PlacementMixin
 from activities.store.sql import QUERIES as Q
-from workflows.types import GoldenPlan, SnapshotScope, template_workflow_id
+from domain.operations.golden import GoldenPlan
+from domain.states import SnapshotScope
+from domain.temporal import template_workflow_id
 
 
 class GoldenMixin(PlacementMixin):

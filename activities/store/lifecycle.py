@@ -16,7 +16,11 @@ import asyncpg
 from activities.store.errors import AlreadyExists, FailedPrecondition, NotFound, VersionConflict
 from activities.store.placement import NODE_LIVENESS_SECONDS, PlacementMixin
 from activities.store.sql import QUERIES as Q
-from workflows.types import ActorRef, ActorState, DrainPlan, GarbageSnapshot, RevertPlan, SnapshotStorage, WorkerRef
+from domain.operations.drain import DrainPlan
+from domain.operations.revert import RevertPlan
+from domain.operations.snapshot_gc import GarbageSnapshot
+from domain.refs import ActorRef, WorkerRef
+from domain.states import ActorState, SnapshotStorage
 
 REVERTABLE = frozenset(
     {ActorState.RUNNING, ActorState.PAUSED, ActorState.CRASHED, ActorState.RESUMING, ActorState.SUSPENDING,

@@ -13,7 +13,10 @@ from activities.store.errors import FailedPrecondition, NoCapacity, NotFound, Pi
 from activities.store.placement import NODE_LIVENESS_SECONDS, PlacementMixin, limits_of
 from activities.store.snapshot_names import pause_scope_of
 from activities.store.sql import QUERIES as Q
-from workflows.types import ActorRef, ActorState, PausePlan, SnapshotRef, SuspendPlan
+from domain.operations.pause import PausePlan
+from domain.operations.suspend import SuspendPlan
+from domain.refs import ActorRef, SnapshotRef
+from domain.states import ActorState
 
 
 class PauseMixin(PlacementMixin):

@@ -14,13 +14,9 @@ from activities.store.errors import (
 )
 from activities.store.snapshot_names import LOCAL_LOCATION, snapshot_uri
 from activities.store.sql import QUERIES as Q
-from workflows.quantities import parse_cpu_millis, parse_memory_bytes
-from workflows.types import (
-    SnapshotRef,
-    SnapshotScope,
-    SnapshotStorage,
-    WorkerRef,
-)
+from domain.quantities import parse_cpu_millis, parse_memory_bytes
+from domain.refs import SnapshotRef, WorkerRef
+from domain.states import SnapshotScope, SnapshotStorage
 
 NODE_LIVENESS_SECONDS = 15.0
 """A node whose last heartbeat is older than this is lost (atelets beat every 5 s)."""

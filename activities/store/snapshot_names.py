@@ -4,7 +4,7 @@ onCommit / onPause scopes."""
 import hashlib
 from typing import Any
 
-from workflows.types import SnapshotScope
+from domain.states import SnapshotScope
 
 LOCAL_LOCATION = "local://"
 """Storage location of LOCAL snapshots: the atelet maps `local:///<path>` into its own

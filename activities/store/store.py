@@ -32,9 +32,7 @@ from activities.store.snapshot_names import commit_scope_of, snapshot_uri
 from activities.store.sql import QUERIES as Q
 from activities.store.transitions import TransitionsMixin
 from activities.store.uploads import UploadsMixin
-from workflows.types import (
-    ActorRef,
-)
+from domain.refs import ActorRef
 
 
 async def _init_connection(connection: asyncpg.Connection) -> None:

@@ -11,7 +11,10 @@ from activities.store.errors import FailedPrecondition, NoCapacity, NotFound, Ve
 from activities.store.pause import PauseMixin
 from activities.store.snapshot_names import commit_scope_of
 from activities.store.sql import QUERIES as Q
-from workflows.types import ActorRef, ActorState, ResumePlan, SnapshotStorage, SuspendPlan
+from domain.operations.resume import ResumePlan
+from domain.operations.suspend import SuspendPlan
+from domain.refs import ActorRef
+from domain.states import ActorState, SnapshotStorage
 
 
 class TransitionsMixin(PauseMixin):

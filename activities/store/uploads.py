@@ -15,7 +15,8 @@ from typing import Any
 from activities.store.errors import FailedPrecondition, NotFound
 from activities.store.placement import NODE_LIVENESS_SECONDS, PlacementMixin
 from activities.store.sql import QUERIES as Q
-from workflows.types import ActorRef, UploadPlan
+from domain.operations.upload import UploadPlan
+from domain.refs import ActorRef
 
 
 class UploadsMixin(PlacementMixin):

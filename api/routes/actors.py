@@ -27,19 +27,12 @@ from api.schemas import (
     TagPublic,
 )
 from api.views import actor_view, decode_page_token, encode_page_token, operation_view, tag_view
-from workflows.types import (
-    ActorRef,
-    ActorState,
-    Operation,
-    PauseActorInput,
-    PauseActorResult,
-    ResumeActorInput,
-    ResumeActorResult,
-    RevertActorInput,
-    RevertActorResult,
-    SuspendActorInput,
-    SuspendActorResult,
-)
+from domain.operations.pause import PauseActorInput, PauseActorResult
+from domain.operations.resume import ResumeActorInput, ResumeActorResult
+from domain.operations.revert import RevertActorInput, RevertActorResult
+from domain.operations.suspend import SuspendActorInput, SuspendActorResult
+from domain.refs import ActorRef
+from domain.states import ActorState, Operation
 
 router = APIRouter(tags=["actors"])
 PREFIX = "/v1/atespaces/{atespace}/actors"

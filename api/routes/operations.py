@@ -7,16 +7,20 @@ from typing import Any
 
 from fastapi import APIRouter, Query
 from temporalio.client import Client, WorkflowExecution
+from temporalio.common import SearchAttributeKey
 
 from activities.store import Store, StoreError
 from api.deps import StoreDep, TemporalDep
 from api.names import check_name
 from api.schemas import RunningOperation
-from workflows.search_attributes import ACTOR, ATESPACE, OPERATION
-from workflows.types import ActorRef
+from domain.refs import ActorRef
+from domain.temporal import SEARCH_ATTRIBUTES
 
 router = APIRouter(tags=["operations"])
 
+
+ATESPACE, ACTOR, OPERATION = (SearchAttributeKey.for_keyword(name) for name in SEARCH_ATTRIBUTES)
+"""The keys of the search attributes every ate workflow carries."""
 
 def visibility_query(atespace: str | None, actor: str | None) -> str:
     """The Temporal visibility query for running ate operations, optionally of one atespace/actor.

@@ -13,14 +13,9 @@ from api.names import check_name
 from api.operations import search_attributes
 from api.schemas import TemplateCreate, TemplatePublic
 from api.views import template_view
-from workflows.types import (
-    TASK_QUEUE,
-    WORKFLOW_TASK_TIMEOUT,
-    GoldenSnapshotInput,
-    GoldenSnapshotResult,
-    Operation,
-    template_workflow_id,
-)
+from domain.operations.golden import GoldenSnapshotInput, GoldenSnapshotResult
+from domain.states import Operation
+from domain.temporal import TASK_QUEUE, WORKFLOW_TASK_TIMEOUT, template_workflow_id
 
 log = logging.getLogger("ate.api")
 router = APIRouter(prefix="/v1/atespaces/{atespace}/templates", tags=["templates"])

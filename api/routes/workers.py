@@ -9,7 +9,9 @@ from activities.store.records import WorkerRegistration
 from api.deps import StoreDep, TemporalDep
 from api.schemas import DrainRequest, NodeEvent, NodeRegistration, WorkerPublic
 from api.views import worker_view
-from workflows.types import TASK_QUEUE, WORKFLOW_TASK_TIMEOUT, ActorRef, EvictionDeadlineInput
+from domain.operations.drain import EvictionDeadlineInput
+from domain.refs import ActorRef
+from domain.temporal import TASK_QUEUE, WORKFLOW_TASK_TIMEOUT
 
 router = APIRouter(tags=["workers"])
 

@@ -12,8 +12,8 @@ import typer
 PROCESSES: dict[str, tuple[str, str]] = {
     "api-server": ("api.main", "Run the REST API server (args go to api.main)."),
     "worker": (
-        "workflows.worker",
-        "Run the Temporal worker for all workflows and activities (args go to workflows.worker).",
+        "temporal_worker.main",
+        "Run the Temporal worker for all workflows and activities (args go to temporal_worker.main).",
     ),
     "atelet": ("atelet.main", "Run the node agent (args go to atelet.main)."),
     "router": ("router.main", "Run the HTTP router for actor traffic (args go to router.main)."),

@@ -231,7 +231,7 @@ class DevStack:
 
     def _child_env(self) -> dict[str, str]:
         env = dict(os.environ)
-        # The project root (where ate/, api/, workflows/, atelet/, router/ live) stays importable
+        # The project root (where ate/, api/, temporal_worker/, atelet/, router/ live) stays importable
         # from any working directory, whether or not the project is installed.
         root = str(Path(__file__).resolve().parents[2])
         env["PYTHONPATH"] = os.pathsep.join(p for p in (env.get("PYTHONPATH"), root) if p)

@@ -13,7 +13,7 @@ import sys
 from pathlib import Path
 
 from ate.dev.supervisor import Child
-from workflows.types import SEARCH_ATTRIBUTES
+from domain.temporal import SEARCH_ATTRIBUTES
 
 TUNING_FLAGS = (
     "--sqlite-pragma", "journal_mode=wal",

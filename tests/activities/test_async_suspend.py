@@ -13,8 +13,9 @@ from __future__ import annotations
 import pytest
 
 from activities.store import FailedPrecondition, NoCapacity, Store
+from domain.refs import ActorRef
+from domain.states import SnapshotStorage
 from tests.activities.test_lifecycle import running_actor, suspend
-from workflows.types import ActorRef, SnapshotStorage
 
 
 async def async_suspend(store: Store, ref: ActorRef, op: str) -> int:

@@ -12,8 +12,8 @@ from datetime import UTC, datetime, timedelta
 import pytest
 
 from activities.store import AlreadyExists, FailedPrecondition, Store
+from domain.refs import ActorRef
 from tests.activities.test_store import ready_template, worker
-from workflows.types import ActorRef
 
 
 async def running_actor(store: Store, name: str = "a1", op: str = "r1") -> ActorRef:

@@ -11,7 +11,8 @@ import pytest
 
 from activities.store import AlreadyExists, FailedPrecondition, NoCapacity, NoMatchingWorker, NotFound, Store
 from activities.store.records import WorkerRegistration
-from workflows.types import ActorRef, SnapshotScope
+from domain.refs import ActorRef
+from domain.states import SnapshotScope
 
 SPEC = {
     "sandboxClass": "gvisor",

@@ -24,7 +24,8 @@ from temporalio.worker import Worker
 from api.errors import OperationInProgress
 from api.operations import start_or_attach
 from ate.dev.temporal import dev_server_child
-from workflows.types import TASK_QUEUE, Operation
+from domain.states import Operation
+from domain.temporal import TASK_QUEUE
 
 
 def free_port() -> int:

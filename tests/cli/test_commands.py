@@ -198,7 +198,7 @@ def test_process_commands_forward_args(monkeypatch: pytest.MonkeyPatch) -> None:
     runner.invoke(app, ["router", "--listen", "127.0.0.1:8000"])
     assert calls == [
         ("api.main", ["--host", "127.0.0.1", "--port", "9", "--help"]),
-        ("workflows.worker", []),
+        ("temporal_worker.main", []),
         ("atelet.main", ["--node", "n1", "--workers", "2"]),
         ("router.main", ["--listen", "127.0.0.1:8000"]),
     ]

@@ -101,8 +101,8 @@ def write_fakes(root: Path) -> None:
     files = {
         "api/__init__.py": "",
         "api/main.py": FAKE_API,
-        "workflows/__init__.py": "",
-        "workflows/worker.py": FAKE_PROCESS.replace("{part}", "worker"),
+        "temporal_worker/__init__.py": "",
+        "temporal_worker/main.py": FAKE_PROCESS.replace("{part}", "worker"),
         "atelet/__init__.py": "",
         "atelet/main.py": FAKE_PROCESS.replace("{part}", "atelet"),
         "router/__init__.py": "",

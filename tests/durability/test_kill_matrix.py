@@ -1,6 +1,6 @@
 """Kill matrix: every failpoint of every workflow x every process, each killed with SIGKILL.
 
-Each case parks an operation at failpoint F (`ATE_FAILPOINTS_DIR`, ate/failpoints.py), SIGKILLs
+Each case parks an operation at failpoint F (`ATE_FAILPOINTS_DIR`, domain/failpoints.py), SIGKILLs
 process P (the worker, the api-server, the Temporal dev server, the atelet, or Postgres for a few
 steps), starts P again, disarms F, lets the operation settle (60 s at most; a request that died
 with the api-server is re-sent, as a client would) and then checks, independently of the

@@ -23,16 +23,17 @@ from activities.atelet import AteletActivities
 from activities.db import DbActivities
 from activities.lifecycle import LifecycleActivities
 from activities.store import Store, migrate
+from domain.operations.snapshot_gc import SnapshotGcInput
+from domain.temporal import SNAPSHOT_GC_WORKFLOW_ID, TASK_QUEUE, WORKFLOW_TASK_TIMEOUT
+from temporal_worker.search_attributes import ensure_search_attributes
+from temporal_worker.settings import WorkerSettings
 from workflows.eviction_deadline import EvictionDeadlineWorkflow
 from workflows.golden_snapshot import GoldenSnapshotWorkflow
 from workflows.pause_actor import PauseActorWorkflow
 from workflows.resume_actor import ResumeActorWorkflow
 from workflows.revert_actor import RevertActorWorkflow
-from workflows.search_attributes import ensure_search_attributes
-from workflows.settings import WorkerSettings
-from workflows.snapshot_gc import SNAPSHOT_GC_WORKFLOW_ID, SnapshotGarbageCollectionWorkflow
+from workflows.snapshot_gc import SnapshotGarbageCollectionWorkflow
 from workflows.suspend_actor import SuspendActorWorkflow
-from workflows.types import TASK_QUEUE, WORKFLOW_TASK_TIMEOUT, SnapshotGcInput
 from workflows.upload_snapshot import UploadSnapshotWorkflow
 
 log = logging.getLogger("ate.worker")
@@ -76,8 +77,8 @@ async def ensure_snapshot_gc(client: Client, settings: WorkerSettings) -> None:
     )
 
 
-SANDBOX_PASSTHROUGH = ("workflows",)
-"""Our workflow package is imported once and shared by every workflow run instead of being
+SANDBOX_PASSTHROUGH = ("workflows", "domain")
+"""Our workflow and domain packages are imported once and shared by every workflow run instead of being
 re-imported into each run's sandbox (TEMPORAL.md: the sandbox costs ~8 ms of CPU per workflow,
 much of it re-importing). Its modules are deterministic: no I/O, clocks or randomness outside
 `temporalio.workflow`; the sandbox still guards everything else they import."""

@@ -1,0 +1,71 @@
+"""Inputs and results of the activities that call an atelet (run/restore, checkpoint, copy, terminate)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from domain.refs import ActorRef, SnapshotRef, WorkerRef
+
+
+@dataclass
+class AteletRunInput:
+    """Boot (snapshot None) or restore (snapshot set) a workload on a worker."""
+
+    operation_id: str
+    worker: WorkerRef
+    holder: ActorRef
+    spec: dict[str, Any]
+    snapshot: SnapshotRef | None
+    probe_timeout_seconds: float
+    placement: str | None = None
+    """The placement holder key this call runs under (default: the holder's workflow ID)."""
+
+
+@dataclass
+class AteletRunResult:
+    """Timings reported by the atelet, in seconds."""
+
+    worker_ip: str
+    timings: dict[str, float] = field(default_factory=dict)
+
+
+@dataclass
+class AteletCopyInput:
+    """Copy a completed snapshot (`source`, a LOCAL one) to `destination`'s URI through the
+    atelet at `atelet_address` (the upload of a paused actor's snapshot)."""
+
+    operation_id: str
+    atelet_address: str
+    source: SnapshotRef
+    destination: SnapshotRef
+
+
+@dataclass
+class AteletCheckpointInput:
+    """Checkpoint the holder on a worker into snapshot.uri with snapshot.scope."""
+
+    operation_id: str
+    worker: WorkerRef
+    holder: ActorRef
+    snapshot: SnapshotRef
+    placement: str | None = None
+    """The placement holder key this call runs under (default: the holder's workflow ID)."""
+
+
+@dataclass
+class AteletCheckpointResult:
+    """The manifest the atelet wrote, the stored size in bytes and timings in seconds."""
+
+    manifest: dict[str, Any]
+    size_bytes: int
+    timings: dict[str, float] = field(default_factory=dict)
+
+
+@dataclass
+class AteletTerminateInput:
+    """Stop whatever the holder runs on a worker (best effort, idempotent)."""
+
+    operation_id: str
+    worker: WorkerRef
+    holder: ActorRef

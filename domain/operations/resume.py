@@ -1,0 +1,45 @@
+"""ResumeActor's workflow input and result and its placement step's plan."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from domain.refs import ActorRef, SnapshotRef, WorkerRef
+
+
+@dataclass
+class ResumeActorInput:
+    """Input of the ResumeActor workflow."""
+
+    actor: ActorRef
+    probe_timeout_seconds: float = 30.0
+
+
+@dataclass
+class ResumeActorResult:
+    """Result of ResumeActor: where the actor runs now, and step timings in seconds."""
+
+    actor: ActorRef
+    worker: WorkerRef | None
+    already_running: bool = False
+    restored_generation: int | None = None
+    timings: dict[str, float] = field(default_factory=dict)
+
+
+@dataclass
+class BeginResumeInput:
+    """Input of the begin_resume activity (marks RESUMING and binds a worker in one transaction)."""
+
+    actor: ActorRef
+    operation_id: str
+
+
+@dataclass
+class ResumePlan:
+    """What begin_resume decided: nothing to do (already RUNNING) or a worker and a snapshot."""
+
+    already_running: bool
+    worker: WorkerRef | None = None
+    snapshot: SnapshotRef | None = None
+    spec: dict[str, Any] = field(default_factory=dict)

@@ -1,0 +1,49 @@
+"""RevertActor's workflow input and result, its plan, and the fencing of a worker."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from domain.refs import ActorRef, WorkerRef
+
+
+@dataclass
+class RevertActorInput:
+    """Input of the RevertActor workflow."""
+
+    actor: ActorRef
+
+
+@dataclass
+class RevertPlan:
+    """What begin_revert found: the state it reverts from, the worker to clean, node liveness."""
+
+    from_state: str
+    worker: WorkerRef | None
+    node_alive: bool
+
+
+@dataclass
+class RevertActorResult:
+    """Result of RevertActor: the state it left, and whether the old worker had to be fenced."""
+
+    actor: ActorRef
+    from_state: str
+    fenced: bool = False
+
+
+@dataclass
+class FinishRevertInput:
+    """Input of finish_revert: settle SUSPENDED, with a note recorded as the actor's last error."""
+
+    actor: ActorRef
+    operation_id: str
+    note: str
+
+
+@dataclass
+class FenceInput:
+    """Take a worker out of placement because its node could not confirm a sandbox stopped."""
+
+    worker_id: int
+    reason: str

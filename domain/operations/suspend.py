@@ -1,0 +1,70 @@
+"""SuspendActor's workflow input and result, its mark step's plan and its finalize input."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from domain.refs import ActorRef, SnapshotRef, WorkerRef
+
+SUSPEND_MODES = ("sync", "async")
+"""sync: the snapshot is in the storage location when the suspend returns. async: the checkpoint
+is kept on the node and the suspend returns; an UploadSnapshot workflow uploads it in the
+background, and until then the actor is pinned to that node (ARCHITECTURE.md, "Workflows")."""
+
+
+@dataclass
+class SuspendActorInput:
+    """Input of the SuspendActor workflow; `mode` is one of SUSPEND_MODES."""
+
+    actor: ActorRef
+    mode: str = "sync"
+
+
+@dataclass
+class SuspendActorResult:
+    """Result of SuspendActor: the snapshot generation written (None if already SUSPENDED); for
+    an async suspend, the local generation and the ID of the workflow uploading it."""
+
+    actor: ActorRef
+    already_suspended: bool = False
+    generation: int | None = None
+    timings: dict[str, float] = field(default_factory=dict)
+    upload_workflow_id: str | None = None
+
+
+@dataclass
+class BeginSuspendInput:
+    """Input of begin_suspend: mark SUSPENDING and reserve the next snapshot generation
+    (mode "async": a LOCAL one on the worker's node, uploaded in the background)."""
+
+    actor: ActorRef
+    operation_id: str
+    mode: str = "sync"
+
+
+@dataclass
+class SuspendPlan:
+    """What begin_suspend decided: nothing to do, or where to checkpoint to.
+
+    From RUNNING: checkpoint the sandbox on `worker` into `snapshot`. From PAUSED: no worker;
+    copy the local snapshot `upload_from` into `snapshot` through the atelet at `atelet_address`
+    (the node holding it).
+    """
+
+    already_suspended: bool
+    worker: WorkerRef | None = None
+    snapshot: SnapshotRef | None = None
+    upload_from: SnapshotRef | None = None
+    atelet_address: str | None = None
+
+
+@dataclass
+class CompleteSnapshotInput:
+    """Finish a suspend: mark the snapshot COMPLETED, the actor SUSPENDED, free the worker."""
+
+    actor: ActorRef
+    operation_id: str
+    snapshot_id: int
+    manifest: dict[str, Any]
+    size_bytes: int
