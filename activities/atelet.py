@@ -8,7 +8,6 @@ checkpoint. Channels to atelets are kept open and reused (one per address).
 from __future__ import annotations
 
 import asyncio
-from typing import Any
 
 import grpc
 from google.protobuf.json_format import MessageToDict, ParseDict
@@ -28,48 +27,36 @@ from domain.operations.atelet_calls import (
     AteletRunResult,
     AteletTerminateInput,
 )
-from domain.quantities import parse_cpu_millis, parse_memory_bytes
 from domain.refs import ActorRef, WorkerRef
 from domain.states import SnapshotScope
+from domain.templates import ActorTemplateSpec
 
 _SCOPES = {SnapshotScope.FULL: pb.SNAPSHOT_SCOPE_FULL, SnapshotScope.DATA: pb.SNAPSHOT_SCOPE_DATA}
 
 
-def workload_spec(spec: dict[str, Any]) -> pb.WorkloadSpec:
-    """Convert a validated actor template spec (camelCase, as stored) into the atelet's WorkloadSpec.
-
-    Args:
-        spec: the template spec: containers[{name,image,command,env,wakeupProbe,volumeMounts}],
-            volumes[{name,durableDir}], resources.limits{cpu,memory}.
+def workload_spec(spec: ActorTemplateSpec) -> pb.WorkloadSpec:
+    """The atelet's WorkloadSpec of an actor template spec.
 
     Returns:
         The proto message; CPU in millicores, memory in bytes (0 = no limit).
     """
-    containers = []
-    for c in spec.get("containers") or []:
-        probe = ((c.get("wakeupProbe") or {}).get("httpGet")) or None
-        env = c.get("env") or {}
-        if isinstance(env, list):
-            env = {e["name"]: str(e.get("value", "")) for e in env}
-        containers.append(
-            pb.Container(
-                name=c["name"],
-                image=c["image"],
-                command=[str(x) for x in c.get("command") or []],
-                env={str(k): str(v) for k, v in env.items()},
-                wakeup_probe=pb.HttpGetProbe(path=probe.get("path", "/"), port=int(probe["port"])) if probe else None,
-                volume_mounts=[
-                    pb.VolumeMount(name=m["name"], mount_path=m["mountPath"]) for m in c.get("volumeMounts") or []
-                ],
-            )
-        )
-    volumes = [pb.Volume(name=v["name"], durable_dir="durableDir" in v) for v in spec.get("volumes") or []]
-    limits = (spec.get("resources") or {}).get("limits") or {}
     return pb.WorkloadSpec(
-        containers=containers,
-        volumes=volumes,
-        cpu_millis=parse_cpu_millis(limits["cpu"]) if limits.get("cpu") is not None else 0,
-        memory_bytes=parse_memory_bytes(limits["memory"]) if limits.get("memory") is not None else 0,
+        containers=[
+            pb.Container(
+                name=c.name,
+                image=c.image,
+                command=c.command,
+                env=c.env,
+                wakeup_probe=pb.HttpGetProbe(path=c.wakeup_probe.path, port=c.wakeup_probe.port)
+                if c.wakeup_probe
+                else None,
+                volume_mounts=[pb.VolumeMount(name=m.name, mount_path=m.mount_path) for m in c.volume_mounts],
+            )
+            for c in spec.containers
+        ],
+        volumes=[pb.Volume(name=v.name, durable_dir=v.durable_dir) for v in spec.volumes],
+        cpu_millis=spec.limits.cpu_millis,
+        memory_bytes=spec.limits.memory_bytes,
     )
 
 
@@ -116,7 +103,7 @@ class AteletActivities:
         Raises:
             ApplicationError: type Superseded (non-retryable).
         """
-        if self.store is None or await self.store.placement_held(placement, worker.worker_id, operation_id):
+        if self.store is None or await self.store.placement.held(placement, worker.worker_id, operation_id):
             return
         raise ApplicationError(
             f"operation {operation_id} no longer holds worker {worker.pool}/{worker.name} for {placement} "

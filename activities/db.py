@@ -30,7 +30,7 @@ class DbActivities:
         """Place and bind: SUSPENDED -> RESUMING on a chosen worker (one transaction)."""
         await failpoint("ResumeActor.before_placement")
         try:
-            plan = await self.store.begin_resume(request.actor, request.operation_id)
+            plan = await self.store.resumes.begin(request.actor, request.operation_id)
         except StoreError as error:
             raise from_store_error(error) from error
         await failpoint("ResumeActor.after_bind")
@@ -41,21 +41,21 @@ class DbActivities:
         """RESUMING -> RUNNING."""
         await failpoint("ResumeActor.before_finalize")
         try:
-            await self.store.finish_resume(request.actor, request.operation_id)
+            await self.store.resumes.finish(request.actor, request.operation_id)
         except StoreError as error:
             raise from_store_error(error) from error
 
     @activity.defn(name="rollback_resume")
     async def rollback_resume(self, request: FinishInput) -> None:
         """RESUMING -> SUSPENDED and free the place, recording the error."""
-        await self.store.rollback_resume(request.actor, request.operation_id, request.error or "resume failed")
+        await self.store.resumes.rollback(request.actor, request.operation_id, request.error or "resume failed")
 
     @activity.defn(name="begin_suspend")
     async def begin_suspend(self, request: BeginSuspendInput) -> SuspendPlan:
         """RUNNING -> SUSPENDING with a PENDING snapshot reserved."""
         await failpoint("SuspendActor.before_mark")
         try:
-            plan = await self.store.begin_suspend(request.actor, request.operation_id, request.mode)
+            plan = await self.store.suspends.begin(request.actor, request.operation_id, request.mode)
         except StoreError as error:
             raise from_store_error(error) from error
         await failpoint("SuspendActor.after_mark")
@@ -66,7 +66,7 @@ class DbActivities:
         """Snapshot COMPLETED, actor SUSPENDED, worker freed."""
         await failpoint("SuspendActor.before_finalize")
         try:
-            await self.store.complete_suspend(
+            await self.store.suspends.complete(
                 request.actor, request.operation_id, request.snapshot_id, request.manifest, request.size_bytes
             )
         except StoreError as error:
@@ -76,7 +76,7 @@ class DbActivities:
     async def rollback_suspend(self, request: CompleteSnapshotInput) -> None:
         """SUSPENDING|PAUSING -> RUNNING after a failed checkpoint, SUSPENDING -> PAUSED after a failed
         upload (the error is in manifest['error'])."""
-        await self.store.rollback_suspend(
+        await self.store.suspends.rollback(
             request.actor, request.operation_id, request.snapshot_id, str(request.manifest.get("error", ""))
         )
 
@@ -85,7 +85,7 @@ class DbActivities:
         """RUNNING -> PAUSING with a PENDING local snapshot reserved on the worker's node."""
         await failpoint("PauseActor.before_mark")
         try:
-            plan = await self.store.begin_pause(request.actor, request.operation_id)
+            plan = await self.store.pauses.begin(request.actor, request.operation_id)
         except StoreError as error:
             raise from_store_error(error) from error
         await failpoint("PauseActor.after_mark")
@@ -96,7 +96,7 @@ class DbActivities:
         """Local snapshot COMPLETED, actor PAUSED and pinned to its node, worker freed."""
         await failpoint("PauseActor.before_finalize")
         try:
-            await self.store.complete_pause(
+            await self.store.pauses.complete(
                 request.actor, request.operation_id, request.snapshot_id, request.manifest, request.size_bytes
             )
         except StoreError as error:
@@ -107,7 +107,7 @@ class DbActivities:
         """Reserve the storage-location snapshot an async suspend's local one is uploaded to."""
         await failpoint("UploadSnapshot.before_reserve")
         try:
-            return await self.store.begin_upload(request.actor, request.operation_id, request.local_snapshot_id)
+            return await self.store.uploads.begin(request.actor, request.operation_id, request.local_snapshot_id)
         except StoreError as error:
             raise from_store_error(error) from error
 
@@ -116,7 +116,7 @@ class DbActivities:
         """The upload landed: it becomes the actor's latest snapshot when the actor still waits for it."""
         await failpoint("UploadSnapshot.before_finalize")
         try:
-            return await self.store.complete_upload(
+            return await self.store.uploads.complete(
                 request.actor, request.local_snapshot_id, request.snapshot_id, request.manifest, request.size_bytes
             )
         except StoreError as error:
@@ -125,14 +125,14 @@ class DbActivities:
     @activity.defn(name="abandon_upload")
     async def abandon_upload(self, request: UploadInput) -> None:
         """Forget the snapshot an upload reserved and will not complete."""
-        await self.store.abandon_upload(request.actor, request.operation_id)
+        await self.store.uploads.abandon(request.actor, request.operation_id)
 
     @activity.defn(name="begin_golden")
     async def begin_golden(self, request: GoldenSnapshotInput) -> GoldenPlan:
         """Bind a worker for the template's golden boot and reserve the snapshot."""
         await failpoint("GoldenSnapshot.before_placement")
         try:
-            plan = await self.store.begin_golden(
+            plan = await self.store.golden_snapshots.begin(
                 request.atespace, request.template, activity.info().workflow_run_id or ""
             )
         except StoreError as error:
@@ -144,13 +144,13 @@ class DbActivities:
     async def complete_golden(self, request: CompleteSnapshotInput) -> None:
         """Golden snapshot COMPLETED, template Ready."""
         await failpoint("GoldenSnapshot.before_finalize")
-        await self.store.complete_golden(
+        await self.store.golden_snapshots.complete(
             request.actor.atespace, request.actor.name, request.snapshot_id, request.manifest, request.size_bytes
         )
 
     @activity.defn(name="fail_golden")
     async def fail_golden(self, request: FinishInput) -> None:
         """Template Failed with the reason; its place released."""
-        await self.store.fail_golden(
+        await self.store.golden_snapshots.fail(
             request.actor.atespace, request.actor.name, request.operation_id, request.error or "golden snapshot failed"
         )

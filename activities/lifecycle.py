@@ -36,7 +36,7 @@ class LifecycleActivities:
         """Mark REVERTING; returns the worker to clean and whether its node is alive."""
         await failpoint("RevertActor.before_mark")
         try:
-            plan = await self.store.begin_revert(request.actor, request.operation_id)
+            plan = await self.store.reverts.begin(request.actor, request.operation_id)
         except StoreError as error:
             raise from_store_error(error) from error
         await failpoint("RevertActor.after_mark")
@@ -45,14 +45,14 @@ class LifecycleActivities:
     @activity.defn(name="fence_worker")
     async def fence_worker(self, request: FenceInput) -> None:
         """Keep a worker out of placement until its atelet reports it idle."""
-        await self.store.fence_worker(request.worker_id, request.reason)
+        await self.store.nodes.fence_worker(request.worker_id, request.reason)
 
     @activity.defn(name="finish_revert")
     async def finish_revert(self, request: FinishRevertInput) -> None:
         """REVERTING -> SUSPENDED with the last COMPLETED snapshot."""
         await failpoint("RevertActor.before_finalize")
         try:
-            await self.store.finish_revert(request.actor, request.operation_id, request.note)
+            await self.store.reverts.finish(request.actor, request.operation_id, request.note)
         except StoreError as error:
             raise from_store_error(error) from error
 
@@ -61,24 +61,24 @@ class LifecycleActivities:
         """Mark the node draining and list its actors."""
         deadline = datetime.now(UTC) + timedelta(seconds=request.deadline_seconds)
         try:
-            return await self.store.begin_drain(request.node, deadline)
+            return await self.store.drains.begin(request.node, deadline)
         except StoreError as error:
             raise from_store_error(error) from error
 
     @activity.defn(name="drain_leftovers")
     async def drain_leftovers(self, node: str) -> list[Leftover]:
         """Actors still bound to the node's workers."""
-        return [Leftover(actor=ref, worker=worker) for ref, worker in await self.store.drain_leftovers(node)]
+        return [Leftover(actor=ref, worker=worker) for ref, worker in await self.store.drains.leftovers(node)]
 
     @activity.defn(name="crash_after_deadline")
     async def crash_after_deadline(self, request: CrashInput) -> None:
         """Mark an actor left on a drained node CRASHED (its last COMPLETED snapshot is kept)."""
-        await self.store.crash_after_deadline(request.actor, request.worker_id, request.reason, request.node)
+        await self.store.drains.crash_after_deadline(request.actor, request.worker_id, request.reason, request.node)
 
     @activity.defn(name="garbage_snapshots")
     async def garbage_snapshots(self, request: SnapshotGcInput) -> list[GarbageSnapshot]:
         """A batch of snapshots nothing needs."""
-        return await self.store.garbage_snapshots(request.batch, request.min_age_seconds)
+        return await self.store.snapshots.garbage(request.batch, request.min_age_seconds)
 
     @activity.defn(name="delete_snapshot")
     async def delete_snapshot(self, request: DeleteSnapshotInput) -> bool:
@@ -91,14 +91,14 @@ class LifecycleActivities:
         """
         snapshot = request.snapshot
         if snapshot.storage == SnapshotStorage.LOCAL and snapshot.node:
-            address = await self.store.live_atelet_of(snapshot.node)
+            address = await self.store.nodes.live_atelet_of(snapshot.node)
             if address is None:
                 raise ApplicationError(
                     f"node {snapshot.node} holding local snapshot {snapshot.uri} is not alive; retrying later",
                     type="NoAtelet",
                 )
         else:
-            address = await self.store.any_live_atelet()
+            address = await self.store.nodes.any_live_atelet()
         if address is None:
             raise ApplicationError("no atelet is alive to delete snapshots; retrying later", type="NoAtelet")
         stub = await self.atelets.stub(address)
@@ -112,7 +112,7 @@ class LifecycleActivities:
         except grpc.aio.AioRpcError as error:
             raise from_grpc_error(error, "DeleteSnapshot", address) from error
         try:
-            await self.store.forget_snapshot(snapshot.snapshot_id)
+            await self.store.snapshots.forget(snapshot.snapshot_id)
         except StoreError as error:
             raise from_store_error(error) from error
         return bool(done.existed)

@@ -30,7 +30,7 @@ async def watch_node_liveness(store: Store, every_seconds: float = 5.0) -> None:
     """
     while True:
         try:
-            for node in await store.mark_lost_nodes():
+            for node in await store.nodes.mark_lost():
                 log.warning("node %s is lost: no heartbeat; its workers are UNAVAILABLE", node)
         except Exception:
             log.exception("node liveness check failed; trying again")
@@ -75,7 +75,7 @@ def create_app(settings: ApiSettings) -> FastAPI:
     async def metrics(store: StoreDep) -> Response:
         """Prometheus metrics; worker gauges are read from Postgres at scrape time."""
         tally: Tally[tuple[str, str]] = Tally()
-        for worker in await store.list_workers():
+        for worker in await store.nodes.list_workers():
             state = "unavailable" if worker.state != "ACTIVE" else ("busy" if worker.holders else "idle")
             tally[(worker.pool, state)] += 1
         WORKERS.clear()

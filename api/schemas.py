@@ -12,34 +12,17 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
+from domain.labels import check_selector
 from domain.quantities import parse_cpu_millis, parse_memory_bytes
 
 _LABEL = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$"
-_LABEL_KEY = re.compile(r"^([a-z0-9]([-a-z0-9.]*[a-z0-9])?/)?[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?$")
-_LABEL_VALUE = re.compile(r"^([A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?)?$")
 _OCI_IMAGE = re.compile(r"^oci:(?P<path>[^:]+):(?P<tag>[A-Za-z0-9_][A-Za-z0-9._-]{0,127})$")
-
-MAX_SELECTOR_LABELS = 10
 
 
 class Strict(BaseModel):
     """Base: unknown fields are refused."""
 
     model_config = ConfigDict(extra="forbid", populate_by_name=True)
-
-
-def check_selector(value: dict[str, str]) -> dict[str, str]:
-    """Validate a label selector (at most 10 `key: value` pairs, Kubernetes label syntax)."""
-    if len(value) > MAX_SELECTOR_LABELS:
-        raise ValueError(f"has {len(value)} labels; at most {MAX_SELECTOR_LABELS} are allowed")
-    for key, item in value.items():
-        if len(key) > 253 or not _LABEL_KEY.match(key):
-            raise ValueError(f"label key {key!r} is not a valid label key (e.g. 'tier', 'ate.dev/zone')")
-        if len(str(item)) > 63 or not _LABEL_VALUE.match(str(item)):
-            raise ValueError(
-                f"label value {item!r} of {key!r} is not a valid label value (letters, digits, '-', '_', '.')"
-            )
-    return value
 
 
 class HttpGet(Strict):

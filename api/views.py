@@ -5,8 +5,7 @@ from __future__ import annotations
 import base64
 import json
 
-from activities.store.lifecycle import OperationRecord, TagRecord
-from activities.store.records import ActorRecord, TemplateRecord, WorkerRecord
+from activities.store.records import ActorRecord, OperationRecord, TagRecord, TemplateRecord, WorkerRecord
 from api.errors import InvalidArgument
 from api.schemas import (
     ActorPublic,
@@ -61,7 +60,7 @@ def template_view(template: TemplateRecord) -> TemplatePublic:
     return TemplatePublic(
         atespace=template.atespace,
         name=template.name,
-        spec=template.spec,
+        spec=template.spec.document(),
         phase=template.phase,
         reason=template.reason,
         golden_snapshot=template.golden_snapshot_id,

@@ -223,9 +223,10 @@ class Baselines:
         from activities.atelet import workload_spec
         from atelet.proto import atelet_pb2_grpc as pb_grpc
         from atelet.snapshots import SnapshotStore
+        from domain.templates import ActorTemplateSpec
 
         self.uri, self.manifest, spec = await _snapshot(self.stack)
-        self.wspec = workload_spec(spec)
+        self.wspec = workload_spec(ActorTemplateSpec.from_document(spec))
         self.container = self.wspec.containers[0]
         self.channel = grpc.aio.insecure_channel(self.stack.atelet_address)
         self.stub = pb_grpc.AteletStub(self.channel)  # type: ignore[no-untyped-call]

@@ -501,9 +501,10 @@ class Bare:
         from atelet import netns, probe
         from atelet.snapshots import CHECKPOINT_DIR, SnapshotStore
         from bench.activation import prepare_floor
+        from domain.templates import ActorTemplateSpec
 
         uri, spec = await _golden(self.stack.dsn)
-        wspec = workload_spec(spec)
+        wspec = workload_spec(ActorTemplateSpec.from_document(spec))
         dest = SnapshotStore([self.stack.data_dir / "snapshots"]).resolve(uri)
         self.floor = f = await prepare_floor(
             self.stack, wspec, dest, node=BARE_NODE, subnet=BARE_SUBNET, hostname="bare"

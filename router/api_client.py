@@ -14,6 +14,8 @@ from typing import Any
 
 import httpx
 
+from domain.templates import ActorTemplateSpec
+
 # Reply kinds of ResumeReply.kind.
 RUNNING = "running"
 NOT_FOUND = "not_found"
@@ -29,9 +31,6 @@ UNREACHABLE = "unreachable"  # transport failure talking to the API
 ERROR = "error"  # anything else (500 Internal, unexpected answers)
 
 RETRYABLE = frozenset({BUSY, NO_CAPACITY, TIMEOUT, UNREACHABLE, ERROR})
-
-DEFAULT_PORT = 80
-
 
 @dataclass(frozen=True, slots=True)
 class ResumeReply:
@@ -52,27 +51,6 @@ class ResumeReply:
 
 class TemplateError(Exception):
     """A template's serving port could not be read; the message says why."""
-
-
-def template_port(spec: dict[str, Any]) -> int:
-    """Pick the serving port from a template spec.
-
-    Args:
-        spec: The template's ``spec`` object.
-
-    Returns:
-        ``containers[0].port``, else ``containers[0].wakeupProbe.httpGet.port``, else 80.
-    """
-    containers = spec.get("containers") or []
-    first = containers[0] if containers and isinstance(containers[0], dict) else {}
-    port = first.get("port")
-    if port is None:
-        probe = first.get("wakeupProbe") or {}
-        port = (probe.get("httpGet") or {}).get("port")
-    try:
-        return int(port) if port is not None else DEFAULT_PORT
-    except (TypeError, ValueError):
-        return DEFAULT_PORT
 
 
 class ApiClient:
@@ -130,7 +108,7 @@ class ApiClient:
             template: Template name.
 
         Returns:
-            The port (see ``template_port``).
+            ``ActorTemplateSpec.serving_port``: containers[0].port, else its wakeup probe's port, else 80.
 
         Raises:
             TemplateError: The template cannot be read (not found, API unreachable, bad JSON).
@@ -158,7 +136,10 @@ class ApiClient:
         if resp.status_code != 200 or not isinstance(body.get("spec"), dict):
             message = body.get("message") or f"HTTP {resp.status_code}"
             raise TemplateError(f"cannot read template {atespace}/{template}: {message}")
-        return template_port(body["spec"])
+        try:
+            return ActorTemplateSpec.from_document(body["spec"]).serving_port
+        except ValueError as exc:
+            raise TemplateError(f"cannot read template {atespace}/{template}: {exc}") from exc
 
 
 def classify(status: int, body: dict[str, Any]) -> ResumeReply:

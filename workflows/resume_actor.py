@@ -76,7 +76,7 @@ class ResumeActorWorkflow:
         timings["placement"] = workflow.time() - started
         if plan.already_running:
             return ResumeActorResult(actor=actor, worker=plan.worker, already_running=True, timings=timings)
-        assert plan.worker is not None
+        assert plan.worker is not None and plan.spec is not None
         show_step(f"restore on worker {plan.worker.pool}/{plan.worker.name} ({plan.worker.node})")
         started = workflow.time()
         try:

@@ -1,4 +1,4 @@
-"""The Postgres store: named SQL queries, migrations, and the `Store` that runs them."""
+"""The Postgres store: named SQL queries, migrations, and the `Store` that runs them (see `store`)."""
 
 from activities.store.errors import (
     AlreadyExists,

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from domain.states import Transition
+
 
 class StoreError(Exception):
     """Base class: a message written for the user, a machine-readable reason, optional details."""
@@ -57,3 +59,9 @@ class PinnedNodeFull(NoCapacity):
     it and place it elsewhere (ARCHITECTURE.md, "Placement": the pinned node is full)."""
 
     reason = "PinnedNodeFull"
+
+
+def refused(transition: Transition, actor: str, state: str) -> FailedPrecondition:
+    """The error of an operation asked of an actor in a state the state table does not start it
+    from (`domain.states.TRANSITIONS`); the details carry the state found."""
+    return FailedPrecondition(transition.refusal(actor, state), {"state": state})

@@ -9,9 +9,16 @@ from typing import Any
 
 import asyncpg
 
+from domain.templates import ActorTemplateSpec
+
 
 def _json(value: Any) -> Any:
     return json.loads(value) if isinstance(value, str) else value
+
+
+def spec_of(row: asyncpg.Record) -> ActorTemplateSpec:
+    """The typed template spec of a row that carries the stored document as `spec`."""
+    return ActorTemplateSpec.from_document(_json(row["spec"]))
 
 
 @dataclass
@@ -28,7 +35,7 @@ class TemplateRecord:
 
     atespace: str
     name: str
-    spec: dict[str, Any]
+    spec: ActorTemplateSpec
     phase: str
     reason: str | None
     golden_snapshot_id: int | None
@@ -40,7 +47,7 @@ class TemplateRecord:
         return cls(
             atespace=row["atespace"],
             name=row["name"],
-            spec=_json(row["spec"]),
+            spec=spec_of(row),
             phase=row["phase"],
             reason=row["reason"],
             golden_snapshot_id=row["golden_snapshot_id"],
@@ -199,3 +206,37 @@ class WorkerRegistration:
     places: int
     cpu_millis: int
     memory_bytes: int
+
+
+@dataclass
+class OperationRecord:
+    """One past or running operation of an actor."""
+
+    operation_id: str
+    operation: str
+    outcome: str | None
+    worker: str | None
+    error: str | None
+    started_at: datetime
+    finished_at: datetime | None
+
+
+@dataclass
+class TagRecord:
+    """A tag: a named pointer to a COMPLETED snapshot."""
+
+    atespace: str
+    name: str
+    snapshot_id: int
+    source_actor: str
+    generation: int
+    scope: str
+    created_at: datetime
+    template: str | None = None
+
+    @classmethod
+    def from_row(cls, row: asyncpg.Record) -> TagRecord:
+        """Build from a row of `get_tag`/`list_tags`."""
+        values: dict[str, Any] = dict(row)
+        values.pop("uri", None)
+        return cls(**values)

@@ -1,26 +1,10 @@
-"""Where snapshots go and with which scope: the URI of each generation, and the template's
-onCommit / onPause scopes."""
+"""Where snapshots go: the URI of each generation of an owner."""
 
 import hashlib
-from typing import Any
-
-from domain.states import SnapshotScope
 
 LOCAL_LOCATION = "local://"
 """Storage location of LOCAL snapshots: the atelet maps `local:///<path>` into its own
 local-snapshot directory, so the control plane never needs a node's file layout."""
-
-
-def commit_scope_of(spec: dict[str, Any]) -> SnapshotScope:
-    """The snapshot scope a suspend writes: the template's snapshotConfig.onCommit (default FULL)."""
-    value = str((spec.get("snapshotConfig") or {}).get("onCommit") or "Full")
-    return SnapshotScope(value.upper())
-
-
-def pause_scope_of(spec: dict[str, Any]) -> SnapshotScope:
-    """The snapshot scope a pause writes: the template's snapshotConfig.onPause (default FULL)."""
-    value = str((spec.get("snapshotConfig") or {}).get("onPause") or "Full")
-    return SnapshotScope(value.upper())
 
 
 def snapshot_uri(location: str, owner: str, generation: int, operation_id: str) -> str:

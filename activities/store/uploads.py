@@ -12,17 +12,26 @@ from __future__ import annotations
 
 from typing import Any
 
+import asyncpg
+
 from activities.store.errors import FailedPrecondition, NotFound
-from activities.store.placement import NODE_LIVENESS_SECONDS, PlacementMixin
+from activities.store.nodes import Nodes
+from activities.store.records import spec_of
+from activities.store.snapshots import Snapshots
 from activities.store.sql import QUERIES as Q
 from domain.operations.upload import UploadPlan
 from domain.refs import ActorRef
 
 
-class UploadsMixin(PlacementMixin):
-    """begin_upload, complete_upload, abandon_upload (mixed into `Store`)."""
+class Uploads:
+    """begin, complete and abandon of an upload."""
 
-    async def begin_upload(self, ref: ActorRef, operation_id: str, local_snapshot_id: int) -> UploadPlan:
+    def __init__(self, pool: asyncpg.Pool, nodes: Nodes, snapshots: Snapshots) -> None:
+        self.pool = pool
+        self.nodes = nodes
+        self.snapshots = snapshots
+
+    async def begin(self, ref: ActorRef, operation_id: str, local_snapshot_id: int) -> UploadPlan:
         """Reserve the storage-location snapshot the local one is copied to (idempotent).
 
         Returns:
@@ -37,23 +46,23 @@ class UploadsMixin(PlacementMixin):
             actor = await connection.fetchrow(Q["lock_actor"], ref.atespace, ref.name)
             if actor is None or actor["pending_upload_snapshot_id"] != local_snapshot_id:
                 return UploadPlan(needed=False)
-            source = await self._snapshot_ref(connection, local_snapshot_id)
-            row = await connection.fetchrow(Q["node_address"], source.node, NODE_LIVENESS_SECONDS)
-            if row is None or not row["alive"]:
+            source = await self.snapshots.ref(connection, local_snapshot_id)
+            address = await self.nodes.atelet_address(connection, source.node)
+            if address is None:
                 raise FailedPrecondition(
                     f"node {source.node} holding actor {ref.key}'s snapshot is not available; upload retried later",
                     {"pinned_node": source.node},
                 )
             existing = await connection.fetchrow(Q["find_snapshot_of_operation"], owner, operation_id)
             if existing is not None:
-                destination = await self._snapshot_ref(connection, existing["id"])
+                destination = await self.snapshots.ref(connection, existing["id"])
             else:
-                destination = await self._reserve_snapshot(
-                    connection, owner=owner, operation_id=operation_id, spec=actor["spec"], scope=source.scope
+                destination = await self.snapshots.reserve(
+                    connection, owner=owner, operation_id=operation_id, spec=spec_of(actor), scope=source.scope
                 )
-            return UploadPlan(needed=True, source=source, destination=destination, atelet_address=str(row["address"]))
+            return UploadPlan(needed=True, source=source, destination=destination, atelet_address=address)
 
-    async def complete_upload(
+    async def complete(
         self,
         ref: ActorRef,
         local_snapshot_id: int,
@@ -85,6 +94,6 @@ class UploadsMixin(PlacementMixin):
             await connection.execute(Q["mark_actor_uploaded"], ref.atespace, ref.name, snapshot_id)
             return True
 
-    async def abandon_upload(self, ref: ActorRef, operation_id: str) -> None:
+    async def abandon(self, ref: ActorRef, operation_id: str) -> None:
         """Forget the snapshot an upload reserved but never completed (idempotent)."""
         await self.pool.execute(Q["delete_pending_snapshots_of_operation"], ref.workflow_id, operation_id)

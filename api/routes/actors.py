@@ -42,8 +42,8 @@ async def _list(
     store: StoreDep, atespace: str | None, page_size: int, page_token: str | None, state: ActorState | None = None
 ) -> ActorList:
     if atespace is not None:
-        await store.get_atespace(atespace)
-    actors, next_key = await store.list_actors(
+        await store.atespaces.get(atespace)
+    actors, next_key = await store.actors.page(
         atespace, decode_page_token(page_token), page_size, state.value if state else None
     )
     return ActorList(items=[actor_view(a) for a in actors], next_page_token=encode_page_token(next_key))
@@ -74,12 +74,12 @@ async def create_actor(atespace: str, body: ActorCreate, store: StoreDep) -> Act
     """Create an actor (SUSPENDED). From a template, its first resume restores the golden
     snapshot; from a tag (`from_tag: <atespace>/<tag>`), the tagged snapshot."""
     ref = ActorRef(atespace=atespace, name=check_name("name", body.name))
-    await store.get_atespace(atespace)
+    await store.atespaces.get(atespace)
     tag = None
     template = body.template
     if body.from_tag is not None:
         tag_atespace, tag_name = body.from_tag.split("/", 1)
-        tag = await store.get_tag(tag_atespace, tag_name)
+        tag = await store.tags.get(tag_atespace, tag_name)
         template = template or tag.template
         if template is None:
             raise InvalidArgument(
@@ -87,30 +87,30 @@ async def create_actor(atespace: str, body: ActorCreate, store: StoreDep) -> Act
                 {"field": "template"},
             )
     assert template is not None
-    record = await store.get_template(atespace, template)
+    record = await store.templates.get(atespace, template)
     if record.phase == "Failed":
         raise ApiError(
             f"actor template {atespace}/{template} failed ({record.reason}); fix it and create it again",
             {"template_phase": "Failed"},
             reason="FailedPrecondition",
         )
-    actor = await store.create_actor(ref, template, body.worker_selector)
+    actor = await store.actors.create(ref, template, body.worker_selector)
     if tag is not None:
-        await store.use_snapshot_of_tag(ref, tag)
-        actor = await store.get_actor(ref)
+        await store.tags.start_from(ref, tag)
+        actor = await store.actors.get(ref)
     return actor_view(actor)
 
 
 @router.get(PREFIX + "/{name}")
 async def get_actor(atespace: str, name: str, store: StoreDep) -> ActorPublic:
     """One actor."""
-    return actor_view(await store.get_actor(ActorRef(atespace, name)))
+    return actor_view(await store.actors.get(ActorRef(atespace, name)))
 
 
 @router.patch(PREFIX + "/{name}")
 async def update_actor(atespace: str, name: str, body: ActorUpdate, store: StoreDep) -> ActorPublic:
     """Replace the actor's worker_selector (takes effect at its next resume)."""
-    return actor_view(await store.update_actor_selector(ActorRef(atespace, name), body.worker_selector))
+    return actor_view(await store.actors.update_selector(ActorRef(atespace, name), body.worker_selector))
 
 
 @router.delete(PREFIX + "/{name}", status_code=204)
@@ -121,10 +121,10 @@ async def delete_actor(
     operation runs, terminating its sandbox and releasing its worker (a revert first)."""
     ref = ActorRef(atespace, name)
     if force:
-        actor = await store.get_actor(ref)
+        actor = await store.actors.get(ref)
         if actor.state != ActorState.SUSPENDED:
             await _revert(ref, temporal, timeout=60.0, reason="forced delete")
-    await store.delete_actor(ref)
+    await store.actors.delete(ref)
     return Response(status_code=204)
 
 
@@ -150,7 +150,7 @@ async def revert_actor(
     """
     ref = ActorRef(atespace, name)
     with timed(Operation.REVERT.value):
-        actor = await store.get_actor(ref)
+        actor = await store.actors.get(ref)
         if actor.state == ActorState.SUSPENDED and not actor.upload_pending:
             raise ApiError(
                 f"actor {ref.key} is not in a revertable state (state: SUSPENDED); it already rests on its "
@@ -159,21 +159,21 @@ async def revert_actor(
                 reason="FailedPrecondition",
             )
         await _revert(ref, temporal, timeout=(body.timeout_seconds if body else None) or 60.0, reason="revert")
-        return actor_view(await store.get_actor(ref))
+        return actor_view(await store.actors.get(ref))
 
 
 @router.post(PREFIX + "/{name}/tags", status_code=201)
 async def tag_actor(atespace: str, name: str, body: TagCreate, store: StoreDep) -> TagPublic:
     """Tag the actor's latest COMPLETED snapshot as `<atespace>/<tag>`."""
-    tag = await store.create_tag(ActorRef(atespace, name), check_name("tag", body.tag))
+    tag = await store.tags.create(ActorRef(atespace, name), check_name("tag", body.tag))
     return tag_view(tag)
 
 
 @router.get("/v1/atespaces/{atespace}/tags")
 async def list_tags(atespace: str, store: StoreDep) -> dict[str, list[TagPublic]]:
     """The tags of an atespace."""
-    await store.get_atespace(atespace)
-    return {"items": [tag_view(t) for t in await store.list_tags(atespace)]}
+    await store.atespaces.get(atespace)
+    return {"items": [tag_view(t) for t in await store.tags.of_atespace(atespace)]}
 
 
 @router.get(PREFIX + "/{name}/operations")
@@ -182,8 +182,8 @@ async def actor_operations(
 ) -> dict[str, list[OperationPublic]]:
     """The actor's last operations, newest first, with outcome, duration, worker and error."""
     ref = ActorRef(atespace, name)
-    await store.get_actor(ref)
-    return {"items": [operation_view(o) for o in await store.actor_operations(ref, limit)]}
+    await store.actors.get(ref)
+    return {"items": [operation_view(o) for o in await store.history.of_actor(ref, limit)]}
 
 
 async def _operate(
@@ -202,7 +202,7 @@ async def _operate(
     resume). When Postgres shows no operation in flight, a workflow of another kind holding the
     lock is only closing: it is given `CLOSING_GRACE_SECONDS` before the 409.
     """
-    actor = await store.get_actor(ref)
+    actor = await store.actors.get(ref)
     if actor.state == resting:
         return actor_view(actor)
     handle = await start_or_attach(
@@ -217,7 +217,7 @@ async def _operate(
         closing_grace_seconds=CLOSING_GRACE_SECONDS if actor.operation is None else 0.0,
     )
     await wait_result(handle, timeout, f"actor {ref.key}", _verb(operation))
-    return actor_view(await store.get_actor(ref))
+    return actor_view(await store.actors.get(ref))
 
 
 def _verb(operation: Operation) -> str:

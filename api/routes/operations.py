@@ -59,7 +59,7 @@ async def _step_from_state(store: Store, execution: WorkflowExecution) -> str | 
     if not atespace or not actor or not execution.id.startswith("actor/"):
         return None
     try:
-        record = await store.get_actor(ActorRef(atespace, actor))
+        record = await store.actors.get(ActorRef(atespace, actor))
     except StoreError:
         return None
     where = f" on worker {record.worker.pool}/{record.worker.name} ({record.worker.node})" if record.worker else ""

@@ -15,6 +15,7 @@ from api.schemas import TemplateCreate, TemplatePublic
 from api.views import template_view
 from domain.operations.golden import GoldenSnapshotInput, GoldenSnapshotResult
 from domain.states import Operation
+from domain.templates import ActorTemplateSpec
 from domain.temporal import TASK_QUEUE, WORKFLOW_TASK_TIMEOUT, template_workflow_id
 
 log = logging.getLogger("ate.api")
@@ -44,7 +45,7 @@ async def create_template(
             "or a location below it (or leave it out)",
             {"field": "spec.snapshotConfig.storageLocation"},
         )
-    await store.create_template(atespace, body.name, spec)
+    await store.templates.create(atespace, body.name, ActorTemplateSpec.from_document(spec))
     handle = await temporal.start_workflow(
         Operation.GOLDEN_SNAPSHOT.value,
         GoldenSnapshotInput(atespace=atespace, template=body.name),
@@ -58,23 +59,23 @@ async def create_template(
     )
     if wait:
         await handle.result()
-    return template_view(await store.get_template(atespace, body.name))
+    return template_view(await store.templates.get(atespace, body.name))
 
 
 @router.get("")
 async def list_templates(atespace: str, store: StoreDep) -> dict[str, list[TemplatePublic]]:
     """The templates of an atespace."""
-    return {"items": [template_view(t) for t in await store.list_templates(atespace)]}
+    return {"items": [template_view(t) for t in await store.templates.of_atespace(atespace)]}
 
 
 @router.get("/{name}")
 async def get_template(atespace: str, name: str, store: StoreDep) -> TemplatePublic:
     """One template."""
-    return template_view(await store.get_template(atespace, name))
+    return template_view(await store.templates.get(atespace, name))
 
 
 @router.delete("/{name}", status_code=204)
 async def delete_template(atespace: str, name: str, store: StoreDep) -> Response:
     """Delete a template no actor uses."""
-    await store.delete_template(atespace, name)
+    await store.templates.delete(atespace, name)
     return Response(status_code=204)

@@ -19,7 +19,7 @@ router = APIRouter(tags=["workers"])
 @router.get("/v1/workers")
 async def list_workers(store: StoreDep) -> dict[str, list[WorkerPublic]]:
     """Every worker with its state and the actors on it."""
-    return {"items": [worker_view(w) for w in await store.list_workers()]}
+    return {"items": [worker_view(w) for w in await store.nodes.list_workers()]}
 
 
 @router.put("/v1/nodes/{node}")
@@ -36,7 +36,7 @@ async def register_node(node: str, body: NodeRegistration, store: StoreDep) -> d
         if reports_actors
         else None
     )
-    orders = await store.register_node(
+    orders = await store.nodes.register(
         node,
         body.address,
         body.runsc_version,
@@ -65,7 +65,7 @@ async def register_node(node: str, body: NodeRegistration, store: StoreDep) -> d
 @router.post("/v1/nodes/{node}/events")
 async def node_event(node: str, body: NodeEvent, store: StoreDep) -> dict[str, bool]:
     """An atelet reports that a sandbox exited on its own: its RUNNING actor becomes CRASHED."""
-    accepted = await store.record_sandbox_exit(
+    accepted = await store.nodes.record_sandbox_exit(
         node, body.worker, ActorRef(body.actor.atespace, body.actor.name), body.reason or "no reason given"
     )
     return {"accepted": accepted}
@@ -89,5 +89,5 @@ async def drain_node(node: str, body: DrainRequest, temporal: TemporalDep) -> di
 @router.post("/v1/nodes/{node}/undrain")
 async def undrain_node(node: str, store: StoreDep) -> dict[str, str]:
     """End a node's drain: its workers take actors again."""
-    await store.end_drain(node)
+    await store.drains.end(node)
     return {"node": node, "state": "ACTIVE"}

@@ -6,6 +6,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from domain.refs import ActorRef, SnapshotRef, WorkerRef
+from domain.templates import ActorTemplateSpec
 
 
 @dataclass
@@ -15,7 +16,7 @@ class AteletRunInput:
     operation_id: str
     worker: WorkerRef
     holder: ActorRef
-    spec: dict[str, Any]
+    spec: ActorTemplateSpec
     snapshot: SnapshotRef | None
     probe_timeout_seconds: float
     placement: str | None = None

@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
 
 from domain.refs import SnapshotRef, WorkerRef
+from domain.templates import ActorTemplateSpec
 
 
 @dataclass
@@ -33,4 +33,4 @@ class GoldenPlan:
 
     worker: WorkerRef
     snapshot: SnapshotRef
-    spec: dict[str, Any]
+    spec: ActorTemplateSpec

@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
 
 from domain.refs import ActorRef, SnapshotRef, WorkerRef
+from domain.templates import ActorTemplateSpec
 
 
 @dataclass
@@ -42,4 +42,4 @@ class ResumePlan:
     already_running: bool
     worker: WorkerRef | None = None
     snapshot: SnapshotRef | None = None
-    spec: dict[str, Any] = field(default_factory=dict)
+    spec: ActorTemplateSpec | None = None

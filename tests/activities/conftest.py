@@ -11,7 +11,7 @@ from tests.activities.test_store import ready_template, worker
 @pytest.fixture
 async def two_nodes(store: Store) -> Store:
     """Nodes n1 (worker w1) and n2 (worker w2), one place each, and the Ready template demo/counter."""
-    await store.register_node("n1", "127.0.0.1:1", "v", [worker("w1")])
-    await store.register_node("n2", "127.0.0.2:1", "v", [worker("w2")])
+    await store.nodes.register("n1", "127.0.0.1:1", "v", [worker("w1")])
+    await store.nodes.register("n2", "127.0.0.2:1", "v", [worker("w2")])
     await ready_template(store)
     return store

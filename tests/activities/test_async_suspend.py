@@ -19,9 +19,9 @@ from tests.activities.test_lifecycle import running_actor, suspend
 
 
 async def async_suspend(store: Store, ref: ActorRef, op: str) -> int:
-    plan = await store.begin_suspend(ref, op, "async")
+    plan = await store.suspends.begin(ref, op, "async")
     assert plan.snapshot is not None
-    await store.complete_suspend(ref, op, plan.snapshot.snapshot_id, {"files": []}, 5)
+    await store.suspends.complete(ref, op, plan.snapshot.snapshot_id, {"files": []}, 5)
     return plan.snapshot.snapshot_id
 
 
@@ -29,96 +29,96 @@ async def test_async_suspend_keeps_the_checkpoint_on_the_node_until_uploaded(two
     store = two_nodes
     ref = await running_actor(store)
     first = await suspend(store, ref, "s1")  # generation 1, uploaded
-    await store.begin_resume(ref, "r2")
-    await store.finish_resume(ref, "r2")
-    node = (await store.get_actor(ref)).worker.node  # type: ignore[union-attr]
+    await store.resumes.begin(ref, "r2")
+    await store.resumes.finish(ref, "r2")
+    node = (await store.actors.get(ref)).worker.node  # type: ignore[union-attr]
 
-    plan = await store.begin_suspend(ref, "s2", "async")
+    plan = await store.suspends.begin(ref, "s2", "async")
     assert plan.worker is not None and plan.upload_from is None and plan.snapshot is not None
     assert (plan.snapshot.storage, plan.snapshot.node) == (SnapshotStorage.LOCAL, node)
     assert plan.snapshot.uri.startswith("local:///demo/actors/a1/2-")
     local = plan.snapshot.snapshot_id
-    await store.complete_suspend(ref, "s2", local, {"files": []}, 5)
-    await store.complete_suspend(ref, "s2", local, {"files": []}, 5)  # idempotent
-    actor = await store.get_actor(ref)
+    await store.suspends.complete(ref, "s2", local, {"files": []}, 5)
+    await store.suspends.complete(ref, "s2", local, {"files": []}, 5)  # idempotent
+    actor = await store.actors.get(ref)
     assert (actor.state, actor.worker, actor.pinned_node, actor.upload_pending) == ("SUSPENDED", None, node, True)
     assert actor.local_snapshot is not None and actor.local_snapshot.generation == 2
     assert actor.latest_snapshot is not None and actor.latest_snapshot.snapshot_id == first
-    assert all(w.holders == [] for w in await store.list_workers())
-    assert (await store.begin_suspend(ref, "s3", "async")).already_suspended
+    assert all(w.holders == [] for w in await store.nodes.list_workers())
+    assert (await store.suspends.begin(ref, "s3", "async")).already_suspended
 
-    upload = await store.begin_upload(ref, "u1", local)
+    upload = await store.uploads.begin(ref, "u1", local)
     assert upload.needed and upload.source is not None and upload.destination is not None
     assert upload.source.snapshot_id == local
     assert upload.atelet_address == ("127.0.0.1:1" if node == "n1" else "127.0.0.2:1")
     assert upload.destination.uri.startswith("file:///snap/demo/actors/a1/3-")
     assert upload.destination.storage == SnapshotStorage.EXTERNAL
-    again = await store.begin_upload(ref, "u1", local)  # a retried activity reuses its reservation
+    again = await store.uploads.begin(ref, "u1", local)  # a retried activity reuses its reservation
     assert again.destination is not None and again.destination.snapshot_id == upload.destination.snapshot_id
 
-    assert await store.complete_upload(ref, local, upload.destination.snapshot_id, {"files": []}, 5)
-    assert await store.complete_upload(ref, local, upload.destination.snapshot_id, {"files": []}, 5)  # repeat
-    actor = await store.get_actor(ref)
+    assert await store.uploads.complete(ref, local, upload.destination.snapshot_id, {"files": []}, 5)
+    assert await store.uploads.complete(ref, local, upload.destination.snapshot_id, {"files": []}, 5)  # repeat
+    actor = await store.actors.get(ref)
     assert (actor.state, actor.pinned_node, actor.upload_pending, actor.local_snapshot) == (
         "SUSPENDED", None, False, None,
     )  # fmt: skip
     assert actor.latest_snapshot is not None and actor.latest_snapshot.generation == 3
     assert actor.latest_snapshot.state == "COMPLETED"
-    assert local in {g.snapshot_id for g in await store.garbage_snapshots(100, 0.0)}  # the local copy goes
-    assert not (await store.begin_upload(ref, "u2", local)).needed
+    assert local in {g.snapshot_id for g in await store.snapshots.garbage(100, 0.0)}  # the local copy goes
+    assert not (await store.uploads.begin(ref, "u2", local)).needed
 
 
 async def test_a_resume_before_the_upload_restores_the_local_copy_on_its_node(two_nodes: Store) -> None:
     store = two_nodes
     ref = await running_actor(store)
-    node = (await store.get_actor(ref)).worker.node  # type: ignore[union-attr]
+    node = (await store.actors.get(ref)).worker.node  # type: ignore[union-attr]
     local = await async_suspend(store, ref, "s1")
-    upload = await store.begin_upload(ref, "u1", local)  # the upload is under way...
+    upload = await store.uploads.begin(ref, "u1", local)  # the upload is under way...
     assert upload.destination is not None
 
-    plan = await store.begin_resume(ref, "r2")  # ...when a request comes
+    plan = await store.resumes.begin(ref, "r2")  # ...when a request comes
     assert plan.worker is not None and plan.worker.node == node
     assert plan.snapshot is not None and plan.snapshot.snapshot_id == local
-    await store.rollback_resume(ref, "r2", "restore failed: boom")
-    actor = await store.get_actor(ref)
+    await store.resumes.rollback(ref, "r2", "restore failed: boom")
+    actor = await store.actors.get(ref)
     assert (actor.state, actor.upload_pending, actor.pinned_node) == ("SUSPENDED", True, node)  # not PAUSED
 
-    await store.begin_resume(ref, "r3")
-    await store.finish_resume(ref, "r3")
-    actor = await store.get_actor(ref)
+    await store.resumes.begin(ref, "r3")
+    await store.resumes.finish(ref, "r3")
+    actor = await store.actors.get(ref)
     assert (actor.state, actor.upload_pending, actor.pinned_node) == ("RUNNING", False, None)
     # The upload lands after the actor moved on: it is not made the latest.
-    assert not await store.complete_upload(ref, local, upload.destination.snapshot_id, {"files": []}, 5)
-    assert (await store.get_actor(ref)).latest_snapshot is None
-    assert not (await store.begin_upload(ref, "u2", local)).needed
+    assert not await store.uploads.complete(ref, local, upload.destination.snapshot_id, {"files": []}, 5)
+    assert (await store.actors.get(ref)).latest_snapshot is None
+    assert not (await store.uploads.begin(ref, "u2", local)).needed
 
 
 async def test_a_pending_upload_on_a_dead_node_can_be_reverted(two_nodes: Store) -> None:
     store = two_nodes
     ref = await running_actor(store)
     first = await suspend(store, ref, "s1")
-    await store.begin_resume(ref, "r2")
-    await store.finish_resume(ref, "r2")
-    node = (await store.get_actor(ref)).worker.node  # type: ignore[union-attr]
+    await store.resumes.begin(ref, "r2")
+    await store.resumes.finish(ref, "r2")
+    node = (await store.actors.get(ref)).worker.node  # type: ignore[union-attr]
     local = await async_suspend(store, ref, "s2")
     async with store.pool.acquire() as connection:
         await connection.execute("UPDATE nodes SET last_heartbeat = now() - interval '1 minute' WHERE name = $1", node)
-    assert await store.mark_lost_nodes() == [node]
+    assert await store.nodes.mark_lost() == [node]
 
     with pytest.raises(FailedPrecondition, match=rf"node {node} holding actor demo/a1's snapshot is not available"):
-        await store.begin_upload(ref, "u1", local)
+        await store.uploads.begin(ref, "u1", local)
     with pytest.raises(NoCapacity) as refused:
-        await store.begin_resume(ref, "r3")
+        await store.resumes.begin(ref, "r3")
     assert refused.value.message.startswith(
         f"actor demo/a1 is SUSPENDED and its snapshot (not uploaded yet) lies on node {node}, which is not available"
     )
     assert "go back to its last uploaded snapshot (generation 1)" in refused.value.message
 
-    plan = await store.begin_revert(ref, "v1")
+    plan = await store.reverts.begin(ref, "v1")
     assert (plan.from_state, plan.worker) == ("SUSPENDED", None)
-    await store.finish_revert(ref, "v1", "reverted from SUSPENDED")
-    actor = await store.get_actor(ref)
+    await store.reverts.finish(ref, "v1", "reverted from SUSPENDED")
+    actor = await store.actors.get(ref)
     assert (actor.state, actor.upload_pending, actor.pinned_node) == ("SUSPENDED", False, None)
     assert actor.latest_snapshot is not None and actor.latest_snapshot.snapshot_id == first
     with pytest.raises(FailedPrecondition, match=r"is not in a revertable state \(state: SUSPENDED\)"):
-        await store.begin_revert(ref, "v2")  # nothing left to drop: refused as before
+        await store.reverts.begin(ref, "v2")  # nothing left to drop: refused as before

@@ -13,6 +13,7 @@ from activities.store import AlreadyExists, FailedPrecondition, NoCapacity, NoMa
 from activities.store.records import WorkerRegistration
 from domain.refs import ActorRef
 from domain.states import SnapshotScope
+from domain.templates import ActorTemplateSpec
 
 SPEC = {
     "sandboxClass": "gvisor",
@@ -38,196 +39,196 @@ def worker(name: str, labels: dict[str, str] | None = None, places: int = 1) -> 
 
 async def ready_template(store: Store, spec: dict[str, object] = SPEC) -> None:
     """Atespace demo, template counter Ready with a golden snapshot (via the golden transitions)."""
-    await store.create_atespace("demo")
-    await store.create_template("demo", "counter", dict(spec))
-    plan = await store.begin_golden("demo", "counter", "golden-op")
+    await store.atespaces.create("demo")
+    await store.templates.create("demo", "counter", ActorTemplateSpec.from_document(dict(spec)))
+    plan = await store.golden_snapshots.begin("demo", "counter", "golden-op")
     assert plan.snapshot.scope == SnapshotScope.FULL
-    await store.complete_golden("demo", "counter", plan.snapshot.snapshot_id, {"files": []}, 10)
+    await store.golden_snapshots.complete("demo", "counter", plan.snapshot.snapshot_id, {"files": []}, 10)
 
 
 async def test_atespace_and_template_lifecycle(store: Store) -> None:
-    await store.create_atespace("demo")
+    await store.atespaces.create("demo")
     with pytest.raises(AlreadyExists, match="atespace demo already exists"):
-        await store.create_atespace("demo")
+        await store.atespaces.create("demo")
     with pytest.raises(NotFound, match="atespace nope not found"):
-        await store.create_template("nope", "t", SPEC)
-    await store.create_template("demo", "counter", SPEC)
+        await store.templates.create("nope", "t", ActorTemplateSpec.from_document(SPEC))
+    await store.templates.create("demo", "counter", ActorTemplateSpec.from_document(SPEC))
     with pytest.raises(NotFound, match="actor template demo/other not found"):
-        await store.create_actor(ActorRef("demo", "a1"), "other", {})
-    await store.create_actor(ActorRef("demo", "a1"), "counter", {})
+        await store.actors.create(ActorRef("demo", "a1"), "other", {})
+    await store.actors.create(ActorRef("demo", "a1"), "counter", {})
     with pytest.raises(FailedPrecondition, match="not empty: it still holds 1 actor and 1 template"):
-        await store.delete_atespace("demo")
+        await store.atespaces.delete("demo")
     with pytest.raises(FailedPrecondition, match="used by actors"):
-        await store.delete_template("demo", "counter")
-    await store.delete_actor(ActorRef("demo", "a1"))
-    await store.delete_template("demo", "counter")
-    await store.delete_atespace("demo")
-    assert await store.list_atespaces() == []
+        await store.templates.delete("demo", "counter")
+    await store.actors.delete(ActorRef("demo", "a1"))
+    await store.templates.delete("demo", "counter")
+    await store.atespaces.delete("demo")
+    assert await store.atespaces.all() == []
 
 
 async def test_golden_boot_holds_a_place_until_completed(store: Store) -> None:
-    await store.register_node("n1", "127.0.0.1:1", "v", [worker("w0")])
-    await store.create_atespace("demo")
-    await store.create_template("demo", "counter", SPEC)
-    plan = await store.begin_golden("demo", "counter", "op-g")
-    again = await store.begin_golden("demo", "counter", "op-g")
+    await store.nodes.register("n1", "127.0.0.1:1", "v", [worker("w0")])
+    await store.atespaces.create("demo")
+    await store.templates.create("demo", "counter", ActorTemplateSpec.from_document(SPEC))
+    plan = await store.golden_snapshots.begin("demo", "counter", "op-g")
+    again = await store.golden_snapshots.begin("demo", "counter", "op-g")
     assert (again.worker.worker_id, again.snapshot.snapshot_id) == (plan.worker.worker_id, plan.snapshot.snapshot_id)
     assert plan.snapshot.uri.startswith("file:///snap/demo/templates/counter/1-")
-    [w] = await store.list_workers()
+    [w] = await store.nodes.list_workers()
     assert w.holders == ["template/demo/counter"]
-    await store.complete_golden("demo", "counter", plan.snapshot.snapshot_id, {"files": []}, 10)
-    template = await store.get_template("demo", "counter")
+    await store.golden_snapshots.complete("demo", "counter", plan.snapshot.snapshot_id, {"files": []}, 10)
+    template = await store.templates.get("demo", "counter")
     assert (template.phase, template.golden_snapshot_id) == ("Ready", plan.snapshot.snapshot_id)
-    [w] = await store.list_workers()
+    [w] = await store.nodes.list_workers()
     assert w.holders == []
 
 
 async def test_resume_places_binds_and_refuses_when_full(store: Store) -> None:
-    await store.register_node("n1", "127.0.0.1:1", "v", [worker("w0"), worker("w1")])
+    await store.nodes.register("n1", "127.0.0.1:1", "v", [worker("w0"), worker("w1")])
     await ready_template(store)
     a1, a2, a3 = ActorRef("demo", "a1"), ActorRef("demo", "a2"), ActorRef("demo", "a3")
     for ref in (a1, a2, a3):
-        await store.create_actor(ref, "counter", {})
+        await store.actors.create(ref, "counter", {})
 
-    plan1 = await store.begin_resume(a1, "op1")
+    plan1 = await store.resumes.begin(a1, "op1")
     assert not plan1.already_running and plan1.snapshot is not None
     assert plan1.snapshot.uri.startswith("file:///snap/demo/templates/counter/1-")  # first resume: golden
-    repeat = await store.begin_resume(a1, "op1")  # a retried activity finds its own binding
+    repeat = await store.resumes.begin(a1, "op1")  # a retried activity finds its own binding
     assert repeat.worker is not None and repeat.worker.worker_id == plan1.worker.worker_id
 
-    plan2 = await store.begin_resume(a2, "op2")
+    plan2 = await store.resumes.begin(a2, "op2")
     assert {plan1.worker.name, plan2.worker.name} == {"w0", "w1"}  # one place each: both used
 
     with pytest.raises(NoCapacity) as full:
-        await store.begin_resume(a3, "op3")
+        await store.resumes.begin(a3, "op3")
     assert full.value.message == (
         "no worker has room for the actor demo/a3: all 2 matching workers have every place taken"
     )
-    assert (await store.get_actor(a3)).state == "SUSPENDED"  # refused: nothing changed
+    assert (await store.actors.get(a3)).state == "SUSPENDED"  # refused: nothing changed
 
     with pytest.raises(FailedPrecondition, match=r"cannot be resumed from state RESUMING"):
-        await store.begin_resume(a1, "another-op")
+        await store.resumes.begin(a1, "another-op")
     with pytest.raises(FailedPrecondition, match=r"is not suspended \(state: RESUMING\)"):
-        await store.delete_actor(a1)
+        await store.actors.delete(a1)
 
-    await store.finish_resume(a1, "op1")
-    await store.finish_resume(a1, "op1")  # idempotent
-    actor = await store.get_actor(a1)
+    await store.resumes.finish(a1, "op1")
+    await store.resumes.finish(a1, "op1")  # idempotent
+    actor = await store.actors.get(a1)
     assert (actor.state, actor.worker.name if actor.worker else None) == ("RUNNING", plan1.worker.name)
-    assert (await store.begin_resume(a1, "op-any")).already_running
+    assert (await store.resumes.begin(a1, "op-any")).already_running
 
-    await store.rollback_resume(a2, "op2", "restore failed: boom")
-    actor2 = await store.get_actor(a2)
+    await store.resumes.rollback(a2, "op2", "restore failed: boom")
+    actor2 = await store.actors.get(a2)
     assert (actor2.state, actor2.worker, actor2.last_error) == ("SUSPENDED", None, "restore failed: boom")
-    plan3 = await store.begin_resume(a3, "op3")  # a2's place is free again
+    plan3 = await store.resumes.begin(a3, "op3")  # a2's place is free again
     assert plan3.worker is not None and plan3.worker.name == plan2.worker.name
 
 
 async def test_suspend_reserves_a_generation_and_frees_the_worker(store: Store) -> None:
-    await store.register_node("n1", "127.0.0.1:1", "v", [worker("w0")])
+    await store.nodes.register("n1", "127.0.0.1:1", "v", [worker("w0")])
     await ready_template(store)
     a1, a2 = ActorRef("demo", "a1"), ActorRef("demo", "a2")
-    await store.create_actor(a1, "counter", {})
-    await store.create_actor(a2, "counter", {})
-    assert (await store.begin_suspend(a1, "s0")).already_suspended
+    await store.actors.create(a1, "counter", {})
+    await store.actors.create(a2, "counter", {})
+    assert (await store.suspends.begin(a1, "s0")).already_suspended
 
-    await store.begin_resume(a1, "r1")
-    await store.finish_resume(a1, "r1")
-    plan = await store.begin_suspend(a1, "s1")
+    await store.resumes.begin(a1, "r1")
+    await store.resumes.finish(a1, "r1")
+    plan = await store.suspends.begin(a1, "s1")
     assert plan.snapshot is not None and plan.snapshot.generation == 1 and plan.snapshot.scope == SnapshotScope.FULL
     # <location>/<atespace>/actors/<name>/<generation>-<first 12 hex of sha256("s1")>
     assert plan.snapshot.uri == "file:///snap/demo/actors/a1/1-e8bc163c82ee"
-    again = await store.begin_suspend(a1, "s1")
+    again = await store.suspends.begin(a1, "s1")
     assert again.snapshot is not None and again.snapshot.snapshot_id == plan.snapshot.snapshot_id
     with pytest.raises(FailedPrecondition, match=r"cannot be resumed from state SUSPENDING"):
-        await store.begin_resume(a1, "r-during-suspend")
+        await store.resumes.begin(a1, "r-during-suspend")
 
-    await store.complete_suspend(a1, "s1", plan.snapshot.snapshot_id, {"files": [{"path": "x"}]}, 123)
-    await store.complete_suspend(a1, "s1", plan.snapshot.snapshot_id, {"files": [{"path": "x"}]}, 123)  # repeat
-    actor = await store.get_actor(a1)
+    await store.suspends.complete(a1, "s1", plan.snapshot.snapshot_id, {"files": [{"path": "x"}]}, 123)
+    await store.suspends.complete(a1, "s1", plan.snapshot.snapshot_id, {"files": [{"path": "x"}]}, 123)  # repeat
+    actor = await store.actors.get(a1)
     assert actor.state == "SUSPENDED" and actor.worker is None
     assert actor.latest_snapshot is not None and (actor.latest_snapshot.generation, actor.latest_snapshot.state) == (
         1,
         "COMPLETED",
     )
     # the only place is free again, and a2's first resume uses the golden snapshot
-    plan2 = await store.begin_resume(a2, "r2")
+    plan2 = await store.resumes.begin(a2, "r2")
     assert plan2.snapshot is not None and "/templates/counter/" in plan2.snapshot.uri
     # a1 resumes from its own generation 1 once a place is free
-    await store.rollback_resume(a2, "r2", "test")
-    plan1 = await store.begin_resume(a1, "r3")
+    await store.resumes.rollback(a2, "r2", "test")
+    plan1 = await store.resumes.begin(a1, "r3")
     assert plan1.snapshot is not None and plan1.snapshot.generation == 1 and "/actors/a1/" in plan1.snapshot.uri
 
 
 async def test_failed_checkpoint_rolls_back_to_running_and_drops_the_pending_snapshot(store: Store) -> None:
-    await store.register_node("n1", "127.0.0.1:1", "v", [worker("w0")])
+    await store.nodes.register("n1", "127.0.0.1:1", "v", [worker("w0")])
     await ready_template(store)
     a1 = ActorRef("demo", "a1")
-    await store.create_actor(a1, "counter", {})
-    await store.begin_resume(a1, "r1")
-    await store.finish_resume(a1, "r1")
-    plan = await store.begin_suspend(a1, "s1")
+    await store.actors.create(a1, "counter", {})
+    await store.resumes.begin(a1, "r1")
+    await store.resumes.finish(a1, "r1")
+    plan = await store.suspends.begin(a1, "s1")
     assert plan.snapshot is not None
-    await store.rollback_suspend(a1, "s1", plan.snapshot.snapshot_id, "checkpoint failed")
-    actor = await store.get_actor(a1)
+    await store.suspends.rollback(a1, "s1", plan.snapshot.snapshot_id, "checkpoint failed")
+    actor = await store.actors.get(a1)
     assert (actor.state, actor.last_error, actor.latest_snapshot) == ("RUNNING", "checkpoint failed", None)
-    retry = await store.begin_suspend(a1, "s2")
+    retry = await store.suspends.begin(a1, "s2")
     assert retry.snapshot is not None and retry.snapshot.generation == 1  # the dropped row left no gap
 
 
 async def test_placement_says_which_check_removed_the_last_candidates(store: Store) -> None:
     a = ActorRef("demo", "a1")
-    await store.create_atespace("demo")
-    await store.create_template("demo", "counter", SPEC)
+    await store.atespaces.create("demo")
+    await store.templates.create("demo", "counter", ActorTemplateSpec.from_document(SPEC))
     with pytest.raises(NoCapacity, match="no worker is registered"):
-        await store.begin_golden("demo", "counter", "g")
-    await store.register_node("n1", "127.0.0.1:1", "v", [worker("w0", labels={"zone": "a"})])
-    plan = await store.begin_golden("demo", "counter", "g2")
-    await store.complete_golden("demo", "counter", plan.snapshot.snapshot_id, {}, 1)
-    await store.create_actor(a, "counter", {"zone": "b"})
+        await store.golden_snapshots.begin("demo", "counter", "g")
+    await store.nodes.register("n1", "127.0.0.1:1", "v", [worker("w0", labels={"zone": "a"})])
+    plan = await store.golden_snapshots.begin("demo", "counter", "g2")
+    await store.golden_snapshots.complete("demo", "counter", plan.snapshot.snapshot_id, {}, 1)
+    await store.actors.create(a, "counter", {"zone": "b"})
     with pytest.raises(NoMatchingWorker, match=r"no ACTIVE gvisor worker has the labels \{'zone': 'b'\}"):
-        await store.begin_resume(a, "r1")
-    await store.update_actor_selector(a, {"zone": "a"})
-    await store.register_node("n1", "127.0.0.1:1", "v", [])  # the node stops reporting w0
-    [w] = await store.list_workers()
+        await store.resumes.begin(a, "r1")
+    await store.actors.update_selector(a, {"zone": "a"})
+    await store.nodes.register("n1", "127.0.0.1:1", "v", [])  # the node stops reporting w0
+    [w] = await store.nodes.list_workers()
     assert w.state == "UNAVAILABLE"
     with pytest.raises(NoCapacity, match="none of the 1 workers is ACTIVE"):
-        await store.begin_resume(a, "r2")
-    await store.register_node("n1", "127.0.0.1:1", "v", [worker("w0", labels={"zone": "a"})])
-    assert (await store.begin_resume(a, "r3")).worker is not None
+        await store.resumes.begin(a, "r2")
+    await store.nodes.register("n1", "127.0.0.1:1", "v", [worker("w0", labels={"zone": "a"})])
+    assert (await store.resumes.begin(a, "r3")).worker is not None
 
 
 async def test_cpu_limits_are_a_placement_check(store: Store) -> None:
     big = dict(SPEC, resources={"limits": {"cpu": "1500m", "memory": "256Mi"}})
-    await store.register_node("n1", "127.0.0.1:1", "v", [worker("w0", places=4)])
+    await store.nodes.register("n1", "127.0.0.1:1", "v", [worker("w0", places=4)])
     await ready_template(store, big)
     refs = [ActorRef("demo", f"a{i}") for i in range(2)]
     for ref in refs:
-        await store.create_actor(ref, "counter", {})
-    await store.begin_resume(refs[0], "r0")  # 1500m of 2000m used
+        await store.actors.create(ref, "counter", {})
+    await store.resumes.begin(refs[0], "r0")  # 1500m of 2000m used
     with pytest.raises(NoCapacity, match="has 1500m of CPU free"):
-        await store.begin_resume(refs[1], "r1")
+        await store.resumes.begin(refs[1], "r1")
 
 
 async def test_list_actors_pages_in_key_order(store: Store) -> None:
-    await store.create_atespace("demo")
-    await store.create_atespace("other")
-    await store.create_template("demo", "counter", SPEC)
-    await store.create_template("other", "counter", SPEC)
+    await store.atespaces.create("demo")
+    await store.atespaces.create("other")
+    await store.templates.create("demo", "counter", ActorTemplateSpec.from_document(SPEC))
+    await store.templates.create("other", "counter", ActorTemplateSpec.from_document(SPEC))
     for name in ("e", "a", "c", "b", "d"):
-        await store.create_actor(ActorRef("demo", name), "counter", {})
-    await store.create_actor(ActorRef("other", "a"), "counter", {})
+        await store.actors.create(ActorRef("demo", name), "counter", {})
+    await store.actors.create(ActorRef("other", "a"), "counter", {})
     seen: list[str] = []
     after = None
     pages = 0
     while True:
-        page, after = await store.list_actors("demo", after, 2)
+        page, after = await store.actors.page("demo", after, 2)
         pages += 1
         seen += [a.name for a in page]
         if after is None:
             break
     assert (seen, pages) == (["a", "b", "c", "d", "e"], 3)
-    everything, _ = await store.list_actors(None, None, 100)
+    everything, _ = await store.actors.page(None, None, 100)
     assert [f"{a.atespace}/{a.name}" for a in everything] == [
         "demo/a",
         "demo/b",
@@ -248,14 +249,14 @@ async def test_concurrent_resumes_never_overbook_a_worker(store: Store) -> None:
     """
     import asyncio
 
-    await store.register_node("n1", "127.0.0.1:1", "v", [worker("w0"), worker("w1")])
+    await store.nodes.register("n1", "127.0.0.1:1", "v", [worker("w0"), worker("w1")])
     await ready_template(store)
     refs = [ActorRef("demo", f"c{i}") for i in range(16)]
     for ref in refs:
-        await store.create_actor(ref, "counter", {})
+        await store.actors.create(ref, "counter", {})
     for attempt in range(5):  # the race needs the binds to overlap: try a few rounds
         outcomes = await asyncio.gather(
-            *(store.begin_resume(ref, f"op-{attempt}-{ref.name}") for ref in refs), return_exceptions=True
+            *(store.resumes.begin(ref, f"op-{attempt}-{ref.name}") for ref in refs), return_exceptions=True
         )
         bound = [o for o in outcomes if not isinstance(o, BaseException)]
         refused = [o for o in outcomes if isinstance(o, NoCapacity)]
@@ -265,4 +266,4 @@ async def test_concurrent_resumes_never_overbook_a_worker(store: Store) -> None:
         assert len(bound) == 2
         for ref, outcome in zip(refs, outcomes, strict=True):
             if not isinstance(outcome, BaseException):
-                await store.rollback_resume(ref, f"op-{attempt}-{ref.name}", "test: free the place again")
+                await store.resumes.rollback(ref, f"op-{attempt}-{ref.name}", "test: free the place again")

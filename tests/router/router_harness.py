@@ -239,7 +239,7 @@ class FakeApi:
         self.template_calls += 1
         return JSONResponse({
             "atespace": atespace, "name": template, "phase": "Ready",
-            "spec": {"containers": [{"image": "x", "port": self.worker_port}]},
+            "spec": {"containers": [{"name": "app", "image": "oci:app:latest", "port": self.worker_port}]},
         })
 
 

@@ -1,24 +1,34 @@
-"""GoldenSnapshot's transitions: bind a worker for a template's golden boot, record the outcome.
+"""GoldenSnapshot's transitions: bind a worker for a template's golden boot and reserve its
+snapshot, then record the outcome (template Ready or Failed).
 
-Idempotent for the workflow run ID (see `transitions`).
+Idempotent for the workflow run ID (see `resumes`).
 """
+
+from __future__ import annotations
 
 from typing import Any
 
+import asyncpg
+
 from activities.store.errors import NotFound
-from activities.store.placement import PlacementMixin
+from activities.store.placement import Placement
+from activities.store.records import spec_of
+from activities.store.snapshots import Snapshots
 from activities.store.sql import QUERIES as Q
 from domain.operations.golden import GoldenPlan
 from domain.states import SnapshotScope
 from domain.temporal import template_workflow_id
 
 
-class GoldenMixin(PlacementMixin):
-    """begin_golden, complete_golden, fail_golden (mixed into `Store`)."""
+class GoldenSnapshots:
+    """begin, complete and fail of a template's golden snapshot."""
 
-    # ---- GoldenSnapshot ---------------------------------------------------------------------
+    def __init__(self, pool: asyncpg.Pool, placement: Placement, snapshots: Snapshots) -> None:
+        self.pool = pool
+        self.placement = placement
+        self.snapshots = snapshots
 
-    async def begin_golden(self, atespace: str, template: str, operation_id: str) -> GoldenPlan:
+    async def begin(self, atespace: str, template: str, operation_id: str) -> GoldenPlan:
         """Bind a worker for a template's golden boot and reserve its snapshot (idempotent).
 
         Raises:
@@ -30,16 +40,16 @@ class GoldenMixin(PlacementMixin):
             row = await connection.fetchrow(Q["get_template"], atespace, template)
             if row is None:
                 raise NotFound(f"actor template {atespace}/{template} not found")
-            spec = row["spec"]
+            spec = spec_of(row)
             existing = await connection.fetchrow(Q["find_snapshot_of_operation"], owner, operation_id)
             placement = await connection.fetchrow(Q["get_placement"], owner)
             if existing is not None and placement is not None and placement["operation_id"] == operation_id:
-                worker = await self._worker_ref(connection, placement["worker_id"])
-                snapshot = await self._snapshot_ref(connection, existing["id"])
+                worker = await self.placement.worker_ref(connection, placement["worker_id"])
+                snapshot = await self.snapshots.ref(connection, existing["id"])
                 return GoldenPlan(worker=worker, snapshot=snapshot, spec=spec)
             if placement is not None:
                 await connection.execute(Q["delete_placement"], owner)
-            worker_id = await self._place(
+            worker_id = await self.placement.place(
                 connection,
                 holder=owner,
                 operation_id=operation_id,
@@ -48,15 +58,15 @@ class GoldenMixin(PlacementMixin):
                 actor_selector={},
             )
             if existing is not None:
-                snapshot = await self._snapshot_ref(connection, existing["id"])
+                snapshot = await self.snapshots.ref(connection, existing["id"])
             else:
-                snapshot = await self._reserve_snapshot(
+                snapshot = await self.snapshots.reserve(
                     connection, owner=owner, operation_id=operation_id, spec=spec, scope=SnapshotScope.FULL
                 )
-            worker = await self._worker_ref(connection, worker_id)
+            worker = await self.placement.worker_ref(connection, worker_id)
             return GoldenPlan(worker=worker, snapshot=snapshot, spec=spec)
 
-    async def complete_golden(
+    async def complete(
         self, atespace: str, template: str, snapshot_id: int, manifest: dict[str, Any], size_bytes: int
     ) -> None:
         """Golden snapshot COMPLETED, template Ready, place freed (idempotent)."""
@@ -66,7 +76,7 @@ class GoldenMixin(PlacementMixin):
             await connection.execute(Q["set_template_phase"], atespace, template, "Ready", None, snapshot_id)
             await connection.execute(Q["delete_placement"], owner)
 
-    async def fail_golden(self, atespace: str, template: str, operation_id: str, reason: str) -> None:
+    async def fail(self, atespace: str, template: str, operation_id: str, reason: str) -> None:
         """Template Failed with the reason; place and PENDING snapshot row released (idempotent)."""
         owner = template_workflow_id(atespace, template)
         async with self.pool.acquire() as connection, connection.transaction():

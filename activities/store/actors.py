@@ -1,0 +1,72 @@
+"""Actors: create, read, page through, change the selector of, and delete (state changes are the
+operations' transitions: `resumes`, `suspends`, `pauses`, `reverts`...)."""
+
+from __future__ import annotations
+
+import asyncpg
+
+from activities.store.errors import AlreadyExists, FailedPrecondition, NotFound
+from activities.store.records import ActorRecord
+from activities.store.sql import QUERIES as Q
+from activities.store.templates import Templates
+from domain.refs import ActorRef
+
+
+class Actors:
+    """create, get, page, update_selector and delete."""
+
+    def __init__(self, pool: asyncpg.Pool, templates: Templates) -> None:
+        self.pool = pool
+        self.templates = templates
+
+    async def create(self, ref: ActorRef, template: str, worker_selector: dict[str, str]) -> ActorRecord:
+        """Create an actor in SUSPENDED. Raises NotFound (atespace, template), AlreadyExists."""
+        await self.templates.get(ref.atespace, template)
+        row = await self.pool.fetchrow(Q["create_actor"], ref.atespace, ref.name, template, worker_selector)
+        if row is None:
+            raise AlreadyExists(f"actor {ref.key} already exists")
+        return await self.get(ref)
+
+    async def get(self, ref: ActorRef) -> ActorRecord:
+        """One actor (primary-key lookup). Raises NotFound."""
+        row = await self.pool.fetchrow(Q["get_actor"], ref.atespace, ref.name)
+        if row is None:
+            raise NotFound(f"actor {ref.key} not found")
+        return ActorRecord.from_row(row)
+
+    async def page(
+        self, atespace: str | None, after: tuple[str, str] | None, limit: int, state: str | None = None
+    ) -> tuple[list[ActorRecord], tuple[str, str] | None]:
+        """One page of actors in key order.
+
+        Args:
+            atespace: only this atespace, or None for all.
+            after: the (atespace, name) key of the last actor of the previous page.
+            limit: page size (1..1000).
+            state: only actors in this state (RUNNING...), or None for all (index actors_state_idx).
+
+        Returns:
+            (actors, key to pass as `after` for the next page, or None at the end).
+        """
+        start = after or ("", "")
+        rows = await self.pool.fetch(Q["list_actors"], atespace, start[0], start[1], limit + 1, state)
+        actors = [ActorRecord.from_row(r) for r in rows[:limit]]
+        next_key = (actors[-1].atespace, actors[-1].name) if len(rows) > limit else None
+        return actors, next_key
+
+    async def update_selector(self, ref: ActorRef, worker_selector: dict[str, str]) -> ActorRecord:
+        """Replace the actor's worker_selector. Raises NotFound."""
+        row = await self.pool.fetchrow(Q["update_actor_selector"], ref.atespace, ref.name, worker_selector)
+        if row is None:
+            raise NotFound(f"actor {ref.key} not found")
+        return await self.get(ref)
+
+    async def delete(self, ref: ActorRef) -> None:
+        """Delete a SUSPENDED actor. Raises NotFound, FailedPrecondition (other states)."""
+        actor = await self.get(ref)
+        row = await self.pool.fetchrow(Q["delete_actor"], ref.atespace, ref.name)
+        if row is None:
+            raise FailedPrecondition(
+                f"actor {ref.key} is not suspended (state: {actor.state}); suspend it first",
+                {"state": actor.state},
+            )

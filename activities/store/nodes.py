@@ -1,0 +1,216 @@
+"""Nodes and their workers: registration and heartbeats, reconciliation of what an atelet runs
+against the placements, sandbox exits, lost nodes, fencing, and finding a live atelet."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import asyncpg
+
+from activities.store.errors import NotFound
+from activities.store.records import WorkerRecord, WorkerRegistration
+from activities.store.sql import QUERIES as Q
+from domain.refs import ActorRef
+from domain.states import ActorState
+from domain.temporal import template_workflow_id
+
+NODE_LIVENESS_SECONDS = 15.0
+"""A node whose last heartbeat is older than this is lost (atelets beat every 5 s)."""
+
+SETTLED_SECONDS = 10.0
+"""A RUNNING actor its atelet reports absent is crashed only if it has been RUNNING this long,
+so a heartbeat taken just before a restore finished cannot crash a fresh actor."""
+
+
+@dataclass
+class FencingOrder:
+    """A sandbox an atelet must stop: the control plane places nothing of it on that worker."""
+
+    worker: str
+    atespace: str
+    name: str
+
+
+def _held_by(holder: str, atespace: str, name: str) -> bool:
+    """Whether a placement holder is the sandbox an atelet reports as (atespace, name)."""
+    if holder == ActorRef(atespace, name).workflow_id:
+        return True
+    return name.startswith("golden-") and holder == template_workflow_id(atespace, name.removeprefix("golden-"))
+
+
+class Nodes:
+    """The nodes and workers tables, as the atelets report them."""
+
+    def __init__(self, pool: asyncpg.Pool) -> None:
+        self.pool = pool
+
+    async def register(
+        self,
+        node: str,
+        address: str,
+        runsc_version: str,
+        workers: list[WorkerRegistration],
+        running: dict[str, tuple[str, str] | None] | None = None,
+    ) -> list[FencingOrder]:
+        """Upsert an atelet and its workers (ACTIVE); workers it no longer reports become UNAVAILABLE.
+
+        Args:
+            running: worker name -> (atespace, name) of its sandbox, or None when idle; when
+                given, the node is reconciled against the placements (see `reconcile`).
+
+        Returns:
+            The sandboxes the atelet must stop (fencing).
+        """
+        async with self.pool.acquire() as connection, connection.transaction():
+            await connection.execute(Q["upsert_node"], node, address, runsc_version)
+            for w in workers:
+                await connection.execute(
+                    Q["upsert_worker"],
+                    node,
+                    w.name,
+                    w.pool,
+                    w.ip,
+                    w.sandbox_class,
+                    w.labels,
+                    w.places,
+                    w.cpu_millis,
+                    w.memory_bytes,
+                )
+            await connection.execute(Q["retire_missing_workers"], node, [w.name for w in workers])
+            if running is None:
+                return []
+            return await self._reconcile(connection, node, running)
+
+    async def list_workers(self) -> list[WorkerRecord]:
+        """Every worker with its usage."""
+        rows = await self.pool.fetch(Q["list_workers"])
+        return [WorkerRecord.from_row(r) for r in rows]
+
+    async def fence_worker(self, worker_id: int, reason: str) -> None:
+        """Take a worker out of placement: its node could not confirm the sandbox stopped."""
+        await self.pool.execute(Q["fence_worker"], worker_id, reason)
+
+    async def crash_actor(self, ref: ActorRef, worker_id: int, reason: str) -> bool:
+        """RUNNING on `worker_id` -> CRASHED with the reason, place freed. Returns whether it applied."""
+        async with self.pool.acquire() as connection, connection.transaction():
+            updated = await connection.fetchval(Q["crash_actor_on_worker"], ref.atespace, ref.name, worker_id, reason)
+            if updated is None:
+                return False
+            await connection.execute(Q["delete_placement"], ref.workflow_id)
+            return True
+
+    async def record_sandbox_exit(self, node: str, worker: str, ref: ActorRef, reason: str) -> bool:
+        """An atelet saw a sandbox exit on its own: its RUNNING actor becomes CRASHED.
+
+        Returns:
+            Whether an actor was marked CRASHED (False when it was not RUNNING there: e.g. an
+            exit during a suspend, which the suspend itself handles).
+
+        Raises:
+            NotFound: the node has no such worker.
+        """
+        worker_id = await self.pool.fetchval(Q["worker_by_name"], node, worker)
+        if worker_id is None:
+            raise NotFound(f"worker {worker} of node {node} not found")
+        crashed = await self.crash_actor(ref, worker_id, f"sandbox exited on worker {worker} ({node}): {reason}")
+        if crashed:
+            # The atelet keeps an exited sandbox's record (and refuses the worker to anyone else)
+            # until it is told to stop it: keep the worker out of placement until a heartbeat
+            # reports it idle (the heartbeat's fencing order makes the atelet free it).
+            await self.fence_worker(worker_id, f"fenced: the sandbox of {ref.key} exited; freed at the next heartbeat")
+        return crashed
+
+    async def reconcile(self, node: str, reported: dict[str, tuple[str, str] | None]) -> list[FencingOrder]:
+        """Compare what an atelet runs with the placements on its workers.
+
+        Args:
+            node: the node.
+            reported: worker name -> (atespace, name) of the sandbox on it, or None when idle.
+
+        Returns:
+            Sandboxes the atelet must stop (it runs them, nothing is placed there for them);
+            those workers stay UNAVAILABLE (fenced) until they report idle. RUNNING actors whose
+            sandbox the atelet no longer has (and that have been RUNNING for a while) become
+            CRASHED, and their place is freed.
+        """
+        async with self.pool.acquire() as connection, connection.transaction():
+            return await self._reconcile(connection, node, reported)
+
+    async def _reconcile(
+        self, connection: asyncpg.Connection, node: str, reported: dict[str, tuple[str, str] | None]
+    ) -> list[FencingOrder]:
+        """`reconcile` inside the caller's transaction."""
+        orders: list[FencingOrder] = []
+        rows = await connection.fetch(Q["placements_of_node"], node, SETTLED_SECONDS)
+        holders: dict[str, list[asyncpg.Record]] = {}
+        for row in rows:
+            holders.setdefault(row["worker"], []).append(row)
+        for worker, running in reported.items():
+            held = holders.get(worker, [])
+            if running is not None and not any(_held_by(r["holder"], *running) for r in held):
+                orders.append(FencingOrder(worker=worker, atespace=running[0], name=running[1]))
+            for row in held:
+                if row["state"] != ActorState.RUNNING or not row["settled"]:
+                    continue
+                if running is None or not _held_by(row["holder"], *running):
+                    await connection.execute(
+                        Q["crash_actor_on_worker"],
+                        row["atespace"],
+                        row["name"],
+                        row["worker_id"],
+                        f"sandbox not found on worker {worker} ({node}): the node lost it (restart or crash)",
+                    )
+                    await connection.execute(Q["delete_placement"], row["holder"])
+        for order in orders:
+            worker_id = await connection.fetchval(Q["worker_by_name"], node, order.worker)
+            if worker_id is not None:
+                await connection.execute(
+                    Q["fence_worker"], worker_id, f"fenced: stopping {order.atespace}/{order.name}"
+                )
+        if await connection.fetchval(Q["node_draining"], node):
+            await connection.execute(Q["set_node_workers_state"], node, "UNAVAILABLE", "draining")
+        return orders
+
+    async def mark_lost(self) -> list[str]:
+        """Nodes silent for NODE_LIVENESS_SECONDS: workers UNAVAILABLE, RUNNING actors CRASHED.
+
+        Returns:
+            The nodes marked lost now.
+        """
+        lost: list[str] = []
+        async with self.pool.acquire() as connection, connection.transaction():
+            for node in await connection.fetch(Q["lost_nodes"], NODE_LIVENESS_SECONDS):
+                name = node["name"]
+                await connection.execute(Q["set_node_workers_state"], name, "UNAVAILABLE", "node lost")
+                for actor in await connection.fetch(Q["actors_on_node"], name):
+                    if actor["state"] == ActorState.RUNNING:
+                        await connection.execute(
+                            Q["crash_actor_on_worker"],
+                            actor["atespace"],
+                            actor["name"],
+                            actor["worker_id"],
+                            f"worker lost: node {name} sent no heartbeat since "
+                            f"{node['last_heartbeat']:%Y-%m-%d %H:%M:%S} UTC",
+                        )
+                        await connection.execute(Q["delete_placement"], ActorRef(actor["atespace"], actor["name"]).workflow_id)
+                lost.append(name)
+        return lost
+
+    async def alive(self, connection: asyncpg.Connection, node: str) -> bool:
+        """Whether the node sent a heartbeat in the last NODE_LIVENESS_SECONDS."""
+        return bool(await connection.fetchval(Q["node_alive"], node, NODE_LIVENESS_SECONDS))
+
+    async def atelet_address(self, connection: asyncpg.Connection, node: str | None) -> str | None:
+        """The address of the node's atelet when it sent a heartbeat recently, else None."""
+        row = await connection.fetchrow(Q["node_address"], node, NODE_LIVENESS_SECONDS)
+        return str(row["address"]) if row is not None and row["alive"] else None
+
+    async def live_atelet_of(self, node: str) -> str | None:
+        """`atelet_address` outside a transaction."""
+        async with self.pool.acquire() as connection:
+            return await self.atelet_address(connection, node)
+
+    async def any_live_atelet(self) -> str | None:
+        """Address of an atelet with a recent heartbeat."""
+        address: str | None = await self.pool.fetchval(Q["any_live_atelet"], NODE_LIVENESS_SECONDS)
+        return address

@@ -1,0 +1,78 @@
+"""Actors pinned to a node by a LOCAL snapshot (a pause, or an async suspend not uploaded yet):
+why the node cannot take the actor back, the atelet that holds the snapshot, and the plan to
+upload it. Runs inside the caller's transaction (the actor row is locked)."""
+
+from __future__ import annotations
+
+import asyncpg
+
+from activities.store.errors import FailedPrecondition, NoCapacity, PinnedNodeFull
+from activities.store.nodes import NODE_LIVENESS_SECONDS, Nodes
+from activities.store.placement import Placement
+from activities.store.records import spec_of
+from activities.store.snapshots import Snapshots
+from domain.operations.suspend import SuspendPlan
+from domain.refs import ActorRef, SnapshotRef
+from domain.states import ActorState
+
+
+class Pinning:
+    """Helpers of the resume and suspend of a pinned actor."""
+
+    def __init__(self, nodes: Nodes, placement: Placement, snapshots: Snapshots) -> None:
+        self.nodes = nodes
+        self.placement = placement
+        self.snapshots = snapshots
+
+    async def no_room(
+        self, connection: asyncpg.Connection, ref: ActorRef, actor: asyncpg.Record, node: str, error: NoCapacity
+    ) -> NoCapacity:
+        """Why a pinned actor cannot go back to its node, as the error to raise.
+
+        PinnedNodeFull when the node is alive and another node has room (the resume uploads the
+        local snapshot and places the actor elsewhere); otherwise NoCapacity saying what to do.
+        """
+        if await self.nodes.atelet_address(connection, node) is None:
+            latest = actor["latest_snapshot_id"] or actor["golden_snapshot_id"]
+            fallback = await self.snapshots.ref(connection, latest) if latest else None
+            back_to = f"generation {fallback.generation}" if fallback else "its template's golden snapshot"
+            paused = actor["local_snapshot_id"] is not None
+            what = "paused state" if paused else "snapshot (not uploaded yet)"
+            drop = "the paused state" if paused else "that snapshot"
+            return NoCapacity(
+                f"actor {ref.key} is {actor['state']} and its {what} lies on node {node}, which is not "
+                f"available (no heartbeat for {NODE_LIVENESS_SECONDS:g} s); resume it when the node is back, or "
+                f"drop {drop} and go back to its last uploaded snapshot ({back_to}) with "
+                f"'ate revert actor {ref.name} -a {ref.atespace}'",
+                {"state": actor["state"], "pinned_node": node},
+            )
+        if await self.placement.candidates(connection, spec_of(actor), actor["worker_selector"], sample=1):
+            return PinnedNodeFull(
+                f"{error.message}; other nodes have room: the paused snapshot is uploaded and the actor placed there",
+                {"pinned_node": node},
+            )
+        return error
+
+    async def atelet_of(self, connection: asyncpg.Connection, ref: ActorRef, local: SnapshotRef) -> str:
+        """The address of the atelet holding `local`.
+
+        Raises:
+            FailedPrecondition: that node is not alive (nothing can read the paused snapshot).
+        """
+        address = await self.nodes.atelet_address(connection, local.node)
+        if address is None:
+            raise FailedPrecondition(
+                f"actor {ref.key} is PAUSED on node {local.node}, which is not available (no heartbeat for "
+                f"{NODE_LIVENESS_SECONDS:g} s), so its paused snapshot cannot be uploaded; retry when the node is "
+                f"back, or drop the paused state with 'ate revert actor {ref.name} -a {ref.atespace}'",
+                {"state": ActorState.PAUSED.value, "pinned_node": local.node},
+            )
+        return address
+
+    async def upload_plan(
+        self, connection: asyncpg.Connection, ref: ActorRef, local_id: int, destination: SnapshotRef
+    ) -> SuspendPlan:
+        """The plan of a suspend from PAUSED: copy the local snapshot to `destination`."""
+        local = await self.snapshots.ref(connection, local_id)
+        address = await self.atelet_of(connection, ref, local)
+        return SuspendPlan(already_suspended=False, snapshot=destination, upload_from=local, atelet_address=address)

@@ -1,0 +1,142 @@
+"""ResumeActor's transitions: SUSPENDED|PAUSED -> RESUMING bound to a worker, -> RUNNING, or
+back after a failed restore.
+
+Each runs in one transaction that locks the actor row, checks the state-machine edge against
+`domain.states.TRANSITIONS` and writes the intent before the caller's side effect; each is
+idempotent for its operation ID, so an activity retried after any crash finds its own earlier
+write and returns the same answer.
+"""
+
+from __future__ import annotations
+
+import asyncpg
+
+from activities.store.errors import FailedPrecondition, NoCapacity, NotFound, VersionConflict, refused
+from activities.store.pinning import Pinning
+from activities.store.placement import Placement
+from activities.store.records import spec_of
+from activities.store.snapshots import Snapshots
+from activities.store.sql import QUERIES as Q
+from domain.operations.resume import ResumePlan
+from domain.refs import ActorRef
+from domain.states import TRANSITIONS, ActorState, Operation
+
+RESUME = TRANSITIONS[Operation.RESUME]
+
+
+class Resumes:
+    """begin, finish and rollback of a resume."""
+
+    def __init__(self, pool: asyncpg.Pool, placement: Placement, snapshots: Snapshots, pinning: Pinning) -> None:
+        self.pool = pool
+        self.placement = placement
+        self.snapshots = snapshots
+        self.pinning = pinning
+
+    async def begin(self, ref: ActorRef, operation_id: str) -> ResumePlan:
+        """SUSPENDED|PAUSED -> RESUMING bound to a worker, in one transaction (idempotent per operation).
+
+        Raises:
+            NotFound: unknown actor.
+            FailedPrecondition: the actor's state does not allow a resume, or its template has
+                no golden snapshot yet.
+            NoCapacity: no worker has room (PinnedNodeFull: its pinned node is full, others are not).
+        """
+        async with self.pool.acquire() as connection, connection.transaction():
+            actor = await connection.fetchrow(Q["lock_actor"], ref.atespace, ref.name)
+            if actor is None:
+                raise NotFound(f"actor {ref.key} not found")
+            state = actor["state"]
+            spec = spec_of(actor)
+            if state == ActorState.RUNNING:
+                worker = await self.placement.worker_ref(connection, actor["worker_id"])
+                return ResumePlan(already_running=True, worker=worker, spec=spec)
+            # A paused actor (or an async-suspended one whose upload has not landed) restores its
+            # local snapshot, on the node that holds it.
+            local_id = actor["local_snapshot_id"] or actor["pending_upload_snapshot_id"]
+            snapshot_id = local_id or actor["latest_snapshot_id"] or actor["golden_snapshot_id"]
+            pinned = actor["pinned_node"] if local_id else None
+            if state == ActorState.RESUMING and actor["operation_id"] == operation_id:
+                worker = await self.placement.worker_ref(connection, actor["worker_id"])
+                snapshot = await self.snapshots.ref(connection, snapshot_id) if snapshot_id else None
+                return ResumePlan(already_running=False, worker=worker, snapshot=snapshot, spec=spec)
+            if state == ActorState.CRASHED:
+                raise FailedPrecondition(
+                    f"actor {ref.key} is CRASHED ({actor['last_error'] or 'no reason recorded'}); bring it back "
+                    f"to its last completed snapshot with 'ate revert actor {ref.name} -a {ref.atespace}'",
+                    {"state": state},
+                )
+            if not RESUME.allows(state):
+                raise refused(RESUME, ref.key, state)
+            if snapshot_id is None:
+                raise FailedPrecondition(
+                    f"actor {ref.key} cannot be resumed yet: its template {ref.atespace}/{actor['template']} "
+                    f"has no golden snapshot (phase {actor['template_phase']})",
+                    {"template_phase": actor["template_phase"]},
+                )
+            holder = ref.workflow_id
+            stale = await connection.fetchrow(Q["get_placement"], holder)
+            if stale is not None:  # left by an operation that died before rolling back
+                await connection.execute(Q["delete_placement"], holder)
+            try:
+                worker_id = await self.placement.place(
+                    connection,
+                    holder=holder,
+                    operation_id=operation_id,
+                    label=f"the actor {ref.key}",
+                    spec=spec,
+                    actor_selector=actor["worker_selector"],
+                    node=pinned,
+                )
+            except NoCapacity as error:
+                if pinned is None:
+                    raise
+                why = await self.pinning.no_room(connection, ref, actor, pinned, error)
+                if why is error:  # no room anywhere: the placement's own message says it
+                    raise
+                raise why from error
+            updated = await connection.fetchval(
+                Q["mark_actor_resuming"], ref.atespace, ref.name, actor["version"], worker_id, operation_id
+            )
+            if updated is None:
+                raise VersionConflict("concurrent update conflict, please retry")
+            worker = await self.placement.worker_ref(connection, worker_id)
+            snapshot = await self.snapshots.ref(connection, snapshot_id)
+            await connection.execute(
+                Q["insert_operation"],
+                operation_id,
+                ref.atespace,
+                ref.name,
+                Operation.RESUME.value,
+                f"{worker.pool}/{worker.name}",
+            )
+            return ResumePlan(already_running=False, worker=worker, snapshot=snapshot, spec=spec)
+
+    async def finish(self, ref: ActorRef, operation_id: str) -> None:
+        """RESUMING -> RUNNING for this operation (idempotent: a repeat finds RUNNING).
+
+        Raises:
+            NotFound: unknown actor.
+            FailedPrecondition: the actor is no longer held by this operation.
+        """
+        updated = await self.pool.fetchval(Q["mark_actor_running"], ref.atespace, ref.name, operation_id)
+        await self.pool.execute(Q["finish_operation"], operation_id, "ok", None, None)
+        if updated is None:
+            row = await self.pool.fetchrow(Q["get_actor"], ref.atespace, ref.name)
+            if row is None:
+                raise NotFound(f"actor {ref.key} not found")
+            if row["state"] == ActorState.RUNNING and row["operation_id"] == operation_id:
+                return
+            raise FailedPrecondition(
+                f"actor {ref.key} is no longer resuming under operation {operation_id} (state: {row['state']})"
+            )
+
+    async def rollback(self, ref: ActorRef, operation_id: str, error: str) -> None:
+        """RESUMING -> SUSPENDED (PAUSED when it came from there) after a failed resume; frees
+        the place (idempotent)."""
+        async with self.pool.acquire() as connection, connection.transaction():
+            updated = await connection.fetchval(Q["rollback_actor_resume"], ref.atespace, ref.name, operation_id, error)
+            placement = await connection.fetchrow(Q["get_placement"], ref.workflow_id)
+            if placement is not None and (updated is not None or placement["operation_id"] == operation_id):
+                await connection.execute(Q["delete_placement"], ref.workflow_id)
+            await connection.execute(Q["finish_operation"], operation_id, "failed", error, None)

@@ -1,0 +1,85 @@
+"""RevertActor's transitions: any revertable state -> REVERTING (the in-progress PENDING snapshot
+dropped), -> SUSPENDED with the last COMPLETED snapshot.
+
+Idempotent for the operation ID: a repeat finds REVERTING (or SUSPENDED) under its own ID, and a
+revert that died (REVERTING under another ID) is taken over.
+"""
+
+from __future__ import annotations
+
+import asyncpg
+
+from activities.store.errors import FailedPrecondition, NotFound
+from activities.store.nodes import Nodes
+from activities.store.placement import Placement
+from activities.store.sql import QUERIES as Q
+from domain.operations.revert import RevertPlan
+from domain.refs import ActorRef
+from domain.states import TRANSITIONS, ActorState, Operation
+
+REVERT = TRANSITIONS[Operation.REVERT]
+
+
+class Reverts:
+    """begin and finish of a revert."""
+
+    def __init__(self, pool: asyncpg.Pool, placement: Placement, nodes: Nodes) -> None:
+        self.pool = pool
+        self.placement = placement
+        self.nodes = nodes
+
+    async def begin(self, ref: ActorRef, operation_id: str) -> RevertPlan:
+        """Mark REVERTING (from any revertable state) and drop the in-progress snapshot.
+
+        Raises:
+            NotFound: unknown actor.
+            FailedPrecondition: `actor is not in a revertable state (state: X)` (the reference
+                system's words).
+        """
+        async with self.pool.acquire() as connection, connection.transaction():
+            actor = await connection.fetchrow(Q["lock_actor"], ref.atespace, ref.name)
+            if actor is None:
+                raise NotFound(f"actor {ref.key} not found")
+            state = actor["state"]
+            # An async-suspended actor whose snapshot is not uploaded yet may be pinned to a dead
+            # node: reverting drops that snapshot and unpins it.
+            pending_upload = state == ActorState.SUSPENDED and actor["pending_upload_snapshot_id"] is not None
+            if state == ActorState.REVERTING and actor["operation_id"] == operation_id:
+                from_state = ActorState.REVERTING.value
+            elif REVERT.allows(state) or pending_upload:
+                from_state = state
+                await connection.execute(Q["mark_actor_reverting"], ref.atespace, ref.name, operation_id)
+                if actor["in_progress_snapshot_id"] is not None:  # a PENDING snapshot is discarded
+                    await connection.execute(Q["delete_pending_snapshot"], actor["in_progress_snapshot_id"])
+                await connection.execute(
+                    Q["insert_operation"], operation_id, ref.atespace, ref.name, Operation.REVERT.value, None
+                )
+            else:
+                raise FailedPrecondition(
+                    f"actor {ref.key} is not in a revertable state (state: {state}); RevertActor takes "
+                    "RUNNING, PAUSED, CRASHED, or a stuck RESUMING/SUSPENDING/PAUSING actor",
+                    {"state": state},
+                )
+            worker = None
+            alive = False
+            if actor["worker_id"] is not None:
+                worker = await self.placement.worker_ref(connection, actor["worker_id"])
+                alive = await self.nodes.alive(connection, worker.node)
+            return RevertPlan(from_state=from_state, worker=worker, node_alive=alive)
+
+    async def finish(self, ref: ActorRef, operation_id: str, note: str) -> None:
+        """REVERTING -> SUSPENDED with the last COMPLETED snapshot; place freed (idempotent).
+
+        Raises:
+            FailedPrecondition: the actor is no longer reverting under this operation.
+        """
+        async with self.pool.acquire() as connection, connection.transaction():
+            updated = await connection.fetchval(Q["mark_actor_reverted"], ref.atespace, ref.name, operation_id, note)
+            placement = await connection.fetchrow(Q["get_placement"], ref.workflow_id)
+            if placement is not None:
+                await connection.execute(Q["delete_placement"], ref.workflow_id)
+            if updated is None:
+                row = await connection.fetchrow(Q["get_actor"], ref.atespace, ref.name)
+                if row is None or row["state"] != ActorState.SUSPENDED:
+                    raise FailedPrecondition(f"actor {ref.key} is no longer reverting under operation {operation_id}")
+            await connection.execute(Q["finish_operation"], operation_id, "ok", None, None)

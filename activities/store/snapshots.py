@@ -1,0 +1,101 @@
+"""Snapshot rows: reserving a generation (PENDING), references for restore, and the garbage the
+snapshot GC deletes. `reserve` and `ref` run inside the caller's transaction."""
+
+from __future__ import annotations
+
+import asyncpg
+
+from activities.store.errors import NotFound, VersionConflict
+from activities.store.snapshot_names import LOCAL_LOCATION, snapshot_uri
+from activities.store.sql import QUERIES as Q
+from domain.operations.snapshot_gc import GarbageSnapshot
+from domain.refs import SnapshotRef
+from domain.states import SnapshotScope, SnapshotStorage
+from domain.templates import ActorTemplateSpec
+
+
+class Snapshots:
+    """The snapshots table."""
+
+    def __init__(self, pool: asyncpg.Pool) -> None:
+        self.pool = pool
+
+    async def ref(self, connection: asyncpg.Connection, snapshot_id: int) -> SnapshotRef:
+        """The snapshot with that id, with its manifest.
+
+        Raises:
+            NotFound: no such snapshot.
+        """
+        row = await connection.fetchrow(Q["get_snapshot"], snapshot_id)
+        if row is None:
+            raise NotFound(f"snapshot {snapshot_id} not found")
+        return SnapshotRef(
+            snapshot_id=row["id"],
+            generation=row["generation"],
+            scope=SnapshotScope(row["scope"]),
+            uri=row["uri"],
+            manifest=row["manifest"],
+            storage=SnapshotStorage(row["storage"]),
+            node=row["node"],
+        )
+
+    async def reserve(
+        self,
+        connection: asyncpg.Connection,
+        *,
+        owner: str,
+        operation_id: str,
+        spec: ActorTemplateSpec,
+        scope: SnapshotScope,
+        local_node: str | None = None,
+    ) -> SnapshotRef:
+        """Record the owner's next generation as a PENDING snapshot, inside the caller's transaction.
+
+        EXTERNAL in the template's storage location, or LOCAL on `local_node` when given. The
+        generation is max+1 of the owner's (the caller holds the owner's row lock; UNIQUE
+        (owner, generation) backs it).
+        """
+        generation = await connection.fetchval(Q["next_generation"], owner)
+        location = LOCAL_LOCATION if local_node else spec.snapshot_config.storage_location
+        storage = SnapshotStorage.LOCAL if local_node else SnapshotStorage.EXTERNAL
+        uri = snapshot_uri(location, owner, generation, operation_id)
+        snapshot_id = await connection.fetchval(
+            Q["insert_snapshot"],
+            owner,
+            generation,
+            scope.value,
+            uri,
+            spec.sandbox_class,
+            operation_id,
+            local_node,
+            storage.value,
+        )
+        return SnapshotRef(
+            snapshot_id=snapshot_id, generation=generation, scope=scope, uri=uri, storage=storage, node=local_node
+        )
+
+    async def garbage(self, limit: int, min_age_seconds: float) -> list[GarbageSnapshot]:
+        """Snapshots nothing needs (owner gone, or superseded), oldest first."""
+        rows = await self.pool.fetch(Q["garbage_snapshots"], limit, min_age_seconds)
+        return [
+            GarbageSnapshot(
+                snapshot_id=r["id"],
+                uri=r["uri"],
+                owner=r["owner"],
+                generation=r["generation"],
+                storage=SnapshotStorage(r["storage"]),
+                node=r["node"],
+            )
+            for r in rows
+        ]
+
+    async def forget(self, snapshot_id: int) -> None:
+        """Delete a snapshot row once its data is gone (idempotent).
+
+        Raises:
+            VersionConflict: the snapshot is referenced again meanwhile (it is kept).
+        """
+        try:
+            await self.pool.execute(Q["delete_snapshot_row"], snapshot_id)
+        except asyncpg.ForeignKeyViolationError as error:
+            raise VersionConflict(f"snapshot {snapshot_id} is referenced again; not deleted") from error

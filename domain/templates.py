@@ -1,0 +1,196 @@
+"""The actor template spec as a type: parsed once at the edge, passed typed everywhere after.
+
+The REST API validates a template's YAML/JSON document (camelCase, as users write it) with its
+pydantic schema and stores the validated document; `ActorTemplateSpec.from_document` turns a
+stored document into this type (the store does it when it reads a template), and `document`
+turns it back (what the API shows). Placement reads `sandbox_class`, `worker_selector` and the
+limits in millicores and bytes; the atelet call is built from `containers` and `volumes`; the
+router reads `serving_port`; snapshots take `snapshot_config`'s scopes and storage location.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from domain.quantities import parse_cpu_millis, parse_memory_bytes
+from domain.states import SnapshotScope
+
+DEFAULT_SERVING_PORT = 80
+"""Where the router sends traffic when a template names neither a port nor a wakeup probe."""
+
+
+@dataclass
+class HttpGetProbe:
+    """A wakeup probe: an HTTP 200 from GET `path` on `port` of the worker's address means awake."""
+
+    port: int
+    path: str = "/"
+
+
+@dataclass
+class VolumeMount:
+    """A declared volume mounted at `mount_path` (absolute) in a container."""
+
+    name: str
+    mount_path: str
+
+
+@dataclass
+class Container:
+    """One container of an actor: `image` is `oci:<path>:<tag>`, a local OCI image layout
+    relative to the atelet's image root; `port` is where the router sends traffic (None: the
+    wakeup probe's port)."""
+
+    name: str
+    image: str
+    command: list[str] = field(default_factory=list)
+    env: dict[str, str] = field(default_factory=dict)
+    port: int | None = None
+    wakeup_probe: HttpGetProbe | None = None
+    volume_mounts: list[VolumeMount] = field(default_factory=list)
+
+
+@dataclass
+class Volume:
+    """A volume; `durable_dir` marks a directory kept in every snapshot scope (DATA included)."""
+
+    name: str
+    durable_dir: bool = True
+
+
+@dataclass
+class ResourceLimits:
+    """resources.limits as written (`cpu`: "500m", `memory`: "256Mi", None when unset) and as
+    placement reserves them on a worker (`cpu_millis`, `memory_bytes`; 0 when unset)."""
+
+    cpu: str | None = None
+    memory: str | None = None
+    cpu_millis: int = 0
+    memory_bytes: int = 0
+
+    @classmethod
+    def of(cls, cpu: str | None, memory: str | None) -> ResourceLimits:
+        """Parse the quantities once.
+
+        Raises:
+            ValueError: a quantity is malformed (see `domain.quantities`).
+        """
+        return cls(
+            cpu=cpu,
+            memory=memory,
+            cpu_millis=parse_cpu_millis(cpu) if cpu is not None else 0,
+            memory_bytes=parse_memory_bytes(memory) if memory is not None else 0,
+        )
+
+
+@dataclass
+class SnapshotConfig:
+    """Snapshot scopes of a pause (`on_pause`) and a suspend (`on_commit`), and where snapshots
+    are stored (`storage_location`, a URI such as `file:///...`; empty: the API's default)."""
+
+    on_pause: SnapshotScope = SnapshotScope.FULL
+    on_commit: SnapshotScope = SnapshotScope.FULL
+    storage_location: str = ""
+
+
+@dataclass
+class ActorTemplateSpec:
+    """An actor template's spec (ARCHITECTURE.md, "actor template"), validated."""
+
+    containers: list[Container]
+    sandbox_class: str = "gvisor"
+    worker_selector: dict[str, str] = field(default_factory=dict)
+    limits: ResourceLimits = field(default_factory=ResourceLimits)
+    volumes: list[Volume] = field(default_factory=list)
+    snapshot_config: SnapshotConfig = field(default_factory=SnapshotConfig)
+
+    @property
+    def serving_port(self) -> int:
+        """Where the router sends traffic: containers[0].port, else its wakeup probe's port, else 80."""
+        first = self.containers[0]
+        if first.port is not None:
+            return first.port
+        if first.wakeup_probe is not None:
+            return first.wakeup_probe.port
+        return DEFAULT_SERVING_PORT
+
+    @classmethod
+    def from_document(cls, document: dict[str, Any]) -> ActorTemplateSpec:
+        """Parse a validated spec document (camelCase keys, as stored by the API).
+
+        Args:
+            document: {sandboxClass, workerSelector, containers[{name, image, command, env, port,
+                wakeupProbe{httpGet{path, port}}, volumeMounts[{name, mountPath}]}],
+                resources{limits{cpu, memory}}, volumes[{name, durableDir}],
+                snapshotConfig{onPause, onCommit, storageLocation}}.
+
+        Raises:
+            ValueError: the document is not a template spec (a key is missing or has the wrong
+                type); never for a document the API validated.
+        """
+        try:
+            limits = (document.get("resources") or {}).get("limits") or {}
+            snapshots = document.get("snapshotConfig") or {}
+            return cls(
+                containers=[_container(c) for c in document["containers"]],
+                sandbox_class=str(document.get("sandboxClass") or "gvisor"),
+                worker_selector={str(k): str(v) for k, v in (document.get("workerSelector") or {}).items()},
+                limits=ResourceLimits.of(_text(limits.get("cpu")), _text(limits.get("memory"))),
+                volumes=[Volume(name=str(v["name"]), durable_dir="durableDir" in v) for v in document.get("volumes") or []],
+                snapshot_config=SnapshotConfig(
+                    on_pause=SnapshotScope(str(snapshots.get("onPause") or "Full").upper()),
+                    on_commit=SnapshotScope(str(snapshots.get("onCommit") or "Full").upper()),
+                    storage_location=str(snapshots.get("storageLocation") or ""),
+                ),
+            )
+        except (KeyError, TypeError, AttributeError, IndexError) as error:
+            raise ValueError(f"not an actor template spec: {error!r}") from error
+
+    def document(self) -> dict[str, Any]:
+        """The spec as the camelCase document the API validated and shows (`from_document`'s inverse)."""
+        limits = {k: v for k, v in (("cpu", self.limits.cpu), ("memory", self.limits.memory)) if v is not None}
+        snapshots: dict[str, Any] = {
+            "onPause": self.snapshot_config.on_pause.value.capitalize(),
+            "onCommit": self.snapshot_config.on_commit.value.capitalize(),
+        }
+        if self.snapshot_config.storage_location:
+            snapshots["storageLocation"] = self.snapshot_config.storage_location
+        return {
+            "sandboxClass": self.sandbox_class,
+            "workerSelector": dict(self.worker_selector),
+            "containers": [_container_document(c) for c in self.containers],
+            "resources": {"limits": limits},
+            "volumes": [{"name": v.name, "durableDir": {}} for v in self.volumes],
+            "snapshotConfig": snapshots,
+        }
+
+
+def _text(value: Any) -> str | None:
+    return None if value is None else str(value)
+
+
+def _container(c: dict[str, Any]) -> Container:
+    probe = (c.get("wakeupProbe") or {}).get("httpGet")
+    env = c.get("env") or {}
+    if isinstance(env, list):  # Kubernetes style [{name, value}]
+        env = {e["name"]: str(e.get("value", "")) for e in env}
+    return Container(
+        name=str(c["name"]),
+        image=str(c["image"]),
+        command=[str(x) for x in c.get("command") or []],
+        env={str(k): str(v) for k, v in env.items()},
+        port=int(c["port"]) if c.get("port") is not None else None,
+        wakeup_probe=HttpGetProbe(port=int(probe["port"]), path=str(probe.get("path") or "/")) if probe else None,
+        volume_mounts=[VolumeMount(name=str(m["name"]), mount_path=str(m["mountPath"])) for m in c.get("volumeMounts") or []],
+    )
+
+
+def _container_document(c: Container) -> dict[str, Any]:
+    out: dict[str, Any] = {"name": c.name, "image": c.image, "command": list(c.command), "env": dict(c.env)}
+    if c.port is not None:
+        out["port"] = c.port
+    if c.wakeup_probe is not None:
+        out["wakeupProbe"] = {"httpGet": {"path": c.wakeup_probe.path, "port": c.wakeup_probe.port}}
+    out["volumeMounts"] = [{"name": m.name, "mountPath": m.mount_path} for m in c.volume_mounts]
+    return out
