@@ -1,4 +1,5 @@
-"""Activities that call atelets over gRPC: run/restore, checkpoint, copy (upload), terminate.
+"""Activities that call atelets over gRPC: run/restore, checkpoint, copy (upload), terminate,
+delete a snapshot.
 
 Every call carries the operation ID; the atelet answers a repeat with the first call's result,
 so Temporal may retry any of these after a crash without a double restore or a second
@@ -8,13 +9,15 @@ checkpoint. Channels to atelets are kept open and reused (one per address).
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Awaitable
+from typing import TypeVar
 
 import grpc
 from google.protobuf.json_format import MessageToDict, ParseDict
 from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
-from activities.errors import from_grpc_error
+from activities.errors import AteletCallFailed, activity_defn
 from activities.store import Store
 from atelet.proto import atelet_pb2 as pb
 from atelet.proto import atelet_pb2_grpc as pb_grpc
@@ -27,9 +30,16 @@ from domain.operations.atelet_calls import (
     AteletRunResult,
     AteletTerminateInput,
 )
+from domain.operations.snapshot_gc import DeleteSnapshotInput
 from domain.refs import ActorRef, WorkerRef
-from domain.states import SnapshotScope
+from domain.states import SnapshotScope, SnapshotStorage
 from domain.templates import ActorTemplateSpec
+
+M = TypeVar("M")
+
+HEARTBEAT_SECONDS = 2.0
+"""How often an activity waiting for an atelet call heartbeats (the workflows' heartbeat timeout
+is a few times this)."""
 
 _SCOPES = {SnapshotScope.FULL: pb.SNAPSHOT_SCOPE_FULL, SnapshotScope.DATA: pb.SNAPSHOT_SCOPE_DATA}
 
@@ -112,13 +122,33 @@ class AteletActivities:
             non_retryable=True,
         )
 
+    async def _call(self, address: str, call: str, rpc: Awaitable[M]) -> M:
+        """Await one atelet RPC, heartbeating the activity while it runs (a restore or a
+        checkpoint takes seconds; the heartbeat lets Temporal tell a slow call from a dead worker).
+
+        Raises:
+            AteletCallFailed: the atelet answered with a non-OK status.
+        """
+        task: asyncio.Future[M] = asyncio.ensure_future(rpc)
+        try:
+            while True:
+                done, _ = await asyncio.wait({task}, timeout=HEARTBEAT_SECONDS)
+                if done:
+                    return task.result()
+                if activity.in_activity():
+                    activity.heartbeat()
+        except grpc.aio.AioRpcError as error:
+            raise AteletCallFailed(call, address, error) from error
+        finally:
+            task.cancel()
+
     async def close(self) -> None:
         """Close every channel."""
         for channel in self._channels.values():
             await channel.close(grace=None)
         self._channels.clear()
 
-    @activity.defn(name="atelet_start")
+    @activity_defn("atelet_start")
     async def start(self, request: AteletRunInput) -> AteletRunResult:
         """Boot (no snapshot) or restore (snapshot) the holder's workload on the worker.
 
@@ -131,9 +161,11 @@ class AteletActivities:
         address = request.worker.atelet_address
         stub = await self.stub(address)
         spec = workload_spec(request.spec)
-        try:
-            if request.snapshot is None:
-                run = await stub.Run(
+        if request.snapshot is None:
+            run = await self._call(
+                address,
+                "Run",
+                stub.Run(
                     pb.RunRequest(
                         operation_id=call_id(request.operation_id, "run"),
                         worker=request.worker.name,
@@ -142,14 +174,16 @@ class AteletActivities:
                         probe_timeout_seconds=request.probe_timeout_seconds,
                     ),
                     timeout=self.call_timeout_seconds,
-                )
-                return AteletRunResult(
-                    worker_ip=run.worker_ip, timings={"boot": run.boot_seconds, "probe": run.probe_seconds}
-                )
-            manifest = pb.SnapshotManifest()
-            if request.snapshot.manifest:
-                ParseDict(request.snapshot.manifest, manifest, ignore_unknown_fields=True)
-            restored = await stub.Restore(
+                ),
+            )
+            return AteletRunResult(worker_ip=run.worker_ip, timings={"boot": run.boot_seconds, "probe": run.probe_seconds})
+        manifest = pb.SnapshotManifest()
+        if request.snapshot.manifest:
+            ParseDict(request.snapshot.manifest, manifest, ignore_unknown_fields=True)
+        restored = await self._call(
+            address,
+            "Restore",
+            stub.Restore(
                 pb.RestoreRequest(
                     operation_id=call_id(request.operation_id, "restore"),
                     worker=request.worker.name,
@@ -160,19 +194,18 @@ class AteletActivities:
                     probe_timeout_seconds=request.probe_timeout_seconds,
                 ),
                 timeout=self.call_timeout_seconds,
-            )
-            return AteletRunResult(
-                worker_ip=restored.worker_ip,
-                timings={
-                    "fetch": restored.fetch_seconds,
-                    "restore": restored.restore_seconds,
-                    "probe": restored.probe_seconds,
-                },
-            )
-        except grpc.aio.AioRpcError as error:
-            raise from_grpc_error(error, "Restore" if request.snapshot else "Run", address) from error
+            ),
+        )
+        return AteletRunResult(
+            worker_ip=restored.worker_ip,
+            timings={
+                "fetch": restored.fetch_seconds,
+                "restore": restored.restore_seconds,
+                "probe": restored.probe_seconds,
+            },
+        )
 
-    @activity.defn(name="atelet_checkpoint")
+    @activity_defn("atelet_checkpoint")
     async def checkpoint(self, request: AteletCheckpointInput) -> AteletCheckpointResult:
         """Checkpoint the holder into request.snapshot.uri with its scope; the worker is freed.
 
@@ -183,8 +216,10 @@ class AteletActivities:
         await self._still_placed(request.placement or request.holder.workflow_id, request.worker, request.operation_id)
         address = request.worker.atelet_address
         stub = await self.stub(address)
-        try:
-            done = await stub.Checkpoint(
+        done = await self._call(
+            address,
+            "Checkpoint",
+            stub.Checkpoint(
                 pb.CheckpointRequest(
                     operation_id=call_id(request.operation_id, "checkpoint"),
                     worker=request.worker.name,
@@ -193,16 +228,15 @@ class AteletActivities:
                     snapshot_uri=request.snapshot.uri,
                 ),
                 timeout=self.call_timeout_seconds,
-            )
-        except grpc.aio.AioRpcError as error:
-            raise from_grpc_error(error, "Checkpoint", address) from error
+            ),
+        )
         return AteletCheckpointResult(
             manifest=MessageToDict(done.manifest, preserving_proto_field_name=True),
             size_bytes=done.size_bytes,
             timings={"checkpoint": done.checkpoint_seconds, "upload": done.upload_seconds},
         )
 
-    @activity.defn(name="atelet_copy_snapshot")
+    @activity_defn("atelet_copy_snapshot")
     async def copy_snapshot(self, request: AteletCopyInput) -> AteletCheckpointResult:
         """Upload a paused actor's LOCAL snapshot: the atelet of its node copies it (verified
         against its manifest) to `request.destination.uri`. Touches no sandbox; idempotent.
@@ -217,8 +251,10 @@ class AteletActivities:
         manifest = pb.SnapshotManifest()
         if request.source.manifest:
             ParseDict(request.source.manifest, manifest, ignore_unknown_fields=True)
-        try:
-            done = await stub.CopySnapshot(
+        done = await self._call(
+            address,
+            "CopySnapshot",
+            stub.CopySnapshot(
                 pb.CopySnapshotRequest(
                     operation_id=call_id(request.operation_id, "copy"),
                     source_uri=request.source.uri,
@@ -226,29 +262,65 @@ class AteletActivities:
                     manifest=manifest,
                 ),
                 timeout=self.call_timeout_seconds,
-            )
-        except grpc.aio.AioRpcError as error:
-            raise from_grpc_error(error, "CopySnapshot", address) from error
+            ),
+        )
         return AteletCheckpointResult(
             manifest=MessageToDict(done.manifest, preserving_proto_field_name=True),
             size_bytes=done.size_bytes,
             timings={"upload": done.copy_seconds},
         )
 
-    @activity.defn(name="atelet_terminate")
+    @activity_defn("atelet_terminate")
     async def terminate(self, request: AteletTerminateInput) -> bool:
         """Stop and delete the holder's sandbox on the worker (idempotent). Returns whether one ran."""
         address = request.worker.atelet_address
         stub = await self.stub(address)
-        try:
-            done = await stub.Terminate(
+        done = await self._call(
+            address,
+            "Terminate",
+            stub.Terminate(
                 pb.TerminateRequest(
                     operation_id=call_id(request.operation_id, "terminate"),
                     worker=request.worker.name,
                     actor=_ref(request.holder),
                 ),
                 timeout=60,
-            )
-        except grpc.aio.AioRpcError as error:
-            raise from_grpc_error(error, "Terminate", address) from error
+            ),
+        )
         return bool(done.was_running)
+
+    @activity_defn("delete_snapshot")
+    async def delete_snapshot(self, request: DeleteSnapshotInput) -> bool:
+        """Delete a snapshot's data through a live atelet, then its row. Returns whether data existed.
+
+        A LOCAL snapshot lies on one node: only that node's atelet can delete it.
+
+        Raises:
+            ApplicationError: no (suitable) atelet is alive (retried), or the atelet refused the URI.
+        """
+        assert self.store is not None
+        snapshot = request.snapshot
+        if snapshot.storage == SnapshotStorage.LOCAL and snapshot.node:
+            address = await self.store.nodes.live_atelet_of(snapshot.node)
+            if address is None:
+                raise ApplicationError(
+                    f"node {snapshot.node} holding local snapshot {snapshot.uri} is not alive; retrying later",
+                    type="NoAtelet",
+                )
+        else:
+            address = await self.store.nodes.any_live_atelet()
+        if address is None:
+            raise ApplicationError("no atelet is alive to delete snapshots; retrying later", type="NoAtelet")
+        stub = await self.stub(address)
+        done = await self._call(
+            address,
+            "DeleteSnapshot",
+            stub.DeleteSnapshot(
+                pb.DeleteSnapshotRequest(
+                    operation_id=call_id(f"gc-{snapshot.snapshot_id}", "delete"), snapshot_uri=snapshot.uri
+                ),
+                timeout=60,
+            ),
+        )
+        await self.store.snapshots.forget(snapshot.snapshot_id)
+        return bool(done.existed)

@@ -1,20 +1,26 @@
 """Activities that read and write Postgres: every actor state transition of every workflow.
 
-Each is idempotent for its operation ID (see `activities.store.Store`): a retry after a crash
-at any point finds the earlier write and returns the same plan.
+Each is idempotent for its operation ID (see `activities.store`): a retry after a crash at any
+point finds the earlier write and returns the same plan. Failures are translated once, by
+`activity_defn` (activities.errors).
 """
 
 from __future__ import annotations
 
+from datetime import UTC, datetime, timedelta
+
 from temporalio import activity
 
-from activities.errors import from_store_error
-from activities.store import Store, StoreError
+from activities.errors import activity_defn
+from activities.store import Store
 from domain.failpoints import failpoint
-from domain.operations.common import FinishInput
+from domain.operations.common import ActorOperation, FinishInput
+from domain.operations.drain import BeginDrainInput, CrashInput, DrainPlan, Leftover
 from domain.operations.golden import GoldenPlan, GoldenSnapshotInput
 from domain.operations.pause import PausePlan
 from domain.operations.resume import BeginResumeInput, ResumePlan
+from domain.operations.revert import FenceInput, FinishRevertInput, RevertPlan
+from domain.operations.snapshot_gc import GarbageSnapshot, SnapshotGcInput
 from domain.operations.suspend import BeginSuspendInput, CompleteSnapshotInput, SuspendPlan
 from domain.operations.upload import CompleteUploadInput, UploadInput, UploadPlan
 
@@ -25,54 +31,46 @@ class DbActivities:
     def __init__(self, store: Store) -> None:
         self.store = store
 
-    @activity.defn(name="begin_resume")
+    # ---- ResumeActor ------------------------------------------------------------------------
+
+    @activity_defn("begin_resume")
     async def begin_resume(self, request: BeginResumeInput) -> ResumePlan:
-        """Place and bind: SUSPENDED -> RESUMING on a chosen worker (one transaction)."""
+        """Place and bind: SUSPENDED|PAUSED -> RESUMING on a chosen worker (one transaction)."""
         await failpoint("ResumeActor.before_placement")
-        try:
-            plan = await self.store.resumes.begin(request.actor, request.operation_id)
-        except StoreError as error:
-            raise from_store_error(error) from error
+        plan = await self.store.resumes.begin(request.actor, request.operation_id)
         await failpoint("ResumeActor.after_bind")
         return plan
 
-    @activity.defn(name="finish_resume")
+    @activity_defn("finish_resume")
     async def finish_resume(self, request: FinishInput) -> None:
         """RESUMING -> RUNNING."""
         await failpoint("ResumeActor.before_finalize")
-        try:
-            await self.store.resumes.finish(request.actor, request.operation_id)
-        except StoreError as error:
-            raise from_store_error(error) from error
+        await self.store.resumes.finish(request.actor, request.operation_id)
 
-    @activity.defn(name="rollback_resume")
+    @activity_defn("rollback_resume")
     async def rollback_resume(self, request: FinishInput) -> None:
-        """RESUMING -> SUSPENDED and free the place, recording the error."""
+        """RESUMING -> SUSPENDED (or PAUSED) and free the place, recording the error."""
         await self.store.resumes.rollback(request.actor, request.operation_id, request.error or "resume failed")
 
-    @activity.defn(name="begin_suspend")
+    # ---- SuspendActor and PauseActor --------------------------------------------------------
+
+    @activity_defn("begin_suspend")
     async def begin_suspend(self, request: BeginSuspendInput) -> SuspendPlan:
-        """RUNNING -> SUSPENDING with a PENDING snapshot reserved."""
+        """RUNNING|PAUSED -> SUSPENDING with a PENDING snapshot reserved."""
         await failpoint("SuspendActor.before_mark")
-        try:
-            plan = await self.store.suspends.begin(request.actor, request.operation_id, request.mode)
-        except StoreError as error:
-            raise from_store_error(error) from error
+        plan = await self.store.suspends.begin(request.actor, request.operation_id, request.mode)
         await failpoint("SuspendActor.after_mark")
         return plan
 
-    @activity.defn(name="complete_suspend")
+    @activity_defn("complete_suspend")
     async def complete_suspend(self, request: CompleteSnapshotInput) -> None:
         """Snapshot COMPLETED, actor SUSPENDED, worker freed."""
         await failpoint("SuspendActor.before_finalize")
-        try:
-            await self.store.suspends.complete(
-                request.actor, request.operation_id, request.snapshot_id, request.manifest, request.size_bytes
-            )
-        except StoreError as error:
-            raise from_store_error(error) from error
+        await self.store.suspends.complete(
+            request.actor, request.operation_id, request.snapshot_id, request.manifest, request.size_bytes
+        )
 
-    @activity.defn(name="rollback_suspend")
+    @activity_defn("rollback_suspend")
     async def rollback_suspend(self, request: CompleteSnapshotInput) -> None:
         """SUSPENDING|PAUSING -> RUNNING after a failed checkpoint, SUSPENDING -> PAUSED after a failed
         upload (the error is in manifest['error'])."""
@@ -80,67 +78,56 @@ class DbActivities:
             request.actor, request.operation_id, request.snapshot_id, str(request.manifest.get("error", ""))
         )
 
-    @activity.defn(name="begin_pause")
+    @activity_defn("begin_pause")
     async def begin_pause(self, request: BeginSuspendInput) -> PausePlan:
         """RUNNING -> PAUSING with a PENDING local snapshot reserved on the worker's node."""
         await failpoint("PauseActor.before_mark")
-        try:
-            plan = await self.store.pauses.begin(request.actor, request.operation_id)
-        except StoreError as error:
-            raise from_store_error(error) from error
+        plan = await self.store.pauses.begin(request.actor, request.operation_id)
         await failpoint("PauseActor.after_mark")
         return plan
 
-    @activity.defn(name="complete_pause")
+    @activity_defn("complete_pause")
     async def complete_pause(self, request: CompleteSnapshotInput) -> None:
         """Local snapshot COMPLETED, actor PAUSED and pinned to its node, worker freed."""
         await failpoint("PauseActor.before_finalize")
-        try:
-            await self.store.pauses.complete(
-                request.actor, request.operation_id, request.snapshot_id, request.manifest, request.size_bytes
-            )
-        except StoreError as error:
-            raise from_store_error(error) from error
+        await self.store.pauses.complete(
+            request.actor, request.operation_id, request.snapshot_id, request.manifest, request.size_bytes
+        )
 
-    @activity.defn(name="begin_upload")
+    # ---- UploadSnapshot ---------------------------------------------------------------------
+
+    @activity_defn("begin_upload")
     async def begin_upload(self, request: UploadInput) -> UploadPlan:
         """Reserve the storage-location snapshot an async suspend's local one is uploaded to."""
         await failpoint("UploadSnapshot.before_reserve")
-        try:
-            return await self.store.uploads.begin(request.actor, request.operation_id, request.local_snapshot_id)
-        except StoreError as error:
-            raise from_store_error(error) from error
+        return await self.store.uploads.begin(request.actor, request.operation_id, request.local_snapshot_id)
 
-    @activity.defn(name="complete_upload")
+    @activity_defn("complete_upload")
     async def complete_upload(self, request: CompleteUploadInput) -> bool:
         """The upload landed: it becomes the actor's latest snapshot when the actor still waits for it."""
         await failpoint("UploadSnapshot.before_finalize")
-        try:
-            return await self.store.uploads.complete(
-                request.actor, request.local_snapshot_id, request.snapshot_id, request.manifest, request.size_bytes
-            )
-        except StoreError as error:
-            raise from_store_error(error) from error
+        return await self.store.uploads.complete(
+            request.actor, request.local_snapshot_id, request.snapshot_id, request.manifest, request.size_bytes
+        )
 
-    @activity.defn(name="abandon_upload")
+    @activity_defn("abandon_upload")
     async def abandon_upload(self, request: UploadInput) -> None:
         """Forget the snapshot an upload reserved and will not complete."""
         await self.store.uploads.abandon(request.actor, request.operation_id)
 
-    @activity.defn(name="begin_golden")
+    # ---- GoldenSnapshot ---------------------------------------------------------------------
+
+    @activity_defn("begin_golden")
     async def begin_golden(self, request: GoldenSnapshotInput) -> GoldenPlan:
         """Bind a worker for the template's golden boot and reserve the snapshot."""
         await failpoint("GoldenSnapshot.before_placement")
-        try:
-            plan = await self.store.golden_snapshots.begin(
-                request.atespace, request.template, activity.info().workflow_run_id or ""
-            )
-        except StoreError as error:
-            raise from_store_error(error) from error
+        plan = await self.store.golden_snapshots.begin(
+            request.atespace, request.template, activity.info().workflow_run_id or ""
+        )
         await failpoint("GoldenSnapshot.after_bind")
         return plan
 
-    @activity.defn(name="complete_golden")
+    @activity_defn("complete_golden")
     async def complete_golden(self, request: CompleteSnapshotInput) -> None:
         """Golden snapshot COMPLETED, template Ready."""
         await failpoint("GoldenSnapshot.before_finalize")
@@ -148,9 +135,55 @@ class DbActivities:
             request.actor.atespace, request.actor.name, request.snapshot_id, request.manifest, request.size_bytes
         )
 
-    @activity.defn(name="fail_golden")
+    @activity_defn("fail_golden")
     async def fail_golden(self, request: FinishInput) -> None:
         """Template Failed with the reason; its place released."""
         await self.store.golden_snapshots.fail(
             request.actor.atespace, request.actor.name, request.operation_id, request.error or "golden snapshot failed"
         )
+
+    # ---- RevertActor ------------------------------------------------------------------------
+
+    @activity_defn("begin_revert")
+    async def begin_revert(self, request: ActorOperation) -> RevertPlan:
+        """Mark REVERTING; returns the worker to clean and whether its node is alive."""
+        await failpoint("RevertActor.before_mark")
+        plan = await self.store.reverts.begin(request.actor, request.operation_id)
+        await failpoint("RevertActor.after_mark")
+        return plan
+
+    @activity_defn("fence_worker")
+    async def fence_worker(self, request: FenceInput) -> None:
+        """Keep a worker out of placement until its atelet reports it idle."""
+        await self.store.nodes.fence_worker(request.worker_id, request.reason)
+
+    @activity_defn("finish_revert")
+    async def finish_revert(self, request: FinishRevertInput) -> None:
+        """REVERTING -> SUSPENDED with the last COMPLETED snapshot."""
+        await failpoint("RevertActor.before_finalize")
+        await self.store.reverts.finish(request.actor, request.operation_id, request.note)
+
+    # ---- EvictionDeadline -------------------------------------------------------------------
+
+    @activity_defn("begin_drain")
+    async def begin_drain(self, request: BeginDrainInput) -> DrainPlan:
+        """Mark the node draining and list its actors."""
+        deadline = datetime.now(UTC) + timedelta(seconds=request.deadline_seconds)
+        return await self.store.drains.begin(request.node, deadline)
+
+    @activity_defn("drain_leftovers")
+    async def drain_leftovers(self, node: str) -> list[Leftover]:
+        """Actors still bound to the node's workers, or pinned to it."""
+        return [Leftover(actor=ref, worker=worker) for ref, worker in await self.store.drains.leftovers(node)]
+
+    @activity_defn("crash_after_deadline")
+    async def crash_after_deadline(self, request: CrashInput) -> None:
+        """Mark an actor left on a drained node CRASHED (its last COMPLETED snapshot is kept)."""
+        await self.store.drains.crash_after_deadline(request.actor, request.worker_id, request.reason, request.node)
+
+    # ---- SnapshotGarbageCollection ----------------------------------------------------------
+
+    @activity_defn("garbage_snapshots")
+    async def garbage_snapshots(self, request: SnapshotGcInput) -> list[GarbageSnapshot]:
+        """A batch of snapshots nothing needs."""
+        return await self.store.snapshots.garbage(request.batch, request.min_age_seconds)

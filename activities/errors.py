@@ -1,16 +1,27 @@
-"""Turns store errors and atelet gRPC statuses into Temporal activity failures.
+"""One translation of what an activity can fail with into what the workflow and the user see.
 
-Failures the caller must see (unknown actor, wrong state, no room, a refused request) are
-non-retryable `ApplicationError`s whose `type` is the store reason, so the API maps them to HTTP
-codes without reading message text. Everything else is retried by Temporal.
+`activity_defn(name)` is `temporalio.activity.defn` plus that translation, applied to every ate
+activity: store errors and atelet gRPC statuses become `ApplicationError`s whose `type` is the
+machine-readable reason (the API maps it to an HTTP code without reading message text) and whose
+message is written for the user. Failures the caller must see (unknown actor, wrong state, no
+room, a refused request, a workload that never woke up) are non-retryable; the rest (a version
+conflict, an atelet that is restarting) are retried by Temporal.
 """
 
 from __future__ import annotations
 
+import functools
+from collections.abc import Awaitable, Callable
+from typing import Any, ParamSpec, TypeVar
+
 import grpc
+from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
 from activities.store import StoreError, VersionConflict
+
+P = ParamSpec("P")
+R = TypeVar("R")
 
 _FINAL_GRPC = {
     grpc.StatusCode.INVALID_ARGUMENT: "InvalidArgument",
@@ -22,18 +33,52 @@ _FINAL_GRPC = {
 }
 
 
-def from_store_error(error: StoreError) -> Exception:
+class AteletCallFailed(Exception):
+    """An atelet answered a call with a non-OK status.
+
+    Args:
+        call: the RPC, e.g. "Restore".
+        address: the atelet's host:port.
+        error: grpc's error (its code and details).
+    """
+
+    def __init__(self, call: str, address: str, error: grpc.aio.AioRpcError) -> None:
+        super().__init__(f"while calling atelet {call} on {address}: {error.details() or error.code().name}")
+        self.call = call
+        self.address = address
+        self.code = error.code()
+
+
+def from_store_error(error: StoreError) -> ApplicationError:
     """A store error as an activity failure (VersionConflict stays retryable)."""
     return ApplicationError(
         error.message, error.details, type=error.reason, non_retryable=not isinstance(error, VersionConflict)
     )
 
 
-def from_grpc_error(error: grpc.aio.AioRpcError, call: str, address: str) -> Exception:
-    """An atelet status as an activity failure: final codes non-retryable, the rest retried."""
-    code = error.code()
-    message = f"while calling atelet {call} on {address}: {error.details() or code.name}"
-    reason = _FINAL_GRPC.get(code)
+def from_atelet_error(error: AteletCallFailed) -> ApplicationError:
+    """An atelet status as an activity failure: type `Atelet<Code>`; final codes non-retryable."""
+    reason = _FINAL_GRPC.get(error.code)
     if reason is not None:
-        return ApplicationError(message, type=f"Atelet{reason}", non_retryable=True)
-    return ApplicationError(message, type=f"Atelet{code.name.title().replace('_', '')}")
+        return ApplicationError(str(error), type=f"Atelet{reason}", non_retryable=True)
+    return ApplicationError(str(error), type=f"Atelet{error.code.name.title().replace('_', '')}")
+
+
+def activity_defn(name: str) -> Callable[[Callable[P, Awaitable[R]]], Callable[P, Awaitable[R]]]:
+    """`@activity.defn(name=name)` whose store and atelet failures reach the workflow translated
+    (see the module docstring); any other exception is left to Temporal (retried)."""
+
+    def decorate(fn: Callable[P, Awaitable[R]]) -> Callable[P, Awaitable[R]]:
+        @functools.wraps(fn)
+        async def translated(*args: P.args, **kwargs: P.kwargs) -> R:
+            try:
+                return await fn(*args, **kwargs)
+            except StoreError as error:
+                raise from_store_error(error) from error
+            except AteletCallFailed as error:
+                raise from_atelet_error(error) from error
+
+        defined: Any = activity.defn(name=name)(translated)
+        return defined  # type: ignore[no-any-return]
+
+    return decorate

@@ -9,7 +9,7 @@ from __future__ import annotations
 import asyncio
 import time
 
-from atelet.errors import unavailable
+from atelet.errors import precondition, unavailable
 
 
 async def http_status(host: str, port: int, path: str, timeout: float = 1.0) -> int | None:
@@ -33,8 +33,21 @@ async def http_status(host: str, port: int, path: str, timeout: float = 1.0) -> 
                 pass
 
 
-async def wait_ready(host: str, port: int, path: str, timeout: float, interval: float = 0.02) -> float:
-    """Polls every ``interval`` s until 200; returns the seconds waited. UNAVAILABLE after ``timeout`` s."""
+async def wait_ready(host: str, port: int, path: str, timeout: float, interval: float = 0.02,
+                     container: str = "", retryable: bool = True) -> float:
+    """Polls every ``interval`` s until 200; returns the seconds waited.
+
+    Args:
+        container: the container the probe belongs to, named in the error.
+        retryable: the code of the error after ``timeout``: UNAVAILABLE (a sandbox that ran
+            before and may be reachable again) or, when False, FAILED_PRECONDITION (a boot or
+            restore whose workload never woke up: retrying would wait as long again).
+
+    Raises:
+        AteletError: after ``timeout`` s without a 200, naming the probe and the last answer,
+            e.g. ``wakeup probe GET :9999/readyz of container counter got no answer in 60 s
+            (last: no connection)``.
+    """
     start = time.monotonic()
     deadline = start + timeout
     last: int | None = None
@@ -44,6 +57,9 @@ async def wait_ready(host: str, port: int, path: str, timeout: float, interval: 
         if last == 200:
             return time.monotonic() - start
         if time.monotonic() + interval > deadline:
-            raise unavailable(f"wakeup probe GET http://{host}:{port}{path} did not answer 200 within "
-                              f"{timeout:g}s (last: {last if last is not None else 'no connection'})")
+            of = f" of container {container}" if container else ""
+            answer = "no answer" if last is None else f"no 200 (last: HTTP {last})"
+            reason = f"wakeup probe GET :{port}{path or '/'}{of} got {answer} in {timeout:g} s" + (
+                " (last: no connection)" if last is None else "")
+            raise unavailable(reason) if retryable else precondition(reason)
         await asyncio.sleep(interval)

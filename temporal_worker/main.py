@@ -21,7 +21,6 @@ from temporalio.worker.workflow_sandbox import SandboxedWorkflowRunner, SandboxR
 
 from activities.atelet import AteletActivities
 from activities.db import DbActivities
-from activities.lifecycle import LifecycleActivities
 from activities.store import Store, migrate
 from domain.operations.snapshot_gc import SnapshotGcInput
 from domain.temporal import SNAPSHOT_GC_WORKFLOW_ID, TASK_QUEUE, WORKFLOW_TASK_TIMEOUT
@@ -87,7 +86,6 @@ much of it re-importing). Its modules are deterministic: no I/O, clocks or rando
 def build_worker(client: Client, store: Store, atelets: AteletActivities, settings: WorkerSettings) -> Worker:
     """A Temporal worker with every ate workflow and activity, tuned as TEMPORAL.md measured."""
     db = DbActivities(store)
-    lifecycle = LifecycleActivities(store, atelets)
     return Worker(
         client,
         task_queue=TASK_QUEUE,
@@ -114,14 +112,14 @@ def build_worker(client: Client, store: Store, atelets: AteletActivities, settin
             atelets.checkpoint,
             atelets.copy_snapshot,
             atelets.terminate,
-            lifecycle.begin_revert,
-            lifecycle.fence_worker,
-            lifecycle.finish_revert,
-            lifecycle.begin_drain,
-            lifecycle.drain_leftovers,
-            lifecycle.crash_after_deadline,
-            lifecycle.garbage_snapshots,
-            lifecycle.delete_snapshot,
+            db.begin_revert,
+            db.fence_worker,
+            db.finish_revert,
+            db.begin_drain,
+            db.drain_leftovers,
+            db.crash_after_deadline,
+            db.garbage_snapshots,
+            atelets.delete_snapshot,
         ],
         max_concurrent_workflow_tasks=settings.max_concurrent_workflow_tasks,
         max_concurrent_local_activities=settings.max_concurrent_local_activities,

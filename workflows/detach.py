@@ -11,13 +11,12 @@ goes PAUSED -> SUSPENDING -> SUSPENDED, visible like any suspend, before the res
 from __future__ import annotations
 
 from temporalio import workflow
+from temporalio.exceptions import ApplicationError
 
 from workflows.steps import (
-    ACTIVITY_FAILURES,
     atelet_step,
     db_step,
     drop_snapshot,
-    failure_of,
     reraise,
     settle_snapshot,
     show_step,
@@ -40,12 +39,9 @@ async def detach_paused(actor: ActorRef, resume_operation_id: str) -> int | None
     """
     operation_id = f"{resume_operation_id}/detach"
     show_step("detach: mark suspending")
-    try:
-        plan: SuspendPlan = await db_step(
-            "begin_suspend", BeginSuspendInput(actor=actor, operation_id=operation_id), result_type=SuspendPlan
-        )
-    except ACTIVITY_FAILURES as error:
-        raise reraise(error) from error
+    plan: SuspendPlan = await db_step(
+        "begin_suspend", BeginSuspendInput(actor=actor, operation_id=operation_id), result_type=SuspendPlan
+    )
     if plan.already_suspended or plan.upload_from is None:
         return None
     assert plan.snapshot is not None and plan.atelet_address is not None
@@ -61,9 +57,8 @@ async def detach_paused(actor: ActorRef, resume_operation_id: str) -> int | None
             ),
             result_type=AteletCheckpointResult,
         )
-    except ACTIVITY_FAILURES as error:
-        cause = failure_of(error)
-        await drop_snapshot(actor, operation_id, plan.snapshot.snapshot_id, cause.message)
+    except ApplicationError as error:
+        await drop_snapshot(actor, operation_id, plan.snapshot.snapshot_id, error.message)
         raise reraise(
             error,
             f"actor {actor.key}'s node {plan.upload_from.node} is full and its paused snapshot could not be "

@@ -18,10 +18,10 @@ import asyncio
 from datetime import timedelta
 
 from temporalio import workflow
-from temporalio.exceptions import ChildWorkflowError, WorkflowAlreadyStartedError
+from temporalio.exceptions import ApplicationError, ChildWorkflowError, WorkflowAlreadyStartedError
 from temporalio.workflow import ParentClosePolicy
 
-from workflows.steps import ACTIVITY_FAILURES, atelet_step, db_step, show_step
+from workflows.steps import atelet_step, db_step, show_step
 
 with workflow.unsafe.imports_passed_through():
     from domain.operations.atelet_calls import AteletTerminateInput
@@ -97,12 +97,16 @@ class EvictionDeadlineWorkflow:
                 try:
                     await atelet_step(
                         "atelet_terminate",
+                        # One operation ID per leftover: the atelet answers a repeated ID with
+                        # the first call's result, so a shared one would terminate only the first.
                         AteletTerminateInput(
-                            operation_id=workflow.info().run_id, worker=left.worker, holder=left.actor
+                            operation_id=f"{workflow.info().run_id}/{left.actor.key}",
+                            worker=left.worker,
+                            holder=left.actor,
                         ),
                         bool,
                     )
-                except ACTIVITY_FAILURES:
+                except ApplicationError:
                     workflow.logger.warning("could not terminate %s on its drained node", left.actor.key)
             what = "suspended" if left.worker is not None else "uploaded from its paused snapshot"
             await db_step(

@@ -8,8 +8,9 @@ used for the boot is always released (the reference system leaked its golden act
 from __future__ import annotations
 
 from temporalio import workflow
+from temporalio.exceptions import ApplicationError
 
-from workflows.steps import ACTIVITY_FAILURES, atelet_step, counted, db_step, failure_of, show_step
+from workflows.steps import atelet_step, boot_timeout, counted, db_step, show_step
 
 with workflow.unsafe.imports_passed_through():
     from domain.operations.atelet_calls import (
@@ -47,12 +48,11 @@ class GoldenSnapshotWorkflow:
             try:
                 plan: GoldenPlan = await db_step("begin_golden", request, result_type=GoldenPlan)
                 break
-            except ACTIVITY_FAILURES as error:
-                cause = failure_of(error)
-                if cause.type != "NoCapacity" or waited >= request.placement_wait_seconds:
-                    return await self._fail(template, operation_id, cause.message)
+            except ApplicationError as error:
+                if error.type != "NoCapacity" or waited >= request.placement_wait_seconds:
+                    return await self._fail(template, operation_id, error.message)
                 # Every worker busy is a moment, not a verdict: wait for one to free up.
-                show_step(f"waiting for a free worker ({waited:.0f} s so far): {cause.message}")
+                show_step(f"waiting for a free worker ({waited:.0f} s so far): {error.message}")
                 pause = min(5.0, max(0.5, waited / 4))
                 await workflow.sleep(pause)
                 waited += pause
@@ -70,6 +70,7 @@ class GoldenSnapshotWorkflow:
                     placement=template_workflow_id(request.atespace, request.template),
                 ),
                 result_type=AteletRunResult,
+                timeout=boot_timeout(request.probe_timeout_seconds),
             )
             show_step("checkpoint FULL")
             done: AteletCheckpointResult = await atelet_step(
@@ -83,9 +84,9 @@ class GoldenSnapshotWorkflow:
                 ),
                 result_type=AteletCheckpointResult,
             )
-        except ACTIVITY_FAILURES as error:
-            if failure_of(error).type == "Superseded":  # the template was recreated meanwhile
-                return GoldenSnapshotResult(phase="Superseded", reason=failure_of(error).message)
+        except ApplicationError as error:
+            if error.type == "Superseded":  # the template was recreated meanwhile
+                return GoldenSnapshotResult(phase="Superseded", reason=error.message)
             show_step("cleanup")
             try:
                 await atelet_step(
@@ -93,9 +94,9 @@ class GoldenSnapshotWorkflow:
                     AteletTerminateInput(operation_id=operation_id, worker=plan.worker, holder=holder),
                     result_type=bool,
                 )
-            except ACTIVITY_FAILURES:
+            except ApplicationError:
                 workflow.logger.warning("terminate after a failed golden boot did not succeed")
-            return await self._fail(template, operation_id, failure_of(error).message)
+            return await self._fail(template, operation_id, error.message)
         show_step("finalize")
         await db_step(
             "complete_golden",

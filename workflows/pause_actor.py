@@ -19,14 +19,13 @@ If the checkpoint fails for good, the actor goes back to RUNNING and the PENDING
 from __future__ import annotations
 
 from temporalio import workflow
+from temporalio.exceptions import ApplicationError
 
 from workflows.steps import (
-    ACTIVITY_FAILURES,
     atelet_step,
     counted,
     db_step,
     drop_snapshot,
-    failure_of,
     reraise,
     settle_snapshot,
     show_step,
@@ -60,12 +59,9 @@ class PauseActorWorkflow:
         timings: dict[str, float] = {}
         show_step("mark pausing")
         started = workflow.time()
-        try:
-            plan: PausePlan = await db_step(
-                "begin_pause", BeginSuspendInput(actor=actor, operation_id=operation_id), result_type=PausePlan
-            )
-        except ACTIVITY_FAILURES as error:
-            raise reraise(error) from error
+        plan: PausePlan = await db_step(
+            "begin_pause", BeginSuspendInput(actor=actor, operation_id=operation_id), result_type=PausePlan
+        )
         timings["mark"] = workflow.time() - started
         if plan.already_paused:
             return PauseActorResult(actor=actor, already_paused=True, timings=timings)
@@ -80,10 +76,9 @@ class PauseActorWorkflow:
                 ),
                 result_type=AteletCheckpointResult,
             )
-        except ACTIVITY_FAILURES as error:
-            cause = failure_of(error)
+        except ApplicationError as error:
             show_step("rollback")
-            await drop_snapshot(actor, operation_id, plan.snapshot.snapshot_id, cause.message)
+            await drop_snapshot(actor, operation_id, plan.snapshot.snapshot_id, error.message)
             raise reraise(error, f"pause of actor {actor.key} failed; it keeps running: ") from error
         timings["atelet"] = workflow.time() - started
         timings.update({f"atelet_{k}": v for k, v in done.timings.items()})

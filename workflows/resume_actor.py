@@ -16,14 +16,14 @@ system's failure #1665).
 from __future__ import annotations
 
 from temporalio import workflow
+from temporalio.exceptions import ApplicationError
 
 from workflows.detach import detach_paused
 from workflows.steps import (
-    ACTIVITY_FAILURES,
     atelet_step,
+    boot_timeout,
     counted,
     db_step,
-    failure_of,
     reraise,
     show_step,
 )
@@ -61,18 +61,15 @@ class ResumeActorWorkflow:
             plan: ResumePlan = await db_step(
                 "begin_resume", BeginResumeInput(actor=actor, operation_id=operation_id), result_type=ResumePlan
             )
-        except ACTIVITY_FAILURES as error:
-            if failure_of(error).type != "PinnedNodeFull":
-                raise reraise(error) from error
+        except ApplicationError as error:
+            if error.type != "PinnedNodeFull":
+                raise
             await detach_paused(actor, operation_id)
             timings["detach"] = workflow.time() - started
             show_step("placement after detach")
-            try:
-                plan = await db_step(
-                    "begin_resume", BeginResumeInput(actor=actor, operation_id=operation_id), result_type=ResumePlan
-                )
-            except ACTIVITY_FAILURES as again:
-                raise reraise(again) from again
+            plan = await db_step(
+                "begin_resume", BeginResumeInput(actor=actor, operation_id=operation_id), result_type=ResumePlan
+            )
         timings["placement"] = workflow.time() - started
         if plan.already_running:
             return ResumeActorResult(actor=actor, worker=plan.worker, already_running=True, timings=timings)
@@ -91,11 +88,11 @@ class ResumeActorWorkflow:
                     probe_timeout_seconds=request.probe_timeout_seconds,
                 ),
                 result_type=AteletRunResult,
+                timeout=boot_timeout(request.probe_timeout_seconds),
             )
-        except ACTIVITY_FAILURES as error:
-            cause = failure_of(error)
-            if cause.type == "Superseded":  # a revert took the actor over: nothing here is ours to undo
-                raise reraise(error) from error
+        except ApplicationError as error:
+            if error.type == "Superseded":  # a revert took the actor over: nothing here is ours to undo
+                raise
             show_step("rollback")
             try:
                 await atelet_step(
@@ -103,7 +100,7 @@ class ResumeActorWorkflow:
                     AteletTerminateInput(operation_id=operation_id, worker=plan.worker, holder=actor),
                     result_type=bool,
                 )
-            except ACTIVITY_FAILURES:
+            except ApplicationError:
                 # The sandbox may still be there: keep the worker out of placement until its
                 # atelet reports it idle (or is told to stop the stray at its next heartbeat).
                 await db_step(
@@ -113,16 +110,13 @@ class ResumeActorWorkflow:
                         reason=f"fenced: terminate of {actor.key} failed after a failed restore",
                     ),
                 )
-            await db_step("rollback_resume", FinishInput(actor=actor, operation_id=operation_id, error=cause.message))
+            await db_step("rollback_resume", FinishInput(actor=actor, operation_id=operation_id, error=error.message))
             raise reraise(error, f"resume of actor {actor.key} failed and was rolled back: ") from error
         timings["atelet"] = workflow.time() - started
         timings.update({f"atelet_{k}": v for k, v in restored.timings.items()})
         show_step("finalize")
         started = workflow.time()
-        try:
-            await db_step("finish_resume", FinishInput(actor=actor, operation_id=operation_id))
-        except ACTIVITY_FAILURES as error:
-            raise reraise(error) from error
+        await db_step("finish_resume", FinishInput(actor=actor, operation_id=operation_id))
         timings["finalize"] = workflow.time() - started
         show_step("done")
         return ResumeActorResult(

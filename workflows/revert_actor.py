@@ -14,13 +14,12 @@ The API cancels a stuck operation on the actor before starting this workflow und
 from __future__ import annotations
 
 from temporalio import workflow
+from temporalio.exceptions import ApplicationError
 
 from workflows.steps import (
-    ACTIVITY_FAILURES,
     atelet_step,
     counted,
     db_step,
-    reraise,
     show_step,
 )
 
@@ -49,12 +48,9 @@ class RevertActorWorkflow:
         operation_id = workflow.info().run_id
         actor = request.actor
         show_step("mark reverting")
-        try:
-            plan: RevertPlan = await db_step(
-                "begin_revert", ActorOperation(actor=actor, operation_id=operation_id), RevertPlan
-            )
-        except ACTIVITY_FAILURES as error:
-            raise reraise(error) from error
+        plan: RevertPlan = await db_step(
+            "begin_revert", ActorOperation(actor=actor, operation_id=operation_id), RevertPlan
+        )
         fenced = False
         if plan.worker is not None:
             worker = plan.worker
@@ -66,7 +62,7 @@ class RevertActorWorkflow:
                         AteletTerminateInput(operation_id=operation_id, worker=worker, holder=actor),
                         bool,
                     )
-                except ACTIVITY_FAILURES:
+                except ApplicationError:
                     fenced = True
             else:
                 fenced = True

@@ -13,8 +13,9 @@ from dataclasses import replace
 from datetime import timedelta
 
 from temporalio import workflow
+from temporalio.exceptions import ApplicationError
 
-from workflows.steps import ACTIVITY_FAILURES, atelet_step, db_step, show_step
+from workflows.steps import atelet_step, db_step, show_step
 
 with workflow.unsafe.imports_passed_through():
     from domain.operations.snapshot_gc import DeleteSnapshotInput, GarbageSnapshot, SnapshotGcInput
@@ -52,7 +53,7 @@ class SnapshotGarbageCollectionWorkflow:
                 try:
                     await atelet_step("delete_snapshot", DeleteSnapshotInput(snapshot=snapshot), bool)
                     self.deleted += 1
-                except ACTIVITY_FAILURES as error:
+                except ApplicationError as error:
                     workflow.logger.warning("could not delete snapshot %s: %s", snapshot.uri, error)
             rounds += 1
             if len(batch) >= request.batch:

@@ -12,6 +12,7 @@ from typing import Any, TypeVar
 from temporalio import workflow
 from temporalio.common import RetryPolicy
 from temporalio.exceptions import ActivityError, ApplicationError
+from temporalio.exceptions import TimeoutError as ActivityTimeout
 
 with workflow.unsafe.imports_passed_through():
     from domain.operations.atelet_calls import AteletCheckpointResult
@@ -35,32 +36,72 @@ _ATELET_RETRY = RetryPolicy(
 
 
 async def db_step(activity: str, argument: Any, result_type: type[T] | None = None) -> T:
-    """Run a Postgres activity locally: short, retried through a database restart (~30 s in all)."""
-    result: T = await workflow.execute_local_activity(
-        activity,
-        argument,
-        result_type=result_type,
-        start_to_close_timeout=timedelta(seconds=15),
-        retry_policy=_DB_RETRY,
-    )
+    """Run a Postgres activity locally: short, retried through a database restart (~30 s in all).
+
+    Raises:
+        ApplicationError: the step failed for good, in the user's terms (see `failure_of`).
+    """
+    try:
+        result: T = await workflow.execute_local_activity(
+            activity,
+            argument,
+            result_type=result_type,
+            start_to_close_timeout=timedelta(seconds=15),
+            retry_policy=_DB_RETRY,
+        )
+    except ACTIVITY_FAILURES as error:
+        raise reraise(error) from error
     return result
 
 
-async def atelet_step(activity: str, argument: Any, result_type: type[T] | None = None) -> T:
-    """Run an atelet activity locally: restores and checkpoints take seconds; a few retries, then give up."""
-    result: T = await workflow.execute_local_activity(
-        activity,
-        argument,
-        result_type=result_type,
-        start_to_close_timeout=timedelta(seconds=120),
-        retry_policy=_ATELET_RETRY,
-    )
+ATELET_HEARTBEAT_TIMEOUT = timedelta(seconds=5)
+"""An atelet activity that sends no heartbeat for this long (its worker died) is retried elsewhere."""
+
+ATELET_CALL_TIMEOUT = timedelta(minutes=30)
+"""The longest an atelet call may take (a large snapshot's upload); liveness is the heartbeat's job."""
+
+
+BOOT_MARGIN_SECONDS = 120.0
+"""What a boot or restore may take beyond its wakeup probe's timeout (fetch, restore, start)."""
+
+
+def boot_timeout(probe_timeout_seconds: float) -> timedelta:
+    """The start-to-close bound of a Run or Restore call: its probe timeout plus BOOT_MARGIN_SECONDS."""
+    return timedelta(seconds=probe_timeout_seconds + BOOT_MARGIN_SECONDS)
+
+
+async def atelet_step(
+    activity: str, argument: Any, result_type: type[T] | None = None, *, timeout: timedelta = ATELET_CALL_TIMEOUT
+) -> T:
+    """Run an atelet activity as a regular activity that heartbeats while the call runs: restores
+    and checkpoints take seconds, so they must not hold the workflow task; a few retries of
+    what may pass (an atelet restarting), none of what cannot (a refused request, a workload
+    whose wakeup probe never answered).
+
+    Args:
+        timeout: start-to-close bound of one attempt (a boot: its probe timeout plus margin).
+
+    Raises:
+        ApplicationError: the call failed for good, in the user's terms (see `failure_of`).
+    """
+    try:
+        result: T = await workflow.execute_activity(
+            activity,
+            argument,
+            result_type=result_type,
+            start_to_close_timeout=timeout,
+            heartbeat_timeout=ATELET_HEARTBEAT_TIMEOUT,
+            retry_policy=_ATELET_RETRY,
+        )
+    except ACTIVITY_FAILURES as error:
+        raise reraise(error) from error
     return result
 
 
 ACTIVITY_FAILURES = (ActivityError, ApplicationError)
-"""What a failed (local) activity raises in a workflow: local activities surface the
-activity's own ApplicationError, regular ones wrap it in an ActivityError."""
+"""What a failed activity raises: local activities surface the activity's own ApplicationError,
+regular ones wrap it in an ActivityError. `db_step` and `atelet_step` turn both into one
+ApplicationError (`reraise`), so a workflow catches ApplicationError."""
 
 
 def show_step(step: str) -> None:
@@ -69,10 +110,16 @@ def show_step(step: str) -> None:
 
 
 def failure_of(error: BaseException) -> ApplicationError:
-    """The application failure behind an activity error (its `type` is the store/atelet reason)."""
+    """The application failure behind an activity error: its `type` is the store or atelet
+    reason, or `Timeout` for a step that got no answer in time."""
     cause = error.cause if isinstance(error, ActivityError) else error
     if isinstance(cause, ApplicationError):
         return cause
+    if isinstance(cause, ActivityTimeout) and isinstance(error, ActivityError):
+        kind = cause.type.name.lower().replace("_", "-") if cause.type is not None else "a"
+        return ApplicationError(
+            f"the step {error.activity_type} got no answer in time ({kind} timeout)", type="Timeout", non_retryable=True
+        )
     return ApplicationError(str(cause or error), type="Internal", non_retryable=True)
 
 
@@ -108,7 +155,7 @@ async def counted(operation: str, body: Awaitable[T], outcome: Callable[[T], str
     started = workflow.time()
     try:
         result = await body
-    except ACTIVITY_FAILURES as error:
+    except ApplicationError as error:
         record_operation(operation, outcome_of(error), started)
         raise
     record_operation(operation, outcome(result), started)
@@ -131,16 +178,13 @@ async def settle_snapshot(
 ) -> None:
     """`complete_suspend` / `complete_pause`: the snapshot COMPLETED with the manifest the atelet
     wrote (never without it), the actor in its resting state; a failure is re-raised for the API."""
-    try:
-        await db_step(
-            activity,
-            CompleteSnapshotInput(
-                actor=actor,
-                operation_id=operation_id,
-                snapshot_id=snapshot_id,
-                manifest=done.manifest,
-                size_bytes=done.size_bytes,
-            ),
-        )
-    except ACTIVITY_FAILURES as error:
-        raise reraise(error) from error
+    await db_step(
+        activity,
+        CompleteSnapshotInput(
+            actor=actor,
+            operation_id=operation_id,
+            snapshot_id=snapshot_id,
+            manifest=done.manifest,
+            size_bytes=done.size_bytes,
+        ),
+    )

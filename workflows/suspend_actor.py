@@ -22,16 +22,14 @@ snapshot row is dropped. An uploaded local snapshot is left to the snapshot GC.
 from __future__ import annotations
 
 from temporalio import workflow
-from temporalio.exceptions import WorkflowAlreadyStartedError
+from temporalio.exceptions import ApplicationError, WorkflowAlreadyStartedError
 from temporalio.workflow import ParentClosePolicy
 
 from workflows.steps import (
-    ACTIVITY_FAILURES,
     atelet_step,
     counted,
     db_step,
     drop_snapshot,
-    failure_of,
     reraise,
     settle_snapshot,
     show_step,
@@ -67,14 +65,11 @@ class SuspendActorWorkflow:
         timings: dict[str, float] = {}
         show_step("mark suspending")
         started = workflow.time()
-        try:
-            plan: SuspendPlan = await db_step(
-                "begin_suspend",
-                BeginSuspendInput(actor=actor, operation_id=operation_id, mode=request.mode),
-                result_type=SuspendPlan,
-            )
-        except ACTIVITY_FAILURES as error:
-            raise reraise(error) from error
+        plan: SuspendPlan = await db_step(
+            "begin_suspend",
+            BeginSuspendInput(actor=actor, operation_id=operation_id, mode=request.mode),
+            result_type=SuspendPlan,
+        )
         timings["mark"] = workflow.time() - started
         if plan.already_suspended:
             return SuspendActorResult(actor=actor, already_suspended=True, timings=timings)
@@ -105,10 +100,9 @@ class SuspendActorWorkflow:
                     ),
                     result_type=AteletCheckpointResult,
                 )
-        except ACTIVITY_FAILURES as error:
-            cause = failure_of(error)
+        except ApplicationError as error:
             show_step("rollback")
-            await drop_snapshot(actor, operation_id, plan.snapshot.snapshot_id, cause.message)
+            await drop_snapshot(actor, operation_id, plan.snapshot.snapshot_id, error.message)
             kept = "it stays PAUSED" if plan.upload_from is not None else "it keeps running"
             raise reraise(error, f"suspend of actor {actor.key} failed; {kept}: ") from error
         timings["atelet"] = workflow.time() - started

@@ -21,8 +21,9 @@ from __future__ import annotations
 from datetime import timedelta
 
 from temporalio import workflow
+from temporalio.exceptions import ApplicationError
 
-from workflows.steps import ACTIVITY_FAILURES, atelet_step, db_step, failure_of, show_step
+from workflows.steps import atelet_step, db_step, show_step
 
 with workflow.unsafe.imports_passed_through():
     from domain.operations.atelet_calls import AteletCheckpointResult, AteletCopyInput
@@ -56,8 +57,8 @@ class UploadSnapshotWorkflow:
             show_step(f"reserve (attempt {attempt})")
             try:
                 plan: UploadPlan = await db_step("begin_upload", step, UploadPlan)
-            except ACTIVITY_FAILURES as error:
-                last_error = failure_of(error).message
+            except ApplicationError as error:
+                last_error = error.message
                 await self._wait(pause, last_error)
                 pause *= 2
                 continue
@@ -78,10 +79,9 @@ class UploadSnapshotWorkflow:
                     ),
                     AteletCheckpointResult,
                 )
-            except ACTIVITY_FAILURES as error:
-                cause = failure_of(error)
-                last_error = cause.message
-                if cause.type in FINAL_COPY_FAILURES:
+            except ApplicationError as error:
+                last_error = error.message
+                if error.type in FINAL_COPY_FAILURES:
                     break
                 await self._wait(pause, last_error)
                 pause *= 2
