@@ -38,8 +38,8 @@ def visibility_query(atespace: str | None, actor: str | None) -> str:
 async def _step(client: Client, store: Store, execution: WorkflowExecution) -> str | None:
     """The workflow's current step (its current details, as the Temporal UI shows them).
 
-    A workflow busy in a long step (a restore runs inside its workflow task) answers queries
-    only after it; then the step is told from the actor's state in Postgres instead.
+    A workflow whose task is busy (a Postgres step runs inside it) or whose worker is down
+    answers no query in time; then the step is told from the actor's state in Postgres instead.
     """
     try:
         handle = client.get_workflow_handle(execution.id, run_id=execution.run_id)
