@@ -10,8 +10,9 @@ import httpx
 import pytest
 
 from router.errors import RouteError
-from router.proxy import BodyStream, new_upstream_client, open_upstream
+from router.proxy import BodyStream, open_upstream
 from router.types import Upstream
+from router.upstream_client import new_upstream_client
 from tests.router.router_harness import free_port, pattern
 
 H = {"ate-target-actor": "demo/c1"}
