@@ -17,7 +17,7 @@ between requests).
 from __future__ import annotations
 
 import logging
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
 
 import anyio
@@ -31,6 +31,8 @@ log = logging.getLogger(__name__)
 
 Scope = dict[str, Any]
 Message = dict[str, Any]
+Receive = Callable[[], Awaitable[Message]]  # ASGI receive
+Send = Callable[[Message], Awaitable[None]]  # ASGI send
 
 # Responses declaring at most this many bytes are relayed without watching for the client's
 # disconnect (a watcher task per response costs more than finishing a small transfer).
@@ -67,7 +69,7 @@ class BodyStream:
         done: Whether the body was read to its end.
     """
 
-    def __init__(self, receive: Any) -> None:
+    def __init__(self, receive: Receive) -> None:
         self._receive = receive
         self.started = False
         self.done = False
@@ -211,7 +213,7 @@ def _upstream_failed(actor: str, upstream: Upstream, exc: Exception) -> RouteErr
     )
 
 
-async def relay(response: UpstreamResponse, receive: Any, send: Any, body: BodyStream) -> bool:
+async def relay(response: UpstreamResponse, receive: Receive, send: Send, body: BodyStream) -> bool:
     """Stream the worker's response to the client, then close the upstream connection.
 
     A long response (no Content-Length, or more than ``WATCH_THRESHOLD_BYTES``) is streamed
@@ -265,14 +267,14 @@ def _small(response: UpstreamResponse) -> bool:
     return False
 
 
-async def _relay_rest(chunks: AsyncIterator[bytes], send: Any) -> bool:
+async def _relay_rest(chunks: AsyncIterator[bytes], send: Send) -> bool:
     async for chunk in chunks:
         await send({"type": "http.response.body", "body": chunk, "more_body": True})
     await send({"type": "http.response.body", "body": b"", "more_body": False})
     return True
 
 
-async def _relay_watched(chunks: AsyncIterator[bytes], receive: Any, send: Any) -> bool:
+async def _relay_watched(chunks: AsyncIterator[bytes], receive: Receive, send: Send) -> bool:
     finished = False
 
     async def watch(scope: anyio.CancelScope) -> None:
