@@ -20,20 +20,18 @@ from router.api_client import ApiClient
 from router.cache import ActorCache, CacheInvalidator
 from router.errors import RouteError
 from router.metrics import REQUEST_DURATION, REQUESTS
-from router.proxy import (
-    BodyStream,
+from router.proxy import BodyStream, open_upstream, relay
+from router.resume import Resumer
+from router.settings import RouterSettings
+from router.target import TARGET_HEADER, Target, TargetError, target_from_headers
+from router.types import Upstream
+from router.upstream_client import (
     ClientGone,
     UpstreamClient,
     UpstreamConnectError,
     UpstreamResponse,
     new_upstream_client,
-    open_upstream,
-    relay,
 )
-from router.resume import Resumer
-from router.settings import RouterSettings
-from router.target import TARGET_HEADER, Target, TargetError, target_from_headers
-from router.types import Upstream
 
 log = logging.getLogger(__name__)
 
@@ -46,7 +44,7 @@ class ActorRouter:
     Args:
         settings: Router settings.
         api_client: Optional API client (built from ``settings.api_server`` when omitted).
-        upstream_client: Optional worker client (``proxy.new_upstream_client`` when omitted).
+        upstream_client: Optional worker client (``upstream_client.new_upstream_client`` when omitted).
 
     Attributes:
         cache: RUNNING-actor cache; enabled only while ``invalidator`` holds a LISTEN.

@@ -1,42 +1,42 @@
-"""Streaming HTTP proxy mechanics: forward one ASGI request to a worker and relay the answer.
+"""The ASGI relay: forward one ASGI HTTP request to a worker and stream the answer back.
+
+Owns the ASGI side of proxying: reading the request body from ``receive`` (``BodyStream``),
+turning the ASGI scope into the upstream request (target, framing, headers), relaying the
+worker's response into ``send``, and watching for the client's disconnect during long
+responses. Talking HTTP/1.1 to the worker is ``router.upstream_client``'s job.
 
 No routing decisions here: the caller says which ``Upstream`` to use. Bodies stream both ways
 (request body from ASGI ``receive`` to the worker socket, response body from the worker socket into
 ASGI ``send``), at the same time: a worker may answer before it read the whole request body.
 Hop-by-hop headers and ``ate-target-actor`` are dropped; ``X-Forwarded-For/-Host/-Proto`` are
-added. Every upstream connection is closed when its response ends (``Connection: close`` and a
-pool that keeps no idle connection): a connected socket would stop gVisor from checkpointing
-the actor when it is suspended between requests.
+added, and ``Connection: close`` (the upstream client closes every connection when its response
+ends: a connected socket would stop gVisor from checkpointing the actor when it is suspended
+between requests).
 """
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
-import ipaddress
 import logging
-import socket
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
 
 import anyio
-import h11
 
 from router.errors import UPSTREAM_ERROR, RouteError
 from router.target import TARGET_HEADER
 from router.types import Upstream
+from router.upstream_client import ClientGone, UpstreamBroken, UpstreamClient, UpstreamResponse
 
 log = logging.getLogger(__name__)
 
 Scope = dict[str, Any]
 Message = dict[str, Any]
+Receive = Callable[[], Awaitable[Message]]  # ASGI receive
+Send = Callable[[Message], Awaitable[None]]  # ASGI send
 
 # Responses declaring at most this many bytes are relayed without watching for the client's
 # disconnect (a watcher task per response costs more than finishing a small transfer).
 WATCH_THRESHOLD_BYTES = 256 * 1024
-
-# Bytes asked of the worker socket per read.
-READ_SIZE = 256 * 1024
 
 HOP_BY_HOP = frozenset(
     {
@@ -61,10 +61,6 @@ _DROP_REQUEST = HOP_BY_HOP | {
 }
 
 
-class ClientGone(Exception):
-    """The client disconnected while its request body was being read."""
-
-
 class BodyStream:
     """The request body, read lazily from ASGI ``receive``.
 
@@ -73,7 +69,7 @@ class BodyStream:
         done: Whether the body was read to its end.
     """
 
-    def __init__(self, receive: Any) -> None:
+    def __init__(self, receive: Receive) -> None:
         self._receive = receive
         self.started = False
         self.done = False
@@ -93,255 +89,6 @@ class BodyStream:
             chunk = message.get("body", b"")
             if chunk:
                 yield chunk
-
-
-class UpstreamBroken(Exception):
-    """The worker's connection failed or it broke HTTP/1.1 after the connection was made."""
-
-
-class UpstreamConnectError(Exception):
-    """The worker could not be reached; no byte of the request was sent, so it may be retried."""
-
-
-class UpstreamResponse:
-    """A worker's response whose head has arrived; the body is read by ``aiter_raw``.
-
-    The request body may still be streaming to the worker (full duplex, e.g. an echo); it
-    stops as soon as the worker stops reading it, without losing the worker's answer.
-
-    Attributes:
-        status_code: The worker's HTTP status.
-        headers: The worker's headers, names lower-cased, order and duplicates kept.
-    """
-
-    def __init__(self, conn: _Connection, status_code: int, headers: list[tuple[bytes, bytes]]):
-        self._conn = conn
-        self.status_code = status_code
-        self.headers = headers
-
-    async def aiter_raw(self) -> AsyncIterator[bytes]:
-        """Yield the response body as it arrives (chunked framing removed).
-
-        Raises:
-            UpstreamBroken: The worker failed or closed before the body ended.
-            ClientGone: The client left before its request body ended.
-        """
-        conn = self._conn
-        while True:
-            event = await conn.next_event()
-            if isinstance(event, h11.Data):
-                yield bytes(event.data)
-            elif isinstance(event, h11.EndOfMessage | h11.ConnectionClosed):
-                return
-
-    async def aclose(self) -> None:
-        """Stop sending the request body and close the worker connection."""
-        await self._conn.aclose()
-
-
-class _Connection:
-    """One HTTP/1.1 exchange with a worker over a raw non-blocking socket.
-
-    Reading and writing are independent: a write failure (the worker stopped reading and
-    closed) never discards what the worker already sent; the socket is closed only by
-    ``aclose``. (httpcore pauses reading while it writes the body and closes the socket on a
-    write error, which loses a worker's early answer.)
-    """
-
-    def __init__(self, sock: socket.socket, owner: UpstreamClient) -> None:
-        self.sock = sock
-        self.owner = owner
-        self.h11 = h11.Connection(h11.CLIENT)
-        self.loop = asyncio.get_running_loop()
-        self.sender: asyncio.Task[None] | None = None
-        self.client_gone = False
-        self.closed = False
-
-    async def send_head(self, request: h11.Request) -> None:
-        """Send the request line and headers."""
-        await self.loop.sock_sendall(self.sock, self.h11.send(request) or b"")
-
-    async def send_body(self, body: BodyStream) -> None:
-        """Stream the request body; stop quietly when the worker stops reading it.
-
-        Raises:
-            ClientGone: The client left before its body ended.
-        """
-        try:
-            async for chunk in body:
-                await self.loop.sock_sendall(self.sock, self.h11.send(h11.Data(data=chunk)) or b"")
-            await self.loop.sock_sendall(self.sock, self.h11.send(h11.EndOfMessage()) or b"")
-        except (OSError, h11.LocalProtocolError) as exc:
-            # The worker answered (or failed) without reading the whole body; its answer, if
-            # any, is still readable.
-            log.debug("request body to worker stopped: %r", exc)
-        except ClientGone:
-            # Wake up the reader (a worker waiting for the rest of the body would never answer).
-            self.client_gone = True
-            with contextlib.suppress(OSError):
-                self.sock.shutdown(socket.SHUT_RDWR)
-            raise
-
-    async def next_event(self) -> Any:
-        """The worker's next HTTP event, reading from the socket as needed.
-
-        Raises:
-            UpstreamBroken: Transport failure or HTTP protocol violation.
-            ClientGone: The client left before its request body ended.
-        """
-        try:
-            while True:
-                event = self.h11.next_event()
-                if event is not h11.NEED_DATA:
-                    return event
-                try:
-                    data = await self.loop.sock_recv(self.sock, READ_SIZE)
-                except OSError as exc:
-                    raise UpstreamBroken(f"{type(exc).__name__}: {exc}") from exc
-                if self.client_gone:
-                    raise ClientGone("client disconnected while sending the request body")
-                self.h11.receive_data(data)
-        except h11.RemoteProtocolError as exc:
-            raise UpstreamBroken(f"bad HTTP from worker: {exc}") from exc
-
-    async def read_head(self) -> UpstreamResponse:
-        """Wait for the final response head (1xx answers are skipped)."""
-        while True:
-            event = await self.next_event()
-            if isinstance(event, h11.Response):
-                headers = [(bytes(k), bytes(v)) for k, v in event.headers]
-                return UpstreamResponse(self, event.status_code, headers)
-            if isinstance(event, h11.ConnectionClosed):
-                raise UpstreamBroken("connection closed before a response")
-
-    async def aclose(self) -> None:
-        """Stop the request body (if still sending) and close the socket."""
-        if self.closed:
-            return
-        self.closed = True
-        try:
-            if self.sender is not None:
-                await _finish(self.sender)  # a late ClientGone is of no interest any more
-        finally:
-            self.owner._live.discard(self)
-            self.sock.close()
-
-
-async def _finish(task: asyncio.Task[Any]) -> None:
-    """Cancel ``task`` if still running, wait for it and retrieve its outcome (never raises
-    the task's exception; a cancellation of the caller still propagates)."""
-    if not task.done():
-        task.cancel()
-        await asyncio.wait([task])
-    if not task.cancelled():
-        task.exception()
-
-
-class UpstreamClient:
-    """Sends requests to workers over HTTP/1.1: one new connection per request, closed when
-    the response ends; no proxies from env, no cookies, no redirects.
-
-    The request body streams while the response is read (full duplex): a worker that answers
-    before reading the whole body (e.g. 413) has its answer relayed, the rest of the body is
-    not sent.
-
-    Args:
-        connect_timeout_seconds: TCP connect timeout, in seconds; reads and writes have none
-            (actors may stream or long-poll).
-    """
-
-    def __init__(self, connect_timeout_seconds: float = 5.0) -> None:
-        self.connect_timeout_seconds = connect_timeout_seconds
-        self._live: set[_Connection] = set()
-
-    async def _connect(self, upstream: Upstream) -> socket.socket:
-        loop = asyncio.get_running_loop()
-        try:
-            family = socket.AF_INET6 if ipaddress.ip_address(upstream.ip).version == 6 else socket.AF_INET
-            address: Any = (upstream.ip, upstream.port)
-        except ValueError:  # a host name: resolve it
-            infos = await loop.getaddrinfo(upstream.ip, upstream.port, type=socket.SOCK_STREAM)
-            family, address = infos[0][0], infos[0][4]
-        sock = socket.socket(family, socket.SOCK_STREAM, socket.IPPROTO_TCP)
-        try:
-            sock.setblocking(False)
-            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-            await asyncio.wait_for(loop.sock_connect(sock, address), self.connect_timeout_seconds)
-        except BaseException:
-            sock.close()
-            raise
-        return sock
-
-    async def open(
-        self,
-        upstream: Upstream,
-        method: bytes,
-        target: bytes,
-        headers: list[tuple[bytes, bytes]],
-        body: BodyStream | None,
-    ) -> UpstreamResponse:
-        """Send a request and return when the response head arrived (body not read).
-
-        Args:
-            upstream: Worker address.
-            method: HTTP method.
-            target: Request target (raw path and query).
-            headers: Headers to send, ``Host`` included; with a body, ``Content-Length`` or
-                ``Transfer-Encoding: chunked`` must be among them.
-            body: The request body, or None.
-
-        Returns:
-            The response; ``aclose()`` it to stop the body and close the connection.
-
-        Raises:
-            UpstreamConnectError: The connection could not be made (nothing was sent).
-            UpstreamBroken: The worker failed before sending a response head.
-            ClientGone: The client left while its body was being forwarded.
-        """
-        try:
-            sock = await self._connect(upstream)
-        except (OSError, TimeoutError) as exc:
-            raise UpstreamConnectError(f"cannot connect to {upstream}: {exc!r}") from exc
-        conn = _Connection(sock, self)
-        self._live.add(conn)
-        try:
-            try:
-                await conn.send_head(h11.Request(method=method, target=target, headers=headers))
-            except OSError:
-                pass  # the worker may still answer; read_head tells
-            if body is None:
-                return await conn.read_head()
-            conn.sender = asyncio.create_task(conn.send_body(body))
-            head = asyncio.create_task(conn.read_head())
-            try:
-                await asyncio.wait({head, conn.sender}, return_when=asyncio.FIRST_COMPLETED)
-                if not head.done():  # the sender ended first: raise its ClientGone, if any
-                    failure = conn.sender.exception()
-                    if failure is not None:
-                        raise failure
-                return await head
-            finally:
-                await _finish(head)
-        except BaseException:
-            await conn.aclose()
-            raise
-
-    async def aclose(self) -> None:
-        """Close every connection still open."""
-        for conn in list(self._live):
-            await conn.aclose()
-
-
-def new_upstream_client(connect_timeout_seconds: float = 5.0) -> UpstreamClient:
-    """Build the client used for workers (see ``UpstreamClient``).
-
-    Args:
-        connect_timeout_seconds: TCP connect timeout, in seconds.
-
-    Returns:
-        A client that closes every connection once its response is done.
-    """
-    return UpstreamClient(connect_timeout_seconds)
 
 
 def _connection_tokens(headers: list[tuple[bytes, bytes]]) -> set[bytes]:
@@ -455,8 +202,6 @@ async def open_upstream(
         return await client.open(upstream, method, target, headers, body if has_body else None)
     except UpstreamBroken as exc:
         raise _upstream_failed(actor, upstream, exc) from exc
-    except h11.LocalProtocolError as exc:
-        raise _upstream_failed(actor, upstream, exc) from exc
 
 
 def _upstream_failed(actor: str, upstream: Upstream, exc: Exception) -> RouteError:
@@ -468,7 +213,7 @@ def _upstream_failed(actor: str, upstream: Upstream, exc: Exception) -> RouteErr
     )
 
 
-async def relay(response: UpstreamResponse, receive: Any, send: Any, body: BodyStream) -> bool:
+async def relay(response: UpstreamResponse, receive: Receive, send: Send, body: BodyStream) -> bool:
     """Stream the worker's response to the client, then close the upstream connection.
 
     A long response (no Content-Length, or more than ``WATCH_THRESHOLD_BYTES``) is streamed
@@ -522,14 +267,14 @@ def _small(response: UpstreamResponse) -> bool:
     return False
 
 
-async def _relay_rest(chunks: AsyncIterator[bytes], send: Any) -> bool:
+async def _relay_rest(chunks: AsyncIterator[bytes], send: Send) -> bool:
     async for chunk in chunks:
         await send({"type": "http.response.body", "body": chunk, "more_body": True})
     await send({"type": "http.response.body", "body": b"", "more_body": False})
     return True
 
 
-async def _relay_watched(chunks: AsyncIterator[bytes], receive: Any, send: Any) -> bool:
+async def _relay_watched(chunks: AsyncIterator[bytes], receive: Receive, send: Send) -> bool:
     finished = False
 
     async def watch(scope: anyio.CancelScope) -> None:

@@ -9,7 +9,10 @@ import os
 import httpx
 import pytest
 
+from router.errors import RouteError
+from router.proxy import BodyStream, open_upstream
 from router.types import Upstream
+from router.upstream_client import new_upstream_client
 from tests.router.router_harness import free_port, pattern
 
 H = {"ate-target-actor": "demo/c1"}
@@ -314,4 +317,37 @@ async def test_garbage_from_the_worker_is_502(start_router) -> None:
         assert "failed before answering" in resp.text
         assert "retry-after" not in resp.headers
     finally:
+        server.close()
+
+
+@pytest.mark.asyncio
+async def test_request_h11_refuses_is_502_and_closes_the_connection() -> None:
+    # Unreachable through uvicorn (it rejects such a header first), so driven directly: a
+    # request the HTTP/1.1 client refuses to send, after the connection is made, is a 502.
+    closed = asyncio.Event()
+
+    async def handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        await reader.read()  # EOF: the router closed the connection
+        closed.set()
+        writer.close()
+
+    server = await asyncio.start_server(handle, "127.0.0.1", 0)
+    port = server.sockets[0].getsockname()[1]
+    scope = {"method": "GET", "path": "/", "query_string": b"", "headers": [(b"x-bad", b"a\x00b")]}
+
+    async def receive() -> dict:
+        return {"type": "http.request", "body": b"", "more_body": False}
+
+    client = new_upstream_client()
+    try:
+        with pytest.raises(RouteError) as failure:
+            await open_upstream(client, scope, BodyStream(receive), Upstream("127.0.0.1", port), "demo/c1")
+        assert failure.value.status == 502
+        assert failure.value.outcome == "upstream_error"
+        assert failure.value.message == (
+            f"actor demo/c1 at 127.0.0.1:{port} failed before answering: Illegal header value b'a\\x00b'"
+        )
+        await asyncio.wait_for(closed.wait(), 3)
+    finally:
+        await client.aclose()
         server.close()
