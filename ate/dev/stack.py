@@ -27,19 +27,11 @@ from types import FrameType
 from typing import Any
 
 from ate.cli.client import ApiClient, ApiError
+from ate.dev.child import Child, ChildFailed, Interrupted, http_ok, log_line, read_tail
 from ate.dev.leftovers import find_leftovers
 from ate.dev.postgres import EmbeddedPostgres, redact_dsn
-from ate.dev.supervisor import (
-    Child,
-    ChildFailed,
-    CrashCounter,
-    Interrupted,
-    RestartPolicy,
-    Supervisor,
-    http_ok,
-    log_line,
-    read_tail,
-)
+from ate.dev.restart import CrashCounter, RestartPolicy
+from ate.dev.supervisor import Supervisor
 from ate.dev.temporal import dev_server_child, port_open
 
 SUSPEND_BUDGET = 30.0
