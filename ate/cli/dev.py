@@ -63,7 +63,8 @@ def dev(
 
     Example: ate dev --workers 4
     """
-    from ate.dev.stack import DevConfig, DevStack
+    from ate.dev.config import DevConfig
+    from ate.dev.stack import DevStack
 
     config = DevConfig(
         data_dir=data_dir,

@@ -2,8 +2,9 @@
 
 The atelet removes these itself on its next start (runsc sandboxes under its runsc root, its
 workers' network namespaces and veths). When `ate dev` stops while the atelet is not running,
-nothing cleans up, so `ate dev` lists them with the commands that remove them. Names follow
-atelet/netns.py: namespace `ate-<node>-<worker>`, host veth end `atv<4 hex of sha256(node)><i>`.
+nothing cleans up, so `ate dev` lists them with the commands that remove them
+(`report_leftovers`). Names follow atelet/netns.py: namespace `ate-<node>-<worker>`, host veth
+end `atv<4 hex of sha256(node)><i>`.
 """
 
 import hashlib
@@ -88,3 +89,26 @@ def find_leftovers(node: str, state_dir: Path, run: Run = run_quietly) -> Leftov
             if name.startswith(veth):
                 found.veths.append(name)
     return found
+
+
+def report_leftovers(node: str, state_dir: Path, out: Callable[[str], None], run: Run = run_quietly) -> None:
+    """Print what a stopped atelet left behind, with the commands that remove it.
+
+    `ate dev` calls this when it stops while the atelet is not running, so nothing cleaned up.
+
+    Args:
+        node: The atelet's node name.
+        state_dir: The atelet's `--state-dir`.
+        out: Prints one line.
+        run: Runs `runsc` and `ip` (injectable for tests).
+    """
+    found = find_leftovers(node, state_dir, run)
+    if not found:
+        out("ate: the atelet was not running; no leftover sandboxes or network namespaces found")
+        return
+    out(
+        "ate: the atelet was not running, so its sandboxes and network namespaces are left over"
+        " (its next start removes them); to remove them now, run as root:"
+    )
+    for command in found.commands():
+        out(f"  {command}")

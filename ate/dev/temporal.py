@@ -12,7 +12,7 @@ import socket
 import sys
 from pathlib import Path
 
-from ate.dev.supervisor import Child
+from ate.dev.child import Child
 from domain.temporal import SEARCH_ATTRIBUTES
 
 TUNING_FLAGS = (

@@ -2,7 +2,8 @@
 
 from pathlib import Path
 
-from ate.dev.stack import DevConfig, DevStack
+from ate.dev.config import DevConfig
+from ate.dev.stack import DevStack
 
 from .conftest import ServerThread
 from .test_commands import TEMPLATE_YAML

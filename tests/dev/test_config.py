@@ -6,13 +6,14 @@ import pytest
 from typer.testing import CliRunner
 
 from ate.cli.main import app
-from ate.dev import stack as stack_module
-from ate.dev.stack import DevConfig, DevStack
+from ate.dev import config as config_module
+from ate.dev.config import DevConfig
+from ate.dev.stack import DevStack
 
 
 @pytest.fixture(autouse=True)
 def hostname(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(stack_module.socket, "gethostname", lambda: "box")
+    monkeypatch.setattr(config_module.socket, "gethostname", lambda: "box")
 
 
 def test_node_and_subnet_default_from_the_data_dir() -> None:

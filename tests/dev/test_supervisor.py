@@ -10,15 +10,9 @@ from pathlib import Path
 import psutil
 import pytest
 
-from ate.dev.supervisor import (
-    Child,
-    ChildFailed,
-    CrashCounter,
-    Interrupted,
-    RestartPolicy,
-    Supervisor,
-    log_line,
-)
+from ate.dev.child import Child, ChildFailed, Interrupted, log_line
+from ate.dev.restart import CrashCounter, RestartPolicy
+from ate.dev.supervisor import Supervisor
 
 PROJECT = Path(__file__).resolve().parents[2]
 
@@ -185,7 +179,8 @@ def test_children_get_sigterm_when_the_supervisor_is_killed(tmp_path: Path) -> N
     boss = (
         "import sys, time\n"
         "from pathlib import Path\n"
-        "from ate.dev.supervisor import Child, Supervisor, log_line\n"
+        "from ate.dev.child import Child, log_line\n"
+        "from ate.dev.supervisor import Supervisor\n"
         "sup = Supervisor(lambda: False, ready_timeout=10)\n"
         "for name in ('a', 'b'):\n"
         f"    sup.start(Child(name, [sys.executable, {str(tmp_path / 'part.py')!r}, name],"
