@@ -28,7 +28,7 @@ from atelet.registration import heartbeat_loop
 from atelet.sandboxes import Node
 from atelet.service import AteletService
 from atelet.settings import AteletSettings
-from atelet.snapshots import SnapshotRootError
+from atelet.snapshots.uris import SnapshotRootError
 
 log = logging.getLogger("atelet")
 

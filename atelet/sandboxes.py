@@ -62,14 +62,9 @@ from atelet.pool import PoolSpec
 from atelet.proto import atelet_pb2 as pb
 from atelet.runsc import Runsc, pid_alive
 from atelet.settings import AteletSettings
-from atelet.snapshots import (
-    CHECKPOINT_DIR,
-    SANDBOX_CLASS,
-    VOLUMES_DIR,
-    SnapshotStore,
-    archive_dir,
-    extract_dir,
-)
+from atelet.snapshots.manifest import CHECKPOINT_DIR, SANDBOX_CLASS, VOLUMES_DIR
+from atelet.snapshots.store import SnapshotStore
+from atelet.snapshots.volumes import archive_dir, extract_dir
 from atelet.spec import actor_key, validate_spec
 from domain.failpoints import failpoint
 
