@@ -52,17 +52,17 @@ from typing import Any, TypeVar
 
 from google.protobuf.message import Message
 
-from atelet import metrics, netns, probe, watch
+from atelet import metrics, netns, probe
 from atelet.assignments import Assignment, AssignmentStore
-from atelet.bundle import build_config, write_bundle
+from atelet.drivers.base import SandboxDriver
+from atelet.drivers.gvisor import GVisorDriver
 from atelet.errors import AteletError, invalid, not_found, precondition
 from atelet.images import ImageStore
 from atelet.oplog import OperationLog
 from atelet.pool import PoolSpec
 from atelet.proto import atelet_pb2 as pb
-from atelet.runsc import Runsc, pid_alive
 from atelet.settings import AteletSettings
-from atelet.snapshots.manifest import CHECKPOINT_DIR, SANDBOX_CLASS, VOLUMES_DIR
+from atelet.snapshots.manifest import CHECKPOINT_DIR, VOLUMES_DIR
 from atelet.snapshots.store import SnapshotStore
 from atelet.snapshots.volumes import archive_dir, extract_dir
 from atelet.spec import actor_key, validate_spec
@@ -116,8 +116,8 @@ class Node:
     def __init__(self, settings: AteletSettings, pools: list[PoolSpec]) -> None:
         self.settings = settings
         self.state_dir = Path(settings.state_dir).resolve()
-        self.runsc = Runsc(settings.runsc, self.state_dir / "runsc")
         self.images = ImageStore(settings.image_roots, self.state_dir / "images")
+        self.driver: SandboxDriver = GVisorDriver(settings.runsc, self.state_dir / "runsc", self.images)
         self.snapshots = SnapshotStore(settings.snapshot_roots, settings.local_snapshot_dir)
         self.ops = OperationLog(self.state_dir / "operations")
         self.assignments = AssignmentStore(self.state_dir / "workers")
@@ -151,10 +151,10 @@ class Node:
         if self.settings.hollow:
             self.runsc_version = "hollow"
         else:
-            self.runsc_version = await self.runsc.version()
+            self.runsc_version = await self.driver.version()
             for op_id, kind in self.ops.in_flight():
                 log.warning("operation %s (%s) was in flight when the previous atelet stopped", op_id, kind)
-            listed = await self.runsc.list()
+            listed = await self.driver.list()
             adopted: set[str] = set()
             for name, record in self.assignments.load_all().items():
                 if await self._adopt(name, record, set(listed)):
@@ -165,7 +165,7 @@ class Node:
             for cid in listed:
                 if cid not in adopted:
                     log.warning("removing leftover sandbox %s from a previous run", cid)
-                    await self.runsc.delete(cid)
+                    await self.driver.delete(cid)
             await asyncio.gather(*(netns.create(w.net) for w in self.workers.values() if not w.adopted))
         self._update_metrics()
 
@@ -174,25 +174,14 @@ class Node:
         worker = self.workers.get(name)
         what = f"sandbox {record.container_id} of {_fmt(record.actor)} on {name}"
         why = ""
-        state: dict[str, Any] | None = None
         if worker is None:
             why = "no such worker any more"
         elif record.net != worker.net:
             why = f"the worker's network changed ({record.net.worker_ip} -> {worker.net.worker_ip})"
         elif record.state != "running" or not record.container_id:
             why = f"it had {record.state} before the restart"
-        elif record.container_id not in listed:
-            why = "runsc no longer knows it"
         else:
-            state = await self.runsc.state(record.container_id)
-            pid = int(state.get("pid") or 0) if state else 0
-            if not state or state.get("status") != "running" or not pid_alive(pid):
-                why = f"it is not running (runsc: {state.get('status') if state else 'unknown'}, pid {pid})"
-            else:
-                try:
-                    await netns.attach(record.net, pid)
-                except AteletError as exc:
-                    why = f"its network is not usable: {exc.reason}"
+            why = await self.driver.reattach(record.container_id, record.net, listed)
         if why or worker is None:
             log.warning("not adopting %s: %s; the worker is idle (durable dirs kept)", what, why)
             return False
@@ -217,13 +206,13 @@ class Node:
         for worker in self.workers.values():
             await self._unwatch(worker)
         if self._detached:  # sandboxes that exited just before: let their events out (they end soon)
-            await asyncio.wait(set(self._detached), timeout=watch.STATUS_GRACE_SECONDS + 1)
+            await asyncio.wait(set(self._detached), timeout=self.driver.exit_grace_seconds + 1)
             for task in list(self._detached):
                 task.cancel()
             await asyncio.gather(*self._detached, return_exceptions=True)
         if not self.settings.hollow:
-            for cid in await self.runsc.list():
-                await self.runsc.delete(cid)
+            for cid in await self.driver.list():
+                await self.driver.delete(cid)
             await asyncio.gather(*(netns.destroy(w.net) for w in self.workers.values()))
         self._update_metrics()
 
@@ -333,11 +322,11 @@ class Node:
             return False
         existed = True
         if not already_exited:
-            existed = await self.runsc.kill(cid) is not None
+            existed = await self.driver.kill(cid)
         worker.container_id = None
         worker.state = "exited" if worker.actor else "idle"
         self._persist(worker)
-        task = asyncio.create_task(self._delete(cid))
+        task = asyncio.create_task(self.driver.delete_quietly(cid))
         self._deleting.add(task)
         task.add_done_callback(self._deleting.discard)
         return existed
@@ -359,7 +348,7 @@ class Node:
         """Phase 1 (cancelled when the atelet stops the sandbox): waits until the sandbox is gone and
         marks the worker ``exited``. Phase 2 (detached from the worker, never cancelled but by
         ``stop``): learns how it ended, records and reports that, and deletes the dead sandbox."""
-        exit_watch = watch.ExitWatch(self.runsc, cid)
+        exit_watch = self.driver.exit_watch(cid)
         me = asyncio.current_task()
         assert me is not None
         try:
@@ -386,16 +375,10 @@ class Node:
             if self.on_exit is not None:
                 self.on_exit(worker.name, actor, reason)
             await exit_watch.close()
-            await self._delete(cid)
+            await self.driver.delete_quietly(cid)
         finally:
             await asyncio.shield(exit_watch.close())
             self._detached.discard(me)
-
-    async def _delete(self, cid: str) -> None:
-        try:
-            await self.runsc.delete(cid)
-        except AteletError as exc:
-            log.warning("runsc delete %s failed: %s", cid, exc.reason)
 
     def _volume_dirs(self, actor: tuple[str, str], spec: pb.WorkloadSpec) -> dict[str, Path]:
         base = self._actor_dir(actor) / "volumes"
@@ -408,24 +391,15 @@ class Node:
         Returns (boot seconds, probe seconds). On failure the sandbox is deleted and the worker freed.
         """
         container = spec.containers[0]
-        image = await self.images.unpack(container.image, "spec.containers[0].image")
-        volume_dirs = self._volume_dirs(actor, spec)
-        for d in volume_dirs.values():
-            d.mkdir(parents=True, exist_ok=True)
-        config = build_config(image, container, worker.net.netns_path, volume_dirs,
-                              spec.cpu_millis, spec.memory_bytes, hostname=actor[1])
-        bundle = write_bundle(self.state_dir / "workers" / worker.name / "bundle", config)
+        prepared = await self.driver.prepare(self.state_dir / "workers" / worker.name / "bundle", worker.net, spec,
+                                             self._volume_dirs(actor, spec), actor[1])
         cid = f"{worker.name}-{uuid.uuid4().hex[:10]}"
         worker.actor, worker.spec, worker.container_id, worker.state = actor, spec, cid, "running"
         worker.operation, worker.started_at, worker.adopted = operation, time.time(), False
         try:
             self._persist(worker)  # before runsc starts it: a crash from here on leaves a record
             start = time.monotonic()
-            await netns.ensure(worker.net)
-            if image_path is None:
-                await self.runsc.run(cid, bundle, self._log_path(actor))
-            else:
-                await self.runsc.restore(cid, bundle, image_path, self._log_path(actor))
+            await self.driver.launch(cid, worker.net, prepared, self._log_path(actor), image_path)
             boot = time.monotonic() - start
             probe_seconds = 0.0
             if container.wakeup_probe.port:
@@ -436,7 +410,7 @@ class Node:
             return boot, probe_seconds
         except BaseException:
             try:
-                await self.runsc.delete(cid)
+                await self.driver.delete(cid)
             finally:
                 shutil.rmtree(self._actor_dir(actor), ignore_errors=True)
                 self._free(worker)
@@ -485,7 +459,8 @@ class Node:
                     worker.actor, worker.state = actor, "running"
                     return pb.RestoreResponse(worker_ip=worker.net.worker_ip)
                 start = time.monotonic()
-                manifest = await self.snapshots.verify(dest, req.manifest, self.runsc_version)
+                manifest = await self.snapshots.verify(dest, req.manifest, self.driver.sandbox_class,
+                                                       self.runsc_version)
                 snapshot_files = {f.path for f in manifest.files}
                 actor_dir = self._actor_dir(actor)
                 shutil.rmtree(actor_dir, ignore_errors=True)
@@ -524,7 +499,7 @@ class Node:
                     raise precondition(f"worker {worker.name} runs {_fmt(worker.actor)} (state {worker.state}), "
                                        f"not a running {_fmt(actor)}")
                 manifest = pb.SnapshotManifest(
-                    sandbox_class=SANDBOX_CLASS, scope=req.scope, runsc_version=self.runsc_version,
+                    sandbox_class=self.driver.sandbox_class, scope=req.scope, runsc_version=self.runsc_version,
                     actor=pb.ActorRef(atespace=actor[0], name=actor[1]), created_by_operation=req.operation_id)
                 if self.settings.hollow:
                     self._free(worker)
@@ -535,7 +510,7 @@ class Node:
                     start = time.monotonic()
                     full = req.scope == pb.SNAPSHOT_SCOPE_FULL
                     if full:  # the sandbox exits once its state is saved
-                        await self.runsc.checkpoint(worker.container_id, staging / CHECKPOINT_DIR)
+                        await self.driver.checkpoint(worker.container_id, staging / CHECKPOINT_DIR)
                     # DATA: stop the sandbox first so the durable dirs are quiet while archived.
                     await self._stop_sandbox(worker, already_exited=full)
                     for name, host_dir in self._volume_dirs(actor, worker.spec).items():
@@ -547,8 +522,7 @@ class Node:
                 except BaseException:
                     self.snapshots.discard(staging)
                     if worker.container_id is not None:  # the checkpoint itself failed: still alive?
-                        state = await self.runsc.state(worker.container_id)
-                        if not state or not pid_alive(int(state.get("pid") or 0)):
+                        if not await self.driver.alive(worker.container_id):
                             await self._stop_sandbox(worker, already_exited=True)
                     raise
                 shutil.rmtree(self._actor_dir(actor), ignore_errors=True)

@@ -25,7 +25,6 @@ from atelet.proto import atelet_pb2 as pb
 MANIFEST = "manifest.json"
 CHECKPOINT_DIR = "checkpoint"
 VOLUMES_DIR = "volumes"
-SANDBOX_CLASS = "gvisor"
 
 
 def sha256_file(path: Path) -> str:

@@ -31,7 +31,6 @@ from atelet.proto import atelet_pb2 as pb
 from atelet.snapshots.copy import copy_snapshot
 from atelet.snapshots.manifest import (
     MANIFEST,
-    SANDBOX_CLASS,
     check_sizes,
     manifest_from_json,
     sha256_file,
@@ -172,14 +171,16 @@ class SnapshotStore(SnapshotRoots):
                                f"snapshot is {pb.SnapshotScope.Name(stored.scope)}")
         return stored
 
-    async def verify(self, dest: Path, manifest: pb.SnapshotManifest, runsc_version: str) -> pb.SnapshotManifest:
+    async def verify(self, dest: Path, manifest: pb.SnapshotManifest, sandbox_class: str,
+                     runsc_version: str) -> pb.SnapshotManifest:
         """Checks the snapshot at ``dest`` against ``manifest`` (or, when it lists no files, against
-        the stored manifest.json). Returns the manifest used. NOT_FOUND when there is no snapshot,
-        FAILED_PRECONDITION on any mismatch."""
+        the stored manifest.json): its sandbox class must be ``sandbox_class`` and, for scope FULL,
+        its runtime build ``runsc_version``. Returns the manifest used. NOT_FOUND when there is no
+        snapshot, FAILED_PRECONDITION on any mismatch."""
         manifest = self.expected(dest, manifest, "snapshot_uri")
-        if manifest.sandbox_class != SANDBOX_CLASS:
+        if manifest.sandbox_class != sandbox_class:
             raise precondition(f"manifest.sandbox_class: snapshot is {manifest.sandbox_class!r}, "
-                               f"this node runs {SANDBOX_CLASS!r}")
+                               f"this node runs {sandbox_class!r}")
         if manifest.scope not in (pb.SNAPSHOT_SCOPE_FULL, pb.SNAPSHOT_SCOPE_DATA):
             raise precondition("manifest.scope: must be FULL or DATA")
         if manifest.scope == pb.SNAPSHOT_SCOPE_FULL and manifest.runsc_version != runsc_version:
