@@ -4,7 +4,7 @@ runsc sandboxes are detached: they outlive the atelet process (SIGKILL, crash, u
 For each worker that holds an actor, ``<state_dir>/workers/<worker>/assignment.json`` says what
 runs there; it is rewritten atomically (temp file, fsync, rename) whenever that changes and
 removed when the worker becomes idle. A restarted atelet reads these records (``load_all``) and
-adopts every sandbox that still runs (``Node.start``); a record whose sandbox is gone is cleaned up.
+adopts every sandbox that still runs (``atelet.adoption``); a record whose sandbox is gone is cleaned up.
 
 Fields (JSON): ``version``; ``worker``; ``actor`` {atespace, name}; ``container_id`` (runsc
 container, null once the sandbox stopped); ``state`` (running | exited); ``exit_reason``;

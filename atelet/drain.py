@@ -15,7 +15,7 @@ import logging
 
 import httpx
 
-from atelet.sandboxes import Node
+from atelet.node import Node
 from atelet.settings import AteletSettings
 
 log = logging.getLogger(__name__)

@@ -22,13 +22,13 @@ import grpc
 from atelet import metrics
 from atelet.drain import drain
 from atelet.events import EventReporter
+from atelet.node import Node
 from atelet.pool import PoolError, default_pool, load_pools
 from atelet.proto import atelet_pb2_grpc as pb_grpc
 from atelet.registration import heartbeat_loop
-from atelet.sandboxes import Node
 from atelet.service import AteletService
 from atelet.settings import AteletSettings
-from atelet.snapshots import SnapshotRootError
+from atelet.snapshots.uris import SnapshotRootError
 
 log = logging.getLogger("atelet")
 

@@ -21,7 +21,7 @@ from typing import Any
 
 import httpx
 
-from atelet.sandboxes import Node
+from atelet.node import Node
 
 log = logging.getLogger(__name__)
 

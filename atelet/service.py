@@ -9,9 +9,9 @@ from typing import Any, TypeVar
 import grpc
 
 from atelet.errors import AteletError
+from atelet.node import Node
 from atelet.proto import atelet_pb2 as pb
 from atelet.proto import atelet_pb2_grpc as pb_grpc
-from atelet.sandboxes import Node
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")

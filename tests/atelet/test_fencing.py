@@ -13,9 +13,9 @@ from pathlib import Path
 import httpx
 import pytest
 
+from atelet.node import Node
 from atelet.pool import default_pool
 from atelet.proto import atelet_pb2 as pb
-from atelet.sandboxes import Node
 from tests.atelet.conftest import (
     assert_nothing_left,
     counter_spec,

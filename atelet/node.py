@@ -1,0 +1,243 @@
+"""The node: its workers and stores, started and stopped as one, and the calls the gRPC service
+(``atelet.service``), the heartbeat (``atelet.registration``) and the drain (``atelet.drain``) make.
+
+``Node`` builds the parts and wires them; each lives in its own module:
+
+- ``atelet.layout``: the files under ``state_dir``;
+- ``atelet.workers``: the worker slots, their locks and their records (``atelet.assignments``);
+- ``atelet.sandbox_ops``: Run, Restore, Checkpoint, Terminate; ``atelet.snapshot_ops``:
+  DeleteSnapshot, CopySnapshot;
+- ``atelet.sandbox``: booting and stopping one worker's sandbox;
+- ``atelet.drivers``: the runtime of a sandbox class behind ``SandboxDriver`` (``gvisor``: runsc);
+- ``atelet.exits``: sandboxes that exit on their own (``on_exit`` is called once per exit);
+- ``atelet.adoption``: taking over the sandboxes of a previous atelet process at ``start``;
+- ``atelet.snapshots``: the snapshot store; ``atelet.images``: the images.
+
+Every mutating call goes through the operation log (``atelet.oplog``): a repeat of a completed
+operation_id returns the recorded response, a repeat of a running one waits for it. Each call is
+counted in its worker's ``inflight`` while it runs and observed in ``atelet.metrics``.
+
+``fence`` terminates a sandbox at the control plane's request, unless an operation is in flight on
+its worker.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import shutil
+import time
+from collections.abc import Awaitable, Callable
+from pathlib import Path
+from typing import TypeVar
+
+from google.protobuf.message import Message
+
+from atelet import metrics, netns
+from atelet.adoption import adopt_sandboxes
+from atelet.assignments import AssignmentStore
+from atelet.drivers.base import SandboxDriver
+from atelet.drivers.gvisor import GVisorDriver
+from atelet.errors import AteletError, invalid
+from atelet.exits import ExitReport, ExitWatcher
+from atelet.images import ImageStore
+from atelet.layout import NodeLayout
+from atelet.oplog import OperationLog
+from atelet.pool import PoolSpec
+from atelet.proto import atelet_pb2 as pb
+from atelet.sandbox import SandboxRunner
+from atelet.sandbox_ops import SandboxOperations
+from atelet.settings import AteletSettings
+from atelet.snapshot_ops import SnapshotOperations
+from atelet.snapshots.store import SnapshotStore
+from atelet.workers import WorkerTable, describe
+
+log = logging.getLogger(__name__)
+
+M = TypeVar("M", bound=Message)
+
+
+class Node:
+    """All workers of this node plus the stores they use. Call ``start`` before use, ``stop`` after.
+
+    Args:
+        settings: the atelet's settings.
+        pools: the worker pools (worker ``<pool>-<i>``).
+
+    Raises:
+        SnapshotRootError: the snapshot roots and the local snapshot root overlap.
+    """
+
+    def __init__(self, settings: AteletSettings, pools: list[PoolSpec]) -> None:
+        self.settings = settings
+        self.layout = NodeLayout(Path(settings.state_dir).resolve())
+        self.state_dir = self.layout.root
+        self.images = ImageStore(settings.image_roots, self.layout.images)
+        self.driver: SandboxDriver = GVisorDriver(settings.runsc, self.layout.runsc, self.images)
+        self.snapshots = SnapshotStore(settings.snapshot_roots, settings.local_snapshot_dir)
+        self.ops = OperationLog(self.layout.operations)
+        self.assignments = AssignmentStore(self.layout.workers)
+        self.pools = pools
+        self.table = WorkerTable(settings, pools, self.layout, self.assignments)
+        self.workers = self.table.by_name
+        # Called once per sandbox that exits on its own: (worker name, actor, one-line reason).
+        self.on_exit: ExitReport | None = None
+        self.exits = ExitWatcher(self.driver, self.table, self.layout, self._report_exit)
+        self.runner = SandboxRunner(self.driver, self.table, self.layout, self.exits)
+        self.sandbox_ops = SandboxOperations(settings.hollow, self.table, self.layout, self.images,
+                                             self.snapshots, self.driver, self.runner)
+        self.snapshot_ops = SnapshotOperations(settings.hollow, self.snapshots)
+
+    @property
+    def runsc_version(self) -> str:
+        """The runtime build of this node (``hollow`` in hollow mode; '' before ``start``)."""
+        return self.table.runsc_version
+
+    # ---- lifecycle -------------------------------------------------------------------------
+
+    async def start(self) -> None:
+        """Creates dirs, adopts the sandboxes of a previous run that still run (``atelet.adoption``),
+        removes the other leftovers, creates every other worker's namespace."""
+        self.layout.create()
+        for root in self.snapshots.roots:
+            root.mkdir(parents=True, exist_ok=True)
+        assert self.snapshots.local_root is not None
+        self.snapshots.local_root.mkdir(parents=True, exist_ok=True)
+        for leftover in await asyncio.to_thread(self.snapshots.remove_local_staging):
+            log.warning("removed %s: a local snapshot the previous atelet did not finish", leftover)
+        if self.settings.hollow:
+            self.table.runsc_version = "hollow"
+        else:
+            self.table.runsc_version = await self.driver.version()
+            for op_id, kind in self.ops.in_flight():
+                log.warning("operation %s (%s) was in flight when the previous atelet stopped", op_id, kind)
+            await adopt_sandboxes(self.driver, self.table, self.exits)
+            await asyncio.gather(*(netns.create(w.net) for w in self.workers.values() if not w.adopted))
+        self.table.update_metrics()
+
+    async def stop(self) -> None:
+        """Terminates every sandbox and deletes every namespace this node created."""
+        await self.ops.drain()
+        for worker in self.workers.values():
+            async with worker.lock:
+                if not self.settings.hollow:
+                    await self.runner.stop(worker)
+                self.table.free(worker)
+        await self.runner.settle()
+        await self.exits.stop(self.workers.values())
+        if not self.settings.hollow:
+            for cid in await self.driver.list():
+                await self.driver.delete(cid)
+            await asyncio.gather(*(netns.destroy(w.net) for w in self.workers.values()))
+        self.table.update_metrics()
+
+    def _report_exit(self, worker: str, actor: tuple[str, str], reason: str) -> None:
+        if self.on_exit is not None:
+            self.on_exit(worker, actor, reason)
+
+    # ---- operations ------------------------------------------------------------------------
+
+    async def run(self, req: pb.RunRequest) -> pb.RunResponse:
+        """Cold boot of ``req.actor`` on ``req.worker`` from its template's image (``SandboxOperations.run``)."""
+        return await self._measured("run", req.operation_id, pb.RunResponse,
+                                    lambda: self.sandbox_ops.run(req), req.worker)
+
+    async def restore(self, req: pb.RestoreRequest) -> pb.RestoreResponse:
+        """Restores ``req.actor`` on ``req.worker`` from the snapshot at ``req.snapshot_uri``
+        (``SandboxOperations.restore``)."""
+        return await self._measured("restore", req.operation_id, pb.RestoreResponse,
+                                    lambda: self.sandbox_ops.restore(req), req.worker)
+
+    async def checkpoint(self, req: pb.CheckpointRequest) -> pb.CheckpointResponse:
+        """Checkpoints ``req.actor`` on ``req.worker`` to ``req.snapshot_uri`` and frees the worker
+        (``SandboxOperations.checkpoint``)."""
+        return await self._measured("checkpoint", req.operation_id, pb.CheckpointResponse,
+                                    lambda: self.sandbox_ops.checkpoint(req), req.worker)
+
+    async def terminate(self, req: pb.TerminateRequest) -> pb.TerminateResponse:
+        """Stops and deletes ``req.actor``'s sandbox on ``req.worker``; fine when nothing runs
+        (``SandboxOperations.terminate``)."""
+        return await self._measured("terminate", req.operation_id, pb.TerminateResponse,
+                                    lambda: self.sandbox_ops.terminate(req), req.worker)
+
+    async def delete_snapshot(self, req: pb.DeleteSnapshotRequest) -> pb.DeleteSnapshotResponse:
+        """Deletes the snapshot at ``req.snapshot_uri`` (``SnapshotOperations.delete_snapshot``)."""
+        # Not recorded: deleting is idempotent by itself, and existed=false tells a repeat.
+        return await self._measured("delete_snapshot", req.operation_id, pb.DeleteSnapshotResponse,
+                                    lambda: self.snapshot_ops.delete_snapshot(req), record=False)
+
+    async def copy_snapshot(self, req: pb.CopySnapshotRequest) -> pb.CopySnapshotResponse:
+        """Copies the snapshot at ``req.source_uri`` to ``req.destination_uri``
+        (``SnapshotOperations.copy_snapshot``)."""
+        return await self._measured("copy_snapshot", req.operation_id, pb.CopySnapshotResponse,
+                                    lambda: self.snapshot_ops.copy_snapshot(req))
+
+    async def _measured(self, kind: str, op_id: str, response_type: type[M], fn: Callable[[], Awaitable[M]],
+                        worker_name: str = "", *, record: bool = True) -> M:
+        """Runs ``fn`` through the operation log (``record``) or directly, counted in the worker's
+        ``inflight`` for as long as it runs (the log shields it from the caller's cancellation)."""
+        async def tracked() -> M:
+            with self.table.inflight(worker_name):
+                return await fn()
+
+        start = time.monotonic()
+        outcome = "ok"
+        try:
+            if not record:
+                if not op_id:
+                    raise invalid("operation_id: required")
+                return await tracked()
+            return await self.ops.run(op_id, kind, response_type, tracked)
+        except AteletError as exc:
+            outcome = exc.code.name
+            raise
+        except BaseException:
+            outcome = "INTERNAL"
+            raise
+        finally:
+            metrics.observe(kind, outcome, time.monotonic() - start)
+            self.table.update_metrics()
+
+    # ---- control plane ---------------------------------------------------------------------
+
+    async def fence(self, worker_name: str, actor: tuple[str, str]) -> bool:
+        """Terminates ``actor``'s sandbox (running or exited) on ``worker_name`` at the control plane's
+        request. Does nothing (False) when the worker holds another actor or nothing, or when an
+        operation is in flight on it (the control plane asks again at the next heartbeat)."""
+        worker = self.workers.get(worker_name)
+        if worker is None or worker.actor != actor:
+            log.debug("fence of %s/%s on %s: not there (%s), nothing to do", *actor, worker_name,
+                      describe(worker.actor) if worker else "no such worker")
+            return False
+        if worker.inflight or worker.lock.locked():
+            log.info("fence of %s/%s on %s deferred: an operation is in flight", *actor, worker_name)
+            return False
+        async with worker.lock:  # free and without waiters: taken at once, no operation can slip in
+            if worker.actor != actor:
+                return False
+            if not self.settings.hollow:
+                await self.runner.stop(worker)
+                shutil.rmtree(self.layout.actor_dir(actor), ignore_errors=True)
+            self.table.free(worker)
+            self.table.update_metrics()
+        log.warning("fenced: terminated %s/%s on %s at the control plane's request", *actor, worker_name)
+        return True
+
+    def idle(self) -> bool:
+        """True when no sandbox runs on any worker and no operation is in flight."""
+        return all(w.state != "running" and not w.inflight and not w.lock.locked() for w in self.workers.values())
+
+    def health(self) -> pb.HealthResponse:
+        """The node, its runsc build and every worker with what runs on it."""
+        return pb.HealthResponse(
+            node=self.settings.node,
+            runsc_version=self.runsc_version,
+            workers=[
+                pb.WorkerStatus(
+                    name=w.name, pool=w.pool.name, ip=w.net.worker_ip, sandbox_state=w.state,
+                    exit_reason=w.exit_reason,
+                    actor=pb.ActorRef(atespace=w.actor[0], name=w.actor[1]) if w.actor else None,
+                )
+                for w in self.workers.values()
+            ],
+        )

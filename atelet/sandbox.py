@@ -1,0 +1,117 @@
+"""Booting and stopping the sandbox of one worker, over the sandbox class's driver.
+
+``boot`` prepares the sandbox (driver), records it on the worker before it starts (so a crash from
+then on leaves a record to adopt or clean up), starts it (driver), waits for its wakeup probe and
+arms its exit watch; a failure deletes it and frees the worker. ``stop`` cancels the exit watch,
+kills the sandbox and records that, then deletes it in the background (``settle`` waits for those
+deletes).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import shutil
+import time
+import uuid
+from pathlib import Path
+
+from atelet import probe
+from atelet.drivers.base import SandboxDriver
+from atelet.exits import ExitWatcher
+from atelet.layout import NodeLayout
+from atelet.proto import atelet_pb2 as pb
+from atelet.workers import Worker, WorkerTable
+
+DEFAULT_PROBE_TIMEOUT = 30.0  # seconds, when the request gives none
+
+
+class SandboxRunner:
+    """Boots and stops the workers' sandboxes.
+
+    Args:
+        driver: the runtime of the sandbox class.
+        table: the workers and their records.
+        layout: actor dirs, logs and bundle dirs.
+        exits: arms and cancels the exit watches.
+    """
+
+    def __init__(self, driver: SandboxDriver, table: WorkerTable, layout: NodeLayout, exits: ExitWatcher) -> None:
+        self.driver = driver
+        self.table = table
+        self.layout = layout
+        self.exits = exits
+        self._deleting: set[asyncio.Task[None]] = set()
+
+    async def boot(self, worker: Worker, actor: tuple[str, str], spec: pb.WorkloadSpec,
+                   image_path: Path | None, probe_timeout: float, operation: tuple[str, str]) -> tuple[float, float]:
+        """Starts (``image_path`` None) or restores the sandbox and waits for its probe.
+
+        Args:
+            worker: an idle worker, its lock held by the caller.
+            actor: ``(atespace, name)`` of the actor to run.
+            spec: its validated workload.
+            image_path: the ``checkpoint/`` dir of a FULL snapshot to restore, or None.
+            probe_timeout: seconds to wait for the wakeup probe (0: ``DEFAULT_PROBE_TIMEOUT``).
+            operation: (operation_id, kind) of the Run/Restore, recorded on the worker.
+
+        Returns:
+            (boot seconds, probe seconds). On failure the sandbox is deleted and the worker freed.
+
+        Raises:
+            AteletError: from the driver, or UNAVAILABLE when the probe does not answer in time.
+        """
+        container = spec.containers[0]
+        prepared = await self.driver.prepare(self.layout.bundle_dir(worker.name), worker.net, spec,
+                                             self.layout.volume_dirs(actor, spec), actor[1])
+        cid = f"{worker.name}-{uuid.uuid4().hex[:10]}"
+        worker.actor, worker.spec, worker.container_id, worker.state = actor, spec, cid, "running"
+        worker.operation, worker.started_at, worker.adopted = operation, time.time(), False
+        try:
+            self.table.persist(worker)  # before the sandbox starts: a crash from here on leaves a record
+            start = time.monotonic()
+            await self.driver.launch(cid, worker.net, prepared, self.layout.log_path(actor), image_path)
+            boot = time.monotonic() - start
+            probe_seconds = 0.0
+            if container.wakeup_probe.port:
+                probe_seconds = await probe.wait_ready(worker.net.worker_ip, container.wakeup_probe.port,
+                                                       container.wakeup_probe.path or "/",
+                                                       probe_timeout or DEFAULT_PROBE_TIMEOUT)
+            self.exits.watch(worker)
+            return boot, probe_seconds
+        except BaseException:
+            try:
+                await self.driver.delete(cid)
+            finally:
+                shutil.rmtree(self.layout.actor_dir(actor), ignore_errors=True)
+                self.table.free(worker)
+            raise
+
+    async def stop(self, worker: Worker, *, already_exited: bool = False) -> bool:
+        """Stops the worker's sandbox if any (True when one existed); the driver's delete then runs in
+        the background, since the sandbox is already dead and delete may wait ~1 s for its reaping.
+
+        Args:
+            worker: its lock held by the caller.
+            already_exited: the sandbox is known dead (a FULL checkpoint ended it): kill nothing.
+
+        Returns:
+            True when a sandbox was there. The worker keeps its actor (state ``exited``) or is idle.
+        """
+        await self.exits.unwatch(worker)
+        cid = worker.container_id
+        if cid is None:
+            return False
+        existed = True
+        if not already_exited:
+            existed = await self.driver.kill(cid)
+        worker.container_id = None
+        worker.state = "exited" if worker.actor else "idle"
+        self.table.persist(worker)
+        task = asyncio.create_task(self.driver.delete_quietly(cid))
+        self._deleting.add(task)
+        task.add_done_callback(self._deleting.discard)
+        return existed
+
+    async def settle(self) -> None:
+        """Waits for the background deletes ``stop`` started (their failures are logged by the driver)."""
+        await asyncio.gather(*self._deleting, return_exceptions=True)

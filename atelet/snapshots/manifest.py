@@ -1,0 +1,77 @@
+"""What a snapshot directory holds (manifest.json and the files it lists), and the checks of those files.
+
+A snapshot is a directory::
+
+    <uri path>/
+      manifest.json          SnapshotManifest as JSON (proto field names)
+      checkpoint/...         runsc checkpoint image files (scope FULL only)
+      volumes/<name>.tar     one tar per durable-dir volume (every scope)
+
+``manifest.json`` lists every other file with its sha256 and size; it is written last
+(``write_manifest``), so a directory that has one is a completed snapshot.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+from pathlib import Path
+
+from google.protobuf import json_format
+
+from atelet.errors import precondition
+from atelet.proto import atelet_pb2 as pb
+
+MANIFEST = "manifest.json"
+CHECKPOINT_DIR = "checkpoint"
+VOLUMES_DIR = "volumes"
+
+
+def sha256_file(path: Path) -> str:
+    """Hex sha256 of a file's content."""
+    digest = hashlib.sha256()
+    with open(path, "rb") as f:
+        while chunk := f.read(1 << 20):
+            digest.update(chunk)
+    return digest.hexdigest()
+
+
+def manifest_to_json(manifest: pb.SnapshotManifest) -> str:
+    """JSON text of a manifest, proto field names, enums by name."""
+    return json_format.MessageToJson(manifest, preserving_proto_field_name=True, indent=1)
+
+
+def manifest_from_json(text: str) -> pb.SnapshotManifest:
+    """Parses ``manifest_to_json`` output."""
+    return json_format.Parse(text, pb.SnapshotManifest())
+
+
+def size_of(manifest: pb.SnapshotManifest) -> int:
+    """Total bytes of the manifest's files."""
+    return sum(f.size_bytes for f in manifest.files)
+
+
+def write_manifest(directory: Path, manifest: pb.SnapshotManifest) -> None:
+    """Writes ``directory/manifest.json`` durably (temp file, fsync, rename)."""
+    tmp = directory / (MANIFEST + ".tmp")
+    tmp.write_text(manifest_to_json(manifest))
+    with open(tmp, "rb") as f:
+        os.fsync(f.fileno())
+    os.replace(tmp, directory / MANIFEST)
+
+
+def check_sizes(dest: Path, manifest: pb.SnapshotManifest) -> None:
+    """Every file of ``manifest`` is a regular file inside ``dest`` (no symlink out of it) of the
+    listed size; FAILED_PRECONDITION naming the first that is not. Blocking, reads no content."""
+    for entry in manifest.files:
+        rel = Path(entry.path)
+        if not entry.path or rel.is_absolute() or ".." in rel.parts:
+            raise precondition(f"manifest.files: bad path {entry.path!r}")
+        path = dest / rel
+        if not path.is_file():
+            raise precondition(f"snapshot file {entry.path} is missing at {dest}")
+        if not path.resolve().is_relative_to(dest):
+            raise precondition(f"snapshot file {entry.path} at {dest} leads outside the snapshot")
+        size = path.stat().st_size
+        if size != entry.size_bytes:
+            raise precondition(f"snapshot file {entry.path}: size {size} != manifest {entry.size_bytes}")
