@@ -43,7 +43,6 @@ from atelet.exits import ExitReport, ExitWatcher
 from atelet.images import ImageStore
 from atelet.layout import NodeLayout
 from atelet.oplog import OperationLog
-from atelet.pool import PoolSpec
 from atelet.proto import atelet_pb2 as pb
 from atelet.sandbox import SandboxRunner
 from atelet.sandbox_ops import SandboxOperations
@@ -51,6 +50,7 @@ from atelet.settings import AteletSettings
 from atelet.snapshot_ops import SnapshotOperations
 from atelet.snapshots.store import SnapshotStore
 from atelet.workers import WorkerTable, describe
+from domain.pools import WorkerPoolSpec
 
 log = logging.getLogger(__name__)
 
@@ -68,7 +68,7 @@ class Node:
         SnapshotRootError: the snapshot roots and the local snapshot root overlap.
     """
 
-    def __init__(self, settings: AteletSettings, pools: list[PoolSpec]) -> None:
+    def __init__(self, settings: AteletSettings, pools: list[WorkerPoolSpec]) -> None:
         self.settings = settings
         self.layout = NodeLayout(Path(settings.state_dir).resolve())
         self.state_dir = self.layout.root

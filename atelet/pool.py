@@ -13,9 +13,7 @@ import yaml
 
 from domain.pools import PoolError, WorkerPoolSpec, parse_worker_pool
 
-PoolSpec = WorkerPoolSpec  # the name the atelet's modules still use; goes once they say WorkerPoolSpec
-
-__all__ = ["PoolError", "PoolSpec", "WorkerPoolSpec", "default_pool", "load_pools"]
+__all__ = ["PoolError", "WorkerPoolSpec", "default_pool", "load_pools"]
 
 
 def load_pools(path: Path) -> list[WorkerPoolSpec]:

@@ -75,7 +75,8 @@ class SandboxRunner:
             if container.wakeup_probe.port:
                 probe_seconds = await probe.wait_ready(worker.net.worker_ip, container.wakeup_probe.port,
                                                        container.wakeup_probe.path or "/",
-                                                       probe_timeout or DEFAULT_PROBE_TIMEOUT)
+                                                       probe_timeout or DEFAULT_PROBE_TIMEOUT,
+                                                       container=container.name, retryable=False)
             self.exits.watch(worker)
             return boot, probe_seconds
         except BaseException:

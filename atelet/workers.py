@@ -18,9 +18,9 @@ from atelet import metrics, netns
 from atelet.assignments import Assignment, AssignmentStore
 from atelet.errors import not_found, precondition
 from atelet.layout import NodeLayout
-from atelet.pool import PoolSpec
 from atelet.proto import atelet_pb2 as pb
 from atelet.settings import AteletSettings
+from domain.pools import WorkerPoolSpec
 
 
 @dataclass
@@ -28,7 +28,7 @@ class Worker:
     """One worker slot: its pool, network and what runs on it (``actor`` None = idle)."""
 
     name: str
-    pool: PoolSpec
+    pool: WorkerPoolSpec
     index: int
     net: netns.WorkerNet
     lock: asyncio.Lock = field(default_factory=asyncio.Lock)
@@ -71,7 +71,7 @@ class WorkerTable:
         assignments: where the records go.
     """
 
-    def __init__(self, settings: AteletSettings, pools: list[PoolSpec], layout: NodeLayout,
+    def __init__(self, settings: AteletSettings, pools: list[WorkerPoolSpec], layout: NodeLayout,
                  assignments: AssignmentStore) -> None:
         self.node = settings.node
         self.hollow = settings.hollow

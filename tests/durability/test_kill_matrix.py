@@ -22,7 +22,7 @@ after a failed case the actor is quarantined (workflow terminated, rows reset, a
 so that one product bug does not fail every later case.
 
 What makes each step idempotent (read from activities/store/store.py, activities/*.py and
-atelet/oplog.py, atelet/sandboxes.py, atelet/snapshots.py); the operation ID is the workflow
+atelet/oplog.py, atelet/sandbox_ops.py, atelet/snapshots/); the operation ID is the workflow
 run ID, and each atelet call's ID is `<run id>/<run|restore|checkpoint|terminate>`:
 
 | workflow | step (failpoints) | what makes a retry safe |
