@@ -142,6 +142,7 @@ TRANSITIONS: dict[Operation, Transition] = {
 """The operations' edges of the actor state table; the store checks every edge against it."""
 
 EVENTS: tuple[tuple[str, str, str], ...] = (
+    ("SUSPENDED, its async upload not landed", "RevertActor (drops the local copy, unpins)", "SUSPENDED"),
     ("RUNNING", "its sandbox exited, its node was lost, or an eviction deadline passed", "CRASHED"),
     ("SUSPENDED", "Delete (any state with --force)", "gone"),
     ("(created)", "Create", "SUSPENDED"),
