@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 import yaml
 
-from api.schemas import TemplateSpec
+from api.template_spec import TemplateSpec
 from domain.states import SnapshotScope
 from domain.templates import ActorTemplateSpec
 

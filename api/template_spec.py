@@ -1,0 +1,206 @@
+"""The actor template spec as the REST API validates it (pydantic), in the YAML's camelCase field
+names. Unknown fields are refused everywhere, so a typo is an error that names the field instead
+of a silently ignored key. What passes is stored as a document and read back as
+`domain.templates.ActorTemplateSpec`.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any, Literal
+
+from pydantic import Field, field_validator, model_validator
+
+from api.strict import Strict
+from domain.labels import check_selector
+from domain.quantities import parse_cpu_millis, parse_memory_bytes
+
+_LABEL = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$"
+_OCI_IMAGE = re.compile(r"^oci:(?P<path>[^:]+):(?P<tag>[A-Za-z0-9_][A-Za-z0-9._-]{0,127})$")
+
+
+class HttpGet(Strict):
+    """An HTTP GET probe: 200 from `path` on `port` means ready."""
+
+    path: str = "/"
+    port: int = Field(ge=1, le=65535, description="TCP port, 1-65535")
+
+    @field_validator("path")
+    @classmethod
+    def _path(cls, value: str) -> str:
+        if not value.startswith("/"):
+            raise ValueError("must start with '/'")
+        return value
+
+
+class WakeupProbe(Strict):
+    """When a resumed or booted container counts as awake."""
+
+    httpGet: HttpGet  # noqa: N815 - the YAML's field name
+
+
+class VolumeMount(Strict):
+    """Mount of a declared volume into a container."""
+
+    name: str = Field(pattern=_LABEL)
+    mountPath: str  # noqa: N815
+
+    @field_validator("mountPath")
+    @classmethod
+    def _absolute(cls, value: str) -> str:
+        if not value.startswith("/") or ".." in value.split("/"):
+            raise ValueError("must be an absolute path without '..'")
+        return value
+
+
+class Container(Strict):
+    """One container of an actor."""
+
+    name: str = Field(pattern=_LABEL)
+    image: str = Field(description="oci:<path>:<tag> (a local OCI image layout)")
+    command: list[str] = Field(default_factory=list)
+    env: dict[str, str] = Field(default_factory=dict)
+    port: int | None = Field(default=None, ge=1, le=65535, description="port the router sends traffic to")
+    wakeupProbe: WakeupProbe | None = None  # noqa: N815
+    volumeMounts: list[VolumeMount] = Field(default_factory=list)  # noqa: N815
+
+    @field_validator("image")
+    @classmethod
+    def _image(cls, value: str) -> str:
+        match = _OCI_IMAGE.match(value)
+        if not match:
+            raise ValueError(
+                "must be a local OCI image layout 'oci:<path>:<tag>', e.g. oci:examples/counter/oci:latest"
+            )
+        if match.group("path").startswith("/") or ".." in match.group("path").split("/"):
+            raise ValueError("the image path must be relative to the atelet's image root, without '..'")
+        return value
+
+    @field_validator("env", mode="before")
+    @classmethod
+    def _env(cls, value: Any) -> Any:
+        if isinstance(value, list):  # Kubernetes style [{name, value}]
+            return {str(item.get("name")): str(item.get("value", "")) for item in value if isinstance(item, dict)}
+        if isinstance(value, dict):
+            return {str(k): str(v) for k, v in value.items()}
+        return value
+
+
+class Limits(Strict):
+    """Resource limits reserved on a worker: cpu ("500m", "1") and memory ("256Mi")."""
+
+    cpu: str | None = None
+    memory: str | None = None
+
+    @field_validator("cpu", mode="before")
+    @classmethod
+    def _cpu(cls, value: Any) -> Any:
+        if value is None:
+            return None
+        parse_cpu_millis(value)
+        return str(value)
+
+    @field_validator("memory", mode="before")
+    @classmethod
+    def _memory(cls, value: Any) -> Any:
+        if value is None:
+            return None
+        parse_memory_bytes(value)
+        return str(value)
+
+
+class Resources(Strict):
+    """Resources of an actor."""
+
+    limits: Limits = Field(default_factory=Limits)
+
+
+class Volume(Strict):
+    """A volume; `durableDir: {}` marks a directory kept in every snapshot scope."""
+
+    name: str = Field(pattern=_LABEL)
+    durableDir: dict[str, Any] | None = None  # noqa: N815
+
+    @model_validator(mode="after")
+    def _kind(self) -> Volume:
+        if self.durableDir is None:
+            raise ValueError("a volume needs a kind: durableDir: {}")
+        if self.durableDir:
+            raise ValueError("durableDir takes no options: write durableDir: {}")
+        return self
+
+
+Scope = Literal["Full", "Data"]
+
+
+class SnapshotConfig(Strict):
+    """Snapshot scopes (Full: memory too; Data: durable dirs only) and where snapshots are stored."""
+
+    onPause: Scope = "Full"  # noqa: N815
+    onCommit: Scope = "Full"  # noqa: N815
+    storageLocation: str | None = None  # noqa: N815
+
+    @field_validator("onPause", "onCommit", mode="before")
+    @classmethod
+    def _scope(cls, value: Any) -> Any:
+        if isinstance(value, str) and value.lower() in ("full", "data"):
+            return value.capitalize()
+        return value
+
+    @field_validator("storageLocation")
+    @classmethod
+    def _location(cls, value: str | None) -> str | None:
+        if value is None:
+            return None
+        if not value.startswith("file:///"):
+            raise ValueError("only file:///<absolute path> locations are supported by this build")
+        if ".." in value.split("/"):
+            raise ValueError("must not contain '..'")
+        return value.rstrip("/")
+
+    @model_validator(mode="after")
+    def _commit_within_pause(self) -> SnapshotConfig:
+        if self.onPause == "Data" and self.onCommit == "Full":
+            raise ValueError("onCommit scope must be within onPause scope: onCommit Full needs onPause Full")
+        return self
+
+
+class TemplateSpec(Strict):
+    """An actor template's spec (ARCHITECTURE.md, "actor template")."""
+
+    sandboxClass: Literal["gvisor", "microvm"] = "gvisor"  # noqa: N815
+    workerSelector: dict[str, str] = Field(default_factory=dict)  # noqa: N815
+    containers: list[Container] = Field(min_length=1, max_length=10)
+    resources: Resources = Field(default_factory=Resources)
+    volumes: list[Volume] = Field(default_factory=list)
+    snapshotConfig: SnapshotConfig = Field(default_factory=SnapshotConfig)  # noqa: N815
+
+    @field_validator("workerSelector")
+    @classmethod
+    def _selector(cls, value: dict[str, str]) -> dict[str, str]:
+        return check_selector(value)
+
+    @model_validator(mode="after")
+    def _references(self) -> TemplateSpec:
+        names = [c.name for c in self.containers]
+        if len(set(names)) != len(names):
+            raise ValueError(f"container names must be unique, got {names}")
+        volumes = {v.name for v in self.volumes}
+        if len(volumes) != len(self.volumes):
+            raise ValueError("volume names must be unique")
+        for i, container in enumerate(self.containers):
+            for mount in container.volumeMounts:
+                if mount.name not in volumes:
+                    declared = sorted(volumes) or "none"
+                    raise ValueError(
+                        f"containers[{i}].volumeMounts: {mount.name!r} names no declared volume (declared: {declared})"
+                    )
+        first = self.containers[0]
+        if first.port is None and first.wakeupProbe is None:
+            raise ValueError(
+                "containers[0].port: required when containers[0] has no wakeupProbe (the router sends "
+                "traffic to containers[0].port, else to its wakeup probe's port)"
+            )
+        if self.sandboxClass == "microvm":
+            raise ValueError("sandboxClass microvm cannot run on this build's workers; use gvisor")
+        return self
