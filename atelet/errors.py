@@ -2,8 +2,8 @@
 
 Every module raises ``AteletError``; ``atelet.service`` turns it into the gRPC status of the call.
 Codes follow ``atelet.proto``: INVALID_ARGUMENT (bad path, URI or spec), NOT_FOUND (unknown worker
-or snapshot), FAILED_PRECONDITION (worker busy, manifest mismatch), UNAVAILABLE (retryable),
-INTERNAL (anything else).
+or snapshot), FAILED_PRECONDITION (worker busy, manifest mismatch), PERMISSION_DENIED (a snapshot store refused
+the node's credentials), UNAVAILABLE (retryable), INTERNAL (anything else).
 """
 
 from __future__ import annotations
@@ -38,6 +38,11 @@ def precondition(reason: str) -> AteletError:
 def unavailable(reason: str) -> AteletError:
     """UNAVAILABLE: retryable (e.g. a connected socket blocked a checkpoint)."""
     return AteletError(grpc.StatusCode.UNAVAILABLE, reason)
+
+
+def permission_denied(reason: str) -> AteletError:
+    """PERMISSION_DENIED: a store refused this node's credentials (no retry fixes that)."""
+    return AteletError(grpc.StatusCode.PERMISSION_DENIED, reason)
 
 
 def internal(reason: str) -> AteletError:

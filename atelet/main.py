@@ -109,6 +109,13 @@ def parse_args(argv: list[str] | None = None) -> AteletSettings:
     parser.add_argument("--snapshot-root", type=Path, action="append", dest="snapshot_roots")
     parser.add_argument("--local-snapshot-root", type=Path,
                         help="where LOCAL (local:///) snapshots live (default: <state-dir>/local-snapshots)")
+    parser.add_argument("--object-store-location", action="append", dest="object_store_locations",
+                        help="an s3://, gs:// or az:// location snapshots may live in (repeatable; "
+                             "credentials from the environment)")
+    parser.add_argument("--object-store-retry-seconds", type=float)
+    parser.add_argument("--snapshot-cache-dir", type=Path)
+    parser.add_argument("--snapshot-cache-bytes", type=int,
+                        help="bound of the cache of snapshots from object storage (default 10 GiB)")
     parser.add_argument("--image-root", type=Path, action="append", dest="image_roots")
     parser.add_argument("--pool", type=Path, dest="pool_file")
     parser.add_argument("--workers", type=int)

@@ -48,6 +48,9 @@ from atelet.sandbox import SandboxRunner
 from atelet.sandbox_ops import SandboxOperations
 from atelet.settings import AteletSettings
 from atelet.snapshot_ops import SnapshotOperations
+from atelet.snapshots.cache import SnapshotCache
+from atelet.snapshots.places import SnapshotPlaces
+from atelet.snapshots.remote import ObjectStores
 from atelet.snapshots.store import SnapshotStore
 from atelet.workers import WorkerTable, describe
 from domain.pools import WorkerPoolSpec
@@ -75,6 +78,8 @@ class Node:
         self.images = ImageStore(settings.image_roots, self.layout.images)
         self.driver: SandboxDriver = GVisorDriver(settings.runsc, self.layout.runsc, self.images)
         self.snapshots = SnapshotStore(settings.snapshot_roots, settings.local_snapshot_dir)
+        self.cache = SnapshotCache(Path(settings.snapshot_cache).resolve(), settings.snapshot_cache_bytes)
+        self.places = SnapshotPlaces(self.snapshots, ObjectStores(settings.object_store_locations, settings.object_store_retry_seconds), self.cache)
         self.ops = OperationLog(self.layout.operations)
         self.assignments = AssignmentStore(self.layout.workers)
         self.pools = pools
@@ -85,8 +90,8 @@ class Node:
         self.exits = ExitWatcher(self.driver, self.table, self.layout, self._report_exit)
         self.runner = SandboxRunner(self.driver, self.table, self.layout, self.exits)
         self.sandbox_ops = SandboxOperations(settings.hollow, self.table, self.layout, self.images,
-                                             self.snapshots, self.driver, self.runner)
-        self.snapshot_ops = SnapshotOperations(settings.hollow, self.snapshots)
+                                             self.places, self.driver, self.runner)
+        self.snapshot_ops = SnapshotOperations(settings.hollow, self.places)
 
     @property
     def runsc_version(self) -> str:
@@ -105,6 +110,7 @@ class Node:
         self.snapshots.local_root.mkdir(parents=True, exist_ok=True)
         for leftover in await asyncio.to_thread(self.snapshots.remove_local_staging):
             log.warning("removed %s: a local snapshot the previous atelet did not finish", leftover)
+        await asyncio.to_thread(self.cache.start)
         if self.settings.hollow:
             self.table.runsc_version = "hollow"
         else:

@@ -126,10 +126,25 @@ class Runsc:
             return not_found(f"no sandbox {container_id}: {result.describe()}")
         return internal(result.describe())
 
-    async def checkpoint(self, container_id: str, image_path: Path, *, timeout: float = 300) -> None:
-        """``runsc checkpoint --image-path``: saves the sandbox to image_path; the sandbox exits."""
+    async def checkpoint(self, container_id: str, image_path: Path, *, leave_running: bool = False,
+                         timeout: float = 300) -> None:
+        """``runsc checkpoint --image-path``: saves the sandbox to image_path; the sandbox exits,
+        or with ``leave_running`` stays as it was (paused when it was paused)."""
         image_path.mkdir(parents=True, exist_ok=True)
-        result = await self._call(["checkpoint", f"--image-path={image_path}", container_id], timeout)
+        flags = ["--leave-running"] if leave_running else []
+        result = await self._call(["checkpoint", *flags, f"--image-path={image_path}", container_id], timeout)
+        if not result.ok:
+            raise self._error(result, container_id)
+
+    async def pause(self, container_id: str, *, timeout: float = 30) -> None:
+        """``runsc pause``: freezes every task of the sandbox."""
+        result = await self._call(["pause", container_id], timeout)
+        if not result.ok:
+            raise self._error(result, container_id)
+
+    async def resume(self, container_id: str, *, timeout: float = 30) -> None:
+        """``runsc resume``: lets a paused sandbox run again."""
+        result = await self._call(["resume", container_id], timeout)
         if not result.ok:
             raise self._error(result, container_id)
 

@@ -17,6 +17,7 @@ import asyncio
 import logging
 import shutil
 import time
+from pathlib import Path
 
 from atelet import probe
 from atelet.drivers.base import SandboxDriver
@@ -25,8 +26,8 @@ from atelet.images import ImageStore
 from atelet.layout import NodeLayout
 from atelet.proto import atelet_pb2 as pb
 from atelet.sandbox import DEFAULT_PROBE_TIMEOUT, SandboxRunner
-from atelet.snapshots.manifest import CHECKPOINT_DIR, VOLUMES_DIR
-from atelet.snapshots.store import SnapshotStore
+from atelet.snapshots.manifest import CHECKPOINT_DIR, VOLUMES_DIR, size_of
+from atelet.snapshots.places import CheckpointTarget, SnapshotPlaces
 from atelet.snapshots.volumes import archive_dir, extract_dir
 from atelet.spec import actor_key, validate_spec
 from atelet.workers import Worker, WorkerTable, describe
@@ -43,13 +44,13 @@ class SandboxOperations:
         table: the workers.
         layout: actor dirs and volume dirs.
         images: validates image references.
-        snapshots: reads and writes the snapshots.
+        snapshots: reads and writes the snapshots, on disk and in object storage.
         driver: the runtime of the sandbox class (its class and checkpoints).
         runner: boots and stops the sandboxes.
     """
 
     def __init__(self, hollow: bool, table: WorkerTable, layout: NodeLayout, images: ImageStore,
-                 snapshots: SnapshotStore, driver: SandboxDriver, runner: SandboxRunner) -> None:
+                 snapshots: SnapshotPlaces, driver: SandboxDriver, runner: SandboxRunner) -> None:
         self.hollow = hollow
         self.table = table
         self.layout = layout
@@ -99,7 +100,7 @@ class SandboxOperations:
         actor = actor_key(req.actor)
         validate_spec(req.spec)
         self.images.resolve(req.spec.containers[0].image, "spec.containers[0].image")
-        dest = self.snapshots.resolve(req.snapshot_uri)
+        self.snapshots.check(req.snapshot_uri)
         worker = self.table.get(req.worker)
         async with worker.lock:
             already = await self._started_by(worker, actor, req.operation_id, "restore", req)
@@ -110,24 +111,27 @@ class SandboxOperations:
                 worker.actor, worker.state = actor, "running"
                 return pb.RestoreResponse(worker_ip=worker.net.worker_ip)
             start = time.monotonic()
-            manifest = await self.snapshots.verify(dest, req.manifest, self.driver.sandbox_class,
-                                                   self.table.runsc_version)
-            snapshot_files = {f.path for f in manifest.files}
-            actor_dir = self.layout.actor_dir(actor)
-            shutil.rmtree(actor_dir, ignore_errors=True)
-            for name, host_dir in self.layout.volume_dirs(actor, req.spec).items():
-                tar_rel = f"{VOLUMES_DIR}/{name}.tar"
-                if tar_rel in snapshot_files:
-                    await asyncio.to_thread(extract_dir, dest / tar_rel, host_dir)
-            fetch = time.monotonic() - start
-            image_path = dest / CHECKPOINT_DIR if manifest.scope == pb.SNAPSHOT_SCOPE_FULL else None
-            boot, probe_s = await self.runner.boot(worker, actor, req.spec, image_path, req.probe_timeout_seconds,
-                                                   (req.operation_id, "restore"))
+            async with self.snapshots.open_for_restore(req.snapshot_uri, req.manifest, self.driver.sandbox_class,
+                                                       self.table.runsc_version) as opened:
+                dest, manifest = opened.directory, opened.manifest
+                snapshot_files = {f.path for f in manifest.files}
+                actor_dir = self.layout.actor_dir(actor)
+                shutil.rmtree(actor_dir, ignore_errors=True)
+                for name, host_dir in self.layout.volume_dirs(actor, req.spec).items():
+                    tar_rel = f"{VOLUMES_DIR}/{name}.tar"
+                    if tar_rel in snapshot_files:
+                        await asyncio.to_thread(extract_dir, dest / tar_rel, host_dir)
+                fetch = time.monotonic() - start
+                image_path = dest / CHECKPOINT_DIR if manifest.scope == pb.SNAPSHOT_SCOPE_FULL else None
+                boot, probe_s = await self.runner.boot(worker, actor, req.spec, image_path,
+                                                       req.probe_timeout_seconds, (req.operation_id, "restore"))
             await failpoint("Atelet.restore.after_boot")
-            log.info("restore %s/%s (%s) on %s: fetch %.3fs restore %.3fs probe %.3fs", *actor,
-                     pb.SnapshotScope.Name(manifest.scope), worker.name, fetch, boot, probe_s)
+            log.info("restore %s/%s (%s) on %s: fetch %.3fs%s restore %.3fs probe %.3fs", *actor,
+                     pb.SnapshotScope.Name(manifest.scope), worker.name, fetch,
+                     " (cache hit)" if opened.cache_hit else "", boot, probe_s)
             return pb.RestoreResponse(worker_ip=worker.net.worker_ip, fetch_seconds=fetch,
-                                      restore_seconds=boot, probe_seconds=probe_s)
+                                      restore_seconds=boot, probe_seconds=probe_s,
+                                      snapshot_cache_hit=opened.cache_hit)
 
     async def checkpoint(self, req: pb.CheckpointRequest) -> pb.CheckpointResponse:
         """Checkpoints ``req.actor`` on ``req.worker`` to ``req.snapshot_uri`` and frees the worker.
@@ -145,13 +149,13 @@ class SandboxOperations:
         actor = actor_key(req.actor)
         if req.scope not in (pb.SNAPSHOT_SCOPE_FULL, pb.SNAPSHOT_SCOPE_DATA):
             raise invalid("scope: must be SNAPSHOT_SCOPE_FULL or SNAPSHOT_SCOPE_DATA")
-        dest = self.snapshots.resolve(req.snapshot_uri)
-        existing = self.snapshots.read_manifest(dest) if dest.exists() else None
+        self.snapshots.check(req.snapshot_uri)
+        existing = await self.snapshots.existing(req.snapshot_uri)
         if existing is not None and existing.created_by_operation == req.operation_id:
-            return pb.CheckpointResponse(manifest=existing, size_bytes=self.snapshots.size_of(existing))
-        if dest.exists():
+            return pb.CheckpointResponse(manifest=existing, size_bytes=size_of(existing))
+        if existing is not None:
             raise precondition(f"snapshot_uri: {req.snapshot_uri} already exists (written by operation "
-                               f"{existing.created_by_operation if existing else 'unknown, incomplete'})")
+                               f"{existing.created_by_operation})")
         worker = self.table.get(req.worker)
         async with worker.lock:
             if worker.actor != actor or worker.state != "running":
@@ -164,33 +168,82 @@ class SandboxOperations:
                 self.table.free(worker)
                 return pb.CheckpointResponse(manifest=manifest)
             assert worker.container_id is not None and worker.spec is not None
-            staging = self.snapshots.staging_dir(dest)
-            try:
-                start = time.monotonic()
-                full = req.scope == pb.SNAPSHOT_SCOPE_FULL
-                if full:  # the sandbox exits once its state is saved
-                    await self.driver.checkpoint(worker.container_id, staging / CHECKPOINT_DIR)
-                # DATA: stop the sandbox first so the durable dirs are quiet while archived.
-                await self.runner.stop(worker, already_exited=full)
-                for name, host_dir in self.layout.volume_dirs(actor, worker.spec).items():
-                    await asyncio.to_thread(archive_dir, host_dir, staging / VOLUMES_DIR / f"{name}.tar")
-                checkpoint_s = time.monotonic() - start
-                start = time.monotonic()
-                manifest = await self.snapshots.finalize(staging, dest, manifest)
-                upload_s = time.monotonic() - start
-            except BaseException:
-                self.snapshots.discard(staging)
-                if worker.container_id is not None:  # the checkpoint itself failed: still alive?
-                    if not await self.driver.alive(worker.container_id):
-                        await self.runner.stop(worker, already_exited=True)
-                raise
+            target = self.snapshots.checkpoint_target(req.snapshot_uri)
+            if target.location is not None:
+                checkpoint_s, upload_s, manifest = await self._checkpoint_frozen(worker, actor, req.scope, target,
+                                                                                 manifest)
+            else:
+                checkpoint_s, upload_s, manifest = await self._checkpoint_stopped(worker, actor, req.scope, target,
+                                                                                  manifest)
             shutil.rmtree(self.layout.actor_dir(actor), ignore_errors=True)
             self.table.free(worker)
-            size = self.snapshots.size_of(manifest)
+            size = size_of(manifest)
             log.info("checkpoint %s/%s (%s) from %s: %.3fs + store %.3fs, %d bytes", *actor,
                      pb.SnapshotScope.Name(req.scope), worker.name, checkpoint_s, upload_s, size)
             return pb.CheckpointResponse(manifest=manifest, size_bytes=size,
                                          checkpoint_seconds=checkpoint_s, upload_seconds=upload_s)
+
+    async def _checkpoint_stopped(self, worker: Worker, actor: tuple[str, str], scope: int,
+                                  target: CheckpointTarget, manifest: pb.SnapshotManifest
+                                  ) -> tuple[float, float, pb.SnapshotManifest]:
+        """A checkpoint to a directory on this node: FULL saves the sandbox (which exits), DATA
+        stops it first so the durable dirs are quiet while archived; then the snapshot is stored.
+        Returns (checkpoint seconds, store seconds, the completed manifest)."""
+        assert worker.container_id is not None and worker.spec is not None
+        staging = target.staging
+        try:
+            start = time.monotonic()
+            full = scope == pb.SNAPSHOT_SCOPE_FULL
+            if full:  # the sandbox exits once its state is saved
+                await self.driver.checkpoint(worker.container_id, staging / CHECKPOINT_DIR)
+            await self.runner.stop(worker, already_exited=full)
+            await self._archive_volumes(actor, worker.spec, staging)
+            checkpoint_s = time.monotonic() - start
+            start = time.monotonic()
+            manifest = await target.commit(manifest)
+            return checkpoint_s, time.monotonic() - start, manifest
+        except BaseException:
+            target.discard()
+            if worker.container_id is not None:  # the checkpoint itself failed: still alive?
+                if not await self.driver.alive(worker.container_id):
+                    await self.runner.stop(worker, already_exited=True)
+            raise
+
+    async def _checkpoint_frozen(self, worker: Worker, actor: tuple[str, str], scope: int,
+                                 target: CheckpointTarget, manifest: pb.SnapshotManifest
+                                 ) -> tuple[float, float, pb.SnapshotManifest]:
+        """A checkpoint to object storage, whose upload can fail: the sandbox is frozen, saved
+        (FULL) while it stays frozen, its durable dirs archived, the snapshot uploaded; only then
+        is the sandbox stopped. When anything fails it is thawed and runs on, so the actor goes
+        back to RUNNING with its memory, never to a sandbox that is gone.
+        Returns (checkpoint seconds, upload seconds, the completed manifest)."""
+        assert worker.container_id is not None and worker.spec is not None
+        cid = worker.container_id
+        staging = target.staging
+        start = time.monotonic()
+        await self.driver.freeze(cid)
+        try:
+            if scope == pb.SNAPSHOT_SCOPE_FULL:
+                await self.driver.checkpoint(cid, staging / CHECKPOINT_DIR, leave_running=True)
+            await self._archive_volumes(actor, worker.spec, staging)
+            checkpoint_s = time.monotonic() - start
+            manifest = await target.commit(manifest)
+        except BaseException:
+            target.discard()
+            if await self.driver.alive(cid):
+                await self.driver.thaw(cid)
+            else:
+                await self.runner.stop(worker, already_exited=True)
+            raise
+        upload_s = target.store_seconds
+        await self.driver.thaw(cid)  # runsc signals no paused sandbox: thaw it, then stop it at once
+        await self.runner.stop(worker)
+        return checkpoint_s, upload_s, manifest
+
+    async def _archive_volumes(self, actor: tuple[str, str], spec: pb.WorkloadSpec, staging: Path) -> None:
+        """Each durable dir of the actor into ``staging/volumes/<name>.tar``."""
+        for name, host_dir in self.layout.volume_dirs(actor, spec).items():
+            await asyncio.to_thread(archive_dir, host_dir, staging / VOLUMES_DIR / f"{name}.tar")
 
     async def terminate(self, req: pb.TerminateRequest) -> pb.TerminateResponse:
         """Stops and deletes ``req.actor``'s sandbox on ``req.worker`` (running or exited) and its

@@ -1,6 +1,6 @@
 """Settings of the atelet, from environment variables ``ATE_ATELET_*`` or ``python -m atelet`` flags.
 
-List settings (``snapshot_roots``, ``image_roots``) are JSON in the environment, e.g.
+List settings (``snapshot_roots``, ``image_roots``, ``object_store_locations``) are JSON in the environment, e.g.
 ``ATE_ATELET_SNAPSHOT_ROOTS='["/var/lib/ate/snapshots"]'``.
 """
 
@@ -27,6 +27,13 @@ class AteletSettings(BaseSettings):
       actor's checkpoint) live on this node's own disk; default ``<state_dir>/local-snapshots``
       (``local_snapshot_dir``). ``file://`` URIs cannot reach into it unless it is also one of the
       ``snapshot_roots``; it must not contain a snapshot root.
+    - ``object_store_locations``: the only object storage locations (``s3://bucket/prefix``,
+      ``gs://...``, ``az://...``) snapshot URIs may point into; empty: object storage is off.
+      Credentials and endpoints come from the environment (``AWS_*``, ``GOOGLE_*``, ``AZURE_*``),
+      never from a URI. ``object_store_retry_seconds``: how long one call to a failing store
+      is retried (exponential backoff) before it fails UNAVAILABLE.
+    - ``snapshot_cache_dir`` / ``snapshot_cache_bytes``: the node's cache of snapshots from object
+      storage (default ``<state_dir>/snapshot-cache``, 10 GiB; least recently used out first).
     - ``image_roots``: the only directories ``oci:<path>:<tag>`` image layouts may lie in;
       a relative image path is taken relative to each root in turn.
     - ``pool_file``: WorkerPool YAML; without it, one pool ``default`` of ``workers`` workers.
@@ -49,6 +56,10 @@ class AteletSettings(BaseSettings):
     state_dir: Path = Path(".ate/atelet")
     snapshot_roots: list[Path] = Field(default_factory=lambda: [Path(".ate/snapshots")])
     local_snapshot_root: Path | None = None
+    object_store_locations: list[str] = Field(default_factory=list)
+    object_store_retry_seconds: float = Field(default=15.0, gt=0)
+    snapshot_cache_dir: Path | None = None
+    snapshot_cache_bytes: int = Field(default=10 * 2**30, ge=0)
     image_roots: list[Path] = Field(default_factory=lambda: [Path.cwd()])
     pool_file: Path | None = None
     workers: int = Field(default=2, ge=0, le=1000)
@@ -72,6 +83,11 @@ class AteletSettings(BaseSettings):
     def local_snapshot_dir(self) -> Path:
         """The local snapshot root in effect: ``local_snapshot_root`` or ``<state_dir>/local-snapshots``."""
         return self.local_snapshot_root or Path(self.state_dir) / "local-snapshots"
+
+    @property
+    def snapshot_cache(self) -> Path:
+        """The snapshot cache in effect: ``snapshot_cache_dir`` or ``<state_dir>/snapshot-cache``."""
+        return self.snapshot_cache_dir or Path(self.state_dir) / "snapshot-cache"
 
     @property
     def advertise(self) -> str:

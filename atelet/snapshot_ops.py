@@ -6,12 +6,11 @@ operation log; DeleteSnapshot is idempotent by itself). The files are ``atelet.s
 
 from __future__ import annotations
 
-import asyncio
 import logging
 import time
 
 from atelet.proto import atelet_pb2 as pb
-from atelet.snapshots.store import SnapshotStore
+from atelet.snapshots.places import SnapshotPlaces
 from domain.failpoints import failpoint
 
 log = logging.getLogger(__name__)
@@ -22,12 +21,13 @@ class SnapshotOperations:
 
     Args:
         hollow: benchmark mode (a CopySnapshot of a missing source answers the request's manifest).
-        snapshots: the store.
+        places: the node's snapshots, on disk and in object storage.
     """
 
-    def __init__(self, hollow: bool, snapshots: SnapshotStore) -> None:
+    def __init__(self, hollow: bool, places: SnapshotPlaces) -> None:
         self.hollow = hollow
-        self.snapshots = snapshots
+        self.places = places
+        self.snapshots = places.store
 
     async def delete_snapshot(self, req: pb.DeleteSnapshotRequest) -> pb.DeleteSnapshotResponse:
         """Deletes the snapshot at ``req.snapshot_uri`` (and its empty parents below the root).
@@ -38,9 +38,8 @@ class SnapshotOperations:
         Raises:
             AteletError: INVALID_ARGUMENT (URI), FAILED_PRECONDITION (not a snapshot directory).
         """
-        dest = self.snapshots.resolve(req.snapshot_uri)
-        existed = await asyncio.to_thread(self.snapshots.delete, dest)
-        log.info("delete snapshot %s: %s", dest, "deleted" if existed else "nothing there")
+        existed = await self.places.delete(req.snapshot_uri)
+        log.info("delete snapshot %s: %s", req.snapshot_uri, "deleted" if existed else "nothing there")
         return pb.DeleteSnapshotResponse(existed=existed)
 
     async def copy_snapshot(self, req: pb.CopySnapshotRequest) -> pb.CopySnapshotResponse:
@@ -57,10 +56,10 @@ class SnapshotOperations:
         start = time.monotonic()
         if self.hollow:
             source = self.snapshots.resolve(req.source_uri, "source_uri")
-            self.snapshots.resolve(req.destination_uri, "destination_uri")
+            self.places.check(req.destination_uri, "destination_uri")
             if not source.exists():
                 return pb.CopySnapshotResponse(manifest=req.manifest, size_bytes=0)
-        manifest, copied = await self.snapshots.copy(req.source_uri, req.destination_uri, req.manifest)
+        manifest, copied = await self.places.copy(req.source_uri, req.destination_uri, req.manifest)
         seconds = time.monotonic() - start
         await failpoint("Atelet.copy_snapshot.after_copy")
         size = self.snapshots.size_of(manifest)

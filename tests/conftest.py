@@ -12,6 +12,7 @@ import asyncpg
 import pytest
 
 from activities.store import Store, migrate
+from ate.dev.object_store import LocalObjectStore, free_base_port
 
 
 @pytest.fixture(scope="session")
@@ -67,3 +68,22 @@ async def store(database_url: str) -> AsyncIterator[Store]:
         yield opened
     finally:
         await opened.close()
+
+
+@pytest.fixture(scope="session")
+def object_store(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalObjectStore]:
+    """A real S3 server (SeaweedFS, bucket `ate`) for the whole session; its credentials and
+    endpoint are in this process's environment (AWS_*), where obstore's default chain reads them."""
+    server = LocalObjectStore(Path(tmp_path_factory.mktemp("s3")), free_base_port())
+    endpoint = server.start()
+    saved = {k: os.environ.get(k) for k in endpoint.environment()}
+    os.environ.update(endpoint.environment())
+    try:
+        yield server
+    finally:
+        server.stop()
+        for key, value in saved.items():
+            if value is None:
+                os.environ.pop(key, None)
+            else:
+                os.environ[key] = value

@@ -12,7 +12,10 @@ What the node asks of a driver, per call:
 - Restore: ``prepare``, then ``launch`` with the snapshot's ``checkpoint/`` dir (scope FULL) or none
   (scope DATA: the durable dirs were extracted before ``prepare``);
 - Checkpoint FULL: ``checkpoint`` into the staging dir's ``checkpoint/`` (the sandbox exits); DATA:
-  ``kill`` first; then the node archives the durable dirs. After a failed checkpoint, ``alive``
+  ``kill`` first; then the node archives the durable dirs. A checkpoint to object storage,
+  whose upload can fail, ``freeze``s the sandbox first, checkpoints it with ``leave_running``,
+  and ``kill``s it only once the snapshot is stored (``thaw`` when it could not be: the actor
+  runs on as if nothing happened). After a failed checkpoint, ``alive``
   tells whether the sandbox still runs;
 - Terminate, fence, node stop: ``kill``, then ``delete_quietly`` in the background;
 - adoption after an atelet restart: ``list`` once, then ``reattach`` per recorded sandbox; the
@@ -112,13 +115,22 @@ class SandboxDriver(Protocol):
         """
         ...
 
-    async def checkpoint(self, container_id: str, image_dir: Path) -> None:
-        """Saves the running sandbox's whole state into ``image_dir``; the sandbox exits.
+    async def checkpoint(self, container_id: str, image_dir: Path, *, leave_running: bool = False) -> None:
+        """Saves the sandbox's whole state into ``image_dir``; the sandbox exits, or with
+        ``leave_running`` stays as it was (a frozen one stays frozen).
 
         Raises:
             AteletError: UNAVAILABLE when the sandbox cannot be saved now (retryable), NOT_FOUND,
                 INTERNAL.
         """
+        ...
+
+    async def freeze(self, container_id: str) -> None:
+        """Stops every task of the sandbox from running (its state stays in memory)."""
+        ...
+
+    async def thaw(self, container_id: str) -> None:
+        """Lets a frozen sandbox run again."""
         ...
 
     async def kill(self, container_id: str) -> bool:

@@ -71,9 +71,17 @@ class GVisorDriver(SandboxDriver):
         else:
             await self.runsc.restore(container_id, prepared, checkpoint, log_path)
 
-    async def checkpoint(self, container_id: str, image_dir: Path) -> None:
-        """``runsc checkpoint``; UNAVAILABLE when a connected socket blocked it."""
-        await self.runsc.checkpoint(container_id, image_dir)
+    async def checkpoint(self, container_id: str, image_dir: Path, *, leave_running: bool = False) -> None:
+        """``runsc checkpoint [--leave-running]``; UNAVAILABLE when a connected socket blocked it."""
+        await self.runsc.checkpoint(container_id, image_dir, leave_running=leave_running)
+
+    async def freeze(self, container_id: str) -> None:
+        """``runsc pause``."""
+        await self.runsc.pause(container_id)
+
+    async def thaw(self, container_id: str) -> None:
+        """``runsc resume``."""
+        await self.runsc.resume(container_id)
 
     async def kill(self, container_id: str) -> bool:
         """``runsc kill`` (SIGKILL), waiting until the sandbox process exited."""

@@ -25,7 +25,7 @@ _sym_db = _symbol_database.Default()
 
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x19\x61telet/proto/atelet.proto\x12\rate.atelet.v1\"*\n\x08\x41\x63torRef\x12\x10\n\x08\x61tespace\x18\x01 \x01(\t\x12\x0c\n\x04name\x18\x02 \x01(\t\"*\n\x0cHttpGetProbe\x12\x0c\n\x04path\x18\x01 \x01(\t\x12\x0c\n\x04port\x18\x02 \x01(\x05\"/\n\x0bVolumeMount\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\x12\n\nmount_path\x18\x02 \x01(\t\"\xfb\x01\n\tContainer\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\r\n\x05image\x18\x02 \x01(\t\x12\x0f\n\x07\x63ommand\x18\x03 \x03(\t\x12.\n\x03\x65nv\x18\x04 \x03(\x0b\x32!.ate.atelet.v1.Container.EnvEntry\x12\x31\n\x0cwakeup_probe\x18\x05 \x01(\x0b\x32\x1b.ate.atelet.v1.HttpGetProbe\x12\x31\n\rvolume_mounts\x18\x06 \x03(\x0b\x32\x1a.ate.atelet.v1.VolumeMount\x1a*\n\x08\x45nvEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\t:\x02\x38\x01\"+\n\x06Volume\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\x13\n\x0b\x64urable_dir\x18\x02 \x01(\x08\"\x8e\x01\n\x0cWorkloadSpec\x12,\n\ncontainers\x18\x01 \x03(\x0b\x32\x18.ate.atelet.v1.Container\x12&\n\x07volumes\x18\x02 \x03(\x0b\x32\x15.ate.atelet.v1.Volume\x12\x12\n\ncpu_millis\x18\x03 \x01(\x03\x12\x14\n\x0cmemory_bytes\x18\x04 \x01(\x03\"@\n\x0cSnapshotFile\x12\x0c\n\x04path\x18\x01 \x01(\t\x12\x0e\n\x06sha256\x18\x02 \x01(\t\x12\x12\n\nsize_bytes\x18\x03 \x01(\x03\"\xdf\x01\n\x10SnapshotManifest\x12\x15\n\rsandbox_class\x18\x01 \x01(\t\x12+\n\x05scope\x18\x02 \x01(\x0e\x32\x1c.ate.atelet.v1.SnapshotScope\x12\x15\n\rrunsc_version\x18\x03 \x01(\t\x12*\n\x05\x66iles\x18\x04 \x03(\x0b\x32\x1b.ate.atelet.v1.SnapshotFile\x12&\n\x05\x61\x63tor\x18\x05 \x01(\x0b\x32\x17.ate.atelet.v1.ActorRef\x12\x1c\n\x14\x63reated_by_operation\x18\x06 \x01(\t\"\xa4\x01\n\nRunRequest\x12\x14\n\x0coperation_id\x18\x01 \x01(\t\x12\x0e\n\x06worker\x18\x02 \x01(\t\x12&\n\x05\x61\x63tor\x18\x03 \x01(\x0b\x32\x17.ate.atelet.v1.ActorRef\x12)\n\x04spec\x18\x04 \x01(\x0b\x32\x1b.ate.atelet.v1.WorkloadSpec\x12\x1d\n\x15probe_timeout_seconds\x18\x05 \x01(\x01\"M\n\x0bRunResponse\x12\x11\n\tworker_ip\x18\x01 \x01(\t\x12\x14\n\x0c\x62oot_seconds\x18\x02 \x01(\x01\x12\x15\n\rprobe_seconds\x18\x03 \x01(\x01\"\xf1\x01\n\x0eRestoreRequest\x12\x14\n\x0coperation_id\x18\x01 \x01(\t\x12\x0e\n\x06worker\x18\x02 \x01(\t\x12&\n\x05\x61\x63tor\x18\x03 \x01(\x0b\x32\x17.ate.atelet.v1.ActorRef\x12)\n\x04spec\x18\x04 \x01(\x0b\x32\x1b.ate.atelet.v1.WorkloadSpec\x12\x14\n\x0csnapshot_uri\x18\x05 \x01(\t\x12\x31\n\x08manifest\x18\x06 \x01(\x0b\x32\x1f.ate.atelet.v1.SnapshotManifest\x12\x1d\n\x15probe_timeout_seconds\x18\x07 \x01(\x01\"k\n\x0fRestoreResponse\x12\x11\n\tworker_ip\x18\x01 \x01(\t\x12\x15\n\rfetch_seconds\x18\x02 \x01(\x01\x12\x17\n\x0frestore_seconds\x18\x03 \x01(\x01\x12\x15\n\rprobe_seconds\x18\x04 \x01(\x01\"\xa4\x01\n\x11\x43heckpointRequest\x12\x14\n\x0coperation_id\x18\x01 \x01(\t\x12\x0e\n\x06worker\x18\x02 \x01(\t\x12&\n\x05\x61\x63tor\x18\x03 \x01(\x0b\x32\x17.ate.atelet.v1.ActorRef\x12+\n\x05scope\x18\x04 \x01(\x0e\x32\x1c.ate.atelet.v1.SnapshotScope\x12\x14\n\x0csnapshot_uri\x18\x05 \x01(\t\"\x8f\x01\n\x12\x43heckpointResponse\x12\x31\n\x08manifest\x18\x01 \x01(\x0b\x32\x1f.ate.atelet.v1.SnapshotManifest\x12\x12\n\nsize_bytes\x18\x02 \x01(\x03\x12\x1a\n\x12\x63heckpoint_seconds\x18\x03 \x01(\x01\x12\x16\n\x0eupload_seconds\x18\x04 \x01(\x01\"`\n\x10TerminateRequest\x12\x14\n\x0coperation_id\x18\x01 \x01(\t\x12\x0e\n\x06worker\x18\x02 \x01(\t\x12&\n\x05\x61\x63tor\x18\x03 \x01(\x0b\x32\x17.ate.atelet.v1.ActorRef\"(\n\x11TerminateResponse\x12\x13\n\x0bwas_running\x18\x01 \x01(\x08\"\x0f\n\rHealthRequest\"\x8a\x01\n\x0cWorkerStatus\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\x0c\n\x04pool\x18\x02 \x01(\t\x12\n\n\x02ip\x18\x03 \x01(\t\x12&\n\x05\x61\x63tor\x18\x04 \x01(\x0b\x32\x17.ate.atelet.v1.ActorRef\x12\x15\n\rsandbox_state\x18\x05 \x01(\t\x12\x13\n\x0b\x65xit_reason\x18\x06 \x01(\t\"c\n\x0eHealthResponse\x12\x0c\n\x04node\x18\x01 \x01(\t\x12\x15\n\rrunsc_version\x18\x02 \x01(\t\x12,\n\x07workers\x18\x03 \x03(\x0b\x32\x1b.ate.atelet.v1.WorkerStatus\"C\n\x15\x44\x65leteSnapshotRequest\x12\x14\n\x0coperation_id\x18\x01 \x01(\t\x12\x14\n\x0csnapshot_uri\x18\x02 \x01(\t\")\n\x16\x44\x65leteSnapshotResponse\x12\x0f\n\x07\x65xisted\x18\x01 \x01(\x08\"\x8b\x01\n\x13\x43opySnapshotRequest\x12\x14\n\x0coperation_id\x18\x01 \x01(\t\x12\x12\n\nsource_uri\x18\x02 \x01(\t\x12\x17\n\x0f\x64\x65stination_uri\x18\x03 \x01(\t\x12\x31\n\x08manifest\x18\x04 \x01(\x0b\x32\x1f.ate.atelet.v1.SnapshotManifest\"s\n\x14\x43opySnapshotResponse\x12\x31\n\x08manifest\x18\x01 \x01(\x0b\x32\x1f.ate.atelet.v1.SnapshotManifest\x12\x12\n\nsize_bytes\x18\x02 \x01(\x03\x12\x14\n\x0c\x63opy_seconds\x18\x03 \x01(\x01*a\n\rSnapshotScope\x12\x1e\n\x1aSNAPSHOT_SCOPE_UNSPECIFIED\x10\x00\x12\x17\n\x13SNAPSHOT_SCOPE_FULL\x10\x01\x12\x17\n\x13SNAPSHOT_SCOPE_DATA\x10\x02\x32\xb2\x04\n\x06\x41telet\x12<\n\x03Run\x12\x19.ate.atelet.v1.RunRequest\x1a\x1a.ate.atelet.v1.RunResponse\x12H\n\x07Restore\x12\x1d.ate.atelet.v1.RestoreRequest\x1a\x1e.ate.atelet.v1.RestoreResponse\x12Q\n\nCheckpoint\x12 .ate.atelet.v1.CheckpointRequest\x1a!.ate.atelet.v1.CheckpointResponse\x12N\n\tTerminate\x12\x1f.ate.atelet.v1.TerminateRequest\x1a .ate.atelet.v1.TerminateResponse\x12\x45\n\x06Health\x12\x1c.ate.atelet.v1.HealthRequest\x1a\x1d.ate.atelet.v1.HealthResponse\x12]\n\x0e\x44\x65leteSnapshot\x12$.ate.atelet.v1.DeleteSnapshotRequest\x1a%.ate.atelet.v1.DeleteSnapshotResponse\x12W\n\x0c\x43opySnapshot\x12\".ate.atelet.v1.CopySnapshotRequest\x1a#.ate.atelet.v1.CopySnapshotResponseb\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x19\x61telet/proto/atelet.proto\x12\rate.atelet.v1\"*\n\x08\x41\x63torRef\x12\x10\n\x08\x61tespace\x18\x01 \x01(\t\x12\x0c\n\x04name\x18\x02 \x01(\t\"*\n\x0cHttpGetProbe\x12\x0c\n\x04path\x18\x01 \x01(\t\x12\x0c\n\x04port\x18\x02 \x01(\x05\"/\n\x0bVolumeMount\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\x12\n\nmount_path\x18\x02 \x01(\t\"\xfb\x01\n\tContainer\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\r\n\x05image\x18\x02 \x01(\t\x12\x0f\n\x07\x63ommand\x18\x03 \x03(\t\x12.\n\x03\x65nv\x18\x04 \x03(\x0b\x32!.ate.atelet.v1.Container.EnvEntry\x12\x31\n\x0cwakeup_probe\x18\x05 \x01(\x0b\x32\x1b.ate.atelet.v1.HttpGetProbe\x12\x31\n\rvolume_mounts\x18\x06 \x03(\x0b\x32\x1a.ate.atelet.v1.VolumeMount\x1a*\n\x08\x45nvEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\t:\x02\x38\x01\"+\n\x06Volume\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\x13\n\x0b\x64urable_dir\x18\x02 \x01(\x08\"\x8e\x01\n\x0cWorkloadSpec\x12,\n\ncontainers\x18\x01 \x03(\x0b\x32\x18.ate.atelet.v1.Container\x12&\n\x07volumes\x18\x02 \x03(\x0b\x32\x15.ate.atelet.v1.Volume\x12\x12\n\ncpu_millis\x18\x03 \x01(\x03\x12\x14\n\x0cmemory_bytes\x18\x04 \x01(\x03\"@\n\x0cSnapshotFile\x12\x0c\n\x04path\x18\x01 \x01(\t\x12\x0e\n\x06sha256\x18\x02 \x01(\t\x12\x12\n\nsize_bytes\x18\x03 \x01(\x03\"\xdf\x01\n\x10SnapshotManifest\x12\x15\n\rsandbox_class\x18\x01 \x01(\t\x12+\n\x05scope\x18\x02 \x01(\x0e\x32\x1c.ate.atelet.v1.SnapshotScope\x12\x15\n\rrunsc_version\x18\x03 \x01(\t\x12*\n\x05\x66iles\x18\x04 \x03(\x0b\x32\x1b.ate.atelet.v1.SnapshotFile\x12&\n\x05\x61\x63tor\x18\x05 \x01(\x0b\x32\x17.ate.atelet.v1.ActorRef\x12\x1c\n\x14\x63reated_by_operation\x18\x06 \x01(\t\"\xa4\x01\n\nRunRequest\x12\x14\n\x0coperation_id\x18\x01 \x01(\t\x12\x0e\n\x06worker\x18\x02 \x01(\t\x12&\n\x05\x61\x63tor\x18\x03 \x01(\x0b\x32\x17.ate.atelet.v1.ActorRef\x12)\n\x04spec\x18\x04 \x01(\x0b\x32\x1b.ate.atelet.v1.WorkloadSpec\x12\x1d\n\x15probe_timeout_seconds\x18\x05 \x01(\x01\"M\n\x0bRunResponse\x12\x11\n\tworker_ip\x18\x01 \x01(\t\x12\x14\n\x0c\x62oot_seconds\x18\x02 \x01(\x01\x12\x15\n\rprobe_seconds\x18\x03 \x01(\x01\"\xf1\x01\n\x0eRestoreRequest\x12\x14\n\x0coperation_id\x18\x01 \x01(\t\x12\x0e\n\x06worker\x18\x02 \x01(\t\x12&\n\x05\x61\x63tor\x18\x03 \x01(\x0b\x32\x17.ate.atelet.v1.ActorRef\x12)\n\x04spec\x18\x04 \x01(\x0b\x32\x1b.ate.atelet.v1.WorkloadSpec\x12\x14\n\x0csnapshot_uri\x18\x05 \x01(\t\x12\x31\n\x08manifest\x18\x06 \x01(\x0b\x32\x1f.ate.atelet.v1.SnapshotManifest\x12\x1d\n\x15probe_timeout_seconds\x18\x07 \x01(\x01\"\x87\x01\n\x0fRestoreResponse\x12\x11\n\tworker_ip\x18\x01 \x01(\t\x12\x15\n\rfetch_seconds\x18\x02 \x01(\x01\x12\x17\n\x0frestore_seconds\x18\x03 \x01(\x01\x12\x15\n\rprobe_seconds\x18\x04 \x01(\x01\x12\x1a\n\x12snapshot_cache_hit\x18\x05 \x01(\x08\"\xa4\x01\n\x11\x43heckpointRequest\x12\x14\n\x0coperation_id\x18\x01 \x01(\t\x12\x0e\n\x06worker\x18\x02 \x01(\t\x12&\n\x05\x61\x63tor\x18\x03 \x01(\x0b\x32\x17.ate.atelet.v1.ActorRef\x12+\n\x05scope\x18\x04 \x01(\x0e\x32\x1c.ate.atelet.v1.SnapshotScope\x12\x14\n\x0csnapshot_uri\x18\x05 \x01(\t\"\x8f\x01\n\x12\x43heckpointResponse\x12\x31\n\x08manifest\x18\x01 \x01(\x0b\x32\x1f.ate.atelet.v1.SnapshotManifest\x12\x12\n\nsize_bytes\x18\x02 \x01(\x03\x12\x1a\n\x12\x63heckpoint_seconds\x18\x03 \x01(\x01\x12\x16\n\x0eupload_seconds\x18\x04 \x01(\x01\"`\n\x10TerminateRequest\x12\x14\n\x0coperation_id\x18\x01 \x01(\t\x12\x0e\n\x06worker\x18\x02 \x01(\t\x12&\n\x05\x61\x63tor\x18\x03 \x01(\x0b\x32\x17.ate.atelet.v1.ActorRef\"(\n\x11TerminateResponse\x12\x13\n\x0bwas_running\x18\x01 \x01(\x08\"\x0f\n\rHealthRequest\"\x8a\x01\n\x0cWorkerStatus\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\x0c\n\x04pool\x18\x02 \x01(\t\x12\n\n\x02ip\x18\x03 \x01(\t\x12&\n\x05\x61\x63tor\x18\x04 \x01(\x0b\x32\x17.ate.atelet.v1.ActorRef\x12\x15\n\rsandbox_state\x18\x05 \x01(\t\x12\x13\n\x0b\x65xit_reason\x18\x06 \x01(\t\"c\n\x0eHealthResponse\x12\x0c\n\x04node\x18\x01 \x01(\t\x12\x15\n\rrunsc_version\x18\x02 \x01(\t\x12,\n\x07workers\x18\x03 \x03(\x0b\x32\x1b.ate.atelet.v1.WorkerStatus\"C\n\x15\x44\x65leteSnapshotRequest\x12\x14\n\x0coperation_id\x18\x01 \x01(\t\x12\x14\n\x0csnapshot_uri\x18\x02 \x01(\t\")\n\x16\x44\x65leteSnapshotResponse\x12\x0f\n\x07\x65xisted\x18\x01 \x01(\x08\"\x8b\x01\n\x13\x43opySnapshotRequest\x12\x14\n\x0coperation_id\x18\x01 \x01(\t\x12\x12\n\nsource_uri\x18\x02 \x01(\t\x12\x17\n\x0f\x64\x65stination_uri\x18\x03 \x01(\t\x12\x31\n\x08manifest\x18\x04 \x01(\x0b\x32\x1f.ate.atelet.v1.SnapshotManifest\"s\n\x14\x43opySnapshotResponse\x12\x31\n\x08manifest\x18\x01 \x01(\x0b\x32\x1f.ate.atelet.v1.SnapshotManifest\x12\x12\n\nsize_bytes\x18\x02 \x01(\x03\x12\x14\n\x0c\x63opy_seconds\x18\x03 \x01(\x01*a\n\rSnapshotScope\x12\x1e\n\x1aSNAPSHOT_SCOPE_UNSPECIFIED\x10\x00\x12\x17\n\x13SNAPSHOT_SCOPE_FULL\x10\x01\x12\x17\n\x13SNAPSHOT_SCOPE_DATA\x10\x02\x32\xb2\x04\n\x06\x41telet\x12<\n\x03Run\x12\x19.ate.atelet.v1.RunRequest\x1a\x1a.ate.atelet.v1.RunResponse\x12H\n\x07Restore\x12\x1d.ate.atelet.v1.RestoreRequest\x1a\x1e.ate.atelet.v1.RestoreResponse\x12Q\n\nCheckpoint\x12 .ate.atelet.v1.CheckpointRequest\x1a!.ate.atelet.v1.CheckpointResponse\x12N\n\tTerminate\x12\x1f.ate.atelet.v1.TerminateRequest\x1a .ate.atelet.v1.TerminateResponse\x12\x45\n\x06Health\x12\x1c.ate.atelet.v1.HealthRequest\x1a\x1d.ate.atelet.v1.HealthResponse\x12]\n\x0e\x44\x65leteSnapshot\x12$.ate.atelet.v1.DeleteSnapshotRequest\x1a%.ate.atelet.v1.DeleteSnapshotResponse\x12W\n\x0c\x43opySnapshot\x12\".ate.atelet.v1.CopySnapshotRequest\x1a#.ate.atelet.v1.CopySnapshotResponseb\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
@@ -34,8 +34,8 @@ if not _descriptor._USE_C_DESCRIPTORS:
   DESCRIPTOR._loaded_options = None
   _globals['_CONTAINER_ENVENTRY']._loaded_options = None
   _globals['_CONTAINER_ENVENTRY']._serialized_options = b'8\001'
-  _globals['_SNAPSHOTSCOPE']._serialized_start=2599
-  _globals['_SNAPSHOTSCOPE']._serialized_end=2696
+  _globals['_SNAPSHOTSCOPE']._serialized_start=2628
+  _globals['_SNAPSHOTSCOPE']._serialized_end=2725
   _globals['_ACTORREF']._serialized_start=44
   _globals['_ACTORREF']._serialized_end=86
   _globals['_HTTPGETPROBE']._serialized_start=88
@@ -60,30 +60,30 @@ if not _descriptor._USE_C_DESCRIPTORS:
   _globals['_RUNRESPONSE']._serialized_end=1161
   _globals['_RESTOREREQUEST']._serialized_start=1164
   _globals['_RESTOREREQUEST']._serialized_end=1405
-  _globals['_RESTORERESPONSE']._serialized_start=1407
-  _globals['_RESTORERESPONSE']._serialized_end=1514
-  _globals['_CHECKPOINTREQUEST']._serialized_start=1517
-  _globals['_CHECKPOINTREQUEST']._serialized_end=1681
-  _globals['_CHECKPOINTRESPONSE']._serialized_start=1684
-  _globals['_CHECKPOINTRESPONSE']._serialized_end=1827
-  _globals['_TERMINATEREQUEST']._serialized_start=1829
-  _globals['_TERMINATEREQUEST']._serialized_end=1925
-  _globals['_TERMINATERESPONSE']._serialized_start=1927
-  _globals['_TERMINATERESPONSE']._serialized_end=1967
-  _globals['_HEALTHREQUEST']._serialized_start=1969
-  _globals['_HEALTHREQUEST']._serialized_end=1984
-  _globals['_WORKERSTATUS']._serialized_start=1987
-  _globals['_WORKERSTATUS']._serialized_end=2125
-  _globals['_HEALTHRESPONSE']._serialized_start=2127
-  _globals['_HEALTHRESPONSE']._serialized_end=2226
-  _globals['_DELETESNAPSHOTREQUEST']._serialized_start=2228
-  _globals['_DELETESNAPSHOTREQUEST']._serialized_end=2295
-  _globals['_DELETESNAPSHOTRESPONSE']._serialized_start=2297
-  _globals['_DELETESNAPSHOTRESPONSE']._serialized_end=2338
-  _globals['_COPYSNAPSHOTREQUEST']._serialized_start=2341
-  _globals['_COPYSNAPSHOTREQUEST']._serialized_end=2480
-  _globals['_COPYSNAPSHOTRESPONSE']._serialized_start=2482
-  _globals['_COPYSNAPSHOTRESPONSE']._serialized_end=2597
-  _globals['_ATELET']._serialized_start=2699
-  _globals['_ATELET']._serialized_end=3261
+  _globals['_RESTORERESPONSE']._serialized_start=1408
+  _globals['_RESTORERESPONSE']._serialized_end=1543
+  _globals['_CHECKPOINTREQUEST']._serialized_start=1546
+  _globals['_CHECKPOINTREQUEST']._serialized_end=1710
+  _globals['_CHECKPOINTRESPONSE']._serialized_start=1713
+  _globals['_CHECKPOINTRESPONSE']._serialized_end=1856
+  _globals['_TERMINATEREQUEST']._serialized_start=1858
+  _globals['_TERMINATEREQUEST']._serialized_end=1954
+  _globals['_TERMINATERESPONSE']._serialized_start=1956
+  _globals['_TERMINATERESPONSE']._serialized_end=1996
+  _globals['_HEALTHREQUEST']._serialized_start=1998
+  _globals['_HEALTHREQUEST']._serialized_end=2013
+  _globals['_WORKERSTATUS']._serialized_start=2016
+  _globals['_WORKERSTATUS']._serialized_end=2154
+  _globals['_HEALTHRESPONSE']._serialized_start=2156
+  _globals['_HEALTHRESPONSE']._serialized_end=2255
+  _globals['_DELETESNAPSHOTREQUEST']._serialized_start=2257
+  _globals['_DELETESNAPSHOTREQUEST']._serialized_end=2324
+  _globals['_DELETESNAPSHOTRESPONSE']._serialized_start=2326
+  _globals['_DELETESNAPSHOTRESPONSE']._serialized_end=2367
+  _globals['_COPYSNAPSHOTREQUEST']._serialized_start=2370
+  _globals['_COPYSNAPSHOTREQUEST']._serialized_end=2509
+  _globals['_COPYSNAPSHOTRESPONSE']._serialized_start=2511
+  _globals['_COPYSNAPSHOTRESPONSE']._serialized_end=2626
+  _globals['_ATELET']._serialized_start=2728
+  _globals['_ATELET']._serialized_end=3290
 # @@protoc_insertion_point(module_scope)

@@ -153,16 +153,18 @@ class RestoreRequest(_message.Message):
     def __init__(self, operation_id: _Optional[str] = ..., worker: _Optional[str] = ..., actor: _Optional[_Union[ActorRef, _Mapping]] = ..., spec: _Optional[_Union[WorkloadSpec, _Mapping]] = ..., snapshot_uri: _Optional[str] = ..., manifest: _Optional[_Union[SnapshotManifest, _Mapping]] = ..., probe_timeout_seconds: _Optional[float] = ...) -> None: ...
 
 class RestoreResponse(_message.Message):
-    __slots__ = ("worker_ip", "fetch_seconds", "restore_seconds", "probe_seconds")
+    __slots__ = ("worker_ip", "fetch_seconds", "restore_seconds", "probe_seconds", "snapshot_cache_hit")
     WORKER_IP_FIELD_NUMBER: _ClassVar[int]
     FETCH_SECONDS_FIELD_NUMBER: _ClassVar[int]
     RESTORE_SECONDS_FIELD_NUMBER: _ClassVar[int]
     PROBE_SECONDS_FIELD_NUMBER: _ClassVar[int]
+    SNAPSHOT_CACHE_HIT_FIELD_NUMBER: _ClassVar[int]
     worker_ip: str
     fetch_seconds: float
     restore_seconds: float
     probe_seconds: float
-    def __init__(self, worker_ip: _Optional[str] = ..., fetch_seconds: _Optional[float] = ..., restore_seconds: _Optional[float] = ..., probe_seconds: _Optional[float] = ...) -> None: ...
+    snapshot_cache_hit: bool
+    def __init__(self, worker_ip: _Optional[str] = ..., fetch_seconds: _Optional[float] = ..., restore_seconds: _Optional[float] = ..., probe_seconds: _Optional[float] = ..., snapshot_cache_hit: _Optional[bool] = ...) -> None: ...
 
 class CheckpointRequest(_message.Message):
     __slots__ = ("operation_id", "worker", "actor", "scope", "snapshot_uri")

@@ -51,6 +51,16 @@ def size_of(manifest: pb.SnapshotManifest) -> int:
     return sum(f.size_bytes for f in manifest.files)
 
 
+def hash_into(directory: Path, manifest: pb.SnapshotManifest) -> None:
+    """List every file under ``directory`` (but manifest.json) with its sha256 and size in
+    ``manifest.files``, replacing what was there. Blocking."""
+    del manifest.files[:]
+    for path in sorted(p for p in directory.rglob("*") if p.is_file()):
+        rel = path.relative_to(directory).as_posix()
+        if rel != MANIFEST:
+            manifest.files.add(path=rel, sha256=sha256_file(path), size_bytes=path.stat().st_size)
+
+
 def write_manifest(directory: Path, manifest: pb.SnapshotManifest) -> None:
     """Writes ``directory/manifest.json`` durably (temp file, fsync, rename)."""
     tmp = directory / (MANIFEST + ".tmp")

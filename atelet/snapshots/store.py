@@ -32,6 +32,7 @@ from atelet.snapshots.copy import copy_snapshot
 from atelet.snapshots.manifest import (
     MANIFEST,
     check_sizes,
+    hash_into,
     manifest_from_json,
     sha256_file,
     size_of,
@@ -136,12 +137,7 @@ class SnapshotStore(SnapshotRoots):
         FAILED_PRECONDITION when ``dest`` appeared meanwhile (the staging dir is then removed).
         """
         def work() -> pb.SnapshotManifest:
-            del manifest.files[:]
-            for path in sorted(p for p in staging.rglob("*") if p.is_file()):
-                rel = path.relative_to(staging).as_posix()
-                if rel == MANIFEST:
-                    continue
-                manifest.files.add(path=rel, sha256=sha256_file(path), size_bytes=path.stat().st_size)
+            hash_into(staging, manifest)
             write_manifest(staging, manifest)
             if dest.exists():
                 raise precondition(f"snapshot_uri: {dest} already exists")
@@ -171,22 +167,23 @@ class SnapshotStore(SnapshotRoots):
                                f"snapshot is {pb.SnapshotScope.Name(stored.scope)}")
         return stored
 
-    async def verify(self, dest: Path, manifest: pb.SnapshotManifest, sandbox_class: str,
-                     runsc_version: str) -> pb.SnapshotManifest:
-        """Checks the snapshot at ``dest`` against ``manifest`` (or, when it lists no files, against
-        the stored manifest.json): its sandbox class must be ``sandbox_class`` and, for scope FULL,
-        its runtime build ``runsc_version``. Returns the manifest used. NOT_FOUND when there is no
-        snapshot, FAILED_PRECONDITION on any mismatch."""
-        manifest = self.expected(dest, manifest, "snapshot_uri")
+    @staticmethod
+    def check_runtime(manifest: pb.SnapshotManifest, sandbox_class: str, runtime_version: str) -> None:
+        """FAILED_PRECONDITION unless the snapshot is of ``sandbox_class`` and, for scope FULL,
+        was written by the runtime build ``runtime_version`` (a checkpoint restores only there)."""
         if manifest.sandbox_class != sandbox_class:
             raise precondition(f"manifest.sandbox_class: snapshot is {manifest.sandbox_class!r}, "
                                f"this node runs {sandbox_class!r}")
         if manifest.scope not in (pb.SNAPSHOT_SCOPE_FULL, pb.SNAPSHOT_SCOPE_DATA):
             raise precondition("manifest.scope: must be FULL or DATA")
-        if manifest.scope == pb.SNAPSHOT_SCOPE_FULL and manifest.runsc_version != runsc_version:
+        if manifest.scope == pb.SNAPSHOT_SCOPE_FULL and manifest.runsc_version != runtime_version:
             raise precondition(f"manifest.runsc_version: snapshot was written by runsc {manifest.runsc_version!r}, "
-                               f"this node has {runsc_version!r}; a checkpoint restores only with its own build")
+                               f"this node has {runtime_version!r}; a checkpoint restores only with its own build")
 
+    @staticmethod
+    async def verify_files(dest: Path, manifest: pb.SnapshotManifest, field: str = "", uri: str = "") -> None:
+        """FAILED_PRECONDITION naming the first file of ``manifest`` that is missing at ``dest`` or
+        differs from it (size, then SHA-256); ``field`` and ``uri`` prefix the reason when given."""
         def check() -> None:
             check_sizes(dest, manifest)
             for entry in manifest.files:
@@ -194,7 +191,22 @@ class SnapshotStore(SnapshotRoots):
                 if digest != entry.sha256:
                     raise precondition(f"snapshot file {entry.path}: sha256 {digest} != manifest {entry.sha256}")
 
-        await asyncio.to_thread(check)
+        try:
+            await asyncio.to_thread(check)
+        except AteletError as exc:
+            if not field:
+                raise
+            raise precondition(f"{field}: {uri!r}: {exc.reason}") from None
+
+    async def verify(self, dest: Path, manifest: pb.SnapshotManifest, sandbox_class: str,
+                     runsc_version: str) -> pb.SnapshotManifest:
+        """Checks the snapshot at ``dest`` against ``manifest`` (or, when it lists no files, against
+        the stored manifest.json): its sandbox class must be ``sandbox_class`` and, for scope FULL,
+        its runtime build ``runsc_version``. Returns the manifest used. NOT_FOUND when there is no
+        snapshot, FAILED_PRECONDITION on any mismatch."""
+        manifest = self.expected(dest, manifest, "snapshot_uri")
+        self.check_runtime(manifest, sandbox_class, runsc_version)
+        await self.verify_files(dest, manifest)
         return manifest
 
     async def copy(self, source_uri: str, destination_uri: str,
