@@ -203,6 +203,7 @@ class AteletActivities:
                 "restore": restored.restore_seconds,
                 "probe": restored.probe_seconds,
             },
+            snapshot_cache_hit=restored.snapshot_cache_hit,
         )
 
     @activity_defn("atelet_checkpoint")

@@ -22,7 +22,15 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--temporal-address", help="Temporal host:port (env ATE_TEMPORAL_ADDRESS)")
     parser.add_argument("--namespace", help="Temporal namespace (env ATE_TEMPORAL_NAMESPACE)")
     parser.add_argument(
-        "--snapshot-location", help="default snapshot storage, file:///abs/path (env ATE_SNAPSHOT_LOCATION)"
+        "--snapshot-location",
+        help="default snapshot storage: file:///abs/path, s3://bucket/prefix, gs://... or az://... "
+        "(env ATE_SNAPSHOT_LOCATION)",
+    )
+    parser.add_argument(
+        "--other-snapshot-location",
+        action="append",
+        dest="other_snapshot_locations",
+        help="a further location templates may choose (repeatable; env ATE_OTHER_SNAPSHOT_LOCATIONS, a JSON list)",
     )
     args = parser.parse_args(argv)
     overrides = {
@@ -34,6 +42,7 @@ def main(argv: list[str] | None = None) -> None:
             "temporal_address": args.temporal_address,
             "temporal_namespace": args.namespace,
             "snapshot_location": args.snapshot_location,
+            "other_snapshot_locations": args.other_snapshot_locations,
         }.items()
         if v
     }

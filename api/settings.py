@@ -4,7 +4,10 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from pydantic import field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
+
+from domain.locations import check_storage_location
 
 
 class ApiSettings(BaseSettings):
@@ -18,8 +21,27 @@ class ApiSettings(BaseSettings):
     temporal_address: str = "127.0.0.1:7233"
     temporal_namespace: str = "default"
     snapshot_location: str = f"file://{Path('.ate/snapshots').absolute()}"
+    """Where templates' snapshots go by default: file:///<path>, s3://<bucket>/<prefix>, gs://... or
+    az://... (domain.locations)."""
+    other_snapshot_locations: list[str] = []
+    """Further locations a template's own storageLocation may lie in (besides snapshot_location)."""
     resume_timeout_seconds: float = 30.0
     suspend_timeout_seconds: float = 60.0
+
+    @field_validator("snapshot_location")
+    @classmethod
+    def _location(cls, value: str) -> str:
+        return check_storage_location(value)
+
+    @field_validator("other_snapshot_locations")
+    @classmethod
+    def _locations(cls, values: list[str]) -> list[str]:
+        return [check_storage_location(v) for v in values]
+
+    @property
+    def allowed_snapshot_locations(self) -> list[str]:
+        """Every location a template's snapshots may lie in (the default first)."""
+        return [self.snapshot_location, *self.other_snapshot_locations]
 
     def redacted(self) -> dict[str, object]:
         """The settings with the database password hidden, for the start-up log."""

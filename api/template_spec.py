@@ -13,6 +13,7 @@ from pydantic import Field, field_validator, model_validator
 
 from api.strict import Strict
 from domain.labels import check_selector
+from domain.locations import check_storage_location
 from domain.quantities import parse_cpu_millis, parse_memory_bytes
 
 _LABEL = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$"
@@ -150,13 +151,7 @@ class SnapshotConfig(Strict):
     @field_validator("storageLocation")
     @classmethod
     def _location(cls, value: str | None) -> str | None:
-        if value is None:
-            return None
-        if not value.startswith("file:///"):
-            raise ValueError("only file:///<absolute path> locations are supported by this build")
-        if ".." in value.split("/"):
-            raise ValueError("must not contain '..'")
-        return value.rstrip("/")
+        return None if value is None else check_storage_location(value)
 
     @model_validator(mode="after")
     def _commit_within_pause(self) -> SnapshotConfig:

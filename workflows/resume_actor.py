@@ -124,4 +124,5 @@ class ResumeActorWorkflow:
             worker=plan.worker,
             restored_generation=plan.snapshot.generation if plan.snapshot else None,
             timings=timings,
+            snapshot_cache_hit=restored.snapshot_cache_hit,
         )

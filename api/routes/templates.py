@@ -13,6 +13,7 @@ from api.names import check_name
 from api.operations import search_attributes
 from api.schemas import TemplateCreate, TemplatePublic
 from api.views import template_view
+from domain.locations import is_within
 from domain.operations.golden import GoldenSnapshotInput, GoldenSnapshotResult
 from domain.states import Operation
 from domain.templates import ActorTemplateSpec
@@ -37,12 +38,13 @@ async def create_template(
     """
     check_name("name", body.name)
     spec = body.spec.model_dump(mode="json", exclude_none=True)
-    root = settings.snapshot_location.rstrip("/")
-    location = spec.setdefault("snapshotConfig", {}).setdefault("storageLocation", root)
-    if location != root and not location.startswith(root + "/"):
+    allowed = settings.allowed_snapshot_locations
+    location = spec.setdefault("snapshotConfig", {}).setdefault("storageLocation", settings.snapshot_location)
+    if not any(is_within(location, root) for root in allowed):
+        roots = " or ".join(allowed)
         raise InvalidArgument(
-            f"spec.snapshotConfig.storageLocation {location!r} is outside the snapshot store; use {root} "
-            "or a location below it (or leave it out)",
+            f"spec.snapshotConfig.storageLocation {location!r} is outside the snapshot stores of this "
+            f"cluster; use {roots} or a location below one (or leave it out for {settings.snapshot_location})",
             {"field": "spec.snapshotConfig.storageLocation"},
         )
     await store.templates.create(atespace, body.name, ActorTemplateSpec.from_document(spec))

@@ -24,6 +24,17 @@ def dev(
     metrics_port_base: Annotated[
         int, typer.Option("--metrics-port-base", help="Prometheus ports: router here, worker +1, atelet +85.")
     ] = 9000,
+    object_store: Annotated[
+        bool,
+        typer.Option(
+            "--object-store/--no-object-store",
+            help="Keep snapshots in a local S3 server (SeaweedFS, data in DATA_DIR/object-store) instead of"
+            " DATA_DIR/snapshots: the default location becomes s3://ate/snapshots.",
+        ),
+    ] = False,
+    object_store_port: Annotated[
+        int, typer.Option("--object-store-port", help="S3 port of that server (it also opens the next 4 ports).")
+    ] = 8333,
     node: Annotated[
         str | None,
         typer.Option(
@@ -77,6 +88,8 @@ def dev(
         temporal_port=temporal_port,
         ui_port=ui_port,
         metrics_port_base=metrics_port_base,
+        object_store=object_store,
+        object_store_port=object_store_port,
         node=node or "",
         subnet=subnet or "",
     )

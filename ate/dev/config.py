@@ -12,6 +12,9 @@ from pathlib import Path
 
 from ate.dev.restart import RestartPolicy
 
+OBJECT_STORE_LOCATION = "s3://ate/snapshots"
+"""The default snapshot location of `ate dev --object-store` (bucket `ate` of the local server)."""
+
 
 @dataclass
 class DevConfig:
@@ -29,6 +32,9 @@ class DevConfig:
         temporal_port: Temporal frontend port.
         ui_port: Temporal Web UI port.
         metrics_port_base: Prometheus ports: router at base, worker base+1, atelet base+85.
+        object_store: Keep snapshots in a local S3 server (`ate.dev.object_store`) instead of
+            `data_dir/snapshots`.
+        object_store_port: That server's S3 port (it opens the next 4 too).
         image_root: Directory images are found under (the current directory).
         node: This node's name (also names the workers' network namespaces: two stacks on one
             machine need different nodes and subnets). Empty: `default_node(data_dir)`.
@@ -48,6 +54,8 @@ class DevConfig:
     temporal_port: int = 7233
     ui_port: int = 8233
     metrics_port_base: int = 9000
+    object_store: bool = False
+    object_store_port: int = 8333
     image_root: Path = field(default_factory=Path.cwd)
     node: str = ""
     subnet: str = ""
@@ -58,6 +66,11 @@ class DevConfig:
     def api_url(self) -> str:
         """The REST API's URL."""
         return f"http://{self.host}:{self.api_port}"
+
+    @property
+    def snapshot_location(self) -> str:
+        """Where templates' snapshots go by default: the local S3 server, or `data_dir/snapshots`."""
+        return OBJECT_STORE_LOCATION if self.object_store else f"file://{self.data_dir / 'snapshots'}"
 
     @property
     def logs(self) -> Path:

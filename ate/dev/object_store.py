@@ -5,7 +5,8 @@ What is known about it on these machines (OBJECT-STORAGE.md): it answers its fir
 about a second after launch, so `start` waits for a real call rather than for the port; it
 tries to reach an outside host unless `-master.telemetry=false`; a SIGTERM stop takes a few
 seconds and leaves `seaweedfs-*.sock` files in the temporary directory, which `stop` removes.
-Data survives a restart of the same directory.
+Data survives a restart of the same directory. Like the other parts of `ate dev`, the server gets
+SIGTERM when the process that started it dies, even by SIGKILL.
 """
 
 from __future__ import annotations
@@ -28,6 +29,8 @@ from pathlib import Path
 
 import obstore
 from obstore.store import S3Store
+
+from ate.dev.child import parent_death_signal
 
 ACCESS_KEY = "ate-dev"
 SECRET_KEY = "ate-dev-secret"
@@ -135,7 +138,12 @@ class LocalObjectStore:
         (self.data_dir / "s3.json").write_text(json.dumps(identities))
         log = open(self.data_dir / "weed.log", "ab")
         self.process = subprocess.Popen(
-            self.command(), stdout=log, stderr=subprocess.STDOUT, cwd=self.data_dir, start_new_session=True
+            self.command(),
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            cwd=self.data_dir,
+            start_new_session=True,
+            preexec_fn=parent_death_signal(os.getpid()),
         )
         log.close()
         deadline = time.monotonic() + timeout

@@ -72,7 +72,7 @@ def _ate(
 
 
 def api_server(config: DevConfig, env: dict[str, str]) -> Child:
-    """The REST API, ready once `/healthz` answers 200; snapshots go to `<data-dir>/snapshots`.
+    """The REST API, ready once `/healthz` answers 200; snapshots go to `config.snapshot_location`.
 
     Args:
         config: The stack's config.
@@ -82,12 +82,14 @@ def api_server(config: DevConfig, env: dict[str, str]) -> Child:
         The child, not started.
     """
     cfg = config
-    snapshots = f"file://{cfg.data_dir / 'snapshots'}"
+    api_args = ["--host", cfg.host, "--port", str(cfg.api_port), "--snapshot-location", cfg.snapshot_location]
+    if cfg.object_store:  # the data dir's own location stays open to templates that name it
+        api_args += ["--other-snapshot-location", f"file://{cfg.data_dir / 'snapshots'}"]
     return _ate(
         cfg,
         env,
         "api-server",
-        ["--host", cfg.host, "--port", str(cfg.api_port), "--snapshot-location", snapshots],
+        api_args,
         http_ok(f"{cfg.api_url}/healthz"),
         f"api-server: ready on {cfg.api_url}",
     )
@@ -130,6 +132,8 @@ def atelet(config: DevConfig, env: dict[str, str]) -> Child:
         "--metrics-listen", f"{cfg.host}:{cfg.metrics_port_base + 85}",
         "--subnet", cfg.subnet,
     ]  # fmt: skip
+    if cfg.object_store:
+        atelet_args += ["--object-store-location", cfg.snapshot_location]
     atelet_args += ["--pool", str(cfg.pool.resolve())] if cfg.pool else ["--workers", str(cfg.workers)]
     what = f"pool {cfg.pool}" if cfg.pool else f"{cfg.workers} workers"
     ready = f"atelet: ready on {cfg.host}:{cfg.atelet_port} (node {cfg.node}, subnet {cfg.subnet}, {what})"

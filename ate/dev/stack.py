@@ -28,6 +28,7 @@ from ate.dev.child import Child, ChildFailed, Interrupted
 from ate.dev.config import DevConfig
 from ate.dev.example import create_example, tour
 from ate.dev.leftovers import report_leftovers
+from ate.dev.object_store import LocalObjectStore
 from ate.dev.postgres import redact_dsn
 from ate.dev.postgres_watch import PostgresWatch
 from ate.dev.supervisor import Supervisor
@@ -57,6 +58,11 @@ class DevStack:
         )
         self.database_url = ""
         self.temporal_address = ""
+        self.object_store = (
+            LocalObjectStore(self.config.data_dir / "object-store", config.object_store_port)
+            if config.object_store
+            else None
+        )
 
     # Signals
 
@@ -69,6 +75,8 @@ class DevStack:
             return
         self.out("ate: killing everything")
         self.supervisor.kill_all()
+        if self.object_store is not None:
+            self.object_store.kill()
         self.postgres.kill()
         os._exit(130)
 
@@ -136,9 +144,10 @@ class DevStack:
             (self.config.data_dir / sub).mkdir(parents=True, exist_ok=True)
         self._start_postgres()
         self._start_temporal()
+        store_env = self._start_object_store()
         if self._stop_requested:
             raise Interrupted("start")
-        env = parts.child_env(self.database_url, self.temporal_address)
+        env = parts.child_env(self.database_url, self.temporal_address) | store_env
         for part in (parts.api_server, parts.worker, parts.atelet, parts.router):
             self._start_child(part(self.config, env))
 
@@ -149,6 +158,18 @@ class DevStack:
             self.out(f"postgres: using ATE_DATABASE_URL ({redact_dsn(external)})")
             return
         self.database_url = self.postgres.start()
+
+    def _start_object_store(self) -> dict[str, str]:
+        """Start the local S3 server when asked; returns the AWS_* variables that point the
+        atelet at it (its default credential chain reads them)."""
+        if self.object_store is None:
+            return {}
+        try:
+            endpoint = self.object_store.start()
+        except RuntimeError as error:
+            raise ChildFailed("object-store", str(error), self.object_store.data_dir / "weed.log", []) from None
+        self.out(f"object-store: ready on {endpoint.url} (SeaweedFS; snapshots in {self.config.snapshot_location})")
+        return endpoint.environment()
 
     def _start_temporal(self) -> None:
         external = os.environ.get("ATE_TEMPORAL_ADDRESS")
@@ -201,5 +222,8 @@ class DevStack:
         self.supervisor.stop_all(report)
         if atelet_down:
             report_leftovers(self.config.node, self.config.data_dir / "atelet", self.out)
+        if self.object_store is not None and self.object_store.process is not None:
+            self.object_store.stop()
+            self.out("object-store: stopped")
         self.postgres.stop()
         self.out("ate: stopped")

@@ -25,10 +25,12 @@ class AteletRunInput:
 
 @dataclass
 class AteletRunResult:
-    """Timings reported by the atelet, in seconds."""
+    """Timings reported by the atelet, in seconds, and whether a snapshot in object storage came
+    from the node's cache."""
 
     worker_ip: str
     timings: dict[str, float] = field(default_factory=dict)
+    snapshot_cache_hit: bool = False
 
 
 @dataclass

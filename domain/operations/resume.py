@@ -18,13 +18,15 @@ class ResumeActorInput:
 
 @dataclass
 class ResumeActorResult:
-    """Result of ResumeActor: where the actor runs now, and step timings in seconds."""
+    """Result of ResumeActor: where the actor runs now, step timings in seconds, and whether its
+    snapshot came from the node's cache (object storage only)."""
 
     actor: ActorRef
     worker: WorkerRef | None
     already_running: bool = False
     restored_generation: int | None = None
     timings: dict[str, float] = field(default_factory=dict)
+    snapshot_cache_hit: bool = False
 
 
 @dataclass

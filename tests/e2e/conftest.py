@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import subprocess
@@ -38,20 +39,22 @@ class Stack:
         return done
 
 
-@pytest.fixture(scope="session")
-def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
-    """`ate dev` with a fresh data dir; stopped (and checked to leave nothing) at the end."""
-    data_dir = Path(tmp_path_factory.mktemp("ate-dev")) / "data"
-    failpoints = data_dir.parent / "failpoints"
+@contextlib.contextmanager
+def running_stack(
+    base: Path, ports: dict[str, int], node: str, subnet: str, extra: tuple[str, ...] = (), env: dict[str, str] | None = None
+) -> Iterator[Stack]:
+    """`ate dev` in `base` on `ports`; stopped (SIGTERM, as Ctrl-C) at the end."""
+    data_dir = base / "data"
+    failpoints = base / "failpoints"
     failpoints.mkdir()
-    log = data_dir.parent / "ate-dev.out"
+    log = base / "ate-dev.out"
     out = log.open("w")
     argv = [
             ATE, "dev", "--data-dir", str(data_dir),
-            "--api-port", str(PORTS["api"]), "--router-port", str(PORTS["router"]),
-            "--atelet-port", str(PORTS["atelet"]), "--temporal-port", str(PORTS["temporal"]),
-            "--ui-port", str(PORTS["ui"]), "--metrics-port-base", str(PORTS["metrics"]),
-            "--node", "e2e", "--subnet", "10.89.0.0/16",
+            "--api-port", str(ports["api"]), "--router-port", str(ports["router"]),
+            "--atelet-port", str(ports["atelet"]), "--temporal-port", str(ports["temporal"]),
+            "--ui-port", str(ports["ui"]), "--metrics-port-base", str(ports["metrics"]),
+            "--node", node, "--subnet", subnet, *extra,
     ]  # fmt: skip
     process = subprocess.Popen(
         argv,
@@ -59,7 +62,7 @@ def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
         stdout=out,
         stderr=subprocess.STDOUT,
         start_new_session=True,
-        env={**os.environ, "PYTHONUNBUFFERED": "1", "ATE_FAILPOINTS_DIR": str(failpoints)},
+        env={**os.environ, "PYTHONUNBUFFERED": "1", "ATE_FAILPOINTS_DIR": str(failpoints), **(env or {})},
     )
     deadline = time.monotonic() + 180
     try:
@@ -70,7 +73,14 @@ def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
             if process.poll() is not None or time.monotonic() > deadline:
                 raise RuntimeError(f"ate dev did not become ready:\n{text[-4000:]}")
             time.sleep(0.2)
-        yield Stack(data_dir=data_dir, failpoints=failpoints)
+        yield Stack(
+            data_dir=data_dir,
+            failpoints=failpoints,
+            api=f"http://127.0.0.1:{ports['api']}",
+            router=f"http://127.0.0.1:{ports['router']}",
+            temporal_ui=f"http://127.0.0.1:{ports['ui']}",
+            metrics_base=ports["metrics"],
+        )
     finally:
         if process.poll() is None:
             process.send_signal(signal.SIGTERM)
@@ -80,3 +90,10 @@ def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
                 os.killpg(process.pid, signal.SIGKILL)
                 process.wait()
         out.close()
+
+
+@pytest.fixture(scope="session")
+def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
+    """`ate dev` with a fresh data dir; stopped (and checked to leave nothing) at the end."""
+    with running_stack(Path(tmp_path_factory.mktemp("ate-dev")), PORTS, "e2e", "10.89.0.0/16") as running:
+        yield running
