@@ -3,6 +3,9 @@
 - ``ate_atelet_operations_total{operation,outcome}``: counter; outcome is ``ok`` or the gRPC code.
 - ``ate_atelet_operation_duration_seconds{operation,outcome}``: histogram, seconds.
 - ``ate_atelet_workers{pool,state}``: gauge, workers per pool and state (idle|running|exited).
+- ``ate_atelet_snapshot_cache_total{result}``: counter of restores from object storage by
+  ``hit`` (served by the node's cache) or ``miss`` (downloaded).
+- ``ate_atelet_snapshot_cache_bytes``: gauge, bytes the cache holds.
 """
 
 from __future__ import annotations
@@ -18,6 +21,14 @@ DURATION = Histogram(
 )
 WORKERS = Gauge("ate_atelet_workers", "workers of this node by pool and state", ["pool", "state"])
 STATES = ("idle", "running", "exited")
+CACHE = Counter("ate_atelet_snapshot_cache_total", "restores from object storage by cache result", ["result"])
+CACHE_BYTES = Gauge("ate_atelet_snapshot_cache_bytes", "bytes held by the node's snapshot cache")
+
+
+def observe_cache(hit: bool, held_bytes: int) -> None:
+    """Counts one restore from object storage (a cache hit or a download) and the cache's size."""
+    CACHE.labels("hit" if hit else "miss").inc()
+    CACHE_BYTES.set(held_bytes)
 
 
 def observe(operation: str, outcome: str, seconds: float) -> None:

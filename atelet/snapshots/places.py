@@ -25,6 +25,7 @@ from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from pathlib import Path
 
+from atelet import metrics
 from atelet.errors import invalid, precondition
 from atelet.proto import atelet_pb2 as pb
 from atelet.snapshots.cache import SnapshotCache
@@ -136,6 +137,7 @@ class SnapshotPlaces:
             await self.objects.download(location, manifest, staging)
 
         async with self.cache.fetched(uri, manifest, download) as (directory, hit):
+            metrics.observe_cache(hit, self.cache.size_bytes)
             yield Opened(directory=directory, manifest=manifest, fetch_seconds=time.monotonic() - start,
                          cache_hit=hit)
 

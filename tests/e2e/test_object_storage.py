@@ -18,8 +18,10 @@ import httpx
 import obstore
 import pytest
 from obstore.store import S3Store
+from temporalio.client import Client
 
 from ate.dev.object_store import ACCESS_KEY, REGION, SECRET_KEY, LocalObjectStore
+from domain.temporal import SNAPSHOT_GC_WORKFLOW_ID
 from tests.e2e.conftest import Stack, running_stack
 
 pytestmark = [pytest.mark.slow, pytest.mark.runsc]
@@ -150,3 +152,29 @@ def _is_weed_of(proc: Path, server: LocalObjectStore) -> bool:
     except OSError:
         return False
     return len(argv) > 1 and argv[0].endswith(b"weed") and f"-s3.port={server.port}".encode() in argv
+
+
+def test_the_snapshots_of_a_deleted_actor_are_collected_from_the_store(s3_stack: Stack) -> None:
+    stack = s3_stack
+    stack.ate("create", "atespace", "demo", check=False)
+    stack.ate("create", "template", "counter", "-a", "demo", "-f", "examples/counter/template.yaml", check=False)
+    stack.ate("create", "actor", "g1", "-a", "demo", "--template", "counter")
+    get(stack, "demo/g1")
+    stack.ate("suspend", "actor", "g1", "-a", "demo")
+    get(stack, "demo/g1")
+    stack.ate("suspend", "actor", "g1", "-a", "demo")  # generation 2 supersedes generation 1
+    prefix = "snapshots/demo/actors/g1/"
+    generations = {key.removeprefix(prefix).split("/")[0] for key in objects(prefix)}
+    assert len(generations) == 2, generations
+    stack.ate("delete", "actor", "g1", "-a", "demo")
+
+    async def collect() -> None:
+        client = await Client.connect(f"127.0.0.1:{PORTS['temporal']}")
+        await client.get_workflow_handle(SNAPSHOT_GC_WORKFLOW_ID).signal("collect_now")
+
+    deadline = time.monotonic() + 60
+    while objects(prefix) and time.monotonic() < deadline:
+        asyncio.run(collect())
+        time.sleep(1)
+    assert objects(prefix) == {}
+    assert objects("snapshots/demo/templates/counter/")  # the golden snapshot is still in use
