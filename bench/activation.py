@@ -11,9 +11,10 @@ response. In the same run, interleaved (one of each per cycle while the actor is
   atelet.runsc), then the first `GET /` (no control plane at all).
 
 The overhead is broken into steps from data the code records anyway: Temporal history event
-times (workflow started, first workflow task started, completed), the local-activity markers'
-completion times (begin_resume, atelet_start, finish_resume) and the atelet's own
-fetch/restore/probe seconds returned in the ResumeActor result.
+times (workflow started, first workflow task started, completed), the completion times of the
+steps (begin_resume and finish_resume from their local-activity markers, atelet_start, a regular
+activity, from its ActivityTaskCompleted event) and the atelet's own fetch/restore/probe seconds
+returned in the ResumeActor result.
 """
 
 from __future__ import annotations
@@ -59,8 +60,9 @@ STEP_DOC = {
     "atelet_fetch": "atelet: verify manifest + extract durable dirs",
     "atelet_restore": "atelet: netns ensure + runsc restore",
     "atelet_probe": "atelet: wakeup probe until 200",
-    "atelet_rpc": "atelet_start minus fetch/restore/probe (gRPC, spec conversion, image resolve, bundle write)",
-    "finalize": "finish_resume local activity (mark RUNNING)",
+    "atelet_rpc": "atelet_start minus fetch/restore/probe (workflow task hand-off to the activity, gRPC, "
+    "spec conversion, image resolve, bundle write, activity completion)",
+    "finalize": "atelet_start completed -> finish_resume done (a workflow task, then the local activity)",
     "complete": "finish_resume done -> WorkflowExecutionCompleted (workflow task completion)",
     "back": "WorkflowExecutionCompleted -> response (result to API, API get_actor, router proxy, actor reply)",
 }

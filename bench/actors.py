@@ -43,20 +43,27 @@ def _ts(event: Any) -> float:
 
 
 async def workflow_steps(temporal: Any, workflow_id: str) -> dict[str, Any]:
-    """Wall-clock times of a finished workflow (latest run): server events and local-activity completions.
+    """Wall-clock times of a finished workflow (latest run): server events and activity completions.
 
     Returns {"started", "task_started", "completed", "result", "la": [(activity_type, complete_time)]}.
-    Local activities' completion times come from their marker's `data` (Core SDK marker format).
+    Local activities' completion times come from their marker's `data` (Core SDK marker format);
+    regular activities' (the atelet calls) from their ActivityTaskCompleted event.
     """
     handle = temporal.get_workflow_handle(workflow_id)
     history = await handle.fetch_history()
     out: dict[str, Any] = {"la": []}
+    scheduled: dict[int, str] = {}
     for e in history.events:
         kind = e.event_type
         if kind == 1:  # WORKFLOW_EXECUTION_STARTED
             out["started"] = _ts(e)
         elif kind == 6 and "task_started" not in out:  # WORKFLOW_TASK_STARTED
             out["task_started"] = _ts(e)
+        elif kind == 10:  # ACTIVITY_TASK_SCHEDULED
+            scheduled[e.event_id] = e.activity_task_scheduled_event_attributes.activity_type.name
+        elif kind == 12:  # ACTIVITY_TASK_COMPLETED
+            done = e.activity_task_completed_event_attributes
+            out["la"].append((scheduled.get(done.scheduled_event_id), _ts(e)))
         elif kind == 25:  # MARKER_RECORDED
             details = e.marker_recorded_event_attributes.details
             if "data" in details and details["data"].payloads:

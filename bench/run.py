@@ -17,6 +17,12 @@ def main(argv: list[str] | None = None) -> None:
     a = sub.add_parser("activation", help="router GET of a suspended FULL counter vs runsc restore floor")
     a.add_argument("--cycles", type=int, default=50)
     a.add_argument("--warmup", type=int, default=3)
+    o = sub.add_parser(
+        "activation-object-store",
+        help="router GET of a suspended counter from S3, warm and cold cache, vs raw download + runsc restore",
+    )
+    o.add_argument("--cycles", type=int, default=20)
+    o.add_argument("--warmup", type=int, default=2)
     t = sub.add_parser("temporal-floor", help="ResumeActor (hollow) vs a bare 3-local-activity workflow")
     t.add_argument("--cycles", type=int, default=100)
     p = sub.add_parser("throughput", help="resume+suspend cycles/s (hollow workers) vs bare-Temporal ceiling")
@@ -33,13 +39,17 @@ def main(argv: list[str] | None = None) -> None:
     d.add_argument("--idle", type=int, default=200, help="more actors, resumed and suspended once each")
     d.add_argument("--concurrency", type=int, default=4, help="resumes/suspends in flight")
     d.add_argument("--cpu-seconds", type=float, default=20.0, help="idle CPU window, then the request window")
-    for sp in (a, t, p, s, d):
+    for sp in (a, o, t, p, s, d):
         sp.add_argument("--keep", action="store_true", help="keep the stack's data dir")
     args = parser.parse_args(argv)
     if args.name == "activation":
         from bench import activation
 
         activation.run(cycles=args.cycles, warmup=args.warmup, keep=args.keep, log=log)
+    elif args.name == "activation-object-store":
+        from bench import activation_object_store
+
+        activation_object_store.run(cycles=args.cycles, warmup=args.warmup, keep=args.keep, log=log)
     elif args.name == "temporal-floor":
         from bench import controlplane
 

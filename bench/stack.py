@@ -104,8 +104,10 @@ def start(
     keep: bool = False,
     timeout: float = 240.0,
     log: Log = print,
+    extra: tuple[str, ...] = (),
 ) -> Stack:
-    """Start `ate dev` and wait for `ate: ready`. `env` adds/overrides variables of every part."""
+    """Start `ate dev` and wait for `ate: ready`. `env` adds/overrides variables of every part;
+    `extra` are more `ate dev` flags (e.g. `--object-store`)."""
     data_dir = Path(tempfile.mkdtemp(prefix="ate-bench-"))
     child_env = {k: v for k, v in os.environ.items() if k not in ("ATE_DATABASE_URL", "ATE_TEMPORAL_ADDRESS")}
     child_env.update(
@@ -129,6 +131,7 @@ def start(
         "--ui-port", str(PORTS["ui"]), "--metrics-port-base", str(METRICS["router"]),
     ]  # fmt: skip
     argv += ["--pool", str(pool)] if pool else ["--workers", str(workers)]
+    argv += list(extra)
     proc = subprocess.Popen(
         argv,
         cwd=ROOT,
