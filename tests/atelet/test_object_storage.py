@@ -229,3 +229,49 @@ async def test_the_store_dying_during_a_download_fails_the_restore_cleanly(
     assert not restored.snapshot_cache_hit  # the failed download left nothing in the cache
     assert await get(restored.worker_ip) == {"memory_count": 2, "file_count": 2}
     await terminate(b)
+
+
+async def test_concurrent_restores_of_one_snapshot_download_it_once(
+        nodes: tuple[Atelet, Atelet, str], counter_image: str) -> None:
+    a, b, location = nodes
+    ip = await run_counter(a, "default-0", counter_image)
+    assert await get(ip) == {"memory_count": 1, "file_count": 1}
+    uri = f"{location}/demo/actors/c1/1-{uuid.uuid4().hex[:12]}"
+    done = await checkpoint(a, "default-0", uri)
+    # two actors restored from the same snapshot at once on node b (a tag's use): one download
+    first, second = pb.ActorRef(atespace="demo", name="x1"), pb.ActorRef(atespace="demo", name="x2")
+    requests = []
+    for worker, ref in (("default-0", first), ("default-1", second)):
+        request = restore_request(uri, done.manifest, counter_image, worker)
+        request.actor.CopyFrom(ref)
+        requests.append(request)
+    replies = await asyncio.gather(*(b.stub.Restore(r) for r in requests))
+    assert sorted(r.snapshot_cache_hit for r in replies) == [False, True]
+    for reply in replies:  # two independent copies, each from the snapshot's count
+        assert await get(reply.worker_ip) == {"memory_count": 2, "file_count": 2}
+    for worker, ref in (("default-0", first), ("default-1", second)):
+        await b.stub.Terminate(pb.TerminateRequest(operation_id=op(), worker=worker, actor=ref))
+
+
+async def test_a_store_that_refuses_the_credentials_is_named_and_not_retried(
+        object_store: LocalObjectStore, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from atelet.errors import AteletError
+    from atelet.snapshots.manifest import hash_into
+    from atelet.snapshots.remote import ObjectStores
+
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "not-the-secret")
+    stores = ObjectStores(["s3://ate/denied"], retry_seconds=30)
+    (tmp_path / "checkpoint").mkdir()
+    (tmp_path / "checkpoint" / "pages.img").write_bytes(b"x" * 1000)
+    manifest = pb.SnapshotManifest(scope=pb.SNAPSHOT_SCOPE_FULL)
+    hash_into(tmp_path, manifest)
+    started = asyncio.get_running_loop().time()
+    with pytest.raises(AteletError) as err:
+        await stores.upload(tmp_path, stores.location("s3://ate/denied/x/1", "snapshot_uri"), manifest)
+    assert err.value.code == grpc.StatusCode.PERMISSION_DENIED
+    assert err.value.reason.startswith("snapshot store s3://ate refused this node's credentials while uploading")
+    assert asyncio.get_running_loop().time() - started < 30  # refused at once, not retried for the window
+    with pytest.raises(AteletError) as outside:
+        stores.location("s3://ate/elsewhere/x/1", "snapshot_uri")
+    assert outside.value.code == grpc.StatusCode.INVALID_ARGUMENT
+    assert "outside the object storage locations of this node (['s3://ate/denied'])" in outside.value.reason

@@ -22,7 +22,7 @@ from temporalio.client import Client
 
 from ate.dev.object_store import ACCESS_KEY, REGION, SECRET_KEY, LocalObjectStore
 from domain.temporal import SNAPSHOT_GC_WORKFLOW_ID
-from tests.e2e.conftest import Stack, running_stack
+from tests.e2e.conftest import REPO, Stack, running_stack
 
 pytestmark = [pytest.mark.slow, pytest.mark.runsc]
 
@@ -74,9 +74,18 @@ def actor(stack: Stack, name: str) -> dict[str, object]:
     return dict(response.json())
 
 
-def test_the_tour_with_snapshots_in_s3(s3_stack: Stack) -> None:
+def test_the_tour_with_snapshots_in_s3(s3_stack: Stack, tmp_path: Path) -> None:
     stack = s3_stack
     stack.ate("create", "atespace", "demo")
+    elsewhere = (REPO / "examples/counter/template.yaml").read_text().replace(
+        "snapshotConfig: {", "snapshotConfig: {storageLocation: 's3://other-bucket/x', "
+    )
+    assert "other-bucket" in elsewhere
+    (tmp_path / "elsewhere.yaml").write_text(elsewhere)
+    refused = stack.ate("create", "template", "t0", "-a", "demo", "-f", str(tmp_path / "elsewhere.yaml"), check=False)
+    assert refused.returncode == 1
+    assert "spec.snapshotConfig.storageLocation 's3://other-bucket/x' is outside the snapshot stores" in refused.stderr
+    assert "use s3://ate/snapshots or file://" in refused.stderr, refused.stderr
     stack.ate("create", "template", "counter", "-a", "demo", "-f", "examples/counter/template.yaml")
     template = httpx.get(f"{stack.api}/v1/atespaces/demo/templates/counter", timeout=30).json()
     assert template["spec"]["snapshotConfig"]["storageLocation"] == "s3://ate/snapshots"
