@@ -11,19 +11,17 @@ from atelet.pool import PoolError, load_pools
 GOOD = """\
 apiVersion: ate.dev/v1alpha1
 kind: WorkerPool
-metadata: {name: default}
+metadata: {name: default, labels: {}}
 spec:
   replicas: 2
   sandboxClass: gvisor
-  labels: {}
   capacity: {places: 1, cpu: "2", memory: 2Gi}
 ---
 apiVersion: ate.dev/v1alpha1
 kind: WorkerPool
-metadata: {name: big}
+metadata: {name: big, labels: {tier: big}}
 spec:
   replicas: 1
-  labels: {tier: big}
   capacity: {places: 4, cpu: 1500m, memory: 512Mi}
 """
 
@@ -49,12 +47,13 @@ def test_loads_several_pools(tmp_path: Path) -> None:
     ('cpu: "2"', "cpu: lots", "spec.capacity.cpu"),
     ("memory: 2Gi", "memory: 2GB", "spec.capacity.memory"),
     ("places: 1", "places: 0", "spec.capacity.places"),
-    ("{name: default}", "{name: Default_Pool}", "metadata.name"),
-    ("{name: big}", "{name: default}", "metadata.name"),
-    ("kind: WorkerPool\nmetadata: {name: default}", "kind: Pool\nmetadata: {name: default}", "kind"),
-    ("apiVersion: ate.dev/v1alpha1\nkind: WorkerPool\nmetadata: {name: big}",
-     "apiVersion: v1\nkind: WorkerPool\nmetadata: {name: big}", "apiVersion"),
-    ("labels: {tier: big}", "labels: {tier: 3}", "spec.labels"),
+    ("{name: default,", "{name: Default_Pool,", "metadata.name"),
+    ("{name: big,", "{name: default,", "metadata.name"),
+    ("kind: WorkerPool\nmetadata: {name: default", "kind: Pool\nmetadata: {name: default", "kind"),
+    ("apiVersion: ate.dev/v1alpha1\nkind: WorkerPool\nmetadata: {name: big",
+     "apiVersion: v1\nkind: WorkerPool\nmetadata: {name: big", "apiVersion"),
+    ("labels: {tier: big}", "labels: {tier: 3}", "metadata.labels"),
+    ("replicas: 1\n", "replicas: 1\n  labels: {tier: big}\n", "spec.labels"),
 ])
 def test_errors_name_the_field(tmp_path: Path, old: str, new: str, field: str) -> None:
     assert old in GOOD
