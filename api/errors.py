@@ -22,6 +22,7 @@ STATUS_BY_REASON = {
     "VersionConflict": 409,
     "NoCapacity": 503,
     "NoMatchingWorker": 409,
+    "NodeRetired": 410,
     "Timeout": 504,
     "Unavailable": 503,
     "Internal": 500,

@@ -42,6 +42,12 @@ class VersionConflict(StoreError):
     reason = "VersionConflict"
 
 
+class NodeRetired(StoreError):
+    """The node was retired (its worker pod deleted) and may not register again."""
+
+    reason = "NodeRetired"
+
+
 class NoCapacity(StoreError):
     """No worker passes every placement check; the message names the check that removed the last."""
 

@@ -7,7 +7,7 @@ from dataclasses import dataclass
 
 import asyncpg
 
-from activities.store.errors import NotFound
+from activities.store.errors import NodeRetired, NotFound
 from activities.store.records import WorkerRecord, WorkerRegistration
 from activities.store.sql import QUERIES as Q
 from domain.refs import ActorRef
@@ -60,8 +60,16 @@ class Nodes:
 
         Returns:
             The sandboxes the atelet must stop (fencing).
+
+        Raises:
+            NodeRetired: the node was retired (its worker pod deleted); it never comes back.
         """
         async with self.pool.acquire() as connection, connection.transaction():
+            if await connection.fetchval(Q["node_retired"], node) is not None:
+                raise NodeRetired(
+                    f"node {node} was retired (its worker pod was deleted) and cannot register again; "
+                    "a new pod registers under its own name"
+                )
             await connection.execute(Q["upsert_node"], node, address, runsc_version)
             for w in workers:
                 await connection.execute(
@@ -77,9 +85,62 @@ class Nodes:
                     w.memory_bytes,
                 )
             await connection.execute(Q["retire_missing_workers"], node, [w.name for w in workers])
-            if running is None:
-                return []
-            return await self._reconcile(connection, node, running)
+            orders = [] if running is None else await self._reconcile(connection, node, running)
+            await connection.execute(Q["hold_unready_pod_workers"], node)
+            return orders
+
+    async def sync_pod(self, node: str, address: str, worker: WorkerRegistration, ready: bool) -> bool:
+        """The pod syncer's report of a worker pod (one atelet, one worker; the node is the pod):
+        the node and its worker exist, UNAVAILABLE while the pod is not Ready. Heartbeats keep
+        their own say (a node whose atelet never beats is lost after NODE_LIVENESS_SECONDS).
+
+        Returns:
+            False when the node was retired (a deleted pod is never brought back): nothing changes.
+        """
+        async with self.pool.acquire() as connection, connection.transaction():
+            if await connection.fetchval(Q["node_retired"], node) is not None:
+                return False
+            await connection.execute(Q["upsert_pod_node"], node, address, not ready)
+            exists = await connection.fetchval(Q["worker_by_name"], node, worker.name)
+            if exists is None:
+                await connection.execute(
+                    Q["upsert_worker"],
+                    node,
+                    worker.name,
+                    worker.pool,
+                    worker.ip,
+                    worker.sandbox_class,
+                    worker.labels,
+                    worker.places,
+                    worker.cpu_millis,
+                    worker.memory_bytes,
+                )
+            if ready:  # Ready again: what the pod held back is lifted (the next heartbeat agrees)
+                await connection.execute(Q["lift_unready_pod_workers"], node)
+            await connection.execute(Q["hold_unready_pod_workers"], node)
+            return True
+
+    async def retire(self, node: str, reason: str) -> list[tuple[ActorRef, str]]:
+        """A node is gone for good (its worker pod was deleted): each actor it hosted or that is
+        pinned to it goes back to SUSPENDED with its last COMPLETED snapshot (a CRASHED one stays
+        CRASHED), their places are freed, the workers forgotten, and the node kept as a tombstone
+        that never registers again. Idempotent.
+
+        Returns:
+            The actors released, with the state they are in now.
+        """
+        async with self.pool.acquire() as connection, connection.transaction():
+            locked = await connection.fetch(Q["lock_actors_of_node"], node)
+            released = await connection.fetch(Q["release_actors_of_node"], node, reason)
+            for row in locked:
+                if row["in_progress_snapshot_id"] is not None:
+                    await connection.execute(Q["delete_pending_snapshot"], row["in_progress_snapshot_id"])
+            await connection.execute(Q["delete_placements_of_node"], node)
+            for row in released:
+                await connection.execute(Q["delete_placement"], ActorRef(row["atespace"], row["name"]).workflow_id)
+            await connection.execute(Q["delete_workers_of_node"], node)
+            await connection.execute(Q["retire_node"], node)
+            return [(ActorRef(r["atespace"], r["name"]), r["state"]) for r in released]
 
     async def list_workers(self) -> list[WorkerRecord]:
         """Every worker with its usage."""

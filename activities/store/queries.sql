@@ -398,7 +398,7 @@ WHERE w.node = $1;
 -- lost_nodes --
 -- Nodes whose heartbeat is older than $1 seconds and whose workers are not yet marked lost.
 SELECT n.name, n.last_heartbeat FROM nodes n
-WHERE n.last_heartbeat < now() - make_interval(secs => $1)
+WHERE n.last_heartbeat < now() - make_interval(secs => $1) AND n.retired_at IS NULL
   AND EXISTS (SELECT 1 FROM workers w WHERE w.node = n.name
               AND (w.state = 'ACTIVE' OR w.state_reason IS DISTINCT FROM 'node lost'));
 
@@ -553,3 +553,61 @@ UPDATE actors SET latest_snapshot_id = $3,
                   version = version + 1, updated_at = now()
 WHERE atespace = $1 AND name = $2
 RETURNING version;
+
+-- node_retired --
+-- When the node was retired (its worker pod deleted), or NULL.
+SELECT retired_at FROM nodes WHERE name = $1;
+
+-- upsert_pod_node --
+-- The pod syncer's view of a worker pod's node: its address and whether the pod is Ready. The
+-- heartbeat stays the atelet's: a new row starts with a heartbeat of now (so it is lost unless its
+-- atelet registers within the lease).
+INSERT INTO nodes (name, address, pod_not_ready) VALUES ($1, $2, $3)
+ON CONFLICT (name) DO UPDATE SET address = EXCLUDED.address, pod_not_ready = EXCLUDED.pod_not_ready
+WHERE nodes.retired_at IS NULL
+  AND (nodes.address, nodes.pod_not_ready) IS DISTINCT FROM (EXCLUDED.address, EXCLUDED.pod_not_ready)
+RETURNING name;
+
+-- hold_unready_pod_workers --
+-- The workers of a node whose pod is not Ready are UNAVAILABLE, whatever its heartbeat says.
+UPDATE workers w SET state = 'UNAVAILABLE', state_reason = 'pod not Ready', updated_at = now()
+FROM nodes n
+WHERE w.node = n.name AND n.name = $1 AND n.pod_not_ready
+  AND (w.state, w.state_reason) IS DISTINCT FROM ('UNAVAILABLE', 'pod not Ready');
+
+-- lift_unready_pod_workers --
+-- The pod is Ready again: its workers held back as "pod not Ready" are ACTIVE (unless fenced or
+-- draining, which the heartbeat's reconciliation re-applies).
+UPDATE workers SET state = 'ACTIVE', state_reason = NULL, updated_at = now()
+WHERE node = $1 AND state = 'UNAVAILABLE' AND state_reason = 'pod not Ready';
+
+-- release_actors_of_node --
+-- A node is gone for good (its pod was deleted): every actor bound to its workers or pinned to it
+-- goes back to SUSPENDED with its last COMPLETED snapshot (a CRASHED one stays CRASHED); the
+-- caller drops the PENDING snapshots of operations in flight (lock_actors_of_node lists them).
+UPDATE actors a SET
+    state = CASE WHEN a.state = 'CRASHED' THEN 'CRASHED' ELSE 'SUSPENDED' END,
+    worker_id = NULL, operation = NULL, local_snapshot_id = NULL, pending_upload_snapshot_id = NULL,
+    pinned_node = NULL, in_progress_snapshot_id = NULL,
+    last_error = CASE WHEN a.state = 'CRASHED' THEN a.last_error ELSE $2 END,
+    version = a.version + 1, updated_at = now()
+WHERE a.worker_id IN (SELECT id FROM workers WHERE node = $1) OR a.pinned_node = $1
+RETURNING a.atespace, a.name, a.state;
+
+-- lock_actors_of_node --
+-- The actors bound to a node's workers or pinned to it, locked, with their in-progress snapshot.
+SELECT atespace, name, in_progress_snapshot_id FROM actors
+WHERE worker_id IN (SELECT id FROM workers WHERE node = $1) OR pinned_node = $1
+ORDER BY atespace, name FOR UPDATE;
+
+-- delete_placements_of_node --
+-- Free every place on a node's workers.
+DELETE FROM placements WHERE worker_id IN (SELECT id FROM workers WHERE node = $1);
+
+-- delete_workers_of_node --
+-- Forget a node's workers.
+DELETE FROM workers WHERE node = $1;
+
+-- retire_node --
+-- Keep the node's row as a tombstone: it never registers again.
+UPDATE nodes SET retired_at = now(), pod_not_ready = true WHERE name = $1 AND retired_at IS NULL RETURNING name;

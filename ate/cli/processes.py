@@ -1,4 +1,4 @@
-"""`ate api-server|worker|atelet|router`: run one ate process in the foreground.
+"""`ate api-server|worker|atelet|router|controller`: run one ate process in the foreground.
 
 Every argument after the command is handed to that process's own `main(argv)`; the modules
 are imported only when their command runs, so the CLI stays fast and works without them.
@@ -17,6 +17,7 @@ PROCESSES: dict[str, tuple[str, str]] = {
     ),
     "atelet": ("atelet.main", "Run the node agent (args go to atelet.main)."),
     "router": ("router.main", "Run the HTTP router for actor traffic (args go to router.main)."),
+    "controller": ("controller.main", "Run the Kubernetes controller: WorkerPools, worker pods (args go to controller.main)."),
 }
 
 CONTEXT_SETTINGS: dict[str, Any] = {"allow_extra_args": True, "ignore_unknown_options": True}

@@ -1,0 +1,136 @@
+"""The Deployment of a WorkerPool's worker pods, as the controller applies it (pure: no I/O).
+
+How a worker pod hosts its gVisor sandbox (docs/kubernetes.md says why):
+- one atelet and one worker per pod: the atelet's node is the pod (its name, from the downward
+  API), so registration, heartbeats, drains and fencing work as they do under `ate dev`;
+- the worker has its own network namespace and address inside the pod (gVisor cannot checkpoint
+  with `--network=host`), and the atelet forwards the pod IP's TCP ports but its own into it
+  (`--advertise-worker-ip`), so the router reaches actors at the pod IP;
+- the pod runs privileged: runsc needs to create mount and network namespaces, set up veths and
+  NAT, and (ptrace platform) trace the sandbox's processes, which no narrower set of capabilities
+  allows under the default seccomp and AppArmor profiles; the pod gets no service account token;
+- local snapshots (pause, async suspend) and the snapshot cache live in emptyDirs: they last as
+  long as the pod, which is as long as its node (the ate node is the pod) can be pinned to.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from controller.labels import ATELET_METRICS_PORT, ATELET_PORT, MANAGED_BY, POOL_LABEL, deployment_name
+from domain.pools import API_VERSION, KIND, WorkerPoolSpec
+
+TERMINATION_GRACE_SECONDS = 1800
+"""How long a worker pod being evicted has to suspend its actor: the eviction deadline's default."""
+
+
+def pool_document(pool: WorkerPoolSpec) -> dict[str, Any]:
+    """The WorkerPool document one worker pod's atelet reads (its pool, with one replica)."""
+    capacity: dict[str, Any] = {"places": pool.places, "cpu": f"{pool.cpu_millis}m", "memory": str(pool.memory_bytes)}
+    return {
+        "apiVersion": API_VERSION,
+        "kind": KIND,
+        "metadata": {"name": pool.name, "labels": dict(pool.labels)},
+        "spec": {"replicas": 1, "sandboxClass": pool.sandbox_class, "capacity": capacity},
+    }
+
+
+def worker_deployment(
+    pool: WorkerPoolSpec, owner_uid: str, *, image: str, api_server: str, service_account: str
+) -> dict[str, Any]:
+    """The Deployment (apps/v1, as a dict ready for server-side apply) of `pool`'s worker pods.
+
+    Args:
+        owner_uid: the WorkerPool's UID: the Deployment's controller owner reference, so deleting
+            the pool deletes its Deployment (garbage collection).
+        image: the ate image.
+        api_server: the REST API the atelets register with.
+        service_account: the worker pods' service account (no API access needed).
+    """
+    selector = {POOL_LABEL: pool.name}
+    pod_labels = {**MANAGED_BY, **selector, "app.kubernetes.io/name": "ate-worker", "ate.dev/sandbox-class": pool.sandbox_class}
+    resources: dict[str, Any] = {}
+    if pool.pod.requests:
+        resources["requests"] = dict(pool.pod.requests)
+    if pool.pod.limits:
+        resources["limits"] = dict(pool.pod.limits)
+    env = [
+        {"name": "POD_NAME", "valueFrom": {"fieldRef": {"fieldPath": "metadata.name"}}},
+        {"name": "POD_IP", "valueFrom": {"fieldRef": {"fieldPath": "status.podIP"}}},
+        {"name": "ATE_ATELET_NODE", "value": "$(POD_NAME)"},
+        {"name": "ATE_ATELET_LISTEN", "value": f"0.0.0.0:{ATELET_PORT}"},
+        {"name": "ATE_ATELET_ADVERTISE_ADDRESS", "value": f"$(POD_IP):{ATELET_PORT}"},
+        {"name": "ATE_ATELET_ADVERTISE_WORKER_IP", "value": "$(POD_IP)"},
+        {"name": "ATE_ATELET_METRICS_LISTEN", "value": f"0.0.0.0:{ATELET_METRICS_PORT}"},
+        {"name": "ATE_ATELET_API_SERVER", "value": api_server},
+        {"name": "ATE_ATELET_POOL_DOCUMENT", "value": json.dumps(pool_document(pool), sort_keys=True)},
+        {"name": "ATE_ATELET_STATE_DIR", "value": "/var/lib/ate/state"},
+        {"name": "ATE_ATELET_LOCAL_SNAPSHOT_ROOT", "value": "/var/lib/ate/local-snapshots"},
+        {"name": "ATE_ATELET_SNAPSHOT_CACHE_DIR", "value": "/var/lib/ate/snapshot-cache"},
+        {"name": "ATE_ATELET_DRAIN_ON_SIGTERM", "value": "true"},
+        {"name": "ATE_ATELET_DRAIN_DEADLINE_SECONDS", "value": str(TERMINATION_GRACE_SECONDS - 30)},
+    ]
+    container: dict[str, Any] = {
+        "name": "atelet",
+        "image": image,
+        "args": ["atelet"],
+        "env": env,
+        "envFrom": [{"secretRef": {"name": "ate-object-store", "optional": True}}],
+        "ports": [
+            {"name": "grpc", "containerPort": ATELET_PORT},
+            {"name": "metrics", "containerPort": ATELET_METRICS_PORT},
+        ],
+        "readinessProbe": {"tcpSocket": {"port": ATELET_PORT}, "periodSeconds": 5},
+        "securityContext": {"privileged": True},
+        "volumeMounts": [
+            {"name": "state", "mountPath": "/var/lib/ate/state"},
+            {"name": "local-snapshots", "mountPath": "/var/lib/ate/local-snapshots"},
+            {"name": "snapshot-cache", "mountPath": "/var/lib/ate/snapshot-cache"},
+        ],
+    }
+    if resources:
+        container["resources"] = resources
+    pod_spec: dict[str, Any] = {
+        "serviceAccountName": service_account,
+        "automountServiceAccountToken": False,
+        "terminationGracePeriodSeconds": TERMINATION_GRACE_SECONDS,
+        "containers": [container],
+        "volumes": [
+            {"name": "state", "emptyDir": {}},
+            {"name": "local-snapshots", "emptyDir": {}},
+            {"name": "snapshot-cache", "emptyDir": {}},
+        ],
+    }
+    if pool.pod.node_selector:
+        pod_spec["nodeSelector"] = dict(pool.pod.node_selector)
+    if pool.pod.tolerations:
+        pod_spec["tolerations"] = list(pool.pod.tolerations)
+    if pool.pod.affinity:
+        pod_spec["affinity"] = dict(pool.pod.affinity)
+    if pool.pod.priority_class_name:
+        pod_spec["priorityClassName"] = pool.pod.priority_class_name
+    return {
+        "apiVersion": "apps/v1",
+        "kind": "Deployment",
+        "metadata": {
+            "name": deployment_name(pool.name),
+            "namespace": pool.namespace,
+            "labels": {**MANAGED_BY, **selector},
+            "ownerReferences": [
+                {
+                    "apiVersion": API_VERSION,
+                    "kind": KIND,
+                    "name": pool.name,
+                    "uid": owner_uid,
+                    "controller": True,
+                    "blockOwnerDeletion": True,
+                }
+            ],
+        },
+        "spec": {
+            "replicas": pool.replicas,
+            "selector": {"matchLabels": selector},
+            "template": {"metadata": {"labels": pod_labels}, "spec": pod_spec},
+        },
+    }

@@ -1,0 +1,94 @@
+"""The pod syncer: what Kubernetes does to worker pods, told to the control plane.
+
+A worker pod (label `ate.dev/pool`) hosts one atelet and one worker; its ate node is the pod.
+- It has a PodIP: its worker record exists (pool, labels, class and capacity from its WorkerPool),
+  ACTIVE while the pod is Ready and UNAVAILABLE while it is not.
+- It is being deleted with a grace period (an eviction, a scale-down, a rollout:
+  deletionTimestamp is set): its node is drained through the API (`POST /v1/nodes/{pod}/drain`,
+  the EvictionDeadline workflow), so its actor is suspended, not lost; the deadline is the pod's
+  grace period.
+- It is gone: every actor it hosted goes back to SUSPENDED with its last COMPLETED snapshot (a
+  CRASHED one stays CRASHED) and the node is retired; a late heartbeat of its atelet cannot bring
+  it back.
+The atelet's heartbeat and the syncer agree: whichever first says a worker is gone wins (a
+silent atelet's actors are CRASHED by the lease; a deleted pod's are released), and neither
+brings back a deleted worker.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+from activities.store import Store
+from activities.store.records import WorkerRegistration
+from controller.labels import ATELET_PORT, POOL_LABEL, worker_name
+from domain.pools import WorkerPoolSpec
+
+log = logging.getLogger(__name__)
+
+Drain = Callable[[str, float], Awaitable[None]]
+"""Drain the node (pod) with a deadline in seconds."""
+
+
+def ready(pod: dict[str, Any]) -> bool:
+    """Whether the pod's Ready condition is True."""
+    conditions = (pod.get("status") or {}).get("conditions") or []
+    return any(c.get("type") == "Ready" and c.get("status") == "True" for c in conditions)
+
+
+class PodSyncer:
+    """Turns worker pod events into worker records and drains.
+
+    Args:
+        store: the control plane's store.
+        pools: (namespace, pool name) -> the pool's spec, kept current by the pool watcher.
+        drain: starts the drain of a node.
+    """
+
+    def __init__(self, store: Store, pools: dict[tuple[str, str], WorkerPoolSpec], drain: Drain) -> None:
+        self.store = store
+        self.pools = pools
+        self.drain = drain
+        self.draining: set[str] = set()
+
+    async def on_event(self, kind: str, pod: dict[str, Any]) -> None:
+        """One event of a worker pod ("ADDED" | "MODIFIED" | "DELETED")."""
+        meta = pod.get("metadata") or {}
+        node = str(meta.get("name") or "")
+        pool_name = (meta.get("labels") or {}).get(POOL_LABEL)
+        if not node or not pool_name:
+            return
+        if kind == "DELETED":
+            released = await self.store.nodes.retire(
+                node, f"worker pod {meta.get('namespace')}/{node} was deleted; back to its last completed snapshot"
+            )
+            self.draining.discard(node)
+            if released:
+                log.info("pod %s deleted: released %s", node, ", ".join(f"{a.key} ({s})" for a, s in released))
+            return
+        if meta.get("deletionTimestamp"):
+            if node not in self.draining:
+                self.draining.add(node)
+                grace = meta.get("deletionGracePeriodSeconds")
+                if grace is None:
+                    grace = (pod.get("spec") or {}).get("terminationGracePeriodSeconds") or 30
+                log.info("pod %s is being deleted (grace %s s): draining its node", node, grace)
+                await self.drain(node, float(max(int(grace), 1)))
+            return
+        ip = (pod.get("status") or {}).get("podIP")
+        spec = self.pools.get((str(meta.get("namespace") or ""), pool_name))
+        if not ip or spec is None:
+            return
+        worker = WorkerRegistration(
+            name=worker_name(pool_name),
+            pool=pool_name,
+            ip=ip,
+            sandbox_class=spec.sandbox_class,
+            labels=dict(spec.labels),
+            places=spec.places,
+            cpu_millis=spec.cpu_millis,
+            memory_bytes=spec.memory_bytes,
+        )
+        await self.store.nodes.sync_pod(node, f"{ip}:{ATELET_PORT}", worker, ready(pod))

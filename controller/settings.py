@@ -1,0 +1,35 @@
+"""Settings of `ate controller` (environment prefix `ATE_CONTROLLER_`, except the shared
+`ATE_DATABASE_URL`)."""
+
+from __future__ import annotations
+
+from pydantic import AliasChoices, Field
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+
+class ControllerSettings(BaseSettings):
+    """Where the controller watches and what it writes.
+
+    - ``namespace``: the namespace of the WorkerPools and their worker pods ("" = every namespace).
+    - ``image``: the image of the worker pods (the one image of every ate process).
+    - ``api_server``: the ate REST API the worker pods' atelets register with, and where drains go.
+    - ``database_url``: PostgreSQL, for the worker records (``ATE_DATABASE_URL``).
+    - ``kubeconfig``: a kubeconfig file; empty: the in-cluster service account.
+    - ``metrics_listen``: ``host:port`` of ``/metrics``; empty disables it.
+    - ``resync_seconds``: how often everything is listed again and reconciled, events or not.
+    - ``worker_service_account``: the service account of the worker pods (it needs no API access).
+    """
+
+    model_config = SettingsConfigDict(env_prefix="ATE_CONTROLLER_")
+
+    namespace: str = "ate-system"
+    image: str = "ate:latest"
+    api_server: str = "http://ate-api-server.ate-system.svc:8080"
+    database_url: str = Field(
+        default="postgresql://postgres@127.0.0.1:5432/ate",
+        validation_alias=AliasChoices("ATE_CONTROLLER_DATABASE_URL", "ATE_DATABASE_URL", "database_url"),
+    )
+    kubeconfig: str = ""
+    metrics_listen: str = "0.0.0.0:9090"
+    resync_seconds: float = Field(default=300.0, gt=0)
+    worker_service_account: str = "ate-worker"
