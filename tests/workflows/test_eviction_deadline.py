@@ -13,8 +13,8 @@ from domain.operations.atelet_calls import AteletCheckpointResult, AteletTermina
 from domain.operations.drain import BeginDrainInput, CrashInput, DrainPlan, EvictionDeadlineInput, Leftover
 from domain.operations.snapshot_gc import SnapshotGcInput
 from domain.operations.suspend import BeginSuspendInput, SuspendPlan
-from tests.workflows.conftest import Ate
 from tests.workflows.fakes import atelet_failure
+from tests.workflows.harness import Ate
 from tests.workflows.samples import MANIFEST, NODE, actor, snapshot, worker
 from workflows.eviction_deadline import EvictionDeadlineWorkflow
 from workflows.snapshot_gc import SnapshotGarbageCollectionWorkflow

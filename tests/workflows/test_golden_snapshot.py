@@ -18,8 +18,8 @@ from domain.operations.common import FinishInput
 from domain.operations.golden import GoldenPlan, GoldenSnapshotInput
 from domain.operations.suspend import CompleteSnapshotInput
 from domain.refs import ActorRef
-from tests.workflows.conftest import Ate
 from tests.workflows.fakes import atelet_failure, fail, store_failure
+from tests.workflows.harness import Ate
 from tests.workflows.samples import MANIFEST, SPEC, snapshot, worker
 from workflows.golden_snapshot import GoldenSnapshotWorkflow
 

@@ -11,8 +11,8 @@ from domain.operations.atelet_calls import AteletCheckpointInput, AteletCheckpoi
 from domain.operations.pause import PauseActorInput, PausePlan
 from domain.operations.suspend import BeginSuspendInput, CompleteSnapshotInput
 from domain.states import TRANSITIONS, Operation
-from tests.workflows.conftest import Ate
 from tests.workflows.fakes import atelet_failure, store_failure
+from tests.workflows.harness import Ate
 from tests.workflows.samples import C1, MANIFEST, NODE, snapshot, worker
 from workflows.pause_actor import PauseActorWorkflow
 

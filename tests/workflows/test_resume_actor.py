@@ -19,8 +19,8 @@ from domain.operations.resume import BeginResumeInput, ResumeActorInput, ResumeP
 from domain.operations.revert import FenceInput
 from domain.operations.suspend import BeginSuspendInput, CompleteSnapshotInput, SuspendPlan
 from domain.states import TRANSITIONS, Operation
-from tests.workflows.conftest import Ate
 from tests.workflows.fakes import atelet_failure, fail, store_failure
+from tests.workflows.harness import Ate
 from tests.workflows.samples import ATELET, C1, MANIFEST, NODE, SPEC, snapshot, worker
 from workflows.resume_actor import ResumeActorWorkflow
 

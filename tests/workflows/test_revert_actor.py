@@ -11,8 +11,8 @@ from domain.operations.atelet_calls import AteletTerminateInput
 from domain.operations.common import ActorOperation
 from domain.operations.revert import FenceInput, FinishRevertInput, RevertActorInput, RevertPlan
 from domain.states import TRANSITIONS, Operation
-from tests.workflows.conftest import Ate
 from tests.workflows.fakes import atelet_failure, store_failure
+from tests.workflows.harness import Ate
 from tests.workflows.samples import C1, NODE, worker
 from workflows.revert_actor import RevertActorWorkflow
 

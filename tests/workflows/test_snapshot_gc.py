@@ -16,8 +16,8 @@ from temporalio.client import WorkflowExecutionStatus
 from domain.operations.snapshot_gc import DeleteSnapshotInput, GarbageSnapshot, SnapshotGcInput
 from domain.states import SnapshotStorage
 from domain.temporal import SNAPSHOT_GC_WORKFLOW_ID
-from tests.workflows.conftest import Ate
 from tests.workflows.fakes import atelet_failure
+from tests.workflows.harness import Ate
 from tests.workflows.samples import NODE
 from workflows.snapshot_gc import SnapshotGarbageCollectionWorkflow
 

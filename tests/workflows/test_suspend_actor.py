@@ -16,8 +16,8 @@ from domain.operations.suspend import BeginSuspendInput, CompleteSnapshotInput, 
 from domain.operations.upload import CompleteUploadInput, UploadInput, UploadPlan, UploadSnapshotInput
 from domain.states import TRANSITIONS, Operation
 from domain.temporal import upload_workflow_id
-from tests.workflows.conftest import Ate
 from tests.workflows.fakes import atelet_failure, store_failure
+from tests.workflows.harness import Ate
 from tests.workflows.samples import ATELET, C1, MANIFEST, snapshot, worker
 from workflows.suspend_actor import SuspendActorWorkflow
 from workflows.upload_snapshot import UploadSnapshotWorkflow

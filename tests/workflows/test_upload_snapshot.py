@@ -11,8 +11,8 @@ from activities.store import NotFound
 from domain.operations.atelet_calls import AteletCheckpointResult, AteletCopyInput
 from domain.operations.upload import CompleteUploadInput, UploadInput, UploadPlan, UploadSnapshotInput
 from domain.temporal import upload_workflow_id
-from tests.workflows.conftest import Ate
 from tests.workflows.fakes import atelet_failure, store_failure
+from tests.workflows.harness import Ate
 from tests.workflows.samples import ATELET, C1, MANIFEST, snapshot
 from workflows.upload_snapshot import UploadSnapshotWorkflow
 
