@@ -130,7 +130,7 @@ class Controller:
         meta = obj["metadata"]
         try:
             fresh = self.custom.get_namespaced_custom_object(API_GROUP, VERSION, meta["namespace"], PLURAL, meta["name"])
-            return dict(fresh)  # type: ignore[call-overload]
+            return dict(fresh)  # type: ignore[call-overload, no-any-return]
         except client.exceptions.ApiException as error:
             if error.status == 404:
                 return None

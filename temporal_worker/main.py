@@ -11,6 +11,8 @@ import argparse
 import asyncio
 import logging
 import signal
+from collections.abc import Callable
+from typing import Any
 
 import uvloop
 from temporalio.client import Client
@@ -83,44 +85,53 @@ much of it re-importing). Its modules are deterministic: no I/O, clocks or rando
 `temporalio.workflow`; the sandbox still guards everything else they import."""
 
 
+def workflow_runner() -> SandboxedWorkflowRunner:
+    """The sandbox every ate workflow runs in (and is replayed in), with SANDBOX_PASSTHROUGH."""
+    return SandboxedWorkflowRunner(
+        restrictions=SandboxRestrictions.default.with_passthrough_modules(*SANDBOX_PASSTHROUGH)
+    )
+
+
+def activities(db: DbActivities, atelets: AteletActivities) -> list[Callable[..., Any]]:
+    """Every activity the workflows call, registered by the name each is defined with."""
+    return [
+        db.begin_resume,
+        db.finish_resume,
+        db.rollback_resume,
+        db.begin_suspend,
+        db.complete_suspend,
+        db.rollback_suspend,
+        db.begin_pause,
+        db.complete_pause,
+        db.begin_upload,
+        db.complete_upload,
+        db.abandon_upload,
+        db.begin_golden,
+        db.complete_golden,
+        db.fail_golden,
+        atelets.start,
+        atelets.checkpoint,
+        atelets.copy_snapshot,
+        atelets.terminate,
+        db.begin_revert,
+        db.fence_worker,
+        db.finish_revert,
+        db.begin_drain,
+        db.drain_leftovers,
+        db.crash_after_deadline,
+        db.garbage_snapshots,
+        atelets.delete_snapshot,
+    ]
+
+
 def build_worker(client: Client, store: Store, atelets: AteletActivities, settings: WorkerSettings) -> Worker:
     """A Temporal worker with every ate workflow and activity, tuned as TEMPORAL.md measured."""
-    db = DbActivities(store)
     return Worker(
         client,
         task_queue=TASK_QUEUE,
         workflows=WORKFLOWS,
-        workflow_runner=SandboxedWorkflowRunner(
-            restrictions=SandboxRestrictions.default.with_passthrough_modules(*SANDBOX_PASSTHROUGH)
-        ),
-        activities=[
-            db.begin_resume,
-            db.finish_resume,
-            db.rollback_resume,
-            db.begin_suspend,
-            db.complete_suspend,
-            db.rollback_suspend,
-            db.begin_pause,
-            db.complete_pause,
-            db.begin_upload,
-            db.complete_upload,
-            db.abandon_upload,
-            db.begin_golden,
-            db.complete_golden,
-            db.fail_golden,
-            atelets.start,
-            atelets.checkpoint,
-            atelets.copy_snapshot,
-            atelets.terminate,
-            db.begin_revert,
-            db.fence_worker,
-            db.finish_revert,
-            db.begin_drain,
-            db.drain_leftovers,
-            db.crash_after_deadline,
-            db.garbage_snapshots,
-            atelets.delete_snapshot,
-        ],
+        workflow_runner=workflow_runner(),
+        activities=activities(DbActivities(store), atelets),
         max_concurrent_workflow_tasks=settings.max_concurrent_workflow_tasks,
         max_concurrent_local_activities=settings.max_concurrent_local_activities,
         max_cached_workflows=settings.max_cached_workflows,

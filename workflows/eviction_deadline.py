@@ -35,7 +35,6 @@ with workflow.unsafe.imports_passed_through():
     )
     from domain.operations.suspend import SuspendActorInput, SuspendActorResult
     from domain.states import Operation
-    from domain.temporal import TASK_QUEUE
     from workflows.search_attributes import operation_attributes
 
 EVICTION = "EvictionDeadline"
@@ -64,7 +63,7 @@ class EvictionDeadlineWorkflow:
                         Operation.SUSPEND.value,
                         SuspendActorInput(actor=actor),
                         id=actor.workflow_id,
-                        task_queue=TASK_QUEUE,
+                        # No task_queue: the child inherits this workflow's (ate-control; a test's own queue).
                         result_type=SuspendActorResult,
                         parent_close_policy=ParentClosePolicy.ABANDON,
                         search_attributes=operation_attributes(actor.atespace, actor.name, Operation.SUSPEND.value),

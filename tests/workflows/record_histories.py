@@ -1,0 +1,272 @@
+"""Record the histories test_replay.py replays: `.venv/bin/python -m tests.workflows.record_histories`.
+
+Runs one representative execution per entry of SCENARIOS (every workflow, with its branches:
+rollbacks, retries, timers, child workflows, signals, continue-as-new) on the time-skipping
+test server with the fakes, and writes each history as JSON (the format of `temporal workflow
+show --output json`) to tests/workflows/histories/<scenario>.json. Commit the files it writes.
+
+Run it only when a workflow's shape changed on purpose (see test_replay.py); each scenario gets
+a test server of its own, so the whole recording takes a few seconds.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import logging
+import os
+import sys
+from collections.abc import Awaitable, Callable
+from pathlib import Path
+from typing import Any
+
+import grpc
+from temporalio.client import WorkflowHandle
+
+from activities.store import NoCapacity, PinnedNodeFull
+from domain.operations.atelet_calls import AteletCheckpointResult, AteletRunResult
+from domain.operations.drain import DrainPlan, EvictionDeadlineInput, Leftover
+from domain.operations.golden import GoldenPlan, GoldenSnapshotInput
+from domain.operations.pause import PauseActorInput, PausePlan
+from domain.operations.resume import ResumeActorInput, ResumePlan
+from domain.operations.revert import RevertActorInput, RevertPlan
+from domain.operations.snapshot_gc import GarbageSnapshot, SnapshotGcInput
+from domain.operations.suspend import BeginSuspendInput, SuspendActorInput, SuspendPlan
+from domain.operations.upload import UploadPlan, UploadSnapshotInput
+from domain.temporal import SNAPSHOT_GC_WORKFLOW_ID, template_workflow_id, upload_workflow_id
+from tests.workflows.fakes import Fakes, atelet_failure, store_failure
+from tests.workflows.harness import Ate, running, start_test_server
+from tests.workflows.samples import ATELET, C1, MANIFEST, NODE, SPEC, actor, snapshot, worker
+from workflows.eviction_deadline import EvictionDeadlineWorkflow
+from workflows.golden_snapshot import GoldenSnapshotWorkflow
+from workflows.pause_actor import PauseActorWorkflow
+from workflows.resume_actor import ResumeActorWorkflow
+from workflows.revert_actor import RevertActorWorkflow
+from workflows.snapshot_gc import SnapshotGarbageCollectionWorkflow
+from workflows.suspend_actor import SuspendActorWorkflow
+from workflows.upload_snapshot import UploadSnapshotWorkflow
+
+HISTORIES = Path(__file__).resolve().parent / "histories"
+
+Handle = WorkflowHandle[Any, Any]
+Scenario = Callable[[Ate], Awaitable[Handle]]
+
+RESTORED = AteletRunResult(worker_ip="10.88.0.2", timings={"restore": 0.25})
+CHECKPOINTED = AteletCheckpointResult(manifest=MANIFEST, size_bytes=8192, timings={"checkpoint": 0.4})
+LOCAL = snapshot(4, local=True, manifest=MANIFEST)
+RESUME_PLAN = ResumePlan(already_running=False, worker=worker(1), snapshot=snapshot(3, manifest=MANIFEST), spec=SPEC)
+UNAVAILABLE = atelet_failure(grpc.StatusCode.UNAVAILABLE, "atelet restarting")
+PROBE_FAILED = atelet_failure(grpc.StatusCode.FAILED_PRECONDITION, "wakeup probe got no answer within 30 s")
+
+
+async def settled(handle: Handle) -> Handle:
+    """Wait until the run closes (successfully or not); its history is then complete."""
+    try:
+        await handle.result()
+    except Exception:
+        pass
+    return handle
+
+
+async def resume_restored(ate: Ate) -> Handle:
+    ate.fakes.script("begin_resume", RESUME_PLAN).script("atelet_start", UNAVAILABLE, RESTORED)
+    ate.fakes.script("finish_resume", None)
+    return await settled(await ate.start(ResumeActorWorkflow.run, ResumeActorInput(actor=C1), id=C1.workflow_id))
+
+
+async def resume_already_running(ate: Ate) -> Handle:
+    ate.fakes.script("begin_resume", ResumePlan(already_running=True, worker=worker(1), spec=SPEC))
+    return await settled(await ate.start(ResumeActorWorkflow.run, ResumeActorInput(actor=C1), id=C1.workflow_id))
+
+
+async def resume_rolled_back_and_fenced(ate: Ate) -> Handle:
+    ate.fakes.script("begin_resume", RESUME_PLAN).script("atelet_start", PROBE_FAILED)
+    ate.fakes.script("atelet_terminate", UNAVAILABLE).script("fence_worker", None).script("rollback_resume", None)
+    return await settled(await ate.start(ResumeActorWorkflow.run, ResumeActorInput(actor=C1), id=C1.workflow_id))
+
+
+async def resume_detached_from_full_node(ate: Ate) -> Handle:
+    full = store_failure(PinnedNodeFull("actor demo/c1 is PAUSED on node node-a, which has no room"))
+    ate.fakes.script("begin_resume", full, RESUME_PLAN).script("atelet_start", RESTORED).script("finish_resume", None)
+    ate.fakes.script(
+        "begin_suspend",
+        SuspendPlan(already_suspended=False, snapshot=snapshot(4), upload_from=LOCAL, atelet_address=ATELET),
+    )
+    ate.fakes.script("atelet_copy_snapshot", CHECKPOINTED).script("complete_suspend", None)
+    return await settled(await ate.start(ResumeActorWorkflow.run, ResumeActorInput(actor=C1), id=C1.workflow_id))
+
+
+async def suspend_sync(ate: Ate) -> Handle:
+    ate.fakes.script("begin_suspend", SuspendPlan(already_suspended=False, worker=worker(1), snapshot=snapshot(4)))
+    ate.fakes.script("atelet_checkpoint", CHECKPOINTED).script("complete_suspend", None)
+    return await settled(await ate.start(SuspendActorWorkflow.run, SuspendActorInput(actor=C1), id=C1.workflow_id))
+
+
+async def suspend_async_with_upload(ate: Ate) -> Handle:
+    local = snapshot(4, local=True)
+    ate.fakes.script("begin_suspend", SuspendPlan(already_suspended=False, worker=worker(1), snapshot=local))
+    ate.fakes.script("atelet_checkpoint", CHECKPOINTED).script("complete_suspend", None)
+    plan = UploadPlan(needed=True, source=LOCAL, destination=snapshot(4), atelet_address=ATELET)
+    ate.fakes.script("begin_upload", plan).script("atelet_copy_snapshot", CHECKPOINTED).script("complete_upload", True)
+    handle = await ate.start(SuspendActorWorkflow.run, SuspendActorInput(actor=C1, mode="async"), id=C1.workflow_id)
+    await settled(handle)
+    await settled(ate.client.get_workflow_handle(upload_workflow_id("demo", "c1", local.snapshot_id)))
+    return handle
+
+
+async def suspend_from_paused_rolled_back(ate: Ate) -> Handle:
+    plan = SuspendPlan(already_suspended=False, snapshot=snapshot(4), upload_from=LOCAL, atelet_address=ATELET)
+    ate.fakes.script("begin_suspend", plan).script("rollback_suspend", None)
+    ate.fakes.script("atelet_copy_snapshot", atelet_failure(grpc.StatusCode.NOT_FOUND, "local snapshot gone"))
+    return await settled(await ate.start(SuspendActorWorkflow.run, SuspendActorInput(actor=C1), id=C1.workflow_id))
+
+
+async def pause(ate: Ate) -> Handle:
+    ate.fakes.script("begin_pause", PausePlan(already_paused=False, worker=worker(1), snapshot=snapshot(5, local=True)))
+    ate.fakes.script("atelet_checkpoint", UNAVAILABLE, CHECKPOINTED).script("complete_pause", None)
+    return await settled(await ate.start(PauseActorWorkflow.run, PauseActorInput(actor=C1), id=C1.workflow_id))
+
+
+async def pause_rolled_back(ate: Ate) -> Handle:
+    ate.fakes.script("begin_pause", PausePlan(already_paused=False, worker=worker(1), snapshot=snapshot(5, local=True)))
+    ate.fakes.script("atelet_checkpoint", atelet_failure(grpc.StatusCode.FAILED_PRECONDITION, "no space left"))
+    ate.fakes.script("rollback_suspend", None)
+    return await settled(await ate.start(PauseActorWorkflow.run, PauseActorInput(actor=C1), id=C1.workflow_id))
+
+
+async def revert_terminated(ate: Ate) -> Handle:
+    ate.fakes.script("begin_revert", RevertPlan(from_state="RUNNING", worker=worker(1), node_alive=True))
+    ate.fakes.script("atelet_terminate", True).script("finish_revert", None)
+    return await settled(await ate.start(RevertActorWorkflow.run, RevertActorInput(actor=C1), id=C1.workflow_id))
+
+
+async def revert_fenced(ate: Ate) -> Handle:
+    ate.fakes.script("begin_revert", RevertPlan(from_state="RESUMING", worker=worker(1), node_alive=True))
+    ate.fakes.script("atelet_terminate", UNAVAILABLE).script("fence_worker", None).script("finish_revert", None)
+    return await settled(await ate.start(RevertActorWorkflow.run, RevertActorInput(actor=C1), id=C1.workflow_id))
+
+
+UPLOAD = UploadSnapshotInput(actor=C1, local_snapshot_id=LOCAL.snapshot_id, attempts=3, retry_seconds=2.0)
+UPLOAD_ID = upload_workflow_id("demo", "c1", LOCAL.snapshot_id)
+
+
+async def upload_retried(ate: Ate) -> Handle:
+    plan = UploadPlan(needed=True, source=LOCAL, destination=snapshot(4), atelet_address=ATELET)
+    ate.fakes.script("begin_upload", plan).script("atelet_copy_snapshot", *[UNAVAILABLE] * 4, CHECKPOINTED)
+    ate.fakes.script("complete_upload", True)
+    return await settled(await ate.start(UploadSnapshotWorkflow.run, UPLOAD, id=UPLOAD_ID))
+
+
+async def upload_abandoned(ate: Ate) -> Handle:
+    plan = UploadPlan(needed=True, source=LOCAL, destination=snapshot(4), atelet_address=ATELET)
+    ate.fakes.script("begin_upload", plan).script("atelet_copy_snapshot", UNAVAILABLE).script("abandon_upload", None)
+    return await settled(await ate.start(UploadSnapshotWorkflow.run, UPLOAD, id=UPLOAD_ID))
+
+
+GOLDEN = GoldenSnapshotInput(atespace="demo", template="counter")
+GOLDEN_PLAN = GoldenPlan(worker=worker(1), snapshot=snapshot(1, owner="demo/templates/counter"), spec=SPEC)
+
+
+async def golden_after_waiting_for_a_worker(ate: Ate) -> Handle:
+    busy = store_failure(NoCapacity("no worker has room for the template demo/counter"))
+    ate.fakes.script("begin_golden", busy, busy, GOLDEN_PLAN).script("atelet_start", RESTORED)
+    ate.fakes.script("atelet_checkpoint", CHECKPOINTED).script("complete_golden", None)
+    return await settled(
+        await ate.start(GoldenSnapshotWorkflow.run, GOLDEN, id=template_workflow_id("demo", "counter"))
+    )
+
+
+async def golden_failed_boot(ate: Ate) -> Handle:
+    ate.fakes.script("begin_golden", GOLDEN_PLAN).script("atelet_start", PROBE_FAILED)
+    ate.fakes.script("atelet_terminate", True).script("fail_golden", None)
+    return await settled(
+        await ate.start(GoldenSnapshotWorkflow.run, GOLDEN, id=template_workflow_id("demo", "counter"))
+    )
+
+
+async def eviction_deadline(ate: Ate) -> Handle:
+    def suspend_plan(request: BeginSuspendInput) -> SuspendPlan:
+        return SuspendPlan(already_suspended=False, worker=worker(1), snapshot=snapshot(2, owner=request.actor.key))
+
+    ate.fakes.script("begin_suspend", suspend_plan).script("atelet_checkpoint", CHECKPOINTED)
+    ate.fakes.script("complete_suspend", None)
+    left = [Leftover(actor=actor("a2"), worker=worker(2)), Leftover(actor=actor("p1"), worker=None)]
+    ate.fakes.script("begin_drain", DrainPlan(running=[actor("a1")])).script("drain_leftovers", left)
+    ate.fakes.script("atelet_terminate", True).script("crash_after_deadline", None)
+    request = EvictionDeadlineInput(node=NODE, deadline_seconds=60.0)
+    return await settled(await ate.start(EvictionDeadlineWorkflow.run, request, id=f"node/{NODE}/drain"))
+
+
+async def snapshot_gc_rounds(ate: Ate) -> Handle:
+    batch = [GarbageSnapshot(101, "file:///snapshots/demo/actors/c1/1", "demo/actors/c1", 1)]
+    failed = atelet_failure(grpc.StatusCode.FAILED_PRECONDITION, "snapshot in use", "DeleteSnapshot")
+    ate.fakes.script("garbage_snapshots", batch, batch, []).script("delete_snapshot", True, failed, True)
+    request = SnapshotGcInput(interval_seconds=60.0, rounds_before_continue_as_new=2)
+    handle = await ate.start(SnapshotGarbageCollectionWorkflow.run, request, id=SNAPSHOT_GC_WORKFLOW_ID)
+    await ate.fakes.wait_for("garbage_snapshots", 1)
+    await handle.signal(SnapshotGarbageCollectionWorkflow.collect_now)  # round 2 at once
+    await ate.fakes.wait_for("garbage_snapshots", 2)
+    await ate.env.sleep(61)  # the interval passes: continue-as-new
+    await ate.fakes.wait_for("garbage_snapshots", 3)  # the new run's first round
+    return ate.client.get_workflow_handle(SNAPSHOT_GC_WORKFLOW_ID, run_id=handle.first_execution_run_id)
+
+
+SCENARIOS: dict[str, Scenario] = {
+    "resume_actor_restored_after_a_retry": resume_restored,
+    "resume_actor_already_running": resume_already_running,
+    "resume_actor_rolled_back_and_fenced": resume_rolled_back_and_fenced,
+    "resume_actor_detached_from_a_full_node": resume_detached_from_full_node,
+    "suspend_actor_sync": suspend_sync,
+    "suspend_actor_async_starts_its_upload": suspend_async_with_upload,
+    "suspend_actor_from_paused_rolled_back": suspend_from_paused_rolled_back,
+    "pause_actor_after_a_retry": pause,
+    "pause_actor_rolled_back": pause_rolled_back,
+    "revert_actor_terminated": revert_terminated,
+    "revert_actor_fenced": revert_fenced,
+    "upload_snapshot_retried_then_landed": upload_retried,
+    "upload_snapshot_abandoned": upload_abandoned,
+    "golden_snapshot_after_waiting_for_a_worker": golden_after_waiting_for_a_worker,
+    "golden_snapshot_failed_boot": golden_failed_boot,
+    "eviction_deadline_suspends_then_crashes_leftovers": eviction_deadline,
+    "snapshot_gc_rounds_signal_and_continue_as_new": snapshot_gc_rounds,
+}
+"""Scenario name (the history file's stem) -> what runs; each returns the run to record."""
+
+
+async def record(name: str, scenario: Scenario) -> Path:
+    """Run `scenario` on a test server of its own and write its run's history."""
+    env = await start_test_server()
+    try:
+        async with running(env, Fakes()) as ate:
+            handle = await scenario(ate)
+            history = await handle.fetch_history()
+        path = HISTORIES / f"{name}.json"
+        path.write_text(history.to_json() + "\n")
+        return path
+    finally:
+        await env.shutdown()
+
+
+async def main(names: list[str]) -> None:
+    """Record the named scenarios (all by default)."""
+    unknown = sorted(set(names) - set(SCENARIOS))
+    if unknown:
+        raise SystemExit(f"unknown scenarios {unknown}; known: {sorted(SCENARIOS)}")
+    HISTORIES.mkdir(exist_ok=True)
+    for name in names or list(SCENARIOS):
+        path = await record(name, SCENARIOS[name])
+        logging.getLogger("record_histories").info("recorded %s", path)
+
+
+if __name__ == "__main__":
+    parser = argparse.ArgumentParser(prog="python -m tests.workflows.record_histories", description=__doc__)
+    parser.add_argument("scenarios", nargs="*", help="scenario names (default: all)")
+    names = parser.parse_args().scenarios
+    logging.basicConfig(level=logging.INFO, format="%(message)s")
+    logging.getLogger("temporalio").setLevel(logging.ERROR)  # the scripted failures, logged with tracebacks
+    asyncio.run(main(names))
+    # Everything is written and every worker and server is down; skip the interpreter's
+    # finalization, where the SDK's threads now and then abort the process (TEMPORAL.md:
+    # "PyGILState_Release"), which would turn a good recording into a failed command.
+    sys.stdout.flush()
+    os._exit(0)

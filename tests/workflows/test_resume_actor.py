@@ -1,0 +1,239 @@
+"""ResumeActor (workflows/resume_actor.py): placement, restore, finalize; the rollback of a failed
+restore; the detach of a paused actor whose node is full; refusals; retries; already RUNNING."""
+
+from __future__ import annotations
+
+import grpc
+
+from activities.store import NoCapacity, NotFound, PinnedNodeFull, VersionConflict
+from activities.store.errors import refused
+from domain.operations.atelet_calls import (
+    AteletCheckpointResult,
+    AteletCopyInput,
+    AteletRunInput,
+    AteletRunResult,
+    AteletTerminateInput,
+)
+from domain.operations.common import FinishInput
+from domain.operations.resume import BeginResumeInput, ResumeActorInput, ResumePlan
+from domain.operations.revert import FenceInput
+from domain.operations.suspend import BeginSuspendInput, CompleteSnapshotInput, SuspendPlan
+from domain.states import TRANSITIONS, Operation
+from tests.workflows.fakes import atelet_failure, fail, store_failure
+from tests.workflows.harness import Ate
+from tests.workflows.samples import ATELET, C1, MANIFEST, NODE, SPEC, snapshot, worker
+from workflows.resume_actor import ResumeActorWorkflow
+
+RUN = ResumeActorWorkflow.run
+ID = C1.workflow_id
+PLAN = ResumePlan(already_running=False, worker=worker(1), snapshot=snapshot(3, manifest=MANIFEST), spec=SPEC)
+RESTORED = AteletRunResult(worker_ip="10.88.0.2", timings={"restore": 0.25, "probe": 0.05})
+PROBE_NEVER_ANSWERED = "wakeup probe GET :8080/readyz of container counter got no answer within 30 s"
+
+
+def script_happy(ate: Ate) -> None:
+    ate.fakes.script("begin_resume", PLAN).script("atelet_start", RESTORED).script("finish_resume", None)
+
+
+async def test_resume_places_restores_and_finalizes(ate: Ate) -> None:
+    script_happy(ate)
+    result = await ate.execute(RUN, ResumeActorInput(actor=C1), id=ID)
+    op = ate.run_id
+    assert ate.fakes.names() == ["begin_resume", "atelet_start", "finish_resume"]
+    assert ate.fakes.inputs("begin_resume") == [BeginResumeInput(actor=C1, operation_id=op)]
+    assert ate.fakes.inputs("atelet_start") == [
+        AteletRunInput(
+            operation_id=op,
+            worker=worker(1),
+            holder=C1,
+            spec=SPEC,
+            snapshot=snapshot(3, manifest=MANIFEST),
+            probe_timeout_seconds=30.0,
+        )
+    ]
+    assert ate.fakes.inputs("finish_resume") == [FinishInput(actor=C1, operation_id=op)]
+    assert result.actor == C1 and result.worker == worker(1)
+    assert result.restored_generation == 3 and not result.already_running
+    assert {"placement", "atelet", "finalize", "atelet_restore", "atelet_probe"} <= set(result.timings)
+    assert result.timings["atelet_restore"] == 0.25
+
+
+async def test_first_resume_boots_from_the_golden_snapshot_and_reports_no_generation(ate: Ate) -> None:
+    golden = snapshot(0, owner="demo/templates/counter", manifest=MANIFEST)
+    ate.fakes.script("begin_resume", ResumePlan(already_running=False, worker=worker(1), snapshot=golden, spec=SPEC))
+    ate.fakes.script("atelet_start", RESTORED).script("finish_resume", None)
+    result = await ate.execute(RUN, ResumeActorInput(actor=C1, probe_timeout_seconds=5.0), id=ID)
+    (call,) = ate.fakes.inputs("atelet_start")
+    assert call.snapshot == golden and call.probe_timeout_seconds == 5.0
+    assert result.restored_generation == 0
+
+
+async def test_a_running_actor_returns_at_once(ate: Ate) -> None:
+    ate.fakes.script("begin_resume", ResumePlan(already_running=True, worker=worker(2), spec=SPEC))
+    result = await ate.execute(RUN, ResumeActorInput(actor=C1), id=ID)
+    assert ate.fakes.names() == ["begin_resume"]
+    assert result.already_running and result.worker == worker(2) and result.restored_generation is None
+
+
+async def test_an_unknown_actor_is_refused_with_nothing_else_called(ate: Ate) -> None:
+    ate.fakes.script("begin_resume", store_failure(NotFound("actor demo/c1 not found")))
+    failure = await ate.failure(RUN, ResumeActorInput(actor=C1), id=ID)
+    assert (failure.type, failure.message) == ("NotFound", "actor demo/c1 not found")
+    assert ate.fakes.names() == ["begin_resume"]
+
+
+async def test_a_state_that_allows_no_resume_is_refused_naming_both_states(ate: Ate) -> None:
+    ate.fakes.script("begin_resume", store_failure(refused(TRANSITIONS[Operation.RESUME], C1.key, "SUSPENDING")))
+    failure = await ate.failure(RUN, ResumeActorInput(actor=C1), id=ID)
+    assert failure.type == "FailedPrecondition"
+    assert (
+        failure.message
+        == "actor demo/c1 cannot be resumed from state SUSPENDING (ResumeActor wants SUSPENDED or PAUSED)"
+    )
+    assert failure.details == ({"state": "SUSPENDING"},)  # what the API puts in the error's details
+    assert ate.fakes.names() == ["begin_resume"]
+
+
+async def test_no_room_is_refused_with_the_placement_hint(ate: Ate) -> None:
+    hint = "no worker has room for the actor demo/c1: all 2 matching workers have every place taken"
+    ate.fakes.script("begin_resume", store_failure(NoCapacity(hint)))
+    failure = await ate.failure(RUN, ResumeActorInput(actor=C1), id=ID)
+    assert (failure.type, failure.message) == ("NoCapacity", hint)
+    assert ate.fakes.names() == ["begin_resume"]
+
+
+async def test_a_failed_restore_terminates_and_rolls_back(ate: Ate) -> None:
+    ate.fakes.script("begin_resume", PLAN)
+    ate.fakes.script("atelet_start", atelet_failure(grpc.StatusCode.FAILED_PRECONDITION, PROBE_NEVER_ANSWERED))
+    ate.fakes.script("atelet_terminate", True).script("rollback_resume", None)
+    failure = await ate.failure(RUN, ResumeActorInput(actor=C1), id=ID)
+    op = ate.run_id
+    cause = f"while calling atelet Restore on 127.0.0.1:8085: {PROBE_NEVER_ANSWERED}"
+    assert failure.type == "AteletFailedPrecondition"
+    assert failure.message == f"resume of actor demo/c1 failed and was rolled back: {cause}"
+    assert ate.fakes.names() == ["begin_resume", "atelet_start", "atelet_terminate", "rollback_resume"]
+    assert ate.fakes.inputs("atelet_terminate") == [AteletTerminateInput(operation_id=op, worker=worker(1), holder=C1)]
+    assert ate.fakes.inputs("rollback_resume") == [FinishInput(actor=C1, operation_id=op, error=cause)]
+
+
+async def test_a_failed_restore_whose_terminate_fails_too_fences_the_worker(ate: Ate) -> None:
+    ate.fakes.script("begin_resume", PLAN)
+    ate.fakes.script("atelet_start", atelet_failure(grpc.StatusCode.FAILED_PRECONDITION, PROBE_NEVER_ANSWERED))
+    ate.fakes.script("atelet_terminate", atelet_failure(grpc.StatusCode.UNAVAILABLE, "connection refused", "Terminate"))
+    ate.fakes.script("fence_worker", None).script("rollback_resume", None)
+    failure = await ate.failure(RUN, ResumeActorInput(actor=C1), id=ID)
+    assert failure.message.startswith("resume of actor demo/c1 failed and was rolled back: ")
+    # An unreachable atelet is retried a few times before the worker is fenced.
+    terminates = [call.attempt for call in ate.fakes.calls if call.name == "atelet_terminate"]
+    assert terminates == [1, 2, 3, 4]
+    assert ate.fakes.names() == [
+        "begin_resume",
+        "atelet_start",
+        *["atelet_terminate"] * 4,
+        "fence_worker",
+        "rollback_resume",
+    ]
+    assert ate.fakes.inputs("fence_worker") == [
+        FenceInput(worker_id=1, reason="fenced: terminate of demo/c1 failed after a failed restore")
+    ]
+
+
+async def test_a_superseded_restore_is_not_rolled_back(ate: Ate) -> None:
+    ate.fakes.script("begin_resume", PLAN)
+    ate.fakes.script("atelet_start", fail("Superseded", "the placement of actor/demo/c1 on worker 1 was taken over"))
+    failure = await ate.failure(RUN, ResumeActorInput(actor=C1), id=ID)
+    assert (failure.type, failure.message) == (
+        "Superseded",
+        "the placement of actor/demo/c1 on worker 1 was taken over",
+    )
+    assert ate.fakes.names() == ["begin_resume", "atelet_start"]
+
+
+async def test_a_restore_that_fails_once_is_retried_and_the_resume_succeeds(ate: Ate) -> None:
+    script_happy(ate)
+    ate.fakes.script("atelet_start", atelet_failure(grpc.StatusCode.UNAVAILABLE, "atelet restarting"), RESTORED)
+    result = await ate.execute(RUN, ResumeActorInput(actor=C1), id=ID)
+    starts = [call for call in ate.fakes.calls if call.name == "atelet_start"]
+    assert [call.attempt for call in starts] == [1, 2]
+    assert starts[0].input == starts[1].input  # the same operation ID: the atelet dedupes the retry
+    assert ate.fakes.names() == ["begin_resume", "atelet_start", "atelet_start", "finish_resume"]
+    assert result.worker == worker(1)
+
+
+async def test_a_placement_that_conflicts_once_is_retried(ate: Ate) -> None:
+    script_happy(ate)
+    ate.fakes.script("begin_resume", store_failure(VersionConflict("actor demo/c1 changed meanwhile")), PLAN)
+    result = await ate.execute(RUN, ResumeActorInput(actor=C1), id=ID)
+    assert [call.attempt for call in ate.fakes.calls if call.name == "begin_resume"] == [1, 2]
+    assert ate.fakes.names() == ["begin_resume", "begin_resume", "atelet_start", "finish_resume"]
+    assert result.restored_generation == 3
+
+
+PINNED_FULL = "actor demo/c1 is PAUSED on node node-a, which has no room; other nodes do"
+LOCAL = snapshot(4, local=True, manifest=MANIFEST)
+UPLOADED = snapshot(4)
+DETACH_PLAN = SuspendPlan(already_suspended=False, snapshot=UPLOADED, upload_from=LOCAL, atelet_address=ATELET)
+
+
+async def test_a_paused_actor_on_a_full_node_is_uploaded_then_placed_elsewhere(ate: Ate) -> None:
+    elsewhere = ResumePlan(already_running=False, worker=worker(2, node="node-b"), snapshot=UPLOADED, spec=SPEC)
+    ate.fakes.script("begin_resume", store_failure(PinnedNodeFull(PINNED_FULL)), elsewhere)
+    ate.fakes.script("begin_suspend", DETACH_PLAN)
+    ate.fakes.script("atelet_copy_snapshot", AteletCheckpointResult(manifest=MANIFEST, size_bytes=4096))
+    ate.fakes.script("complete_suspend", None).script("atelet_start", RESTORED).script("finish_resume", None)
+    result = await ate.execute(RUN, ResumeActorInput(actor=C1), id=ID)
+    op = ate.run_id
+    assert ate.fakes.names() == [
+        "begin_resume",
+        "begin_suspend",
+        "atelet_copy_snapshot",
+        "complete_suspend",
+        "begin_resume",
+        "atelet_start",
+        "finish_resume",
+    ]
+    detach = f"{op}/detach"
+    assert ate.fakes.inputs("begin_suspend") == [BeginSuspendInput(actor=C1, operation_id=detach)]
+    assert ate.fakes.inputs("atelet_copy_snapshot") == [
+        AteletCopyInput(operation_id=detach, atelet_address=ATELET, source=LOCAL, destination=UPLOADED)
+    ]
+    assert ate.fakes.inputs("complete_suspend") == [
+        CompleteSnapshotInput(
+            actor=C1, operation_id=detach, snapshot_id=UPLOADED.snapshot_id, manifest=MANIFEST, size_bytes=4096
+        )
+    ]
+    assert ate.fakes.inputs("begin_resume") == [BeginResumeInput(actor=C1, operation_id=op)] * 2
+    assert result.worker == worker(2, node="node-b") and result.restored_generation == 4
+    assert "detach" in result.timings
+
+
+async def test_a_failed_detach_keeps_the_actor_paused_and_places_nothing(ate: Ate) -> None:
+    ate.fakes.script("begin_resume", store_failure(PinnedNodeFull(PINNED_FULL)))
+    ate.fakes.script("begin_suspend", DETACH_PLAN)
+    gone = "local snapshot local:///demo/actors/c1/4-op is not on this node"
+    ate.fakes.script("atelet_copy_snapshot", atelet_failure(grpc.StatusCode.NOT_FOUND, gone, "CopySnapshot"))
+    ate.fakes.script("rollback_suspend", None)
+    failure = await ate.failure(RUN, ResumeActorInput(actor=C1), id=ID)
+    cause = f"while calling atelet CopySnapshot on 127.0.0.1:8085: {gone}"
+    assert failure.type == "AteletNotFound"
+    assert failure.message == (
+        f"actor demo/c1's node {NODE} is full and its paused snapshot could not be moved off it; it stays PAUSED: {cause}"
+    )
+    assert ate.fakes.names() == ["begin_resume", "begin_suspend", "atelet_copy_snapshot", "rollback_suspend"]
+    assert ate.fakes.inputs("rollback_suspend") == [
+        CompleteSnapshotInput(
+            actor=C1,
+            operation_id=f"{ate.run_id}/detach",
+            snapshot_id=UPLOADED.snapshot_id,
+            manifest={"error": cause},
+            size_bytes=0,
+        )
+    ]
+
+
+async def test_a_detach_that_finds_the_actor_no_longer_paused_goes_straight_to_placement(ate: Ate) -> None:
+    script_happy(ate)
+    ate.fakes.script("begin_resume", store_failure(PinnedNodeFull(PINNED_FULL)), PLAN)
+    ate.fakes.script("begin_suspend", SuspendPlan(already_suspended=True))
+    await ate.execute(RUN, ResumeActorInput(actor=C1), id=ID)
+    assert ate.fakes.names() == ["begin_resume", "begin_suspend", "begin_resume", "atelet_start", "finish_resume"]
