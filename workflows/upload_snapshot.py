@@ -36,6 +36,9 @@ with workflow.unsafe.imports_passed_through():
     )
     from domain.states import Operation
 
+NO_PAUSE_AFTER_LAST_ATTEMPT = "upload-no-pause-after-last-attempt"
+"""The patch ID of the fix that gives up right after the last failed attempt."""
+
 FINAL_COPY_FAILURES = frozenset({"AteletNotFound", "AteletFailedPrecondition", "AteletInvalidArgument"})
 """Copy failures no retry can fix: the local snapshot is gone or does not match its manifest."""
 
@@ -59,7 +62,7 @@ class UploadSnapshotWorkflow:
                 plan: UploadPlan = await db_step("begin_upload", step, UploadPlan)
             except ApplicationError as error:
                 last_error = error.message
-                await self._wait(pause, last_error)
+                await self._wait(attempt, request.attempts, pause, last_error)
                 pause *= 2
                 continue
             if not plan.needed:
@@ -83,7 +86,7 @@ class UploadSnapshotWorkflow:
                 last_error = error.message
                 if error.type in FINAL_COPY_FAILURES:
                     break
-                await self._wait(pause, last_error)
+                await self._wait(attempt, request.attempts, pause, last_error)
                 pause *= 2
                 continue
             show_step("finalize")
@@ -110,6 +113,10 @@ class UploadSnapshotWorkflow:
         return UploadSnapshotResult(actor=actor, skipped=f"upload failed: {last_error}")
 
     @staticmethod
-    async def _wait(seconds: float, why: str) -> None:
+    async def _wait(attempt: int, attempts: int, seconds: float, why: str) -> None:
+        """The pause before the next attempt; none after the last one (the upload gives up at
+        once). Runs recorded before that fix keep their pause on replay (`workflow.patched`)."""
+        if attempt >= attempts and workflow.patched(NO_PAUSE_AFTER_LAST_ATTEMPT):
+            return
         show_step(f"retry in {seconds:g} s: {why}")
         await workflow.sleep(timedelta(seconds=seconds))

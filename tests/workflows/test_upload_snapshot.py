@@ -5,7 +5,6 @@ reservation abandoned; copy failures no retry can fix."""
 from __future__ import annotations
 
 import grpc
-import pytest
 
 from activities.store import NotFound
 from domain.operations.atelet_calls import AteletCheckpointResult, AteletCopyInput
@@ -105,11 +104,6 @@ async def test_after_every_attempt_failed_the_reservation_is_abandoned(ate: Ate)
     ]
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="bug: workflows/upload_snapshot.py:86 (and :62) pause after the last failed attempt too, "
-    "so the reservation is abandoned one (the longest) pause late: 16 s here, 256 s with the defaults",
-)
 async def test_the_tries_are_retry_seconds_apart_doubling_and_the_last_failure_gives_up_at_once(ate: Ate) -> None:
     """UploadSnapshotInput: "give up after `attempts` tries `retry_seconds` apart (doubling)":
     4 tries have 3 pauses between them, and nothing to wait for after the last."""
