@@ -82,10 +82,13 @@ class Controller:
         def emitter(kind: str) -> Any:
             return lambda event, obj: loop.call_soon_threadsafe(self.events.put_nowait, (kind, event, obj))
 
+        def pods_listed(objects: list[dict[str, Any]]) -> None:
+            loop.call_soon_threadsafe(self.events.put_nowait, ("pods-listed", "LISTED", {"items": objects}))
+
         return [
             Watcher("workerpools", pools, emitter("pool")),
             Watcher("deployments", deployments, emitter("deployment")),
-            Watcher("pods", pods, emitter("pod")),
+            Watcher("pods", pods, emitter("pod"), listed=pods_listed),
         ]
 
     async def _drain(self, node: str, deadline_seconds: float) -> None:
@@ -108,10 +111,15 @@ class Controller:
                 return
             self.pool_objects[key] = obj
             spec = await asyncio.to_thread(self.reconciler.reconcile, obj)
-            if spec is not None:
-                self.pools[key] = spec
-            else:
+            if spec is None:
                 self.pools.pop(key, None)
+                return
+            known_before = key in self.pools
+            self.pools[key] = spec
+            if not known_before:  # its pods may have been listed first: sync them now
+                for pod in list(self.watchers[2].known.values()):
+                    if (pod.get("metadata") or {}).get("labels", {}).get(POOL_LABEL) == key[1]:
+                        await self.syncer.on_event("MODIFIED", pod)
         elif kind == "deployment":
             pool = (obj.get("metadata") or {}).get("labels", {}).get(POOL_LABEL)
             owner = self.pool_objects.get((key_of(obj)[0], pool or ""))
@@ -125,6 +133,8 @@ class Controller:
                     await asyncio.to_thread(self.reconciler.write_status, fresh, status)
         elif kind == "pod":
             await self.syncer.on_event(event, obj)
+        elif kind == "pods-listed":
+            await self.syncer.on_listed(obj["items"])
 
     def _fresh_pool(self, obj: dict[str, Any]) -> dict[str, Any] | None:
         meta = obj["metadata"]

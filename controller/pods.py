@@ -53,6 +53,14 @@ class PodSyncer:
         self.drain = drain
         self.draining: set[str] = set()
 
+    async def on_listed(self, pods: list[dict[str, Any]]) -> None:
+        """After a full list: the worker pods that are gone although no DELETED event said so
+        (deleted while the controller was down, or during a watch gap) are retired too."""
+        alive = {str((p.get("metadata") or {}).get("name")) for p in pods}
+        for node in await self.store.nodes.live_pod_nodes():
+            if node not in alive:
+                await self.on_event("DELETED", {"metadata": {"name": node, "labels": {POOL_LABEL: "?"}}})
+
     async def on_event(self, kind: str, pod: dict[str, Any]) -> None:
         """One event of a worker pod ("ADDED" | "MODIFIED" | "DELETED")."""
         meta = pod.get("metadata") or {}

@@ -38,12 +38,22 @@ class Watcher:
             `timeout_seconds` and `_preload_content` like every list call of the client.
         emit: called with ("ADDED" | "MODIFIED" | "DELETED", the object as a dict) for every event.
         timeout_seconds: how long one watch call lasts before it is renewed.
+        listed: called after each list with everything there is (for what a watch cannot say: the
+            objects deleted while nobody watched, e.g. before a restart).
     """
 
-    def __init__(self, name: str, list_objects: Callable[..., Any], emit: Emit, timeout_seconds: int = 300) -> None:
+    def __init__(
+        self,
+        name: str,
+        list_objects: Callable[..., Any],
+        emit: Emit,
+        timeout_seconds: int = 300,
+        listed: Callable[[list[dict[str, Any]]], None] | None = None,
+    ) -> None:
         self.name = name
         self.list_objects = list_objects
         self.emit = emit
+        self.listed = listed
         self.timeout_seconds = timeout_seconds
         self.known: dict[tuple[str, str], dict[str, Any]] = {}
         self.relists = 0
@@ -68,6 +78,8 @@ class Watcher:
                 self.emit("DELETED", self.known[key])
         self.known = seen
         self.relists += 1
+        if self.listed is not None:
+            self.listed(list(seen.values()))
         return str(listing.get("metadata", {}).get("resourceVersion", ""))
 
     def run(self, stop: threading.Event) -> None:

@@ -120,6 +120,10 @@ class Nodes:
             await connection.execute(Q["hold_unready_pod_workers"], node)
             return True
 
+    async def live_pod_nodes(self) -> list[str]:
+        """The nodes of worker pods that are not retired (what the pod syncer believes exists)."""
+        return [r["name"] for r in await self.pool.fetch(Q["live_pod_nodes"])]
+
     async def retire(self, node: str, reason: str) -> list[tuple[ActorRef, str]]:
         """A node is gone for good (its worker pod was deleted): each actor it hosted or that is
         pinned to it goes back to SUSPENDED with its last COMPLETED snapshot (a CRASHED one stays

@@ -562,11 +562,17 @@ SELECT retired_at FROM nodes WHERE name = $1;
 -- The pod syncer's view of a worker pod's node: its address and whether the pod is Ready. The
 -- heartbeat stays the atelet's: a new row starts with a heartbeat of now (so it is lost unless its
 -- atelet registers within the lease).
-INSERT INTO nodes (name, address, pod_not_ready) VALUES ($1, $2, $3)
-ON CONFLICT (name) DO UPDATE SET address = EXCLUDED.address, pod_not_ready = EXCLUDED.pod_not_ready
+INSERT INTO nodes (name, address, pod_not_ready, worker_pod) VALUES ($1, $2, $3, true)
+ON CONFLICT (name) DO UPDATE SET address = EXCLUDED.address, pod_not_ready = EXCLUDED.pod_not_ready,
+                                 worker_pod = true
 WHERE nodes.retired_at IS NULL
-  AND (nodes.address, nodes.pod_not_ready) IS DISTINCT FROM (EXCLUDED.address, EXCLUDED.pod_not_ready)
+  AND (nodes.address, nodes.pod_not_ready, nodes.worker_pod)
+      IS DISTINCT FROM (EXCLUDED.address, EXCLUDED.pod_not_ready, true)
 RETURNING name;
+
+-- live_pod_nodes --
+-- The nodes the pod syncer made that are not retired: worker pods it believes exist.
+SELECT name FROM nodes WHERE worker_pod AND retired_at IS NULL ORDER BY name;
 
 -- hold_unready_pod_workers --
 -- The workers of a node whose pod is not Ready are UNAVAILABLE, whatever its heartbeat says.

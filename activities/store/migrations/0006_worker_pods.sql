@@ -3,3 +3,4 @@
 -- a retired node never registers again (a late heartbeat must not bring back a deleted worker).
 ALTER TABLE nodes ADD COLUMN pod_not_ready boolean NOT NULL DEFAULT false;
 ALTER TABLE nodes ADD COLUMN retired_at timestamptz;
+ALTER TABLE nodes ADD COLUMN worker_pod boolean NOT NULL DEFAULT false;  -- made by the pod syncer
