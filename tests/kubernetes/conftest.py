@@ -9,15 +9,12 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-import urllib3
 import yaml
 from kubernetes import client, config
 
 from tests.kubernetes.cluster import REPO, Cluster, start_cluster
 
 CRD = REPO / "deploy" / "base" / "workerpool-crd.yaml"
-
-urllib3.disable_warnings(urllib3.exceptions.InsecureRequestWarning)  # the test server's own certificate
 
 
 def admin_client(cluster: Cluster) -> client.ApiClient:

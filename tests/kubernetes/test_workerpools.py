@@ -32,14 +32,14 @@ def workerpool(name: str, replicas: int = 2, **spec: Any) -> dict[str, Any]:
     }
 
 
-def until(check: Callable[[], Any], seconds: float = 30.0) -> Any:
+def until(check: Callable[[], Any], seconds: float = 30.0, what: str = "") -> Any:
     deadline = time.monotonic() + seconds
     while True:
         value = check()
         if value:
             return value
         if time.monotonic() > deadline:
-            raise AssertionError("condition not met in time")
+            raise AssertionError(f"condition not met in {seconds:g} s: {what or check.__name__}")
         time.sleep(0.1)
 
 
@@ -84,10 +84,17 @@ def test_a_pool_becomes_a_deployment_that_follows_it(kube: client.ApiClient, nam
     assert document["metadata"]["labels"] == {"tier": "general"} and document["spec"]["replicas"] == 1
     assert any(m.manager == "ate-controller" and m.operation == "Apply" for m in deployment.metadata.managed_fields)
 
-    # re-applying an unchanged pool writes nothing
-    version = deployment.metadata.resource_version
+    # re-applying an unchanged pool writes nothing: no new generation, and the controller's own
+    # managed-fields entry keeps its time (the Deployment's status, kept by kube-controller-manager,
+    # may change meanwhile, so the resourceVersion says nothing about our apply)
+    def applied(dep: client.V1Deployment) -> tuple[int, object]:
+        [mine] = [m for m in dep.metadata.managed_fields if m.manager == "ate-controller"]
+        return dep.metadata.generation, mine.time
+
+    before = applied(deployment)
+    time.sleep(1.1)  # managed-fields times have a resolution of one second
     reconciler.reconcile(custom.get_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL, "general"))
-    assert apps.read_namespaced_deployment(deployment_name("general"), namespace).metadata.resource_version == version
+    assert applied(apps.read_namespaced_deployment(deployment_name("general"), namespace)) == before
 
     # a user's own edit of a field the controller does not set survives a reconcile
     apps.patch_namespaced_deployment(
@@ -105,13 +112,16 @@ def test_a_pool_becomes_a_deployment_that_follows_it(kube: client.ApiClient, nam
     assert deployment.spec.template.spec.node_selector == {"kubernetes.io/os": "linux"}
     assert deployment.metadata.annotations["team/owner"] == "platform"
 
-    # the pool's status: what the Deployment has, and the selector the scale subresource reports
+    # the pool's status: what the Deployment has (its pods never become Ready without a kubelet,
+    # so a rollout may hold old and new pods at once), and the selector the scale subresource reports
     def counted() -> dict[str, Any] | None:
         pool = custom.get_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL, "general")
         dep = apps.read_namespaced_deployment(deployment_name("general"), namespace)
+        if not dep.status.replicas:
+            return None
         reconciler.write_status(pool, dep.status)
         pool = custom.get_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL, "general")
-        return pool if (pool.get("status") or {}).get("replicas") == 3 else None
+        return pool if (pool.get("status") or {}).get("replicas") == dep.status.replicas else None
 
     pool = until(counted)
     assert pool["status"]["readyReplicas"] == 0 and pool["status"]["selector"] == f"{POOL_LABEL}=general"
