@@ -12,6 +12,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import json
 import logging
 import signal
 import sys
@@ -29,14 +30,36 @@ from atelet.registration import heartbeat_loop
 from atelet.service import AteletService
 from atelet.settings import AteletSettings
 from atelet.snapshots.uris import SnapshotRootError
+from domain.pools import WorkerPoolSpec, parse_worker_pool
 
 log = logging.getLogger("atelet")
 
 
+def pools_of(settings: AteletSettings) -> list[WorkerPoolSpec]:
+    """The worker pools of this atelet: the pool document, the pool file, or the default pool.
+
+    Raises:
+        PoolError: the document or file is malformed, or `advertise_worker_ip` is set for more
+            than one worker.
+    """
+    if settings.pool_document:
+        try:
+            document = json.loads(settings.pool_document)
+        except ValueError as error:
+            raise PoolError(f"pool document: not JSON: {error}") from None
+        pools = [parse_worker_pool(document, "pool document")]
+    elif settings.pool_file:
+        pools = load_pools(settings.pool_file)
+    else:
+        pools = [default_pool(settings.workers)]
+    if settings.advertise_worker_ip and sum(p.replicas for p in pools) != 1:
+        raise PoolError("advertise_worker_ip needs exactly one worker (a worker pod hosts one)")
+    return pools
+
+
 async def serve(settings: AteletSettings, ready: asyncio.Event | None = None) -> None:
     """Runs the atelet until SIGTERM/SIGINT or cancellation; ``ready`` is set once serving."""
-    pools = load_pools(settings.pool_file) if settings.pool_file else [default_pool(settings.workers)]
-    node = Node(settings, pools)
+    node = Node(settings, pools_of(settings))
     server = grpc.aio.server()
     pb_grpc.add_AteletServicer_to_server(AteletService(node), server)  # type: ignore[no-untyped-call]
     if server.add_insecure_port(settings.listen) == 0:
@@ -118,6 +141,8 @@ def parse_args(argv: list[str] | None = None) -> AteletSettings:
                         help="bound of the cache of snapshots from object storage (default 10 GiB)")
     parser.add_argument("--image-root", type=Path, action="append", dest="image_roots")
     parser.add_argument("--pool", type=Path, dest="pool_file")
+    parser.add_argument("--pool-document", help="one WorkerPool as JSON (instead of --pool)")
+    parser.add_argument("--advertise-worker-ip", help="a worker pod's IP, forwarded into its one worker's namespace")
     parser.add_argument("--workers", type=int)
     parser.add_argument("--api-server")
     parser.add_argument("--heartbeat-seconds", type=float)

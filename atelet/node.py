@@ -33,7 +33,7 @@ from typing import TypeVar
 
 from google.protobuf.message import Message
 
-from atelet import metrics, netns
+from atelet import forwarding, metrics, netns
 from atelet.adoption import adopt_sandboxes
 from atelet.assignments import AssignmentStore
 from atelet.drivers.base import SandboxDriver
@@ -119,7 +119,17 @@ class Node:
                 log.warning("operation %s (%s) was in flight when the previous atelet stopped", op_id, kind)
             await adopt_sandboxes(self.driver, self.table, self.exits)
             await asyncio.gather(*(netns.create(w.net) for w in self.workers.values() if not w.adopted))
+            if self.settings.advertise_worker_ip:
+                [only] = self.workers.values()
+                await forwarding.install(self.settings.advertise_worker_ip, only.net.worker_ip, self._own_ports())
         self.table.update_metrics()
+
+    def _own_ports(self) -> list[int]:
+        """The TCP ports of the atelet itself (gRPC, metrics): never forwarded to the worker."""
+        ports = [int(self.settings.listen.rpartition(":")[2])]
+        if self.settings.metrics_listen:
+            ports.append(int(self.settings.metrics_listen.rpartition(":")[2]))
+        return ports
 
     async def stop(self) -> None:
         """Terminates every sandbox and deletes every namespace this node created."""
@@ -135,6 +145,8 @@ class Node:
             for cid in await self.driver.list():
                 await self.driver.delete(cid)
             await asyncio.gather(*(netns.destroy(w.net) for w in self.workers.values()))
+            if self.settings.advertise_worker_ip:
+                await forwarding.remove()
         self.table.update_metrics()
 
     def _report_exit(self, worker: str, actor: tuple[str, str], reason: str) -> None:

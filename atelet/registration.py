@@ -35,7 +35,7 @@ def node_document(node: Node) -> dict[str, Any]:
             {
                 "name": w.name,
                 "pool": w.pool.name,
-                "ip": w.net.worker_ip,
+                "ip": node.settings.advertise_worker_ip or w.net.worker_ip,
                 "sandbox_class": w.pool.sandbox_class,
                 "labels": dict(w.pool.labels),
                 "places": w.pool.places,

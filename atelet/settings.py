@@ -37,6 +37,11 @@ class AteletSettings(BaseSettings):
     - ``image_roots``: the only directories ``oci:<path>:<tag>`` image layouts may lie in;
       a relative image path is taken relative to each root in turn.
     - ``pool_file``: WorkerPool YAML; without it, one pool ``default`` of ``workers`` workers.
+    - ``pool_document``: one WorkerPool as JSON (what ate-controller gives a worker pod), instead
+      of a file; its replicas are this atelet's workers.
+    - ``advertise_worker_ip``: a worker pod's IP: registered as the worker's address and
+      forwarded (every TCP port but the atelet's own) into the worker's network namespace
+      (``atelet.forwarding``). Needs exactly one worker.
     - ``api_server``: URL of ate-api-server; when set, register and heartbeat every
       ``heartbeat_seconds``.
     - ``subnet``: IPv4 network the workers' /30 links are cut from (worker i gets the i-th /30).
@@ -62,6 +67,8 @@ class AteletSettings(BaseSettings):
     snapshot_cache_bytes: int = Field(default=10 * 2**30, ge=0)
     image_roots: list[Path] = Field(default_factory=lambda: [Path.cwd()])
     pool_file: Path | None = None
+    pool_document: str = ""
+    advertise_worker_ip: str | None = None
     workers: int = Field(default=2, ge=0, le=1000)
     api_server: str | None = None
     heartbeat_seconds: float = Field(default=5.0, gt=0)

@@ -60,8 +60,8 @@ class FakeApi:
 
 
 @contextmanager
-def fake_api() -> Iterator[FakeApi]:
-    """Serves a FakeApi on 127.0.0.1 (a free port) for the duration of the block."""
+def fake_api(host: str = "127.0.0.1") -> Iterator[FakeApi]:
+    """Serves a FakeApi on `host` (a free port) for the duration of the block."""
     api = FakeApi()
 
     class Handler(BaseHTTPRequestHandler):
@@ -106,8 +106,8 @@ def fake_api() -> Iterator[FakeApi]:
         def log_message(self, *args: object) -> None:
             pass
 
-    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-    api.url = f"http://127.0.0.1:{server.server_port}"
+    server = ThreadingHTTPServer((host, 0), Handler)
+    api.url = f"http://{host}:{server.server_port}"
     thread = threading.Thread(target=server.serve_forever, daemon=True)
     thread.start()
     try:
