@@ -37,7 +37,13 @@ def pool_document(pool: WorkerPoolSpec) -> dict[str, Any]:
 
 
 def worker_deployment(
-    pool: WorkerPoolSpec, owner_uid: str, *, image: str, api_server: str, service_account: str
+    pool: WorkerPoolSpec,
+    owner_uid: str,
+    *,
+    image: str,
+    api_server: str,
+    service_account: str,
+    images_claim: str = "ate-images",
 ) -> dict[str, Any]:
     """The Deployment (apps/v1, as a dict ready for server-side apply) of `pool`'s worker pods.
 
@@ -47,6 +53,8 @@ def worker_deployment(
         image: the ate image.
         api_server: the REST API the atelets register with.
         service_account: the worker pods' service account (no API access needed).
+        images_claim: the PersistentVolumeClaim holding the OCI image layouts templates name
+            (`oci:<path>:<tag>`, relative to it), mounted read-only in every worker pod.
     """
     selector = {POOL_LABEL: pool.name}
     pod_labels = {**MANAGED_BY, **selector, "app.kubernetes.io/name": "ate-worker", "ate.dev/sandbox-class": pool.sandbox_class}
@@ -68,6 +76,7 @@ def worker_deployment(
         {"name": "ATE_ATELET_STATE_DIR", "value": "/var/lib/ate/state"},
         {"name": "ATE_ATELET_LOCAL_SNAPSHOT_ROOT", "value": "/var/lib/ate/local-snapshots"},
         {"name": "ATE_ATELET_SNAPSHOT_CACHE_DIR", "value": "/var/lib/ate/snapshot-cache"},
+        {"name": "ATE_ATELET_IMAGE_ROOTS", "value": '["/var/lib/ate/images"]'},
         {"name": "ATE_ATELET_DRAIN_ON_SIGTERM", "value": "true"},
         {"name": "ATE_ATELET_DRAIN_DEADLINE_SECONDS", "value": str(TERMINATION_GRACE_SECONDS - 30)},
     ]
@@ -87,6 +96,7 @@ def worker_deployment(
             {"name": "state", "mountPath": "/var/lib/ate/state"},
             {"name": "local-snapshots", "mountPath": "/var/lib/ate/local-snapshots"},
             {"name": "snapshot-cache", "mountPath": "/var/lib/ate/snapshot-cache"},
+            {"name": "images", "mountPath": "/var/lib/ate/images", "readOnly": True},
         ],
     }
     if resources:
@@ -100,6 +110,7 @@ def worker_deployment(
             {"name": "state", "emptyDir": {}},
             {"name": "local-snapshots", "emptyDir": {}},
             {"name": "snapshot-cache", "emptyDir": {}},
+            {"name": "images", "persistentVolumeClaim": {"claimName": images_claim, "readOnly": True}},
         ],
     }
     if pool.pod.node_selector:

@@ -81,6 +81,7 @@ class PoolReconciler:
             image=self.settings.image,
             api_server=self.settings.api_server,
             service_account=self.settings.worker_service_account,
+            images_claim=self.settings.images_claim,
         )
         deployment = self.apps.patch_namespaced_deployment(
             deployment_name(name),

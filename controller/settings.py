@@ -18,6 +18,8 @@ class ControllerSettings(BaseSettings):
     - ``metrics_listen``: ``host:port`` of ``/metrics``; empty disables it.
     - ``resync_seconds``: how often everything is listed again and reconciled, events or not.
     - ``worker_service_account``: the service account of the worker pods (it needs no API access).
+    - ``images_claim``: the PersistentVolumeClaim with the OCI image layouts templates name,
+      mounted read-only in the worker pods.
     """
 
     model_config = SettingsConfigDict(env_prefix="ATE_CONTROLLER_")
@@ -33,3 +35,4 @@ class ControllerSettings(BaseSettings):
     metrics_listen: str = "0.0.0.0:9090"
     resync_seconds: float = Field(default=300.0, gt=0)
     worker_service_account: str = "ate-worker"
+    images_claim: str = "ate-images"
