@@ -222,6 +222,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--api-server", help="REST API the worker pods register with")
     parser.add_argument("--metrics-listen", help="host:port of /metrics ('' disables)")
     parser.add_argument("--resync-seconds", type=float)
+    parser.add_argument("--images-claim", help="PersistentVolumeClaim with the OCI image layouts (default ate-images)")
     args = {k: v for k, v in vars(parser.parse_args(argv)).items() if v is not None}
     settings = ControllerSettings(**args)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
