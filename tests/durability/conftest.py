@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 
 from tests.durability.harness import DEFAULT_ATELET, AteletSpec, Stack
+from tests.durability.probes import namespaces
 
 TIMINGS: list[tuple[str, str, float]] = []
 """(test id, outcome, seconds) of every durability case, printed in the terminal summary."""
@@ -47,7 +48,7 @@ def running_stack(
             shutil.copytree(running.logs, kept, dirs_exist_ok=True)
             print(f"\ndurability stack logs kept in {kept}")
         shutil.rmtree(base, ignore_errors=True)
-    leftovers = [ns for spec in atelets for ns in Stack.namespaces(spec.netns_prefix)]
+    leftovers = [ns for spec in atelets for ns in namespaces(spec.netns_prefix)]
     assert not leftovers, f"network namespaces left after the stack stopped: {leftovers}"
 
 

@@ -69,7 +69,9 @@ import httpx
 import pytest
 
 from ate.cli.manifest import load_template_spec
-from tests.durability.harness import NODE, REPO, TRANSITIONAL, WORKERS, Request, Stack
+from tests.durability.harness import NODE, TRANSITIONAL, WORKERS, Request, Stack
+from tests.durability.probes import namespaces, runsc_containers, snapshot_dir, verify_snapshot_dir
+from tests.durability.processes import REPO
 
 pytestmark = [pytest.mark.slow, pytest.mark.runsc]
 
@@ -246,13 +248,13 @@ def check_global(stack: Stack) -> None:
 
     deadline = time.monotonic() + 10  # sandboxes are deleted in the background after a stop
     while True:
-        containers = stack.runsc_containers()
+        containers = runsc_containers(stack)
         if len(containers) == len(running) or time.monotonic() > deadline:
             break
         time.sleep(0.2)
     assert len(containers) == len(running), f"runsc sandboxes {containers} for RUNNING actors {sorted(running)}"
     expected_ns = sorted(f"ate-{NODE}-default-{i}" for i in range(WORKERS))
-    assert Stack.namespaces() == expected_ns, f"network namespaces {Stack.namespaces()} != {expected_ns}"
+    assert namespaces() == expected_ns, f"network namespaces {namespaces()} != {expected_ns}"
 
     not_completed = stack.sql(
         "SELECT s.owner, s.generation, s.state FROM snapshots s WHERE s.state <> 'COMPLETED' AND ("
@@ -278,7 +280,7 @@ def check_snapshots(stack: Stack, owner: str, latest_id: int | None) -> None:
     assert latest["generation"] == completed[-1], (
         f"{owner}: latest is generation {latest['generation']}, not {completed[-1]}"
     )
-    Stack.verify_snapshot_files(latest["uri"], latest["manifest"])
+    verify_snapshot_dir(snapshot_dir(stack, latest["uri"]), latest["manifest"])
 
 
 def check_actor(
