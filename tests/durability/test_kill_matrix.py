@@ -4,7 +4,7 @@ Each case parks an operation at failpoint F (`ATE_FAILPOINTS_DIR`, domain/failpo
 process P (the worker, the api-server, the Temporal dev server, the atelet, or Postgres for a few
 steps), starts P again, disarms F, lets the operation settle (60 s at most; a request that died
 with the api-server is re-sent, as a client would) and then checks, independently of the
-product's own view:
+product's own view (tests/durability/checks.py):
 
 - the actor is RUNNING or SUSPENDED (never RESUMING/SUSPENDING/REVERTING), a template Ready or
   Failed (never Pending), and no workflow of it is still open;
@@ -59,26 +59,29 @@ becomes CRASHED.
 
 from __future__ import annotations
 
-import contextlib
 import re
-import time
 import warnings
-from typing import Any
+from dataclasses import dataclass
 
-import httpx
 import pytest
 
 from ate.cli.manifest import load_template_spec
-from tests.durability.harness import NODE, TRANSITIONAL, WORKERS, Request, Stack
-from tests.durability.probes import namespaces, runsc_containers, snapshot_dir, verify_snapshot_dir
+from tests.durability.checks import (
+    ATESPACE,
+    SETTLE_SECONDS,
+    actor_path,
+    check_actor,
+    check_global,
+    check_snapshots,
+    count,
+    settle_actor,
+    settle_template,
+)
+from tests.durability.harness import Request, Stack
 from tests.durability.processes import REPO
 
 pytestmark = [pytest.mark.slow, pytest.mark.runsc]
 
-ATESPACE = "dur"
-TEMPLATE = "counter"
-PORT = 8080
-SETTLE_SECONDS = 60.0
 PROCESSES = ("worker", "api-server", "temporal", "atelet")
 
 FAILPOINTS = {
@@ -128,21 +131,28 @@ CASES = [
 CASES += [pytest.param(fp, "postgres", id=f"{fp}-kill-postgres") for fp in POSTGRES_CASES]
 
 
-# ---- fixtures ------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class Shape:
+    """How the case of an actor workflow drives a fresh actor (see `test_kill`)."""
+
+    verb: str
+    """The REST call under test, `POST .../actors/<name>/<verb>`."""
+    warm: bool
+    """Resume the actor and make one request first (it answers (1, 1))."""
+    expected: tuple[int, int]
+    """What the actor answers after the case (resumed, when it rests elsewhere)."""
+    states: tuple[str, ...]
+    """The states the actor may rest in after the case."""
 
 
-@pytest.fixture(scope="module")
-def template(stack: Stack) -> str:
-    """Atespace `dur` and the FULL-scope counter template, Ready."""
-    assert stack.rest("POST", "/v1/atespaces", json={"name": ATESPACE}).status_code in (201, 409)
-    created = stack.rest(
-        "POST",
-        f"/v1/atespaces/{ATESPACE}/templates?wait=true",
-        timeout=180,
-        json={"name": TEMPLATE, "spec": load_template_spec(REPO / "examples/counter/template.yaml")},
-    )
-    assert created.status_code == 201 and created.json()["phase"] == "Ready", created.text
-    return TEMPLATE
+SHAPES = {
+    # Completed (RUNNING, counts (1, 1)) or rolled back (SUSPENDED; resumed again: (1, 1)).
+    "ResumeActor": Shape("resume", warm=False, expected=(1, 1), states=("RUNNING", "SUSPENDED")),
+    # SUSPENDED with a COMPLETED generation 1, or RUNNING again; the next request answers (2, 2).
+    "SuspendActor": Shape("suspend", warm=True, expected=(2, 2), states=("RUNNING", "SUSPENDED")),
+    # Back to the last COMPLETED snapshot: none was taken, so the golden one (counts start again).
+    "RevertActor": Shape("revert", warm=True, expected=(1, 1), states=("SUSPENDED",)),
+}
 
 
 def _name(prefix: str, failpoint: str, process: str) -> str:
@@ -151,168 +161,7 @@ def _name(prefix: str, failpoint: str, process: str) -> str:
     return re.sub(r"[^a-z0-9-]", "-", f"{prefix}{short}-{step}-{process}".lower())[:63]
 
 
-# ---- observation helpers -------------------------------------------------------------------
-
-
-def actor_row(stack: Stack, name: str) -> dict[str, Any]:
-    rows = stack.sql(
-        "SELECT a.state, a.worker_id, a.latest_snapshot_id, w.name AS worker, w.ip "
-        "FROM actors a LEFT JOIN workers w ON w.id = a.worker_id WHERE a.atespace = $1 AND a.name = $2",
-        ATESPACE,
-        name,
-    )
-    assert rows, f"actor {ATESPACE}/{name} is gone"
-    return rows[0]
-
-
-def settle_actor(stack: Stack, name: str, timeout: float = SETTLE_SECONDS) -> str:
-    """Wait until no workflow of the actor is open and its state is not transitional."""
-    deadline = time.monotonic() + timeout
-    state, open_ = "?", True
-    while time.monotonic() < deadline:
-        with contextlib.suppress(Exception):
-            state = actor_row(stack, name)["state"]
-            open_ = stack.workflow_open(f"actor/{ATESPACE}/{name}")
-            if not open_ and state not in TRANSITIONAL:
-                return str(state)
-        time.sleep(0.3)
-    raise AssertionError(
-        f"actor {ATESPACE}/{name} did not settle in {timeout:.0f} s: state {state}, workflow open {open_}"
-    )
-
-
-def settle_template(stack: Stack, name: str, timeout: float = SETTLE_SECONDS) -> str:
-    deadline = time.monotonic() + timeout
-    phase, open_ = "?", True
-    while time.monotonic() < deadline:
-        with contextlib.suppress(Exception):
-            phase = stack.sql("SELECT phase FROM actor_templates WHERE atespace = $1 AND name = $2", ATESPACE, name)[0][
-                "phase"
-            ]
-            open_ = stack.workflow_open(f"template/{ATESPACE}/{name}")
-            if not open_ and phase != "Pending":
-                return str(phase)
-        time.sleep(0.3)
-    raise AssertionError(f"template {ATESPACE}/{name} did not settle in {timeout:.0f} s: phase {phase}, open {open_}")
-
-
-def count(stack: Stack, name: str) -> tuple[int, int]:
-    """One request to the counter at the worker IP Postgres records for the actor."""
-    row = actor_row(stack, name)
-    assert row["state"] == "RUNNING" and row["ip"], row
-    response = httpx.get(f"http://{row['ip']}:{PORT}/", timeout=10, headers={"Connection": "close"})
-    assert response.status_code == 200, response.text
-    body = response.json()
-    return int(body["memory_count"]), int(body["file_count"])
-
-
-def check_global(stack: Stack) -> None:
-    """Invariants over the whole node: places, sandboxes, namespaces, latest snapshots."""
-    actors = stack.sql(
-        "SELECT a.atespace, a.name, a.state, a.worker_id, w.name AS worker FROM actors a "
-        "LEFT JOIN workers w ON w.id = a.worker_id"
-    )
-    stuck = [f"{a['atespace']}/{a['name']} {a['state']}" for a in actors if a["state"] in TRANSITIONAL]
-    assert not stuck, f"actors left in a transitional state: {stuck}"
-    pending = stack.sql("SELECT atespace, name FROM actor_templates WHERE phase = 'Pending'")
-    assert not pending, f"templates left Pending: {pending}"
-
-    running = {f"{a['atespace']}/{a['name']}": a for a in actors if a["state"] == "RUNNING"}
-    holders = {r["holder"]: r for r in stack.sql("SELECT holder, worker_id FROM placements")}
-    assert set(holders) == {f"actor/{k}" for k in running}, (
-        f"placements {sorted(holders)} != RUNNING actors {sorted(running)}"
-    )
-    for key, a in running.items():
-        assert holders[f"actor/{key}"]["worker_id"] == a["worker_id"], f"{key}: placement on another worker"
-
-    workers = [w for w in stack.rest("GET", "/v1/workers").json()["items"] if w["node"] == NODE]
-    assert len(workers) == WORKERS, workers
-    by_worker = {w["name"]: w for w in workers}
-    for w in workers:
-        mine = [k for k, a in running.items() if a["worker"] == w["name"]]
-        assert w["used_places"] == len(mine), f"worker {w['name']}: used_places {w['used_places']}, runs {mine}"
-
-    health = {w.name: w for w in stack.health().workers}
-    assert set(health) == set(by_worker), f"atelet workers {sorted(health)} != registered {sorted(by_worker)}"
-    for wname, status in health.items():
-        on_it = [k for k, a in running.items() if a["worker"] == wname]
-        seen = f"{status.actor.atespace}/{status.actor.name}" if status.actor.name else None
-        if on_it:
-            assert seen == on_it[0] and status.sandbox_state == "running", (
-                f"worker {wname} should run {on_it[0]}; atelet says {seen} ({status.sandbox_state})"
-            )
-        else:
-            assert seen is None or status.sandbox_state != "running", (
-                f"worker {wname} runs {seen}, not RUNNING in Postgres"
-            )
-
-    deadline = time.monotonic() + 10  # sandboxes are deleted in the background after a stop
-    while True:
-        containers = runsc_containers(stack)
-        if len(containers) == len(running) or time.monotonic() > deadline:
-            break
-        time.sleep(0.2)
-    assert len(containers) == len(running), f"runsc sandboxes {containers} for RUNNING actors {sorted(running)}"
-    expected_ns = sorted(f"ate-{NODE}-default-{i}" for i in range(WORKERS))
-    assert namespaces() == expected_ns, f"network namespaces {namespaces()} != {expected_ns}"
-
-    not_completed = stack.sql(
-        "SELECT s.owner, s.generation, s.state FROM snapshots s WHERE s.state <> 'COMPLETED' AND ("
-        " s.id IN (SELECT latest_snapshot_id FROM actors WHERE latest_snapshot_id IS NOT NULL)"
-        " OR s.id IN (SELECT golden_snapshot_id FROM actor_templates WHERE golden_snapshot_id IS NOT NULL))"
-    )
-    assert not not_completed, f"a snapshot that is not COMPLETED is someone's latest: {not_completed}"
-
-
-def check_snapshots(stack: Stack, owner: str, latest_id: int | None) -> None:
-    """Latest COMPLETED with its data intact; COMPLETED generations 1..n with the latest the last."""
-    rows = stack.sql(
-        "SELECT id, generation, state, uri, manifest FROM snapshots WHERE owner = $1 ORDER BY generation", owner
-    )
-    completed = [r["generation"] for r in rows if r["state"] == "COMPLETED"]
-    assert completed == list(range(1, len(completed) + 1)), (
-        f"{owner}: COMPLETED generations {completed} have a gap ({rows})"
-    )
-    if latest_id is None:
-        return
-    latest = next((r for r in rows if r["id"] == latest_id), None)
-    assert latest is not None and latest["state"] == "COMPLETED", f"{owner}: latest snapshot {latest}"
-    assert latest["generation"] == completed[-1], (
-        f"{owner}: latest is generation {latest['generation']}, not {completed[-1]}"
-    )
-    verify_snapshot_dir(snapshot_dir(stack, latest["uri"]), latest["manifest"])
-
-
-def check_actor(
-    stack: Stack, name: str, expected: tuple[int, int], states: tuple[str, ...] = ("RUNNING", "SUSPENDED")
-) -> None:
-    """The settled actor is in one of `states`, consistent and, running (or resumed), answers `expected`."""
-    check_global(stack)
-    row = actor_row(stack, name)
-    assert row["state"] in states, row
-    api = stack.rest("GET", f"/v1/atespaces/{ATESPACE}/actors/{name}").json()
-    assert api["state"] == row["state"], f"API says {api['state']}, Postgres {row['state']}"
-    check_snapshots(stack, f"actor/{ATESPACE}/{name}", row["latest_snapshot_id"])
-    if row["state"] == "SUSPENDED":
-        assert all(w.actor.name != name for w in stack.health().workers), "a SUSPENDED actor runs on a worker"
-        resumed = stack.rest(
-            "POST", f"/v1/atespaces/{ATESPACE}/actors/{name}/resume", timeout=90, json={"timeout_seconds": 60}
-        )
-        assert resumed.status_code == 200, f"resume after the case: {resumed.status_code} {resumed.text}"
-        check_global(stack)
-    api = stack.rest("GET", f"/v1/atespaces/{ATESPACE}/actors/{name}").json()
-    status = [w for w in stack.health().workers if w.actor.name == name and w.actor.atespace == ATESPACE]
-    assert len(status) == 1 and status[0].sandbox_state == "running", f"atelet Health for {name}: {status}"
-    assert api["worker"] and status[0].name == api["worker"]["name"], (
-        f"API worker {api['worker']} != atelet {status[0].name}"
-    )
-    assert count(stack, name) == expected
-    suspended = stack.rest(
-        "POST", f"/v1/atespaces/{ATESPACE}/actors/{name}/suspend", timeout=90, json={"timeout_seconds": 60}
-    )
-    assert suspended.status_code == 200 and suspended.json()["state"] == "SUSPENDED", suspended.text
-    check_snapshots(stack, f"actor/{ATESPACE}/{name}", actor_row(stack, name)["latest_snapshot_id"])
-    check_global(stack)
+# ---- the matrix ------------------------------------------------------------------------------
 
 
 def quarantine(stack: Stack, actor: str | None = None, template: str | None = None) -> None:
@@ -351,31 +200,22 @@ def park_kill_restart(stack: Stack, failpoint: str, process: str, request: Reque
         request.join(5)
 
 
-# ---- the matrix ------------------------------------------------------------------------------
-
-
 @pytest.mark.parametrize(("failpoint", "process"), CASES)
 def test_kill(stack: Stack, template: str, failpoint: str, process: str) -> None:
     """Park `failpoint`, SIGKILL `process`, restart it, disarm; the operation settles consistently.
 
-    ResumeActor (fresh actor, SUSPENDED): the resume completes (RUNNING, counts (1, 1)) or is
-    rolled back (SUSPENDED; resumed again it answers (1, 1)). SuspendActor (fresh actor resumed,
-    one request made): SUSPENDED with a COMPLETED generation 1 whose files match, or RUNNING again;
-    either way the next request answers (2, 2). GoldenSnapshot (fresh template): Ready with a
-    verified golden snapshot from which a new actor answers (1, 1), or Failed with its place and
-    PENDING snapshot released. In every case no place, sandbox or namespace is left over.
+    An actor workflow runs on a fresh actor, resumed and asked once first unless it is a resume,
+    and settles as its `SHAPES` entry says (states, counts). GoldenSnapshot (fresh template):
+    Ready with a verified golden snapshot from which a new actor answers (1, 1), or Failed with
+    its place and PENDING snapshot released. In every case no place, sandbox or namespace is left
+    over.
     """
     if process == "postgres" and stack.postgres.server is None:
         pytest.skip("Postgres is external (ATE_DATABASE_URL): this harness cannot kill it")
-    op = failpoint.split(".")[0]
-    if op == "GoldenSnapshot":
+    if failpoint.startswith("GoldenSnapshot."):
         _golden_case(stack, failpoint, process)
-    elif op == "ResumeActor":
-        _resume_case(stack, template, failpoint, process)
-    elif op == "RevertActor":
-        _revert_case(stack, template, failpoint, process)
     else:
-        _suspend_case(stack, template, failpoint, process)
+        _actor_case(stack, template, failpoint, process)
 
 
 def _create_actor(stack: Stack, template: str, name: str) -> None:
@@ -383,60 +223,20 @@ def _create_actor(stack: Stack, template: str, name: str) -> None:
     assert created.status_code == 201, created.text
 
 
-def _resume_case(stack: Stack, template: str, failpoint: str, process: str) -> None:
+def _actor_case(stack: Stack, template: str, failpoint: str, process: str) -> None:
+    shape = SHAPES[failpoint.split(".")[0]]
     name = _name("", failpoint, process)
     _create_actor(stack, template, name)
     try:
+        if shape.warm:
+            resumed = stack.rest("POST", f"{actor_path(name)}/resume", timeout=90, json={"timeout_seconds": 60})
+            assert resumed.status_code == 200, resumed.text
+            assert count(stack, name) == (1, 1)
         stack.arm(failpoint)
-        request = stack.in_background(
-            "POST", f"/v1/atespaces/{ATESPACE}/actors/{name}/resume", {"timeout_seconds": 120}, resend=True
-        )
+        request = stack.in_background("POST", f"{actor_path(name)}/{shape.verb}", {"timeout_seconds": 120}, resend=True)
         park_kill_restart(stack, failpoint, process, request)
         settle_actor(stack, name)
-        check_actor(stack, name, expected=(1, 1))
-    except BaseException:
-        quarantine(stack, actor=name)
-        raise
-
-
-def _suspend_case(stack: Stack, template: str, failpoint: str, process: str) -> None:
-    name = _name("", failpoint, process)
-    _create_actor(stack, template, name)
-    try:
-        resumed = stack.rest(
-            "POST", f"/v1/atespaces/{ATESPACE}/actors/{name}/resume", timeout=90, json={"timeout_seconds": 60}
-        )
-        assert resumed.status_code == 200, resumed.text
-        assert count(stack, name) == (1, 1)
-        stack.arm(failpoint)
-        request = stack.in_background(
-            "POST", f"/v1/atespaces/{ATESPACE}/actors/{name}/suspend", {"timeout_seconds": 120}, resend=True
-        )
-        park_kill_restart(stack, failpoint, process, request)
-        settle_actor(stack, name)
-        check_actor(stack, name, expected=(2, 2))
-    except BaseException:
-        quarantine(stack, actor=name)
-        raise
-
-
-def _revert_case(stack: Stack, template: str, failpoint: str, process: str) -> None:
-    name = _name("", failpoint, process)
-    _create_actor(stack, template, name)
-    try:
-        resumed = stack.rest(
-            "POST", f"/v1/atespaces/{ATESPACE}/actors/{name}/resume", timeout=90, json={"timeout_seconds": 60}
-        )
-        assert resumed.status_code == 200, resumed.text
-        assert count(stack, name) == (1, 1)
-        stack.arm(failpoint)
-        request = stack.in_background(
-            "POST", f"/v1/atespaces/{ATESPACE}/actors/{name}/revert", {"timeout_seconds": 120}, resend=True
-        )
-        park_kill_restart(stack, failpoint, process, request)
-        settle_actor(stack, name)
-        # Back to the last COMPLETED snapshot: none was taken, so the golden one (counts start again).
-        check_actor(stack, name, expected=(1, 1), states=("SUSPENDED",))
+        check_actor(stack, name, expected=shape.expected, states=shape.states)
     except BaseException:
         quarantine(stack, actor=name)
         raise

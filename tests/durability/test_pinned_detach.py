@@ -32,11 +32,10 @@ from typing import Any
 import httpx
 import pytest
 
-from tests.durability import test_kill_matrix as matrix
+from tests.durability.checks import ATESPACE, count, settle_actor
 from tests.durability.conftest import running_stack
 from tests.durability.harness import DEFAULT_ATELET, NODE, SECOND_ATELET, Stack, labelled
 from tests.durability.probes import files_of, runsc_containers, snapshot_dir, verify_snapshot_dir
-from tests.durability.test_kill_matrix import ATESPACE, count, settle_actor
 
 pytestmark = [pytest.mark.slow, pytest.mark.runsc]
 
@@ -46,16 +45,12 @@ ZONE_A = {"zone": "a"}
 ZONE_B = {"zone": "b"}
 OP_TIMEOUT = 90.0
 
-template = matrix.template
-"""The kill matrix's module-scoped fixture (atespace `dur`, the FULL counter template, Ready),
-here on this module's own `stack`."""
-
 
 @pytest.fixture(scope="module")
 def stack(request: pytest.FixtureRequest) -> Iterator[Stack]:
     """This module's stack: two atelets (nodes `dur` and `dur2`); no namespace of either is left.
 
-    Overrides conftest's one-node `stack` (the imported `template` fixture then uses this one).
+    Overrides conftest's one-node `stack` (conftest's `template` fixture then uses this one).
     The logs are kept (path printed) when a test of this module failed.
     """
     failed_before = request.session.testsfailed
