@@ -6,24 +6,49 @@ steps), starts P again, disarms F, lets the operation settle (60 s at most; a re
 with the api-server is re-sent, as a client would) and then checks, independently of the
 product's own view (tests/durability/checks.py):
 
-- the actor is RUNNING or SUSPENDED (never RESUMING/SUSPENDING/REVERTING), a template Ready or
-  Failed (never Pending), and no workflow of it is still open;
+- the actor rests: RUNNING, SUSPENDED or PAUSED (never RESUMING/SUSPENDING/PAUSING/REVERTING), a
+  template Ready or Failed (never Pending), and no workflow of it is still open (its own
+  operation, nor the UploadSnapshot of any of its local snapshots);
+- a PAUSED actor is pinned to its node and holds no place; its COMPLETED LOCAL snapshot lies in
+  that atelet's `local-snapshots` dir; an async suspend's upload has landed: the latest snapshot
+  is the upload (EXTERNAL, COMPLETED, the local generation + 1, the same files), `upload_pending`
+  false, no PENDING row left, the local copy referenced by nothing (the snapshot GC's to delete);
+  only a PAUSED actor keeps a local snapshot and only a local snapshot pins an actor;
 - a RUNNING actor answers over HTTP at its worker IP with the right counts (examples/counter:
-  memory_count and file_count +1 per request, FULL scope keeps both across suspend/resume), and
-  the atelet's Health shows it running on exactly the worker the API names; a SUSPENDED actor
-  runs nowhere (and, resumed again, answers with the right counts);
+  memory_count and file_count +1 per request, FULL scope keeps both across suspend, pause and
+  resume), and the atelet's Health shows it running on exactly the worker the API names; a
+  SUSPENDED or PAUSED actor runs nowhere (and, resumed again, answers with the right counts);
 - `placements` holds exactly the RUNNING/transitional actors; `/v1/workers` used_places agrees;
-- the latest snapshot of every actor and template is COMPLETED, its directory holds a
-  manifest.json whose files' sha256 match (hashed here), COMPLETED generations are 1..n;
+- the latest snapshot (local one, pending upload) of every actor and template is COMPLETED; the
+  newest one's directory holds a manifest.json whose files' sha256 match (hashed here),
+  COMPLETED generations are 1..n;
 - `runsc list` shows one sandbox per RUNNING actor, `ip netns list` exactly the workers' namespaces.
 
 Every case uses a fresh actor (or template) and ends with it SUSPENDED, so cases are independent;
-after a failed case the actor is quarantined (workflow terminated, rows reset, atelet restarted)
+after a failed case the actor is quarantined (workflows terminated, rows reset, atelet restarted)
 so that one product bug does not fail every later case.
 
-What makes each step idempotent (read from activities/store/store.py, activities/*.py and
-atelet/oplog.py, atelet/sandbox_ops.py, atelet/snapshots/); the operation ID is the workflow
-run ID, and each atelet call's ID is `<run id>/<run|restore|checkpoint|terminate>`:
+Which (step, process) pairs run (`meaningful`): every step x worker, Temporal and atelet, except
+- the api-server holds nothing of an operation (it started the workflow and waits for it), so
+  its kill is the same at every step: one step per workflow, where a client sees the operation
+  in flight (`API_STEP`); none for UploadSnapshot, which runs after the suspend was answered,
+  behind no request, so killing the api-server then is the same as not killing anything;
+- the atelet where it holds nothing of the operation (`ATELET_IDLE`): at a step before the
+  workflow's first atelet call (a resume's or golden boot's placement, an upload's reserve) the
+  case is the one at that first call, whose failpoint also parks before the gRPC call; after an
+  upload's copy (its finalize) the atelet holds what it held at the copy, the local snapshot
+  (which a restart leaves: it removes only the staging dirs in its local root) plus the finished
+  copy in the storage location (which it never touches at start), so that case is the copy's
+  one too. A suspend, pause or revert keeps its atelet kills before the call and after it: that
+  atelet runs the actor's sandbox, which a restart must adopt, or has just freed its worker;
+- Postgres only at one step of each workflow but RevertActor (`POSTGRES_CASES`): a step whose
+  earlier writes must survive the crash and whose next write retries through the restart
+  (`db_step` retries for ~30 s).
+
+What makes each step idempotent (read from activities/store/*.py, activities/*.py, workflows/*.py
+and atelet/oplog.py, atelet/sandbox_ops.py, atelet/snapshots/); the operation ID is the workflow
+run ID, and each atelet call's ID is `<run id>/<run|restore|checkpoint|copy|terminate>`; every
+snapshot destination is `<gen>-<12 hex of sha256(run id)>`, unique per operation:
 
 | workflow | step (failpoints) | what makes a retry safe |
 |---|---|---|
@@ -32,18 +57,22 @@ run ID, and each atelet call's ID is `<run id>/<run|restore|checkpoint|terminate
 | ResumeActor | finalize `finish_resume` (before_finalize) | `mark_actor_running` only WHERE state RESUMING AND operation_id = this run; a repeat finds RUNNING with its own operation_id and returns |
 | ResumeActor | rollback `rollback_resume` | guarded by operation_id; deletes the placement only if it is this run's |
 | SuspendActor | mark `begin_suspend` (before_mark, after_mark) | actor row lock; guard RUNNING; a repeat finds SUSPENDING with its own operation_id and returns the same PENDING snapshot (`in_progress_snapshot_id`); generation = max+1 under the row lock, UNIQUE (owner, generation) |
-| SuspendActor | checkpoint `atelet_checkpoint` (atelet_checkpoint) | OperationLog `<run>/checkpoint`; the destination `<gen>-<run id prefix>` is unique per operation and must not exist (or hold this operation's own completed checkpoint); data is staged, hashed, manifest.json written last, then renamed onto the destination |
+| SuspendActor | checkpoint `atelet_checkpoint` (atelet_checkpoint) | OperationLog `<run>/checkpoint`; the destination must not exist (or hold this operation's own completed checkpoint, manifest `created_by_operation`); data is staged, hashed, manifest.json written last, then renamed onto the destination |
 | SuspendActor | finalize `complete_suspend` (before_finalize) | one transaction: `complete_snapshot` only WHERE state PENDING, `mark_actor_suspended` only WHERE SUSPENDING AND operation_id = this run; a repeat finds SUSPENDED with this snapshot |
 | SuspendActor | rollback `rollback_suspend` | guarded by operation_id; deletes the snapshot only while PENDING |
 | RevertActor | mark `begin_revert` (before_mark, after_mark) | actor row lock; a repeat finds REVERTING with its own operation_id; any revertable state (REVERTING of a dead revert included) is taken over; the in-progress PENDING snapshot is deleted, never promoted |
 | RevertActor | terminate `atelet_terminate` / `fence_worker` | Terminate succeeds when nothing runs (OperationLog `<run>/terminate`); fencing sets the worker UNAVAILABLE, an idempotent write |
 | RevertActor | finalize `finish_revert` (before_finalize) | `mark_actor_reverted` only WHERE REVERTING AND operation_id = this run; placement delete idempotent; a repeat finds SUSPENDED and returns |
-| PauseActor | mark `begin_pause` (before_mark, after_mark) | as SuspendActor's mark, guard RUNNING; the reserved snapshot is LOCAL (`local:///...`, node = the worker's) |
-| PauseActor | checkpoint `atelet_checkpoint` (atelet_checkpoint) | as SuspendActor's checkpoint, into the atelet's local-snapshots dir |
-| PauseActor | finalize `complete_pause` (before_finalize) | `complete_snapshot` only WHERE PENDING, `mark_actor_paused` only WHERE PAUSING AND operation_id = this run; a repeat finds PAUSED with this local snapshot |
+| PauseActor | mark `begin_pause` (before_mark, after_mark) | actor row lock; guard RUNNING (PAUSED answers "already paused"); a repeat finds PAUSING with its own operation_id and returns the same worker and PENDING snapshot (`in_progress_snapshot_id`); the reserved snapshot is LOCAL, `local:///<atespace>/actors/<name>/<gen>-...` on the worker's node, generation max+1 under the row lock; `mark_actor_pausing` guarded by the actor version |
+| PauseActor | checkpoint `atelet_checkpoint` (atelet_checkpoint) | as SuspendActor's checkpoint (OperationLog `<run>/checkpoint`, own completed checkpoint answered again, staged then renamed), into the atelet's `local-snapshots` dir; the activity first checks that this run still holds the actor's worker (`_still_placed`); a staging dir a killed atelet left there is removed at its next start |
+| PauseActor | finalize `complete_pause` (before_finalize) | one transaction: `complete_snapshot` only WHERE PENDING, `mark_actor_paused` (local snapshot, pinned to its node, worker freed) only WHERE PAUSING AND operation_id = this run, placement deleted; a repeat finds PAUSED with this local snapshot and returns |
+| PauseActor | rollback `rollback_suspend` | PAUSING -> RUNNING guarded by operation_id (no local snapshot is kept yet); deletes the snapshot only while PENDING |
 | SuspendActor from PAUSED | upload `atelet_copy_snapshot` (atelet_copy) | OperationLog `<run>/copy`; CopySnapshot verifies the source against its manifest, stages and renames, and returns an existing identical destination unchanged; the local snapshot is left in place |
 | ResumeActor of a PAUSED actor, node full | detach: `begin_suspend`/`atelet_copy_snapshot`/`complete_suspend` under `<run>/detach` | the suspend steps above, under an operation ID of their own; then `begin_resume` as above |
-| UploadSnapshot (async suspend) | `begin_upload`, `atelet_copy_snapshot`, `complete_upload` | `begin_upload` reuses the snapshot this run reserved (`find_snapshot_of_operation`); the copy as above; `complete_upload` is an update guarded by "the actor still waits for this local snapshot" and is a no-op when the upload already is the latest |
+| UploadSnapshot (async suspend) | reserve `begin_upload` (before_reserve) | no per-actor lock (workflow ID `upload/<atespace>/<name>/<local id>`), but the actor row is locked; needed only while the actor's `pending_upload_snapshot_id` is this local snapshot (else the workflow ends, `abandon_upload`); a dead node is retried later; a repeat reuses the row this run reserved (`find_snapshot_of_operation`: owner + run ID), else reserves generation max+1 EXTERNAL |
+| UploadSnapshot | copy `atelet_copy_snapshot` (atelet_copy) | as SuspendActor from PAUSED's upload (OperationLog `<run>/copy`); an identical completed destination is answered unchanged, decided from the request's manifest before the source is read; the local snapshot is left in place |
+| UploadSnapshot | finalize `complete_upload` (before_finalize) | one transaction: `complete_snapshot` only WHERE PENDING, then under the actor row lock: a repeat finds the upload already the latest and returns; it becomes the latest (`mark_actor_uploaded`, unpinned) only while the actor still waits for this local snapshot and the upload is newer than its latest; else the copy is left to the GC |
+| UploadSnapshot | give up `abandon_upload` | deletes only this run's PENDING rows |
 | GoldenSnapshot | placement `begin_golden` (before_placement, after_bind) | `find_snapshot_of_operation` + the template's placement with this run's operation_id: a repeat returns both; a placement of an earlier run is replaced |
 | GoldenSnapshot | boot `atelet_start` (atelet_call) | OperationLog `<run>/run` |
 | GoldenSnapshot | checkpoint `atelet_checkpoint` (atelet_checkpoint) | OperationLog `<run>/checkpoint`; unique destination as for SuspendActor |
@@ -61,7 +90,7 @@ from __future__ import annotations
 
 import re
 import warnings
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import pytest
 
@@ -73,9 +102,11 @@ from tests.durability.checks import (
     check_actor,
     check_global,
     check_snapshots,
+    check_upload_landed,
     count,
     settle_actor,
     settle_template,
+    workflows_of,
 )
 from tests.durability.harness import Request, Stack
 from tests.durability.processes import REPO
@@ -88,36 +119,43 @@ FAILPOINTS = {
     "ResumeActor": ("before_placement", "after_bind", "atelet_call", "before_finalize"),
     "SuspendActor": ("before_mark", "after_mark", "atelet_checkpoint", "before_finalize"),
     "GoldenSnapshot": ("before_placement", "after_bind", "atelet_call", "atelet_checkpoint", "before_finalize"),
+    "RevertActor": ("before_mark", "after_mark", "before_finalize"),
+    "PauseActor": ("before_mark", "after_mark", "atelet_checkpoint", "before_finalize"),
+    "UploadSnapshot": ("before_reserve", "atelet_copy", "before_finalize"),
 }
-
-
-def _revert_steps() -> tuple[str, ...]:
-    """RevertActor's failpoints as the activities declare them (none until RevertActor exists)."""
-    steps: list[str] = []
-    for path in sorted((REPO / "activities").rglob("*.py")):
-        steps += re.findall(r'failpoint\("RevertActor\.(\w+)"\)', path.read_text())
-    return tuple(dict.fromkeys(steps))
-
-
-if _revert_steps():
-    FAILPOINTS["RevertActor"] = _revert_steps()
-POSTGRES_CASES = ("ResumeActor.after_bind", "SuspendActor.atelet_checkpoint", "GoldenSnapshot.before_finalize")
-
-API_STEP = {"ResumeActor": "after_bind", "SuspendActor": "after_mark", "GoldenSnapshot": "atelet_checkpoint"}
-"""The api-server holds nothing of an operation (it started the workflow and waits for it), so
-its kill is the same at every step: one step per workflow, where a client sees the operation in
-flight. (RevertActor: its first step after the mark.)"""
-BEFORE_ATELET = {"before_placement", "after_bind"}
-"""Resume/golden steps before the first atelet call: killing the atelet there is the same case as
-at `atelet_call` (that failpoint also parks before the gRPC call), so only that one runs."""
+POSTGRES_CASES = (
+    "ResumeActor.after_bind",
+    "SuspendActor.atelet_checkpoint",
+    "GoldenSnapshot.before_finalize",
+    "PauseActor.atelet_checkpoint",
+    "UploadSnapshot.before_finalize",
+)
+API_STEP: dict[str, str | None] = {
+    "ResumeActor": "after_bind",
+    "SuspendActor": "after_mark",
+    "GoldenSnapshot": "atelet_checkpoint",
+    "RevertActor": "after_mark",
+    "PauseActor": "after_mark",
+    "UploadSnapshot": None,
+}
+"""The one step per workflow at which the api-server is killed (see the module docstring)."""
+ATELET_IDLE = {
+    "ResumeActor": {"before_placement", "after_bind"},
+    "GoldenSnapshot": {"before_placement", "after_bind"},
+    "UploadSnapshot": {"before_reserve", "before_finalize"},
+}
+"""Steps at which the atelet holds nothing of the operation that its kill could disturb: before
+the workflow's first atelet call (the case is the one at that call, whose failpoint also parks
+before the gRPC call), and an upload's finalize (the case is the one at its copy: see the module
+docstring)."""
 
 
 def meaningful(op: str, step: str, process: str) -> bool:
-    """Whether killing `process` at `op.step` is a case of its own (see API_STEP, BEFORE_ATELET)."""
+    """Whether killing `process` at `op.step` is a case of its own (see API_STEP, ATELET_IDLE)."""
     if process == "api-server":
-        return step == API_STEP.get(op, "after_mark")
-    if process == "atelet" and op in ("ResumeActor", "GoldenSnapshot"):
-        return step not in BEFORE_ATELET
+        return step == API_STEP[op]
+    if process == "atelet":
+        return step not in ATELET_IDLE.get(op, set())
     return True
 
 
@@ -143,6 +181,11 @@ class Shape:
     """What the actor answers after the case (resumed, when it rests elsewhere)."""
     states: tuple[str, ...]
     """The states the actor may rest in after the case."""
+    body: dict[str, str] = field(default_factory=dict)
+    """More of the request's body."""
+    background: bool = False
+    """The failpoint parks a background workflow the call started and answered (an async
+    suspend's upload), not the call itself; the upload must then land (`check_upload_landed`)."""
 
 
 SHAPES = {
@@ -152,20 +195,40 @@ SHAPES = {
     "SuspendActor": Shape("suspend", warm=True, expected=(2, 2), states=("RUNNING", "SUSPENDED")),
     # Back to the last COMPLETED snapshot: none was taken, so the golden one (counts start again).
     "RevertActor": Shape("revert", warm=True, expected=(1, 1), states=("SUSPENDED",)),
+    # PAUSED with a COMPLETED local generation 1 on its node, or RUNNING again: (2, 2) either way.
+    "PauseActor": Shape("pause", warm=True, expected=(2, 2), states=("RUNNING", "PAUSED")),
+    # SUSPENDED at once (local generation 1); its upload lands as generation 2: (2, 2).
+    "UploadSnapshot": Shape(
+        "suspend", warm=True, expected=(2, 2), states=("SUSPENDED",), body={"mode": "async"}, background=True
+    ),
 }
 
 
 def _name(prefix: str, failpoint: str, process: str) -> str:
     op, step = failpoint.split(".")
-    short = {"ResumeActor": "r", "SuspendActor": "s", "GoldenSnapshot": "g", "RevertActor": "v"}[op]
-    return re.sub(r"[^a-z0-9-]", "-", f"{prefix}{short}-{step}-{process}".lower())[:63]
+    short = {"ResumeActor": "r", "SuspendActor": "s", "GoldenSnapshot": "g", "RevertActor": "v", "PauseActor": "p"}
+    return re.sub(r"[^a-z0-9-]", "-", f"{prefix}{short.get(op, 'u')}-{step}-{process}".lower())[:63]
+
+
+def test_every_declared_failpoint_is_a_case() -> None:
+    """The activities' named failpoints of the matrix's workflows all have cases (the ones named
+    after the workflow type, `<workflow>.atelet_*`, are listed by hand in FAILPOINTS)."""
+    declared = {
+        name
+        for path in sorted((REPO / "activities").rglob("*.py"))
+        for name in re.findall(r'failpoint\("(\w+\.\w+)"\)', path.read_text())
+    }
+    assert declared, "no failpoint found in activities/"
+    missing = sorted(fp for fp in declared if fp.split(".")[1] not in FAILPOINTS.get(fp.split(".")[0], ()))
+    assert not missing, f"failpoints without a kill-matrix case: {missing}"
 
 
 # ---- the matrix ------------------------------------------------------------------------------
 
 
 def quarantine(stack: Stack, actor: str | None = None, template: str | None = None) -> None:
-    """After a failed case: end its workflow, reset its rows, restart the atelet (the control plane's heartbeat answer stops strays)."""
+    """After a failed case: end its workflows, reset its rows, restart the atelet (the control
+    plane's heartbeat answer stops strays)."""
     stack.disarm_all()
     for part in stack.parts.values():
         if part.process is not None and part.process.poll() is not None:
@@ -174,11 +237,13 @@ def quarantine(stack: Stack, actor: str | None = None, template: str | None = No
     if stack.postgres.server is not None and not stack.postgres.server.running():
         stack.postgres.start()
     if actor:
-        stack.terminate_workflow(f"actor/{ATESPACE}/{actor}")
+        for workflow_id in workflows_of(stack, actor):
+            stack.terminate_workflow(workflow_id)
         stack.sql("DELETE FROM placements WHERE holder = $1", f"actor/{ATESPACE}/{actor}")
         stack.sql(
             "UPDATE actors SET state = 'SUSPENDED', worker_id = NULL, operation = NULL, operation_id = NULL, "
-            "in_progress_snapshot_id = NULL WHERE atespace = $1 AND name = $2",
+            "in_progress_snapshot_id = NULL, local_snapshot_id = NULL, pending_upload_snapshot_id = NULL, "
+            "pinned_node = NULL WHERE atespace = $1 AND name = $2",
             ATESPACE,
             actor,
         )
@@ -189,11 +254,13 @@ def quarantine(stack: Stack, actor: str | None = None, template: str | None = No
     stack.kill_and_restart("atelet")
 
 
-def park_kill_restart(stack: Stack, failpoint: str, process: str, request: Request) -> None:
+def park_kill_restart(stack: Stack, failpoint: str, process: str, request: Request | None) -> None:
     """Wait for the operation to park at `failpoint`, SIGKILL `process`, restart it, disarm."""
     stack.wait_reached(failpoint)
     stack.kill_and_restart(process)
     stack.disarm(failpoint)
+    if request is None:
+        return
     if process == "api-server":
         request.join(SETTLE_SECONDS)  # the re-sent request attaches to the operation
     else:
@@ -233,9 +300,18 @@ def _actor_case(stack: Stack, template: str, failpoint: str, process: str) -> No
             assert resumed.status_code == 200, resumed.text
             assert count(stack, name) == (1, 1)
         stack.arm(failpoint)
-        request = stack.in_background("POST", f"{actor_path(name)}/{shape.verb}", {"timeout_seconds": 120}, resend=True)
+        body = {"timeout_seconds": 120, **shape.body}
+        request = None
+        if shape.background:
+            answered = stack.rest("POST", f"{actor_path(name)}/{shape.verb}", timeout=90, json=body)
+            assert answered.status_code == 200, answered.text
+            assert (answered.json()["state"], answered.json()["upload_pending"]) == ("SUSPENDED", True), answered.text
+        else:
+            request = stack.in_background("POST", f"{actor_path(name)}/{shape.verb}", body, resend=True)
         park_kill_restart(stack, failpoint, process, request)
         settle_actor(stack, name)
+        if shape.background:
+            check_upload_landed(stack, name)
         check_actor(stack, name, expected=shape.expected, states=shape.states)
     except BaseException:
         quarantine(stack, actor=name)
