@@ -35,6 +35,7 @@ with workflow.unsafe.imports_passed_through():
     )
     from domain.operations.suspend import SuspendActorInput, SuspendActorResult
     from domain.states import Operation
+    from domain.temporal import WORKFLOW_TASK_TIMEOUT
     from workflows.search_attributes import operation_attributes
 
 EVICTION = "EvictionDeadline"
@@ -64,6 +65,7 @@ class EvictionDeadlineWorkflow:
                         SuspendActorInput(actor=actor),
                         id=actor.workflow_id,
                         # No task_queue: the child inherits this workflow's (ate-control; a test's own queue).
+                        task_timeout=WORKFLOW_TASK_TIMEOUT,
                         result_type=SuspendActorResult,
                         parent_close_policy=ParentClosePolicy.ABANDON,
                         search_attributes=operation_attributes(actor.atespace, actor.name, Operation.SUSPEND.value),

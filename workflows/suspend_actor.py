@@ -40,7 +40,7 @@ with workflow.unsafe.imports_passed_through():
     from domain.operations.suspend import BeginSuspendInput, SuspendActorInput, SuspendActorResult, SuspendPlan
     from domain.operations.upload import UploadSnapshotInput, UploadSnapshotResult
     from domain.states import Operation, SnapshotStorage
-    from domain.temporal import upload_workflow_id
+    from domain.temporal import WORKFLOW_TASK_TIMEOUT, upload_workflow_id
     from workflows.search_attributes import operation_attributes
 
 
@@ -131,6 +131,7 @@ class SuspendActorWorkflow:
                 UploadSnapshotInput(actor=actor, local_snapshot_id=local_snapshot_id),
                 id=upload_id,
                 result_type=UploadSnapshotResult,
+                task_timeout=WORKFLOW_TASK_TIMEOUT,
                 parent_close_policy=ParentClosePolicy.ABANDON,
                 search_attributes=operation_attributes(actor.atespace, actor.name, Operation.UPLOAD.value),
             )

@@ -1,4 +1,5 @@
-"""The durability stack, started once per module and stopped (leaving nothing behind) after it."""
+"""The durability stack, started once per module and stopped (leaving nothing behind) after it,
+and the Ready template its cases create actors from."""
 
 from __future__ import annotations
 
@@ -11,7 +12,11 @@ from pathlib import Path
 
 import pytest
 
+from ate.cli.manifest import load_template_spec
+from tests.durability.checks import ATESPACE, TEMPLATE
 from tests.durability.harness import DEFAULT_ATELET, AteletSpec, Stack
+from tests.durability.probes import namespaces
+from tests.durability.processes import REPO
 
 TIMINGS: list[tuple[str, str, float]] = []
 """(test id, outcome, seconds) of every durability case, printed in the terminal summary."""
@@ -47,7 +52,7 @@ def running_stack(
             shutil.copytree(running.logs, kept, dirs_exist_ok=True)
             print(f"\ndurability stack logs kept in {kept}")
         shutil.rmtree(base, ignore_errors=True)
-    leftovers = [ns for spec in atelets for ns in Stack.namespaces(spec.netns_prefix)]
+    leftovers = [ns for spec in atelets for ns in namespaces(spec.netns_prefix)]
     assert not leftovers, f"network namespaces left after the stack stopped: {leftovers}"
 
 
@@ -56,6 +61,20 @@ def stack() -> Iterator[Stack]:
     """Postgres, Temporal, api-server, worker, atelet as separate processes, plus a Ready template."""
     with running_stack() as running:
         yield running
+
+
+@pytest.fixture(scope="module")
+def template(stack: Stack) -> str:
+    """Atespace `dur` and the FULL-scope counter template, Ready (on the module's own `stack`)."""
+    assert stack.rest("POST", "/v1/atespaces", json={"name": ATESPACE}).status_code in (201, 409)
+    created = stack.rest(
+        "POST",
+        f"/v1/atespaces/{ATESPACE}/templates?wait=true",
+        timeout=180,
+        json={"name": TEMPLATE, "spec": load_template_spec(REPO / "examples/counter/template.yaml")},
+    )
+    assert created.status_code == 201 and created.json()["phase"] == "Ready", created.text
+    return TEMPLATE
 
 
 def pytest_runtest_logreport(report: pytest.TestReport) -> None:

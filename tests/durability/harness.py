@@ -10,42 +10,34 @@ A Stack may run more than one atelet (`Stack(base, atelets=(...))`, see `AteletS
 its own node name, ports, state dir and subnet, and shares the snapshot root and the image root.
 Without `atelets`, the one atelet `DEFAULT_ATELET` (node `dur`, `--workers 2`), as before.
 
-Everything the checks look at is found independently of the product's own view: Postgres rows
-read with SQL, the atelet's Health over gRPC, the workload over HTTP at its worker IP, the
-snapshot files hashed here, `runsc list` and `ip netns list`.
+The processes themselves are `tests.durability.processes`; what the checks see of the node
+without asking the product (snapshot files hashed, `runsc list`, `ip netns list`) is
+`tests.durability.probes`. The Stack gives the rest of the independent view: Postgres rows read
+with SQL, the atelet's Health over gRPC, Temporal's own record of each workflow.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-import ctypes
-import hashlib
 import json
 import os
-import signal
-import subprocess
 import sys
 import threading
 import time
 import uuid
-from collections.abc import Callable
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
-from urllib.parse import unquote, urlsplit, urlunsplit
 
-import asyncpg
 import grpc
 import httpx
-import psutil
 
-from ate.dev.postgres import EmbeddedPostgres
 from ate.dev.temporal import dev_server_argv, server_ready, temporal_binary
 from atelet.proto import atelet_pb2 as pb
 from atelet.proto import atelet_pb2_grpc as pb_grpc
+from tests.durability.processes import REPO, Part, Postgres, fetch, http_ok, log_line
 
-REPO = Path(__file__).resolve().parents[2]
 HOST = "127.0.0.1"
 PORTS = {
     "api": 48080,
@@ -60,7 +52,6 @@ SUBNET = "10.91.0.0/16"
 WORKERS = 2
 NETNS_PREFIX = f"ate-{NODE}-"
 TRANSITIONAL = {"RESUMING", "SUSPENDING", "REVERTING", "PAUSING"}
-READY_TIMEOUT = 60.0
 
 
 @dataclass(frozen=True)
@@ -94,11 +85,10 @@ class AteletSpec:
         return json.dumps({
             "apiVersion": "ate.dev/v1alpha1",
             "kind": "WorkerPool",
-            "metadata": {"name": "default"},
+            "metadata": {"name": "default", "labels": self.labels or {}},
             "spec": {
                 "replicas": self.workers,
                 "sandboxClass": "gvisor",
-                "labels": self.labels or {},
                 "capacity": {"places": 1, "cpu": "2", "memory": "2Gi"},
             },
         }, indent=1)  # fmt: skip
@@ -128,153 +118,6 @@ SECOND_ATELET = AteletSpec(
 def labelled(spec: AteletSpec, **labels: str) -> AteletSpec:
     """`spec` with its workers in a pool file carrying `labels` (same workers and capacity)."""
     return replace(spec, labels=dict(labels))
-
-
-def _pdeathsig() -> None:
-    with contextlib.suppress(Exception):
-        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGTERM)
-
-
-@dataclass
-class Part:
-    """One process of the stack, started and restarted with the same command line."""
-
-    name: str
-    argv: list[str]
-    log_path: Path
-    ready: Callable[[Part], bool]
-    env: dict[str, str]
-    process: subprocess.Popen[bytes] | None = field(default=None, repr=False)
-    log_start: int = 0
-
-    def start(self) -> None:
-        with self.log_path.open("ab") as log:
-            log.write(f"=== {time.strftime('%H:%M:%S')} starting {self.name}\n".encode())
-            log.flush()
-            self.log_start = log.tell()
-            self.process = subprocess.Popen(
-                self.argv,
-                stdin=subprocess.DEVNULL,
-                stdout=log,
-                stderr=subprocess.STDOUT,
-                env=self.env,
-                cwd=REPO,
-                start_new_session=True,
-                preexec_fn=_pdeathsig,
-            )
-
-    def log_text(self) -> str:
-        with self.log_path.open("rb") as f:
-            f.seek(self.log_start)
-            return f.read().decode("utf-8", "replace")
-
-    def wait_ready(self, timeout: float = READY_TIMEOUT) -> None:
-        deadline = time.monotonic() + timeout
-        while not self.ready(self):
-            assert self.process is not None
-            if self.process.poll() is not None:
-                raise RuntimeError(f"{self.name} exited ({self.process.returncode}):\n{self.log_text()[-3000:]}")
-            if time.monotonic() > deadline:
-                raise RuntimeError(f"{self.name} not ready within {timeout} s:\n{self.log_text()[-3000:]}")
-            time.sleep(0.1)
-
-    def sigkill(self) -> None:
-        """SIGKILL the process itself (not its children: a crash, not a pod deletion)."""
-        assert self.process is not None
-        os.kill(self.process.pid, signal.SIGKILL)
-        self.process.wait(10)
-
-    def stop(self) -> None:
-        """SIGTERM its session, SIGKILL it after 30 s."""
-        if self.process is None or self.process.poll() is not None:
-            return
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(self.process.pid, signal.SIGTERM)
-        try:
-            self.process.wait(30)
-        except subprocess.TimeoutExpired:
-            with contextlib.suppress(ProcessLookupError):
-                os.killpg(self.process.pid, signal.SIGKILL)
-            self.process.wait(10)
-
-
-def _log_line(text: str) -> Callable[[Part], bool]:
-    return lambda part: text in part.log_text()
-
-
-def _http_ok(url: str) -> Callable[[Part], bool]:
-    def check(_part: Part) -> bool:
-        try:
-            return httpx.get(url, timeout=1.0).status_code == 200
-        except httpx.HTTPError:
-            return False
-
-    return check
-
-
-class Postgres:
-    """The embedded server (killable), or an external one (not killable) with a fresh database."""
-
-    def __init__(self, pgdata: Path) -> None:
-        self.pgdata = pgdata
-        self.external = os.environ.get("ATE_DATABASE_URL")
-        self.server: EmbeddedPostgres | None = None
-        self.dsn = ""
-        self._database = ""
-
-    def start(self) -> None:
-        if self.external:
-            if not self.dsn:
-                self._database = f"ate_dur_{uuid.uuid4().hex[:10]}"
-                asyncio.run(_execute(self.external, f'CREATE DATABASE "{self._database}"'))
-                self.dsn = urlunsplit(urlsplit(self.external)._replace(path=f"/{self._database}"))
-            return
-        self.server = EmbeddedPostgres(self.pgdata)
-        self.dsn = self.server.start()
-
-    def sigkill(self) -> None:
-        """SIGKILL the postmaster and every backend (a machine crash as far as the data goes)."""
-        assert self.server is not None, "an external Postgres cannot be killed by this harness"
-        pid = self.server.postmaster_pid()
-        assert pid is not None
-        self.server._forget()
-        procs = [psutil.Process(pid), *psutil.Process(pid).children(recursive=True)]
-        for p in procs:
-            with contextlib.suppress(psutil.NoSuchProcess):
-                p.kill()
-        psutil.wait_procs(procs, timeout=10)
-
-    def stop(self) -> None:
-        if self.server is not None:
-            self.server.stop()
-        elif self.external and self._database:
-            with contextlib.suppress(Exception):
-                asyncio.run(_execute(self.external, f'DROP DATABASE "{self._database}" WITH (FORCE)'))
-
-
-async def _execute(dsn: str, sql: str) -> None:
-    connection = await asyncpg.connect(dsn)
-    try:
-        await connection.execute(sql)
-    finally:
-        await connection.close()
-
-
-async def _fetch(dsn: str, sql: str, *args: Any) -> list[dict[str, Any]]:
-    connection = await asyncpg.connect(dsn, timeout=10)
-    try:
-        await connection.set_type_codec("jsonb", encoder=json.dumps, decoder=json.loads, schema="pg_catalog")
-        return [dict(r) for r in await connection.fetch(sql, *args)]
-    finally:
-        await connection.close()
-
-
-def sha256_file(path: Path) -> str:
-    digest = hashlib.sha256()
-    with path.open("rb") as f:
-        for block in iter(lambda: f.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()
 
 
 class Stack:
@@ -328,14 +171,14 @@ class Stack:
                 "api-server",
                 [*ate, "api-server", "--host", HOST, "--port", str(PORTS["api"]),
                  "--snapshot-location", f"file://{self.snapshots}"],
-                _http_ok(f"{self.api}/healthz"),
+                http_ok(f"{self.api}/healthz"),
             ),
             (
                 "worker",
                 [*ate, "worker", "--metrics-listen", f"{HOST}:{PORTS['worker_metrics']}"],
-                _log_line("worker: ready"),
+                log_line("worker: ready"),
             ),
-            *((spec.part, self._atelet_argv(spec), _log_line("atelet: ready")) for spec in self.atelets.values()),
+            *((spec.part, self._atelet_argv(spec), log_line("atelet: ready")) for spec in self.atelets.values()),
         ]  # fmt: skip
         for name, argv, ready in specs:
             part = Part(name, argv, self.logs / f"{name}.log", ready, env)
@@ -462,7 +305,7 @@ class Stack:
     # ---- Postgres ------------------------------------------------------------------------------
 
     def sql(self, query: str, *args: Any) -> list[dict[str, Any]]:
-        return asyncio.run(_fetch(self.postgres.dsn, query, *args))
+        return asyncio.run(fetch(self.postgres.dsn, query, *args))
 
     # ---- atelet --------------------------------------------------------------------------------
 
@@ -483,39 +326,6 @@ class Stack:
                 ),
                 timeout=60,
             )
-
-    def runsc_containers(self, node: str = NODE) -> list[str]:
-        root = self.state_dir(node) / "runsc"
-        done = subprocess.run(["runsc", f"--root={root}", "list", "-quiet"], capture_output=True, text=True, timeout=30)
-        assert done.returncode == 0, done.stderr
-        return [line.strip() for line in done.stdout.splitlines() if line.strip()]
-
-    @staticmethod
-    def namespaces(prefix: str = NETNS_PREFIX) -> list[str]:
-        """The network namespaces whose name starts with `prefix` (default: node `dur`'s)."""
-        done = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True, timeout=30)
-        return sorted(line.split()[0] for line in done.stdout.splitlines() if line.startswith(prefix))
-
-    # ---- snapshots -------------------------------------------------------------------------
-
-    @staticmethod
-    def verify_snapshot_files(uri: str, db_manifest: dict[str, Any] | None) -> None:
-        """The directory exists, holds manifest.json, and every listed file has its sha256 and size."""
-        assert uri.startswith("file://"), uri
-        directory = Path(unquote(urlsplit(uri).path))
-        assert directory.is_dir(), f"snapshot directory {directory} is missing"
-        manifest = json.loads((directory / "manifest.json").read_text())
-        files = manifest.get("files") or []
-        assert files, f"{directory}/manifest.json lists no files"
-        for entry in files:
-            path = directory / entry["path"]
-            assert path.is_file(), f"{path} listed in the manifest is missing"
-            assert path.stat().st_size == int(entry.get("size_bytes") or 0), f"{path}: size differs from manifest"
-            assert sha256_file(path) == entry["sha256"], f"{path}: sha256 differs from manifest"
-        if db_manifest is not None:
-            recorded = {(f["path"], f["sha256"]) for f in db_manifest.get("files") or []}
-            on_disk = {(f["path"], f["sha256"]) for f in files}
-            assert recorded == on_disk, f"the manifest in Postgres is not the one on disk at {directory}"
 
 
 class Request(threading.Thread):

@@ -4,26 +4,51 @@ Each case parks an operation at failpoint F (`ATE_FAILPOINTS_DIR`, domain/failpo
 process P (the worker, the api-server, the Temporal dev server, the atelet, or Postgres for a few
 steps), starts P again, disarms F, lets the operation settle (60 s at most; a request that died
 with the api-server is re-sent, as a client would) and then checks, independently of the
-product's own view:
+product's own view (tests/durability/checks.py):
 
-- the actor is RUNNING or SUSPENDED (never RESUMING/SUSPENDING/REVERTING), a template Ready or
-  Failed (never Pending), and no workflow of it is still open;
+- the actor rests: RUNNING, SUSPENDED or PAUSED (never RESUMING/SUSPENDING/PAUSING/REVERTING), a
+  template Ready or Failed (never Pending), and no workflow of it is still open (its own
+  operation, nor the UploadSnapshot of any of its local snapshots);
+- a PAUSED actor is pinned to its node and holds no place; its COMPLETED LOCAL snapshot lies in
+  that atelet's `local-snapshots` dir; an async suspend's upload has landed: the latest snapshot
+  is the upload (EXTERNAL, COMPLETED, the local generation + 1, the same files), `upload_pending`
+  false, no PENDING row left, the local copy referenced by nothing (the snapshot GC's to delete);
+  only a PAUSED actor keeps a local snapshot and only a local snapshot pins an actor;
 - a RUNNING actor answers over HTTP at its worker IP with the right counts (examples/counter:
-  memory_count and file_count +1 per request, FULL scope keeps both across suspend/resume), and
-  the atelet's Health shows it running on exactly the worker the API names; a SUSPENDED actor
-  runs nowhere (and, resumed again, answers with the right counts);
+  memory_count and file_count +1 per request, FULL scope keeps both across suspend, pause and
+  resume), and the atelet's Health shows it running on exactly the worker the API names; a
+  SUSPENDED or PAUSED actor runs nowhere (and, resumed again, answers with the right counts);
 - `placements` holds exactly the RUNNING/transitional actors; `/v1/workers` used_places agrees;
-- the latest snapshot of every actor and template is COMPLETED, its directory holds a
-  manifest.json whose files' sha256 match (hashed here), COMPLETED generations are 1..n;
+- the latest snapshot (local one, pending upload) of every actor and template is COMPLETED; the
+  newest one's directory holds a manifest.json whose files' sha256 match (hashed here),
+  COMPLETED generations are 1..n;
 - `runsc list` shows one sandbox per RUNNING actor, `ip netns list` exactly the workers' namespaces.
 
 Every case uses a fresh actor (or template) and ends with it SUSPENDED, so cases are independent;
-after a failed case the actor is quarantined (workflow terminated, rows reset, atelet restarted)
+after a failed case the actor is quarantined (workflows terminated, rows reset, atelet restarted)
 so that one product bug does not fail every later case.
 
-What makes each step idempotent (read from activities/store/store.py, activities/*.py and
-atelet/oplog.py, atelet/sandbox_ops.py, atelet/snapshots/); the operation ID is the workflow
-run ID, and each atelet call's ID is `<run id>/<run|restore|checkpoint|terminate>`:
+Which (step, process) pairs run (`meaningful`): every step x worker, Temporal and atelet, except
+- the api-server holds nothing of an operation (it started the workflow and waits for it), so
+  its kill is the same at every step: one step per workflow, where a client sees the operation
+  in flight (`API_STEP`); none for UploadSnapshot, which runs after the suspend was answered,
+  behind no request, so killing the api-server then is the same as not killing anything;
+- the atelet where it holds nothing of the operation (`ATELET_IDLE`): at a step before the
+  workflow's first atelet call (a resume's or golden boot's placement, an upload's reserve) the
+  case is the one at that first call, whose failpoint also parks before the gRPC call; after an
+  upload's copy (its finalize) the atelet holds what it held at the copy, the local snapshot
+  (which a restart leaves: it removes only the staging dirs in its local root) plus the finished
+  copy in the storage location (which it never touches at start), so that case is the copy's
+  one too. A suspend, pause or revert keeps its atelet kills before the call and after it: that
+  atelet runs the actor's sandbox, which a restart must adopt, or has just freed its worker;
+- Postgres only at one step of each workflow but RevertActor (`POSTGRES_CASES`): a step whose
+  earlier writes must survive the crash and whose next write retries through the restart
+  (`db_step` retries for ~30 s).
+
+What makes each step idempotent (read from activities/store/*.py, activities/*.py, workflows/*.py
+and atelet/oplog.py, atelet/sandbox_ops.py, atelet/snapshots/); the operation ID is the workflow
+run ID, and each atelet call's ID is `<run id>/<run|restore|checkpoint|copy|terminate>`; every
+snapshot destination is `<gen>-<12 hex of sha256(run id)>`, unique per operation:
 
 | workflow | step (failpoints) | what makes a retry safe |
 |---|---|---|
@@ -32,18 +57,22 @@ run ID, and each atelet call's ID is `<run id>/<run|restore|checkpoint|terminate
 | ResumeActor | finalize `finish_resume` (before_finalize) | `mark_actor_running` only WHERE state RESUMING AND operation_id = this run; a repeat finds RUNNING with its own operation_id and returns |
 | ResumeActor | rollback `rollback_resume` | guarded by operation_id; deletes the placement only if it is this run's |
 | SuspendActor | mark `begin_suspend` (before_mark, after_mark) | actor row lock; guard RUNNING; a repeat finds SUSPENDING with its own operation_id and returns the same PENDING snapshot (`in_progress_snapshot_id`); generation = max+1 under the row lock, UNIQUE (owner, generation) |
-| SuspendActor | checkpoint `atelet_checkpoint` (atelet_checkpoint) | OperationLog `<run>/checkpoint`; the destination `<gen>-<run id prefix>` is unique per operation and must not exist (or hold this operation's own completed checkpoint); data is staged, hashed, manifest.json written last, then renamed onto the destination |
+| SuspendActor | checkpoint `atelet_checkpoint` (atelet_checkpoint) | OperationLog `<run>/checkpoint`; the destination must not exist (or hold this operation's own completed checkpoint, manifest `created_by_operation`); data is staged, hashed, manifest.json written last, then renamed onto the destination |
 | SuspendActor | finalize `complete_suspend` (before_finalize) | one transaction: `complete_snapshot` only WHERE state PENDING, `mark_actor_suspended` only WHERE SUSPENDING AND operation_id = this run; a repeat finds SUSPENDED with this snapshot |
 | SuspendActor | rollback `rollback_suspend` | guarded by operation_id; deletes the snapshot only while PENDING |
 | RevertActor | mark `begin_revert` (before_mark, after_mark) | actor row lock; a repeat finds REVERTING with its own operation_id; any revertable state (REVERTING of a dead revert included) is taken over; the in-progress PENDING snapshot is deleted, never promoted |
 | RevertActor | terminate `atelet_terminate` / `fence_worker` | Terminate succeeds when nothing runs (OperationLog `<run>/terminate`); fencing sets the worker UNAVAILABLE, an idempotent write |
 | RevertActor | finalize `finish_revert` (before_finalize) | `mark_actor_reverted` only WHERE REVERTING AND operation_id = this run; placement delete idempotent; a repeat finds SUSPENDED and returns |
-| PauseActor | mark `begin_pause` (before_mark, after_mark) | as SuspendActor's mark, guard RUNNING; the reserved snapshot is LOCAL (`local:///...`, node = the worker's) |
-| PauseActor | checkpoint `atelet_checkpoint` (atelet_checkpoint) | as SuspendActor's checkpoint, into the atelet's local-snapshots dir |
-| PauseActor | finalize `complete_pause` (before_finalize) | `complete_snapshot` only WHERE PENDING, `mark_actor_paused` only WHERE PAUSING AND operation_id = this run; a repeat finds PAUSED with this local snapshot |
+| PauseActor | mark `begin_pause` (before_mark, after_mark) | actor row lock; guard RUNNING (PAUSED answers "already paused"); a repeat finds PAUSING with its own operation_id and returns the same worker and PENDING snapshot (`in_progress_snapshot_id`); the reserved snapshot is LOCAL, `local:///<atespace>/actors/<name>/<gen>-...` on the worker's node, generation max+1 under the row lock; `mark_actor_pausing` guarded by the actor version |
+| PauseActor | checkpoint `atelet_checkpoint` (atelet_checkpoint) | as SuspendActor's checkpoint (OperationLog `<run>/checkpoint`, own completed checkpoint answered again, staged then renamed), into the atelet's `local-snapshots` dir; the activity first checks that this run still holds the actor's worker (`_still_placed`); a staging dir a killed atelet left there is removed at its next start |
+| PauseActor | finalize `complete_pause` (before_finalize) | one transaction: `complete_snapshot` only WHERE PENDING, `mark_actor_paused` (local snapshot, pinned to its node, worker freed) only WHERE PAUSING AND operation_id = this run, placement deleted; a repeat finds PAUSED with this local snapshot and returns |
+| PauseActor | rollback `rollback_suspend` | PAUSING -> RUNNING guarded by operation_id (no local snapshot is kept yet); deletes the snapshot only while PENDING |
 | SuspendActor from PAUSED | upload `atelet_copy_snapshot` (atelet_copy) | OperationLog `<run>/copy`; CopySnapshot verifies the source against its manifest, stages and renames, and returns an existing identical destination unchanged; the local snapshot is left in place |
 | ResumeActor of a PAUSED actor, node full | detach: `begin_suspend`/`atelet_copy_snapshot`/`complete_suspend` under `<run>/detach` | the suspend steps above, under an operation ID of their own; then `begin_resume` as above |
-| UploadSnapshot (async suspend) | `begin_upload`, `atelet_copy_snapshot`, `complete_upload` | `begin_upload` reuses the snapshot this run reserved (`find_snapshot_of_operation`); the copy as above; `complete_upload` is an update guarded by "the actor still waits for this local snapshot" and is a no-op when the upload already is the latest |
+| UploadSnapshot (async suspend) | reserve `begin_upload` (before_reserve) | no per-actor lock (workflow ID `upload/<atespace>/<name>/<local id>`), but the actor row is locked; needed only while the actor's `pending_upload_snapshot_id` is this local snapshot (else the workflow ends, `abandon_upload`); while its node is not alive the reserve is refused and tried again after the workflow's doubling pause; a repeat reuses the row this run reserved (`find_snapshot_of_operation`: owner + run ID), else reserves generation max+1 EXTERNAL |
+| UploadSnapshot | copy `atelet_copy_snapshot` (atelet_copy) | as SuspendActor from PAUSED's upload (OperationLog `<run>/copy`); an identical completed destination is answered unchanged, decided from the request's manifest before the source is read; the local snapshot is left in place |
+| UploadSnapshot | finalize `complete_upload` (before_finalize) | one transaction: `complete_snapshot` only WHERE PENDING, then under the actor row lock: a repeat finds the upload already the latest and returns; it becomes the latest (`mark_actor_uploaded`: unpinned, unless a resume is restoring the local copy right now) only while the actor still waits for this local snapshot and the upload is newer than its latest; else the copy is left to the GC |
+| UploadSnapshot | give up `abandon_upload` | deletes only this run's PENDING rows |
 | GoldenSnapshot | placement `begin_golden` (before_placement, after_bind) | `find_snapshot_of_operation` + the template's placement with this run's operation_id: a repeat returns both; a placement of an earlier run is replaced |
 | GoldenSnapshot | boot `atelet_start` (atelet_call) | OperationLog `<run>/run` |
 | GoldenSnapshot | checkpoint `atelet_checkpoint` (atelet_checkpoint) | OperationLog `<run>/checkpoint`; unique destination as for SuspendActor |
@@ -59,60 +88,74 @@ becomes CRASHED.
 
 from __future__ import annotations
 
-import contextlib
 import re
-import time
 import warnings
-from typing import Any
+from dataclasses import dataclass, field
 
-import httpx
 import pytest
 
 from ate.cli.manifest import load_template_spec
-from tests.durability.harness import NODE, REPO, TRANSITIONAL, WORKERS, Request, Stack
+from tests.durability.checks import (
+    ATESPACE,
+    SETTLE_SECONDS,
+    actor_path,
+    check_actor,
+    check_global,
+    check_snapshots,
+    check_upload_landed,
+    count,
+    settle_actor,
+    settle_template,
+    workflows_of,
+)
+from tests.durability.harness import Request, Stack
+from tests.durability.processes import REPO
 
 pytestmark = [pytest.mark.slow, pytest.mark.runsc]
 
-ATESPACE = "dur"
-TEMPLATE = "counter"
-PORT = 8080
-SETTLE_SECONDS = 60.0
 PROCESSES = ("worker", "api-server", "temporal", "atelet")
 
 FAILPOINTS = {
     "ResumeActor": ("before_placement", "after_bind", "atelet_call", "before_finalize"),
     "SuspendActor": ("before_mark", "after_mark", "atelet_checkpoint", "before_finalize"),
     "GoldenSnapshot": ("before_placement", "after_bind", "atelet_call", "atelet_checkpoint", "before_finalize"),
+    "RevertActor": ("before_mark", "after_mark", "before_finalize"),
+    "PauseActor": ("before_mark", "after_mark", "atelet_checkpoint", "before_finalize"),
+    "UploadSnapshot": ("before_reserve", "atelet_copy", "before_finalize"),
 }
-
-
-def _revert_steps() -> tuple[str, ...]:
-    """RevertActor's failpoints as the activities declare them (none until RevertActor exists)."""
-    steps: list[str] = []
-    for path in sorted((REPO / "activities").rglob("*.py")):
-        steps += re.findall(r'failpoint\("RevertActor\.(\w+)"\)', path.read_text())
-    return tuple(dict.fromkeys(steps))
-
-
-if _revert_steps():
-    FAILPOINTS["RevertActor"] = _revert_steps()
-POSTGRES_CASES = ("ResumeActor.after_bind", "SuspendActor.atelet_checkpoint", "GoldenSnapshot.before_finalize")
-
-API_STEP = {"ResumeActor": "after_bind", "SuspendActor": "after_mark", "GoldenSnapshot": "atelet_checkpoint"}
-"""The api-server holds nothing of an operation (it started the workflow and waits for it), so
-its kill is the same at every step: one step per workflow, where a client sees the operation in
-flight. (RevertActor: its first step after the mark.)"""
-BEFORE_ATELET = {"before_placement", "after_bind"}
-"""Resume/golden steps before the first atelet call: killing the atelet there is the same case as
-at `atelet_call` (that failpoint also parks before the gRPC call), so only that one runs."""
+POSTGRES_CASES = (
+    "ResumeActor.after_bind",
+    "SuspendActor.atelet_checkpoint",
+    "GoldenSnapshot.before_finalize",
+    "PauseActor.atelet_checkpoint",
+    "UploadSnapshot.before_finalize",
+)
+API_STEP: dict[str, str | None] = {
+    "ResumeActor": "after_bind",
+    "SuspendActor": "after_mark",
+    "GoldenSnapshot": "atelet_checkpoint",
+    "RevertActor": "after_mark",
+    "PauseActor": "after_mark",
+    "UploadSnapshot": None,
+}
+"""The one step per workflow at which the api-server is killed (see the module docstring)."""
+ATELET_IDLE = {
+    "ResumeActor": {"before_placement", "after_bind"},
+    "GoldenSnapshot": {"before_placement", "after_bind"},
+    "UploadSnapshot": {"before_reserve", "before_finalize"},
+}
+"""Steps at which the atelet holds nothing of the operation that its kill could disturb: before
+the workflow's first atelet call (the case is the one at that call, whose failpoint also parks
+before the gRPC call), and an upload's finalize (the case is the one at its copy: see the module
+docstring)."""
 
 
 def meaningful(op: str, step: str, process: str) -> bool:
-    """Whether killing `process` at `op.step` is a case of its own (see API_STEP, BEFORE_ATELET)."""
+    """Whether killing `process` at `op.step` is a case of its own (see API_STEP, ATELET_IDLE)."""
     if process == "api-server":
-        return step == API_STEP.get(op, "after_mark")
-    if process == "atelet" and op in ("ResumeActor", "GoldenSnapshot"):
-        return step not in BEFORE_ATELET
+        return step == API_STEP[op]
+    if process == "atelet":
+        return step not in ATELET_IDLE.get(op, set())
     return True
 
 
@@ -126,195 +169,66 @@ CASES = [
 CASES += [pytest.param(fp, "postgres", id=f"{fp}-kill-postgres") for fp in POSTGRES_CASES]
 
 
-# ---- fixtures ------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class Shape:
+    """How the case of an actor workflow drives a fresh actor (see `test_kill`)."""
+
+    verb: str
+    """The REST call under test, `POST .../actors/<name>/<verb>`."""
+    warm: bool
+    """Resume the actor and make one request first (it answers (1, 1))."""
+    expected: tuple[int, int]
+    """What the actor answers after the case (resumed, when it rests elsewhere)."""
+    states: tuple[str, ...]
+    """The states the actor may rest in after the case."""
+    body: dict[str, str] = field(default_factory=dict)
+    """More of the request's body."""
+    background: bool = False
+    """The failpoint parks a background workflow the call started and answered (an async
+    suspend's upload), not the call itself; the upload must then land (`check_upload_landed`)."""
 
 
-@pytest.fixture(scope="module")
-def template(stack: Stack) -> str:
-    """Atespace `dur` and the FULL-scope counter template, Ready."""
-    assert stack.rest("POST", "/v1/atespaces", json={"name": ATESPACE}).status_code in (201, 409)
-    created = stack.rest(
-        "POST",
-        f"/v1/atespaces/{ATESPACE}/templates?wait=true",
-        timeout=180,
-        json={"name": TEMPLATE, "spec": load_template_spec(REPO / "examples/counter/template.yaml")},
-    )
-    assert created.status_code == 201 and created.json()["phase"] == "Ready", created.text
-    return TEMPLATE
+SHAPES = {
+    # Completed (RUNNING, counts (1, 1)) or rolled back (SUSPENDED; resumed again: (1, 1)).
+    "ResumeActor": Shape("resume", warm=False, expected=(1, 1), states=("RUNNING", "SUSPENDED")),
+    # SUSPENDED with a COMPLETED generation 1, or RUNNING again; the next request answers (2, 2).
+    "SuspendActor": Shape("suspend", warm=True, expected=(2, 2), states=("RUNNING", "SUSPENDED")),
+    # Back to the last COMPLETED snapshot: none was taken, so the golden one (counts start again).
+    "RevertActor": Shape("revert", warm=True, expected=(1, 1), states=("SUSPENDED",)),
+    # PAUSED with a COMPLETED local generation 1 on its node, or RUNNING again: (2, 2) either way.
+    "PauseActor": Shape("pause", warm=True, expected=(2, 2), states=("RUNNING", "PAUSED")),
+    # SUSPENDED at once (local generation 1); its upload lands as generation 2: (2, 2).
+    "UploadSnapshot": Shape(
+        "suspend", warm=True, expected=(2, 2), states=("SUSPENDED",), body={"mode": "async"}, background=True
+    ),
+}
 
 
 def _name(prefix: str, failpoint: str, process: str) -> str:
     op, step = failpoint.split(".")
-    short = {"ResumeActor": "r", "SuspendActor": "s", "GoldenSnapshot": "g", "RevertActor": "v"}[op]
-    return re.sub(r"[^a-z0-9-]", "-", f"{prefix}{short}-{step}-{process}".lower())[:63]
+    short = {"ResumeActor": "r", "SuspendActor": "s", "GoldenSnapshot": "g", "RevertActor": "v", "PauseActor": "p"}
+    return re.sub(r"[^a-z0-9-]", "-", f"{prefix}{short.get(op, 'u')}-{step}-{process}".lower())[:63]
 
 
-# ---- observation helpers -------------------------------------------------------------------
+def test_every_declared_failpoint_is_a_case() -> None:
+    """The activities' named failpoints of the matrix's workflows all have cases (the ones named
+    after the workflow type, `<workflow>.atelet_*`, are listed by hand in FAILPOINTS)."""
+    declared = {
+        name
+        for path in sorted((REPO / "activities").rglob("*.py"))
+        for name in re.findall(r'failpoint\("(\w+\.\w+)"\)', path.read_text())
+    }
+    assert declared, "no failpoint found in activities/"
+    missing = sorted(fp for fp in declared if fp.split(".")[1] not in FAILPOINTS.get(fp.split(".")[0], ()))
+    assert not missing, f"failpoints without a kill-matrix case: {missing}"
 
 
-def actor_row(stack: Stack, name: str) -> dict[str, Any]:
-    rows = stack.sql(
-        "SELECT a.state, a.worker_id, a.latest_snapshot_id, w.name AS worker, w.ip "
-        "FROM actors a LEFT JOIN workers w ON w.id = a.worker_id WHERE a.atespace = $1 AND a.name = $2",
-        ATESPACE,
-        name,
-    )
-    assert rows, f"actor {ATESPACE}/{name} is gone"
-    return rows[0]
-
-
-def settle_actor(stack: Stack, name: str, timeout: float = SETTLE_SECONDS) -> str:
-    """Wait until no workflow of the actor is open and its state is not transitional."""
-    deadline = time.monotonic() + timeout
-    state, open_ = "?", True
-    while time.monotonic() < deadline:
-        with contextlib.suppress(Exception):
-            state = actor_row(stack, name)["state"]
-            open_ = stack.workflow_open(f"actor/{ATESPACE}/{name}")
-            if not open_ and state not in TRANSITIONAL:
-                return str(state)
-        time.sleep(0.3)
-    raise AssertionError(
-        f"actor {ATESPACE}/{name} did not settle in {timeout:.0f} s: state {state}, workflow open {open_}"
-    )
-
-
-def settle_template(stack: Stack, name: str, timeout: float = SETTLE_SECONDS) -> str:
-    deadline = time.monotonic() + timeout
-    phase, open_ = "?", True
-    while time.monotonic() < deadline:
-        with contextlib.suppress(Exception):
-            phase = stack.sql("SELECT phase FROM actor_templates WHERE atespace = $1 AND name = $2", ATESPACE, name)[0][
-                "phase"
-            ]
-            open_ = stack.workflow_open(f"template/{ATESPACE}/{name}")
-            if not open_ and phase != "Pending":
-                return str(phase)
-        time.sleep(0.3)
-    raise AssertionError(f"template {ATESPACE}/{name} did not settle in {timeout:.0f} s: phase {phase}, open {open_}")
-
-
-def count(stack: Stack, name: str) -> tuple[int, int]:
-    """One request to the counter at the worker IP Postgres records for the actor."""
-    row = actor_row(stack, name)
-    assert row["state"] == "RUNNING" and row["ip"], row
-    response = httpx.get(f"http://{row['ip']}:{PORT}/", timeout=10, headers={"Connection": "close"})
-    assert response.status_code == 200, response.text
-    body = response.json()
-    return int(body["memory_count"]), int(body["file_count"])
-
-
-def check_global(stack: Stack) -> None:
-    """Invariants over the whole node: places, sandboxes, namespaces, latest snapshots."""
-    actors = stack.sql(
-        "SELECT a.atespace, a.name, a.state, a.worker_id, w.name AS worker FROM actors a "
-        "LEFT JOIN workers w ON w.id = a.worker_id"
-    )
-    stuck = [f"{a['atespace']}/{a['name']} {a['state']}" for a in actors if a["state"] in TRANSITIONAL]
-    assert not stuck, f"actors left in a transitional state: {stuck}"
-    pending = stack.sql("SELECT atespace, name FROM actor_templates WHERE phase = 'Pending'")
-    assert not pending, f"templates left Pending: {pending}"
-
-    running = {f"{a['atespace']}/{a['name']}": a for a in actors if a["state"] == "RUNNING"}
-    holders = {r["holder"]: r for r in stack.sql("SELECT holder, worker_id FROM placements")}
-    assert set(holders) == {f"actor/{k}" for k in running}, (
-        f"placements {sorted(holders)} != RUNNING actors {sorted(running)}"
-    )
-    for key, a in running.items():
-        assert holders[f"actor/{key}"]["worker_id"] == a["worker_id"], f"{key}: placement on another worker"
-
-    workers = [w for w in stack.rest("GET", "/v1/workers").json()["items"] if w["node"] == NODE]
-    assert len(workers) == WORKERS, workers
-    by_worker = {w["name"]: w for w in workers}
-    for w in workers:
-        mine = [k for k, a in running.items() if a["worker"] == w["name"]]
-        assert w["used_places"] == len(mine), f"worker {w['name']}: used_places {w['used_places']}, runs {mine}"
-
-    health = {w.name: w for w in stack.health().workers}
-    assert set(health) == set(by_worker), f"atelet workers {sorted(health)} != registered {sorted(by_worker)}"
-    for wname, status in health.items():
-        on_it = [k for k, a in running.items() if a["worker"] == wname]
-        seen = f"{status.actor.atespace}/{status.actor.name}" if status.actor.name else None
-        if on_it:
-            assert seen == on_it[0] and status.sandbox_state == "running", (
-                f"worker {wname} should run {on_it[0]}; atelet says {seen} ({status.sandbox_state})"
-            )
-        else:
-            assert seen is None or status.sandbox_state != "running", (
-                f"worker {wname} runs {seen}, not RUNNING in Postgres"
-            )
-
-    deadline = time.monotonic() + 10  # sandboxes are deleted in the background after a stop
-    while True:
-        containers = stack.runsc_containers()
-        if len(containers) == len(running) or time.monotonic() > deadline:
-            break
-        time.sleep(0.2)
-    assert len(containers) == len(running), f"runsc sandboxes {containers} for RUNNING actors {sorted(running)}"
-    expected_ns = sorted(f"ate-{NODE}-default-{i}" for i in range(WORKERS))
-    assert Stack.namespaces() == expected_ns, f"network namespaces {Stack.namespaces()} != {expected_ns}"
-
-    not_completed = stack.sql(
-        "SELECT s.owner, s.generation, s.state FROM snapshots s WHERE s.state <> 'COMPLETED' AND ("
-        " s.id IN (SELECT latest_snapshot_id FROM actors WHERE latest_snapshot_id IS NOT NULL)"
-        " OR s.id IN (SELECT golden_snapshot_id FROM actor_templates WHERE golden_snapshot_id IS NOT NULL))"
-    )
-    assert not not_completed, f"a snapshot that is not COMPLETED is someone's latest: {not_completed}"
-
-
-def check_snapshots(stack: Stack, owner: str, latest_id: int | None) -> None:
-    """Latest COMPLETED with its data intact; COMPLETED generations 1..n with the latest the last."""
-    rows = stack.sql(
-        "SELECT id, generation, state, uri, manifest FROM snapshots WHERE owner = $1 ORDER BY generation", owner
-    )
-    completed = [r["generation"] for r in rows if r["state"] == "COMPLETED"]
-    assert completed == list(range(1, len(completed) + 1)), (
-        f"{owner}: COMPLETED generations {completed} have a gap ({rows})"
-    )
-    if latest_id is None:
-        return
-    latest = next((r for r in rows if r["id"] == latest_id), None)
-    assert latest is not None and latest["state"] == "COMPLETED", f"{owner}: latest snapshot {latest}"
-    assert latest["generation"] == completed[-1], (
-        f"{owner}: latest is generation {latest['generation']}, not {completed[-1]}"
-    )
-    Stack.verify_snapshot_files(latest["uri"], latest["manifest"])
-
-
-def check_actor(
-    stack: Stack, name: str, expected: tuple[int, int], states: tuple[str, ...] = ("RUNNING", "SUSPENDED")
-) -> None:
-    """The settled actor is in one of `states`, consistent and, running (or resumed), answers `expected`."""
-    check_global(stack)
-    row = actor_row(stack, name)
-    assert row["state"] in states, row
-    api = stack.rest("GET", f"/v1/atespaces/{ATESPACE}/actors/{name}").json()
-    assert api["state"] == row["state"], f"API says {api['state']}, Postgres {row['state']}"
-    check_snapshots(stack, f"actor/{ATESPACE}/{name}", row["latest_snapshot_id"])
-    if row["state"] == "SUSPENDED":
-        assert all(w.actor.name != name for w in stack.health().workers), "a SUSPENDED actor runs on a worker"
-        resumed = stack.rest(
-            "POST", f"/v1/atespaces/{ATESPACE}/actors/{name}/resume", timeout=90, json={"timeout_seconds": 60}
-        )
-        assert resumed.status_code == 200, f"resume after the case: {resumed.status_code} {resumed.text}"
-        check_global(stack)
-    api = stack.rest("GET", f"/v1/atespaces/{ATESPACE}/actors/{name}").json()
-    status = [w for w in stack.health().workers if w.actor.name == name and w.actor.atespace == ATESPACE]
-    assert len(status) == 1 and status[0].sandbox_state == "running", f"atelet Health for {name}: {status}"
-    assert api["worker"] and status[0].name == api["worker"]["name"], (
-        f"API worker {api['worker']} != atelet {status[0].name}"
-    )
-    assert count(stack, name) == expected
-    suspended = stack.rest(
-        "POST", f"/v1/atespaces/{ATESPACE}/actors/{name}/suspend", timeout=90, json={"timeout_seconds": 60}
-    )
-    assert suspended.status_code == 200 and suspended.json()["state"] == "SUSPENDED", suspended.text
-    check_snapshots(stack, f"actor/{ATESPACE}/{name}", actor_row(stack, name)["latest_snapshot_id"])
-    check_global(stack)
+# ---- the matrix ------------------------------------------------------------------------------
 
 
 def quarantine(stack: Stack, actor: str | None = None, template: str | None = None) -> None:
-    """After a failed case: end its workflow, reset its rows, restart the atelet (the control plane's heartbeat answer stops strays)."""
+    """After a failed case: end its workflows, reset its rows, restart the atelet (the control
+    plane's heartbeat answer stops strays)."""
     stack.disarm_all()
     for part in stack.parts.values():
         if part.process is not None and part.process.poll() is not None:
@@ -323,11 +237,13 @@ def quarantine(stack: Stack, actor: str | None = None, template: str | None = No
     if stack.postgres.server is not None and not stack.postgres.server.running():
         stack.postgres.start()
     if actor:
-        stack.terminate_workflow(f"actor/{ATESPACE}/{actor}")
+        for workflow_id in workflows_of(stack, actor):
+            stack.terminate_workflow(workflow_id)
         stack.sql("DELETE FROM placements WHERE holder = $1", f"actor/{ATESPACE}/{actor}")
         stack.sql(
             "UPDATE actors SET state = 'SUSPENDED', worker_id = NULL, operation = NULL, operation_id = NULL, "
-            "in_progress_snapshot_id = NULL WHERE atespace = $1 AND name = $2",
+            "in_progress_snapshot_id = NULL, local_snapshot_id = NULL, pending_upload_snapshot_id = NULL, "
+            "pinned_node = NULL WHERE atespace = $1 AND name = $2",
             ATESPACE,
             actor,
         )
@@ -338,42 +254,35 @@ def quarantine(stack: Stack, actor: str | None = None, template: str | None = No
     stack.kill_and_restart("atelet")
 
 
-def park_kill_restart(stack: Stack, failpoint: str, process: str, request: Request) -> None:
+def park_kill_restart(stack: Stack, failpoint: str, process: str, request: Request | None) -> None:
     """Wait for the operation to park at `failpoint`, SIGKILL `process`, restart it, disarm."""
     stack.wait_reached(failpoint)
     stack.kill_and_restart(process)
     stack.disarm(failpoint)
+    if request is None:
+        return
     if process == "api-server":
         request.join(SETTLE_SECONDS)  # the re-sent request attaches to the operation
     else:
         request.join(5)
 
 
-# ---- the matrix ------------------------------------------------------------------------------
-
-
 @pytest.mark.parametrize(("failpoint", "process"), CASES)
 def test_kill(stack: Stack, template: str, failpoint: str, process: str) -> None:
     """Park `failpoint`, SIGKILL `process`, restart it, disarm; the operation settles consistently.
 
-    ResumeActor (fresh actor, SUSPENDED): the resume completes (RUNNING, counts (1, 1)) or is
-    rolled back (SUSPENDED; resumed again it answers (1, 1)). SuspendActor (fresh actor resumed,
-    one request made): SUSPENDED with a COMPLETED generation 1 whose files match, or RUNNING again;
-    either way the next request answers (2, 2). GoldenSnapshot (fresh template): Ready with a
-    verified golden snapshot from which a new actor answers (1, 1), or Failed with its place and
-    PENDING snapshot released. In every case no place, sandbox or namespace is left over.
+    An actor workflow runs on a fresh actor, resumed and asked once first unless it is a resume,
+    and settles as its `SHAPES` entry says (states, counts). GoldenSnapshot (fresh template):
+    Ready with a verified golden snapshot from which a new actor answers (1, 1), or Failed with
+    its place and PENDING snapshot released. In every case no place, sandbox or namespace is left
+    over.
     """
     if process == "postgres" and stack.postgres.server is None:
         pytest.skip("Postgres is external (ATE_DATABASE_URL): this harness cannot kill it")
-    op = failpoint.split(".")[0]
-    if op == "GoldenSnapshot":
+    if failpoint.startswith("GoldenSnapshot."):
         _golden_case(stack, failpoint, process)
-    elif op == "ResumeActor":
-        _resume_case(stack, template, failpoint, process)
-    elif op == "RevertActor":
-        _revert_case(stack, template, failpoint, process)
     else:
-        _suspend_case(stack, template, failpoint, process)
+        _actor_case(stack, template, failpoint, process)
 
 
 def _create_actor(stack: Stack, template: str, name: str) -> None:
@@ -381,60 +290,29 @@ def _create_actor(stack: Stack, template: str, name: str) -> None:
     assert created.status_code == 201, created.text
 
 
-def _resume_case(stack: Stack, template: str, failpoint: str, process: str) -> None:
+def _actor_case(stack: Stack, template: str, failpoint: str, process: str) -> None:
+    shape = SHAPES[failpoint.split(".")[0]]
     name = _name("", failpoint, process)
     _create_actor(stack, template, name)
     try:
+        if shape.warm:
+            resumed = stack.rest("POST", f"{actor_path(name)}/resume", timeout=90, json={"timeout_seconds": 60})
+            assert resumed.status_code == 200, resumed.text
+            assert count(stack, name) == (1, 1)
         stack.arm(failpoint)
-        request = stack.in_background(
-            "POST", f"/v1/atespaces/{ATESPACE}/actors/{name}/resume", {"timeout_seconds": 120}, resend=True
-        )
+        body = {"timeout_seconds": 120, **shape.body}
+        request = None
+        if shape.background:
+            answered = stack.rest("POST", f"{actor_path(name)}/{shape.verb}", timeout=90, json=body)
+            assert answered.status_code == 200, answered.text
+            assert (answered.json()["state"], answered.json()["upload_pending"]) == ("SUSPENDED", True), answered.text
+        else:
+            request = stack.in_background("POST", f"{actor_path(name)}/{shape.verb}", body, resend=True)
         park_kill_restart(stack, failpoint, process, request)
         settle_actor(stack, name)
-        check_actor(stack, name, expected=(1, 1))
-    except BaseException:
-        quarantine(stack, actor=name)
-        raise
-
-
-def _suspend_case(stack: Stack, template: str, failpoint: str, process: str) -> None:
-    name = _name("", failpoint, process)
-    _create_actor(stack, template, name)
-    try:
-        resumed = stack.rest(
-            "POST", f"/v1/atespaces/{ATESPACE}/actors/{name}/resume", timeout=90, json={"timeout_seconds": 60}
-        )
-        assert resumed.status_code == 200, resumed.text
-        assert count(stack, name) == (1, 1)
-        stack.arm(failpoint)
-        request = stack.in_background(
-            "POST", f"/v1/atespaces/{ATESPACE}/actors/{name}/suspend", {"timeout_seconds": 120}, resend=True
-        )
-        park_kill_restart(stack, failpoint, process, request)
-        settle_actor(stack, name)
-        check_actor(stack, name, expected=(2, 2))
-    except BaseException:
-        quarantine(stack, actor=name)
-        raise
-
-
-def _revert_case(stack: Stack, template: str, failpoint: str, process: str) -> None:
-    name = _name("", failpoint, process)
-    _create_actor(stack, template, name)
-    try:
-        resumed = stack.rest(
-            "POST", f"/v1/atespaces/{ATESPACE}/actors/{name}/resume", timeout=90, json={"timeout_seconds": 60}
-        )
-        assert resumed.status_code == 200, resumed.text
-        assert count(stack, name) == (1, 1)
-        stack.arm(failpoint)
-        request = stack.in_background(
-            "POST", f"/v1/atespaces/{ATESPACE}/actors/{name}/revert", {"timeout_seconds": 120}, resend=True
-        )
-        park_kill_restart(stack, failpoint, process, request)
-        settle_actor(stack, name)
-        # Back to the last COMPLETED snapshot: none was taken, so the golden one (counts start again).
-        check_actor(stack, name, expected=(1, 1), states=("SUSPENDED",))
+        if shape.background:
+            check_upload_landed(stack, name)
+        check_actor(stack, name, expected=shape.expected, states=shape.states)
     except BaseException:
         quarantine(stack, actor=name)
         raise

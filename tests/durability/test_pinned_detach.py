@@ -28,15 +28,14 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
-from urllib.parse import unquote, urlsplit
 
 import httpx
 import pytest
 
-from tests.durability import test_kill_matrix as matrix
+from tests.durability.checks import ATESPACE, count, settle_actor
 from tests.durability.conftest import running_stack
-from tests.durability.harness import DEFAULT_ATELET, NODE, SECOND_ATELET, Stack, labelled, sha256_file
-from tests.durability.test_kill_matrix import ATESPACE, count, settle_actor
+from tests.durability.harness import DEFAULT_ATELET, NODE, SECOND_ATELET, Stack, labelled
+from tests.durability.probes import files_of, runsc_containers, snapshot_dir, verify_snapshot_dir
 
 pytestmark = [pytest.mark.slow, pytest.mark.runsc]
 
@@ -46,16 +45,12 @@ ZONE_A = {"zone": "a"}
 ZONE_B = {"zone": "b"}
 OP_TIMEOUT = 90.0
 
-template = matrix.template
-"""The kill matrix's module-scoped fixture (atespace `dur`, the FULL counter template, Ready),
-here on this module's own `stack`."""
-
 
 @pytest.fixture(scope="module")
 def stack(request: pytest.FixtureRequest) -> Iterator[Stack]:
     """This module's stack: two atelets (nodes `dur` and `dur2`); no namespace of either is left.
 
-    Overrides conftest's one-node `stack` (the imported `template` fixture then uses this one).
+    Overrides conftest's one-node `stack` (conftest's `template` fixture then uses this one).
     The logs are kept (path printed) when a test of this module failed.
     """
     failed_before = request.session.testsfailed
@@ -121,18 +116,8 @@ def workers_by_node(stack: Stack) -> dict[str, list[dict[str, Any]]]:
 
 def local_dir(stack: Stack, node: str, uri: str) -> Path:
     """The directory of a `local:///<path>` snapshot on `node`: `<state_dir>/local-snapshots/<path>`."""
-    parsed = urlsplit(uri)
-    assert parsed.scheme == "local" and parsed.path.startswith("/"), uri
-    return stack.state_dir(node) / "local-snapshots" / unquote(parsed.path).lstrip("/")
-
-
-def files_of(directory: Path) -> set[tuple[str, str]]:
-    """(path, sha256) of every file of the snapshot at `directory`, hashed here (manifest.json excluded)."""
-    return {
-        (str(p.relative_to(directory)), sha256_file(p))
-        for p in directory.rglob("*")
-        if p.is_file() and p.name != "manifest.json"
-    }
+    assert uri.startswith("local:///"), uri
+    return snapshot_dir(stack, uri, node)
 
 
 def snapshot_rows(stack: Stack, name: str) -> list[dict[str, Any]]:
@@ -199,7 +184,7 @@ def wait_runsc(stack: Stack, node: str, n: int) -> list[str]:
     """`runsc list` of the node once it shows `n` sandboxes (deletes happen in the background)."""
     deadline = time.monotonic() + 10
     while True:
-        containers = stack.runsc_containers(node)
+        containers = runsc_containers(stack, node)
         if len(containers) == n or time.monotonic() > deadline:
             return containers
         time.sleep(0.2)
@@ -236,7 +221,7 @@ def test_paused_actor_on_a_full_node_is_uploaded_and_resumed_elsewhere(stack: St
     assert paused_dir.is_dir(), f"the paused snapshot {paused_dir} is not on node {NODE}'s disk"
     rows = snapshot_rows(stack, a)
     assert [(r["generation"], r["storage"], r["state"], r["node"]) for r in rows] == [(1, "LOCAL", "COMPLETED", NODE)]
-    Stack.verify_snapshot_files(f"file://{paused_dir}", rows[0]["manifest"])
+    verify_snapshot_dir(paused_dir, rows[0]["manifest"])
     paused_files = files_of(paused_dir)
     assert actor_sql(stack, a)["pinned_node"] == NODE
     assert not any(p.startswith(f"actor/{ATESPACE}/{a}") for p in placements(stack)), "a PAUSED actor holds a place"
@@ -279,8 +264,8 @@ def test_paused_actor_on_a_full_node_is_uploaded_and_resumed_elsewhere(stack: St
     assert (uploaded["id"], uploaded["storage"], uploaded["state"], uploaded["uri"]) == (
         row["latest_snapshot_id"], "EXTERNAL", "COMPLETED", latest["uri"],
     ), rows  # fmt: skip
-    Stack.verify_snapshot_files(uploaded["uri"], uploaded["manifest"])
-    upload_dir = Path(unquote(urlsplit(uploaded["uri"]).path))
+    upload_dir = snapshot_dir(stack, uploaded["uri"])
+    verify_snapshot_dir(upload_dir, uploaded["manifest"])
     assert files_of(upload_dir) == paused_files, "the uploaded snapshot is not the paused one"
     check_layout(stack, {f1: NODE, f2: NODE, a: NODE2})
     assert len(wait_runsc(stack, NODE, 2)) == 2 and len(wait_runsc(stack, NODE2, 1)) == 1
