@@ -13,10 +13,9 @@ TASK_QUEUE = "ate-control"
 WORKFLOW_TASK_TIMEOUT = timedelta(seconds=3)
 """Workflow task timeout of every ate workflow, child workflows included (the server default is
 10 s): how long a workflow waits after its worker died before another worker takes it over.
-Long local activities (a restore) keep their task alive with heartbeats, so this bounds failover,
-not step length. A task scheduled after the worker died (say, when an activity it ran elsewhere
-finished) first waits out that worker's sticky queue: the SDK's
-`sticky_queue_schedule_to_start_timeout`, 10 s by default."""
+A task scheduled after the worker died (say, when an activity it ran elsewhere finished) first
+waits out that worker's sticky queue, which the Temporal worker sets to this too
+(`sticky_queue_schedule_to_start_timeout`; the SDK's default is 10 s)."""
 
 
 SEARCH_ATTRIBUTES = ("AteAtespace", "AteActor", "AteOperation")

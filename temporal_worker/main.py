@@ -137,6 +137,9 @@ def build_worker(client: Client, store: Store, atelets: AteletActivities, settin
         max_cached_workflows=settings.max_cached_workflows,
         max_concurrent_workflow_task_polls=20,
         nonsticky_to_sticky_poll_ratio=0.5,
+        # A workflow whose worker died waits this long for its sticky queue before another worker
+        # takes it (the SDK default is 10 s): the failover bound WORKFLOW_TASK_TIMEOUT promises.
+        sticky_queue_schedule_to_start_timeout=WORKFLOW_TASK_TIMEOUT,
     )
 
 
