@@ -4,8 +4,11 @@ Per cycle: suspend the actor through the API, wait 0.3 s (the router hears of th
 LISTEN/NOTIFY), then time one `GET /` through the router on a fresh connection until the
 response. In the same run, interleaved (one of each per cycle while the actor is suspended), two baselines on the same snapshot kind of the same counter:
 
-- atelet: the atelet's gRPC `Restore` of the actor's latest snapshot onto the same worker,
-  then the first `GET /` to the worker IP (no Temporal, no Postgres, no router, no API);
+- atelet: an atelet's gRPC `Restore` of the actor's latest snapshot, then the first `GET /` to
+  the worker IP (no Temporal, no Postgres, no router, no API). It is an atelet of its own (same
+  code, same snapshot and image roots, not registered with the API): a sandbox restored behind
+  the control plane's back on one of its workers would be fenced by the next heartbeat as a
+  stray, and the actor's own resume would then find no worker for a few seconds;
 - floor: raw `runsc restore` of the same checkpoint into a prepared network namespace (made
   with atelet.netns; bundle from atelet.bundle; image from atelet.images; runsc flags of
   atelet.runsc), then the first `GET /` (no control plane at all).
@@ -22,6 +25,7 @@ from __future__ import annotations
 import asyncio
 import json
 import shutil
+import subprocess
 import tempfile
 import time
 from collections.abc import Awaitable, Callable
@@ -211,6 +215,33 @@ async def prepare_floor(
     return Floor(work=work, net=net, runsc=runsc, bundle=bundle, port=container.wakeup_probe.port)
 
 
+DIRECT_ATELET = "127.0.0.1:18186"
+
+
+def _direct_atelet(stack: stack_mod.Stack) -> subprocess.Popen[bytes]:
+    """The atelet of the atelet-direct baseline: one worker `default-0`, the stack's snapshot and
+    image roots, its own node, subnet and state dir, and no API server."""
+    import sys
+
+    state = Path(tempfile.mkdtemp(prefix="ate-bench-direct-"))
+    log = open(state / "atelet.log", "wb")
+    process = subprocess.Popen(
+        [
+            sys.executable, "-m", "atelet", "--node", "atebench-direct", "--listen", DIRECT_ATELET,
+            "--state-dir", str(state / "state"), "--snapshot-root", str(stack.data_dir / "snapshots"),
+            "--image-root", str(ROOT), "--workers", "1", "--subnet", "10.98.0.0/24", "--metrics-listen", "",
+        ],
+        cwd=ROOT, stdout=log, stderr=subprocess.STDOUT,
+    )  # fmt: skip
+    log.close()
+    deadline = time.monotonic() + 60
+    while b"atelet: ready on" not in (state / "atelet.log").read_bytes():
+        if process.poll() is not None or time.monotonic() > deadline:
+            raise RuntimeError(f"the baseline's atelet did not start: {(state / 'atelet.log').read_text()[-2000:]}")
+        time.sleep(0.05)
+    return process
+
+
 class Baselines:
     """atelet-direct and runsc-floor, one of each per cycle, interleaved with ours (same machine state)."""
 
@@ -230,7 +261,8 @@ class Baselines:
         self.uri, self.manifest, spec = await _snapshot(self.stack)
         self.wspec = workload_spec(ActorTemplateSpec.from_document(spec))
         self.container = self.wspec.containers[0]
-        self.channel = grpc.aio.insecure_channel(self.stack.atelet_address)
+        self.direct = _direct_atelet(self.stack)
+        self.channel = grpc.aio.insecure_channel(DIRECT_ATELET)
         self.stub = pb_grpc.AteletStub(self.channel)  # type: ignore[no-untyped-call]
         self.dest = SnapshotStore([self.stack.data_dir / "snapshots"]).resolve(self.uri)
         self.raw = await prepare_floor(self.stack, self.wspec, self.dest)
@@ -295,6 +327,8 @@ class Baselines:
 
     async def close(self) -> None:
         await self.channel.close(grace=None)
+        self.direct.terminate()
+        self.direct.wait(60)
         await self.raw.close()
 
 
