@@ -1,7 +1,8 @@
 """Benchmarks 2 and 3: the control plane (hollow atelet: no runsc) against a bare Temporal workflow.
 
 temporal-floor: sequential latency, interleaved per cycle so both see the same machine state:
-  floor      BenchFloor (3 no-op local activities) started + awaited by a Temporal client;
+  floor      BenchFloor (no-op local, regular, local activity: ResumeActor's shape) started +
+             awaited by a Temporal client;
   wf         ResumeActor started + awaited by a Temporal client directly (same call as the API);
   api        POST /v1/.../resume through the REST API (what the router waits for);
   suspend    POST /v1/.../suspend (not timed against the floor; it resets the actor).
@@ -131,7 +132,7 @@ def run_latency(cycles: int = 100, keep: bool = False, log: Log = print) -> dict
             s[k]["p95"] / s["floor"]["p95"],
         ]
         for k, name in (
-            ("floor", "floor: BenchFloor, 3 no-op local activities (client)"),
+            ("floor", "floor: BenchFloor, no-op local+regular+local activities (client)"),
             ("wf", "ResumeActor via Temporal client (hollow)"),
             ("api", "ResumeActor via REST API (hollow)"),
             ("suspend", "SuspendActor via REST API (hollow)"),
@@ -158,8 +159,8 @@ def run_latency(cycles: int = 100, keep: bool = False, log: Log = print) -> dict
 def pool_file(workers: int) -> Path:
     path = Path(tempfile.mkstemp(prefix="ate-bench-pool-", suffix=".yaml")[1])
     path.write_text(
-        "apiVersion: ate.dev/v1alpha1\nkind: WorkerPool\nmetadata: {name: hollow}\n"
-        f"spec:\n  replicas: {workers}\n  sandboxClass: gvisor\n  labels: {{}}\n"
+        "apiVersion: ate.dev/v1alpha1\nkind: WorkerPool\nmetadata: {name: hollow, labels: {}}\n"
+        f"spec:\n  replicas: {workers}\n  sandboxClass: gvisor\n"
         "  capacity: {places: 1, cpu: '2', memory: 2Gi}\n"
     )
     return path

@@ -1,6 +1,9 @@
-"""The bare-Temporal floor: a workflow of three local activities that do nothing.
+"""The bare-Temporal floor: a workflow of three activities that do nothing, in ResumeActor's shape.
 
-Same shape as ResumeActor (three local activities with the options of workflows.steps.db_step)
+Same shape as ResumeActor: a local activity with the options of workflows.steps.db_step, a
+regular one with those of workflows.steps.atelet_step (heartbeat timeout, on the same task
+queue, so eagerly executed), and a local one again. (Until the atelet calls became regular
+activities the floor was three local activities; bench/README.md has both figures.)
 and a worker with the settings of temporal_worker.main.build_worker (WorkerSettings defaults, 20
 workflow-task pollers, sticky ratio 0.5, the same Prometheus runtime), on its own task queue of
 the same Temporal server. Run as its own process, like `ate worker`:
@@ -36,11 +39,23 @@ async def noop(value: str) -> str:
 class FloorWorkflow:
     @workflow.run
     async def run(self, value: str) -> str:
-        for _ in range(3):
-            value = await workflow.execute_local_activity(
-                "bench_noop", value, result_type=str, start_to_close_timeout=timedelta(seconds=15), retry_policy=_RETRY
-            )
-        return value
+        value = await self._local(value)
+        value = await workflow.execute_activity(
+            "bench_noop",
+            value,
+            result_type=str,
+            start_to_close_timeout=timedelta(seconds=120),
+            heartbeat_timeout=timedelta(seconds=5),
+            retry_policy=_RETRY,
+        )
+        return await self._local(value)
+
+    @staticmethod
+    async def _local(value: str) -> str:
+        result: str = await workflow.execute_local_activity(
+            "bench_noop", value, result_type=str, start_to_close_timeout=timedelta(seconds=15), retry_policy=_RETRY
+        )
+        return result
 
 
 async def serve(address: str, metrics_listen: str) -> None:
@@ -73,6 +88,7 @@ async def serve(address: str, metrics_listen: str) -> None:
         max_cached_workflows=settings.max_cached_workflows,
         max_concurrent_workflow_task_polls=20,
         nonsticky_to_sticky_poll_ratio=0.5,
+        sticky_queue_schedule_to_start_timeout=timedelta(seconds=3),
     )
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
