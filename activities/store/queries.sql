@@ -617,3 +617,21 @@ DELETE FROM workers WHERE node = $1;
 -- retire_node --
 -- Keep the node's row as a tombstone: it never registers again.
 UPDATE nodes SET retired_at = now(), pod_not_ready = true WHERE name = $1 AND retired_at IS NULL RETURNING name;
+
+-- insert_token --
+-- A new token ($1 id, $2 name, $3 secret hash, $4 grants, $5 creator, $6 expiry or NULL).
+INSERT INTO tokens (id, name, secret_hash, grants, created_by, expires_at) VALUES ($1, $2, $3, $4, $5, $6)
+RETURNING id, name, grants, created_by, created_at, expires_at, revoked_at;
+
+-- get_token --
+-- One token with its secret hash.
+SELECT id, name, secret_hash, grants, created_by, created_at, expires_at, revoked_at FROM tokens WHERE id = $1;
+
+-- list_tokens --
+-- Every token not revoked, newest first.
+SELECT id, name, grants, created_by, created_at, expires_at, revoked_at FROM tokens
+WHERE revoked_at IS NULL ORDER BY created_at DESC;
+
+-- revoke_token --
+-- Revoke a token (idempotent: a revoked one keeps its first revocation time).
+UPDATE tokens SET revoked_at = COALESCE(revoked_at, now()) WHERE id = $1 RETURNING id;

@@ -2,6 +2,7 @@
 concern; named queries in (`queries.sql`), dataclasses and store errors out.
 
 - the catalog: `atespaces`, `templates`, `actors`, `tags`, `history` (operations of an actor);
+- access: `tokens` (the bearer tokens ate issues);
 - the nodes: `nodes` (registration, heartbeats, reconciliation, crashes, lost nodes, fencing);
 - the operations' transitions, one class per workflow: `resumes`, `suspends`, `pauses`,
   `uploads`, `golden_snapshots`, `reverts`, `drains`;
@@ -29,6 +30,7 @@ from activities.store.snapshots import Snapshots
 from activities.store.suspends import Suspends
 from activities.store.tags import Tags
 from activities.store.templates import Templates
+from activities.store.tokens import AccessTokens
 from activities.store.uploads import Uploads
 
 
@@ -61,6 +63,7 @@ class Store:
         self.golden_snapshots = GoldenSnapshots(pool, self.placement, self.snapshots)
         self.reverts = Reverts(pool, self.placement, self.nodes)
         self.drains = Drains(pool, self.placement)
+        self.tokens = AccessTokens(pool)
 
     @classmethod
     async def connect(cls, dsn: str, *, min_size: int = 2, max_size: int = 10) -> Store:
