@@ -13,10 +13,13 @@ from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from temporalio.client import Client
 
 from activities.store import Store, migrate
+from api.access.authenticator import Authenticator, read_bootstrap_token
+from api.access.guard import PUBLIC
+from api.access.oidc import OidcVerifier
 from api.deps import StoreDep
 from api.errors import install_error_handlers
 from api.metrics import WORKERS
-from api.routes import actors, atespaces, operations, templates, workers
+from api.routes import actors, atespaces, operations, templates, tokens, workers
 from api.settings import ApiSettings
 
 log = logging.getLogger("ate.api")
@@ -37,6 +40,26 @@ async def watch_node_liveness(store: Store, every_seconds: float = 5.0) -> None:
         await asyncio.sleep(every_seconds)
 
 
+def authenticator_for(settings: ApiSettings, store: Store) -> Authenticator:
+    """The credential sources `settings` configure: ate tokens always; the bootstrap token, an
+    OIDC issuer and the node CA when set.
+
+    Raises:
+        ValueError: the bootstrap token is too short or its file unreadable.
+    """
+    oidc = None
+    if settings.oidc_issuer:
+        oidc = OidcVerifier(
+            issuer=settings.oidc_issuer,
+            audience=settings.oidc_audience,
+            jwks_url=settings.oidc_jwks_url,
+            username_claim=settings.oidc_username_claim,
+            groups_claim=settings.oidc_groups_claim,
+            group_grants=settings.oidc_group_grants,
+        )
+    return Authenticator(store, bootstrap_token=read_bootstrap_token(settings), oidc=oidc)
+
+
 def create_app(settings: ApiSettings) -> FastAPI:
     """Build the app; the lifespan opens the store (migrating it) and the Temporal client."""
 
@@ -46,6 +69,7 @@ def create_app(settings: ApiSettings) -> FastAPI:
         async with store.pool.acquire() as connection:
             await migrate(connection)
         app.state.store = store
+        app.state.authenticator = authenticator_for(settings, store)
         app.state.temporal = await Client.connect(settings.temporal_address, namespace=settings.temporal_namespace)
         app.state.settings = settings
         reaper = asyncio.create_task(watch_node_liveness(store))
@@ -62,10 +86,10 @@ def create_app(settings: ApiSettings) -> FastAPI:
         lifespan=lifespan,
     )
     install_error_handlers(app)
-    for module in (atespaces, templates, actors, workers, operations):
+    for module in (atespaces, templates, actors, workers, operations, tokens):
         app.include_router(module.router)
 
-    @app.get("/healthz", tags=["health"])
+    @app.get("/healthz", tags=["health"], **PUBLIC)
     async def healthz(store: StoreDep) -> dict[str, str]:
         """200 when the database answers."""
         await store.ping()

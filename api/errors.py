@@ -15,6 +15,8 @@ log = logging.getLogger("ate.api")
 
 STATUS_BY_REASON = {
     "InvalidArgument": 400,
+    "Unauthenticated": 401,
+    "PermissionDenied": 403,
     "NotFound": 404,
     "AlreadyExists": 409,
     "OperationInProgress": 409,
@@ -65,6 +67,7 @@ def error_response(reason: str, message: str, details: dict[str, Any] | None = N
     return JSONResponse(
         status_code=STATUS_BY_REASON.get(reason, 500),
         content={"reason": reason, "message": message, "details": details or {}},
+        headers={"WWW-Authenticate": 'Bearer realm="ate"'} if reason == "Unauthenticated" else None,
     )
 
 

@@ -15,7 +15,7 @@ def check_name(field: str, value: str) -> str:
     A DNS-1123 label: 1 to 63 characters, lower-case letters, digits and '-', starting and ending
     with a letter or digit (Kubernetes' rule for object names; the reference system uses it too).
     """
-    if not isinstance(value, str) or len(value) > 63 or not _DNS1123_LABEL.match(value):
+    if not isinstance(value, str) or len(value) > 63 or not _DNS1123_LABEL.fullmatch(value):
         raise InvalidArgument(
             f"{field} {_shown(value)} is not a valid name: use 1-63 lower-case letters, digits or '-', "
             "starting and ending with a letter or digit (e.g. 'demo', 'agent-7')",

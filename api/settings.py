@@ -7,6 +7,7 @@ from pathlib import Path
 from pydantic import field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
+from domain.access import Grant, Role
 from domain.locations import check_storage_location
 
 
@@ -28,10 +29,46 @@ class ApiSettings(BaseSettings):
     resume_timeout_seconds: float = 30.0
     suspend_timeout_seconds: float = 60.0
 
+    bootstrap_token_file: Path | None = None
+    """A file holding the bootstrap token (at least 32 characters): a cluster-admin credential for
+    creating the first tokens (`ate dev` writes one; on Kubernetes it comes from a Secret)."""
+    bootstrap_token: str | None = None
+    """The bootstrap token itself, when not in a file (env ATE_BOOTSTRAP_TOKEN)."""
+    oidc_issuer: str | None = None
+    """An OIDC issuer whose JWTs are accepted as bearer tokens (its `iss`), e.g.
+    https://accounts.example.com. Unset: only ate tokens."""
+    oidc_audience: str = "ate"
+    """The `aud` the issuer puts in tokens meant for ate."""
+    oidc_jwks_url: str | None = None
+    """Where the issuer's signing keys are; unset: from its /.well-known/openid-configuration."""
+    oidc_username_claim: str = "sub"
+    """The claim that names the principal (shown in logs and as tokens' creator)."""
+    oidc_groups_claim: str = "groups"
+    """The claim that carries the principal's groups (a list of strings)."""
+    oidc_group_grants: dict[str, list[str]] = {}
+    """Grants per OIDC group, e.g. {"platform": ["cluster-admin"], "demo-devs": ["operator:demo"]}
+    (env ATE_OIDC_GROUP_GRANTS, JSON)."""
+    node_ca_file: Path | None = None
+    """The CA that signs node certificates: node registrations are accepted only when signed by a
+    certificate it issued (atelet/registration.py)."""
+
     @field_validator("snapshot_location")
     @classmethod
     def _location(cls, value: str) -> str:
         return check_storage_location(value)
+
+    @field_validator("oidc_group_grants")
+    @classmethod
+    def _group_grants(cls, value: dict[str, list[str]]) -> dict[str, list[str]]:
+        for group, grants in value.items():
+            for grant in grants:
+                try:
+                    parsed = Grant.parse(grant)
+                except ValueError as error:
+                    raise ValueError(f"oidc_group_grants[{group!r}]: {error}") from None
+                if parsed.role == Role.NODE:
+                    raise ValueError(f"oidc_group_grants[{group!r}]: node grants come from node certificates")
+        return value
 
     @field_validator("other_snapshot_locations")
     @classmethod
@@ -46,6 +83,8 @@ class ApiSettings(BaseSettings):
     def redacted(self) -> dict[str, object]:
         """The settings with the database password hidden, for the start-up log."""
         values = self.model_dump()
+        if values.get("bootstrap_token"):
+            values["bootstrap_token"] = "***"
         url = str(values["database_url"])
         if "@" in url and ":" in url.split("@", 1)[0].split("//", 1)[-1]:
             scheme, rest = url.split("//", 1)

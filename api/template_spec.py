@@ -68,7 +68,7 @@ class Container(Strict):
     @field_validator("image")
     @classmethod
     def _image(cls, value: str) -> str:
-        match = _OCI_IMAGE.match(value)
+        match = _OCI_IMAGE.fullmatch(value)
         if not match:
             raise ValueError(
                 "must be a local OCI image layout 'oci:<path>:<tag>', e.g. oci:examples/counter/oci:latest"
@@ -160,6 +160,13 @@ class SnapshotConfig(Strict):
         return self
 
 
+class Access(Strict):
+    """Who the router lets reach the template's actors (domain.templates.ActorAccess)."""
+
+    mode: Literal["public", "token"] = "public"
+    passCredential: bool = False  # noqa: N815
+
+
 class TemplateSpec(Strict):
     """An actor template's spec (ARCHITECTURE.md, "actor template")."""
 
@@ -169,6 +176,7 @@ class TemplateSpec(Strict):
     resources: Resources = Field(default_factory=Resources)
     volumes: list[Volume] = Field(default_factory=list)
     snapshotConfig: SnapshotConfig = Field(default_factory=SnapshotConfig)  # noqa: N815
+    access: Access = Field(default_factory=Access)
 
     @field_validator("workerSelector")
     @classmethod

@@ -17,7 +17,7 @@ def actor_key(ref: pb.ActorRef) -> tuple[str, str]:
     """``(atespace, name)`` of ``ref``; INVALID_ARGUMENT (``actor.atespace`` / ``actor.name``)
     unless both are DNS-1123 labels."""
     for fname, value in (("actor.atespace", ref.atespace), ("actor.name", ref.name)):
-        if not DNS_LABEL.match(value):
+        if not DNS_LABEL.fullmatch(value):
             raise invalid(f"{fname}: {value!r} is not a DNS-1123 label")
     return ref.atespace, ref.name
 
@@ -38,7 +38,7 @@ def validate_spec(spec: pb.WorkloadSpec) -> pb.Container:
         if not vm.mount_path.startswith("/") or ".." in vm.mount_path.split("/"):
             raise invalid(f"spec.containers[0].volume_mounts[{i}].mount_path: {vm.mount_path!r} must be absolute")
     for v in spec.volumes:
-        if not DNS_LABEL.match(v.name):
+        if not DNS_LABEL.fullmatch(v.name):
             raise invalid(f"spec.volumes: name {v.name!r} is not a DNS-1123 label")
     port = container.wakeup_probe.port
     if port < 0 or port > 65535:

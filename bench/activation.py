@@ -82,7 +82,7 @@ async def ours(
     from temporalio.client import Client
 
     temporal = await Client.connect(stack.temporal_address)
-    api = httpx.AsyncClient(base_url=stack.api_url, timeout=120)
+    api = httpx.AsyncClient(base_url=stack.api_url, headers=stack.headers, timeout=120)
     proxy = httpx.AsyncClient(timeout=60, limits=httpx.Limits(max_keepalive_connections=0))
     headers = {"ate-target-actor": f"{ATESPACE}/{ACTOR}"}
     rows: list[dict[str, Any]] = []
@@ -347,7 +347,7 @@ async def _interleaved(
 def run(cycles: int = 50, warmup: int = 3, keep: bool = False, log: Log = print) -> dict[str, Any]:
     stack = stack_mod.start(workers=1, keep=keep, log=log)
     try:
-        setup(stack.api_url, ATESPACE, [ACTOR], COUNTER)
+        setup(stack.api_url, stack.token, ATESPACE, [ACTOR], COUNTER)
         # one suspend/resume first so that the actor has a snapshot of its own (not the golden one)
         asyncio.run(ours(stack, 1, 0, log))
         ours_data, atelet_data, floor_data = asyncio.run(_interleaved(stack, cycles, warmup, log))

@@ -121,7 +121,7 @@ async def _cycles(stack: stack_mod.Stack, cycles: int, warmup: int, log: Log) ->
 
     temporal = await Client.connect(stack.temporal_address)
     cache = stack.data_dir / "atelet" / "snapshot-cache"
-    api = httpx.AsyncClient(base_url=stack.api_url, timeout=120)
+    api = httpx.AsyncClient(base_url=stack.api_url, headers=stack.headers, timeout=120)
     proxy = httpx.AsyncClient(timeout=60, limits=httpx.Limits(max_keepalive_connections=0))
     headers = {"ate-target-actor": f"{ATESPACE}/{ACTOR}"}
     floor = RawFloor(stack)
@@ -165,7 +165,7 @@ async def _cycles(stack: stack_mod.Stack, cycles: int, warmup: int, log: Log) ->
 def run(cycles: int = 20, warmup: int = 2, keep: bool = False, log: Log = print) -> dict[str, Any]:
     stack = stack_mod.start(workers=1, keep=keep, log=log, extra=("--object-store", "--object-store-port", str(S3_PORT)))
     try:
-        setup(stack.api_url, ATESPACE, [ACTOR], COUNTER)
+        setup(stack.api_url, stack.token, ATESPACE, [ACTOR], COUNTER)
         data = asyncio.run(_cycles(stack, cycles, warmup, log))
     finally:
         stack.stop()

@@ -14,13 +14,14 @@ COUNTER = ROOT / "examples" / "counter" / "template.yaml"
 
 
 def setup(
-    api_url: str, atespace: str, actors: list[str], template: Path = COUNTER, name: str = "counter"
+    api_url: str, token: str, atespace: str, actors: list[str], template: Path = COUNTER, name: str = "counter"
 ) -> dict[str, Any]:
-    """Create atespace, template (waits for its golden snapshot) and actors; returns the template."""
+    """Create atespace, template (waits for its golden snapshot) and actors with the admin
+    `token`; returns the template."""
     from ate.cli.client import ApiClient
     from ate.cli.manifest import load_template_spec
 
-    with ApiClient(api_url, timeout=300) as api:
+    with ApiClient(api_url, timeout=300, token=token) as api:
         api.create_atespace(atespace)
         tpl = api.create_template(atespace, name, load_template_spec(template), wait=True)
         if tpl.get("phase") != "Ready":

@@ -86,7 +86,7 @@ async def _latency(stack: stack_mod.Stack, cycles: int, log: Log) -> dict[str, l
     from temporalio.client import Client
 
     temporal = await Client.connect(stack.temporal_address)
-    api = httpx.AsyncClient(base_url=stack.api_url, timeout=60)
+    api = httpx.AsyncClient(base_url=stack.api_url, headers=stack.headers, timeout=60)
     data: dict[str, list[float]] = {"floor": [], "wf": [], "api": [], "suspend": []}
     try:
         for i in range(cycles + 5):
@@ -113,7 +113,7 @@ def run_latency(cycles: int = 100, keep: bool = False, log: Log = print) -> dict
     stack = stack_mod.start(workers=2, hollow=True, keep=keep, log=log)
     floor = None
     try:
-        setup(stack.api_url, ATESPACE, ["h1"])
+        setup(stack.api_url, stack.token, ATESPACE, ["h1"])
         floor = start_floor_worker(stack)
         data = asyncio.run(_latency(stack, cycles, log))
     finally:
@@ -175,7 +175,7 @@ async def _ours_loop(
     errors: list[str],
 ) -> int:
     limits = httpx.Limits(max_connections=concurrency * 2, max_keepalive_connections=concurrency * 2)
-    api = httpx.AsyncClient(base_url=stack.api_url, timeout=120, limits=limits)
+    api = httpx.AsyncClient(base_url=stack.api_url, headers=stack.headers, timeout=120, limits=limits)
     deadline = time.monotonic() + seconds
     cycles = 0
 
@@ -246,7 +246,7 @@ def run_throughput(
     errors: list[str] = []
     profiles: dict[str, Any] = {"skipped": "--no-profile"}
     try:
-        setup(stack.api_url, ATESPACE, names)
+        setup(stack.api_url, stack.token, ATESPACE, names)
         floor = start_floor_worker(stack)
         groups = stack.processes()
         groups["floor-worker"] = [floor.pid]

@@ -55,7 +55,7 @@ async def _insert(dsn: str, start: int, end: int) -> float:
 async def _measure(stack: stack_mod.Stack, size: int, cycles: int, used: set[int]) -> dict[str, list[float]]:
     from api.views import encode_page_token
 
-    api = httpx.AsyncClient(base_url=stack.api_url, timeout=60)
+    api = httpx.AsyncClient(base_url=stack.api_url, headers=stack.headers, timeout=60)
     data: dict[str, list[float]] = {"resume": [], "suspend": [], "list_first": [], "list_deep": [], "list_atespace": []}
     rng = random.Random(size)
     try:
@@ -189,7 +189,7 @@ def run(
     rss: dict[str, float] = {}
     sizes_db: dict[str, Any] = {}
     try:
-        setup(stack.api_url, ATESPACE, [])
+        setup(stack.api_url, stack.token, ATESPACE, [])
         for size in sizes:
             secs = asyncio.run(_insert(stack.dsn, inserted, size))
             log(f"scale: {size - inserted} rows inserted in {secs:.1f} s (now {size})")

@@ -48,6 +48,16 @@ class Stack:
     atelet_metrics: str = f"http://127.0.0.1:{METRICS['atelet']}/metrics"
 
     @property
+    def token(self) -> str:
+        """The admin token `ate dev` made for the local user."""
+        return (self.data_dir / "credentials" / "local-admin.token").read_text().strip()
+
+    @property
+    def headers(self) -> dict[str, str]:
+        """Request headers acting as that admin."""
+        return {"Authorization": f"Bearer {self.token}"}
+
+    @property
     def dsn(self) -> str:
         return f"postgresql://postgres:@/ate?host={self.data_dir / 'postgres'}"
 
@@ -117,6 +127,7 @@ def start(
             "ATE_METRICS_LISTEN": f"127.0.0.1:{METRICS['worker']}",
             "ATE_ATELET_METRICS_LISTEN": f"127.0.0.1:{METRICS['atelet']}",
             "PYTHONUNBUFFERED": "1",
+            "ATE_CONFIG": str(data_dir / "ate-config.yaml"),
         }
     )
     if hollow:

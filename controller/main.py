@@ -60,7 +60,8 @@ class Controller:
         self.reconciler = PoolReconciler(self.apps, self.custom, settings)
         self.pools: dict[tuple[str, str], WorkerPoolSpec] = {}
         self.pool_objects: dict[tuple[str, str], dict[str, Any]] = {}
-        self.http = httpx.AsyncClient(timeout=30)
+        token = settings.read_api_token()
+        self.http = httpx.AsyncClient(timeout=30, headers={"Authorization": f"Bearer {token}"} if token else None)
         self.syncer = PodSyncer(store, self.pools, self._drain)
         self.events: asyncio.Queue[tuple[str, str, dict[str, Any]]] = asyncio.Queue()
         self.stop_event = threading.Event()
@@ -220,6 +221,9 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--database-url", help="PostgreSQL URL (env ATE_DATABASE_URL)")
     parser.add_argument("--image", help="image of the worker pods (env ATE_CONTROLLER_IMAGE)")
     parser.add_argument("--api-server", help="REST API the worker pods register with")
+    parser.add_argument(
+        "--api-token-file", help="file with the controller's API token, role cluster-operator (env ATE_CONTROLLER_API_TOKEN_FILE)"
+    )
     parser.add_argument("--metrics-listen", help="host:port of /metrics ('' disables)")
     parser.add_argument("--resync-seconds", type=float)
     parser.add_argument("--images-claim", help="PersistentVolumeClaim with the OCI image layouts (default ate-images)")

@@ -3,6 +3,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 from pydantic import AliasChoices, Field
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
@@ -13,6 +15,8 @@ class ControllerSettings(BaseSettings):
     - ``namespace``: the namespace of the WorkerPools and their worker pods ("" = every namespace).
     - ``image``: the image of the worker pods (the one image of every ate process).
     - ``api_server``: the ate REST API the worker pods' atelets register with, and where drains go.
+    - ``api_token_file`` / ``api_token``: the controller's bearer token for the API (role
+      ``cluster-operator``: it drains the nodes of evicted worker pods).
     - ``database_url``: PostgreSQL, for the worker records (``ATE_DATABASE_URL``).
     - ``kubeconfig``: a kubeconfig file; empty: the in-cluster service account.
     - ``metrics_listen``: ``host:port`` of ``/metrics``; empty disables it.
@@ -27,6 +31,8 @@ class ControllerSettings(BaseSettings):
     namespace: str = "ate-system"
     image: str = "ate:latest"
     api_server: str = "http://ate-api-server.ate-system.svc:8080"
+    api_token_file: Path | None = None
+    api_token: str | None = None
     database_url: str = Field(
         default="postgresql://postgres@127.0.0.1:5432/ate",
         validation_alias=AliasChoices("ATE_CONTROLLER_DATABASE_URL", "ATE_DATABASE_URL", "database_url"),
@@ -36,3 +42,19 @@ class ControllerSettings(BaseSettings):
     resync_seconds: float = Field(default=300.0, gt=0)
     worker_service_account: str = "ate-worker"
     images_claim: str = "ate-images"
+
+    def read_api_token(self) -> str | None:
+        """The API token, from ``api_token`` or ``api_token_file``.
+
+        Raises:
+            ValueError: the file is unreadable or empty.
+        """
+        if self.api_token_file is None:
+            return self.api_token
+        try:
+            token = self.api_token_file.read_text().strip()
+        except OSError as error:
+            raise ValueError(f"api_token_file {self.api_token_file}: {error.strerror}") from None
+        if not token:
+            raise ValueError(f"api_token_file {self.api_token_file} is empty")
+        return token

@@ -7,8 +7,9 @@ actors and tokens of that atespace; `user` only reaches actors (of the atespace,
 `user:<atespace>/<actor>`), for the callers of an agent rather than its operators. Cluster
 roles: `cluster-viewer` reads everything (workers and nodes too); `cluster-operator` also drains
 nodes and operates every actor; `cluster-admin` may do everything, atespaces included. `node` is
-an atelet's own: it may register and report only its own node. `router` may review tokens (the
-router asks the API whether a caller may reach an actor).
+an atelet's own, proved by its node certificate (never issued as a token): it may register,
+report and drain only its own node. `router` reads templates and actors, resumes actors, and
+reviews tokens (the router asks the API whether a caller may reach an actor).
 """
 
 from __future__ import annotations
@@ -19,6 +20,8 @@ import secrets
 from dataclasses import dataclass, field
 from enum import StrEnum
 
+from domain.labels import DNS_LABEL
+
 
 class Permission(StrEnum):
     """What a REST route needs (each route declares one; tests/api/test_access.py walks them)."""
@@ -28,6 +31,7 @@ class Permission(StrEnum):
     TEMPLATES_READ = "templates.read"
     TEMPLATES_MANAGE = "templates.manage"
     ACTORS_READ = "actors.read"
+    ACTORS_RESUME = "actors.resume"
     ACTORS_OPERATE = "actors.operate"
     ACTORS_MANAGE = "actors.manage"
     ACTORS_REACH = "actors.reach"
@@ -52,21 +56,23 @@ class Role(StrEnum):
     ROUTER = "router"
 
 
-P = Permission
-_VIEW = frozenset({P.ATESPACES_READ, P.TEMPLATES_READ, P.ACTORS_READ})
-_OPERATE = _VIEW | {P.ACTORS_OPERATE, P.ACTORS_REACH}
-_ADMIN = _OPERATE | {P.TEMPLATES_MANAGE, P.ACTORS_MANAGE, P.TOKENS_MANAGE}
+_VIEW = frozenset({Permission.ATESPACES_READ, Permission.TEMPLATES_READ, Permission.ACTORS_READ})
+_OPERATE = _VIEW | {Permission.ACTORS_RESUME, Permission.ACTORS_OPERATE, Permission.ACTORS_REACH}
+_ADMIN = _OPERATE | {Permission.TEMPLATES_MANAGE, Permission.ACTORS_MANAGE, Permission.TOKENS_MANAGE}
 
 ROLE_PERMISSIONS: dict[Role, frozenset[Permission]] = {
     Role.VIEWER: _VIEW,
-    Role.USER: frozenset({P.ACTORS_REACH}),
+    Role.USER: frozenset({Permission.ACTORS_REACH}),
     Role.OPERATOR: _OPERATE,
     Role.ADMIN: _ADMIN,
-    Role.CLUSTER_VIEWER: _VIEW | {P.WORKERS_READ},
-    Role.CLUSTER_OPERATOR: _OPERATE | {P.WORKERS_READ, P.NODES_DRAIN},
-    Role.CLUSTER_ADMIN: _ADMIN | {P.WORKERS_READ, P.NODES_DRAIN, P.ATESPACES_MANAGE, P.TOKENS_REVIEW},
-    Role.NODE: frozenset({P.NODES_REGISTER}),
-    Role.ROUTER: frozenset({P.TOKENS_REVIEW}),
+    Role.CLUSTER_VIEWER: _VIEW | {Permission.WORKERS_READ},
+    Role.CLUSTER_OPERATOR: _OPERATE | {Permission.WORKERS_READ, Permission.NODES_DRAIN},
+    Role.CLUSTER_ADMIN: _ADMIN
+    | {Permission.WORKERS_READ, Permission.NODES_DRAIN, Permission.ATESPACES_MANAGE, Permission.TOKENS_REVIEW},
+    Role.NODE: frozenset({Permission.NODES_REGISTER, Permission.NODES_DRAIN}),
+    Role.ROUTER: frozenset(
+        {Permission.TOKENS_REVIEW, Permission.ACTORS_READ, Permission.ACTORS_RESUME, Permission.TEMPLATES_READ}
+    ),
 }
 """What each role may do."""
 
@@ -118,6 +124,9 @@ class Grant:
             if not scope:
                 raise ValueError(f"{role.value} is granted on an atespace: {role.value}:<atespace>")
             atespace, _, actor = scope.partition("/")
+            for what, name in (("atespace", atespace), ("actor", actor)):
+                if (name and not DNS_LABEL.fullmatch(name)) or (what == "atespace" and not name):
+                    raise ValueError(f"{what} {name[:80]!r} in grant {text[:100]!r} is not a valid name")
             if actor and role != Role.USER:
                 raise ValueError(f"{role.value} is granted on a whole atespace; only user may name one actor")
             return cls(role=role, atespace=atespace, actor=actor or None)
@@ -182,16 +191,18 @@ class Principal:
 
 
 def refusal(permission: Permission, atespace: str | None = None, node: str | None = None) -> str:
-    """What a token lacks, in words an operator can act on."""
-    role = next(
-        (r for r in (Role.VIEWER, Role.USER, Role.OPERATOR, Role.ADMIN) if permission in ROLE_PERMISSIONS[r]), None
-    )
-    if node is not None:
-        return f"token is not node {node}'s: a node may register and report only itself"
+    """What a principal lacks for `permission` (on `atespace`, or for `node`), in words an operator
+    can act on: `token lacks operator on atespace demo`. Never says more about the token."""
+    if permission == Permission.NODES_REGISTER:
+        return f"only node {node}'s own certificate may register or report node {node}"
+    role = next((r for r in (Role.VIEWER, Role.OPERATOR, Role.ADMIN) if permission in ROLE_PERMISSIONS[r]), None)
     if atespace is not None and role is not None:
         return f"token lacks {role.value} on atespace {atespace}"
-    cluster = next(r for r in (Role.CLUSTER_VIEWER, Role.CLUSTER_OPERATOR, Role.CLUSTER_ADMIN, Role.ROUTER)
-                   if permission in ROLE_PERMISSIONS[r])  # fmt: skip
+    if atespace is None and node is None and role is not None:
+        return f"token lacks {role.value} on any atespace"
+    cluster = next(
+        r for r in (Role.CLUSTER_VIEWER, Role.CLUSTER_OPERATOR, Role.CLUSTER_ADMIN) if permission in ROLE_PERMISSIONS[r]
+    )
     return f"token lacks {cluster.value}"
 
 

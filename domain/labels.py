@@ -29,9 +29,9 @@ def check_labels(value: object) -> dict[str, str]:
     if not isinstance(value, dict):
         raise ValueError(f"must be a mapping of label keys to values, got {type(value).__name__}")
     for key, item in value.items():
-        if not isinstance(key, str) or len(key) > 253 or not _LABEL_KEY.match(key):
+        if not isinstance(key, str) or len(key) > 253 or not _LABEL_KEY.fullmatch(key):
             raise ValueError(f"label key {key!r} is not a valid label key (e.g. 'tier', 'ate.dev/zone')")
-        if not isinstance(item, str) or len(item) > 63 or not _LABEL_VALUE.match(item):
+        if not isinstance(item, str) or len(item) > 63 or not _LABEL_VALUE.fullmatch(item):
             raise ValueError(
                 f"label value {item!r} of {key!r} is not a valid label value (letters, digits, '-', '_', '.')"
             )

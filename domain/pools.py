@@ -120,9 +120,7 @@ def _pod_template(value: Any, where: str) -> PodTemplate:
     limits = _quantities(resources.get("limits"), f"{where}.resources.limits")
     for name, parse in (("cpu", parse_cpu_millis), ("memory", parse_memory_bytes)):
         if name in requests and name in limits and parse(requests[name]) > parse(limits[name]):
-            raise PoolError(
-                f"{where}.resources.requests.{name} {requests[name]} exceeds its limit {limits[name]}"
-            )
+            raise PoolError(f"{where}.resources.requests.{name} {requests[name]} exceeds its limit {limits[name]}")
     try:
         node_selector = check_labels(template.get("nodeSelector") or {})
     except ValueError as error:
@@ -176,7 +174,7 @@ def parse_worker_pool(doc: Any, where: str = "pool") -> WorkerPoolSpec:
         raise PoolError(f"{where}: kind must be {KIND!r}, got {doc.get('kind')!r}")
     metadata = _mapping(doc.get("metadata"), f"{where}: metadata")
     name = metadata.get("name")
-    if not isinstance(name, str) or not DNS_LABEL.match(name):
+    if not isinstance(name, str) or not DNS_LABEL.fullmatch(name):
         raise PoolError(f"{where}: metadata.name must be a DNS-1123 label, got {name!r}")
     where = f"pool {name!r}"
     try:

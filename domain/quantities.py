@@ -32,7 +32,7 @@ def parse_cpu_millis(value: str | int | float) -> int:
         ValueError: the value is not a positive CPU quantity.
     """
     text = str(value).strip()
-    match = _CPU.match(text)
+    match = _CPU.fullmatch(text)
     if not match:
         raise ValueError(f"{value!r} is not a CPU quantity (examples: 500m, 1, 2.5)")
     number = float(match.group(1))
@@ -55,7 +55,7 @@ def parse_memory_bytes(value: str | int) -> int:
         ValueError: the value is not a positive memory quantity.
     """
     text = str(value).strip()
-    match = _MEMORY.match(text)
+    match = _MEMORY.fullmatch(text)
     if not match:
         raise ValueError(f"{value!r} is not a memory quantity (examples: 256Mi, 2Gi, 1G)")
     number = float(match.group(1)) * _MEMORY_FACTORS[match.group(2)]

@@ -11,6 +11,7 @@ router reads `serving_port`; snapshots take `snapshot_config`'s scopes and stora
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from enum import StrEnum
 from typing import Any
 
 from domain.quantities import parse_cpu_millis, parse_memory_bytes
@@ -94,6 +95,24 @@ class SnapshotConfig:
     storage_location: str = ""
 
 
+class AccessMode(StrEnum):
+    """Who the router lets reach a template's actors: anyone (`public`), or only callers whose
+    bearer token grants access to that actor or its atespace (`token`)."""
+
+    PUBLIC = "public"
+    TOKEN = "token"
+
+
+@dataclass
+class ActorAccess:
+    """The router's access rule for a template's actors; `pass_credential` forwards the
+    caller's credential (Authorization header, `ate-token` cookie) to the actor instead of
+    stripping it."""
+
+    mode: AccessMode = AccessMode.PUBLIC
+    pass_credential: bool = False
+
+
 @dataclass
 class ActorTemplateSpec:
     """An actor template's spec (ARCHITECTURE.md, "actor template"), validated."""
@@ -104,6 +123,7 @@ class ActorTemplateSpec:
     limits: ResourceLimits = field(default_factory=ResourceLimits)
     volumes: list[Volume] = field(default_factory=list)
     snapshot_config: SnapshotConfig = field(default_factory=SnapshotConfig)
+    access: ActorAccess = field(default_factory=ActorAccess)
 
     @property
     def serving_port(self) -> int:
@@ -123,7 +143,7 @@ class ActorTemplateSpec:
             document: {sandboxClass, workerSelector, containers[{name, image, command, env, port,
                 wakeupProbe{httpGet{path, port}}, volumeMounts[{name, mountPath}]}],
                 resources{limits{cpu, memory}}, volumes[{name, durableDir}],
-                snapshotConfig{onPause, onCommit, storageLocation}}.
+                snapshotConfig{onPause, onCommit, storageLocation}, access{mode, passCredential}}.
 
         Raises:
             ValueError: the document is not a template spec (a key is missing or has the wrong
@@ -132,6 +152,7 @@ class ActorTemplateSpec:
         try:
             limits = (document.get("resources") or {}).get("limits") or {}
             snapshots = document.get("snapshotConfig") or {}
+            access = document.get("access") or {}
             return cls(
                 containers=[_container(c) for c in document["containers"]],
                 sandbox_class=str(document.get("sandboxClass") or "gvisor"),
@@ -142,6 +163,10 @@ class ActorTemplateSpec:
                     on_pause=SnapshotScope(str(snapshots.get("onPause") or "Full").upper()),
                     on_commit=SnapshotScope(str(snapshots.get("onCommit") or "Full").upper()),
                     storage_location=str(snapshots.get("storageLocation") or ""),
+                ),
+                access=ActorAccess(
+                    mode=AccessMode(str(access.get("mode") or "public")),
+                    pass_credential=bool(access.get("passCredential", False)),
                 ),
             )
         except (KeyError, TypeError, AttributeError, IndexError) as error:
@@ -163,6 +188,7 @@ class ActorTemplateSpec:
             "resources": {"limits": limits},
             "volumes": [{"name": v.name, "durableDir": {}} for v in self.volumes],
             "snapshotConfig": snapshots,
+            "access": {"mode": self.access.mode.value, "passCredential": self.access.pass_credential},
         }
 
 

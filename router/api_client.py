@@ -1,4 +1,5 @@
-"""The router's calls to the ate REST API: resume an actor, read a template's serving port.
+"""The router's calls to the ate REST API: resume an actor, read a template's serving port and
+access rule, read an actor's template, review a caller's token.
 
 Each resume call is classified into a ``ResumeReply`` (never raises for API answers), so the
 parking logic in ``router.resume`` can decide between answering, retrying and giving up.
@@ -14,7 +15,7 @@ from typing import Any
 
 import httpx
 
-from domain.templates import ActorTemplateSpec
+from domain.templates import ActorAccess, ActorTemplateSpec
 
 # Reply kinds of ResumeReply.kind.
 RUNNING = "running"
@@ -53,22 +54,45 @@ class TemplateError(Exception):
     """A template's serving port could not be read; the message says why."""
 
 
+class LookupFailed(Exception):
+    """The API could not say what the router asked (unreachable, an unexpected answer)."""
+
+
+@dataclass(frozen=True, slots=True)
+class TemplateRouting:
+    """What the router needs of a template: its serving port and its access rule."""
+
+    port: int
+    access: ActorAccess
+
+
+@dataclass(frozen=True, slots=True)
+class AccessReview:
+    """The API's answer to "may this token reach that actor?"."""
+
+    authenticated: bool
+    allowed: bool
+
+
 class ApiClient:
     """HTTP client of the ate REST API, as the router uses it.
 
     Args:
         base_url: API base URL, e.g. ``"http://127.0.0.1:8080"``.
         client: Optional pooled ``httpx.AsyncClient`` (keep-alive to the API is fine).
+        token: The router's bearer token (role ``router``), sent with every call; None for none.
     """
 
-    def __init__(self, base_url: str, client: httpx.AsyncClient | None = None) -> None:
+    def __init__(self, base_url: str, client: httpx.AsyncClient | None = None, token: str | None = None) -> None:
         self.base_url = base_url.rstrip("/")
         self._client = client or httpx.AsyncClient(
             timeout=httpx.Timeout(10.0, connect=2.0),
             limits=httpx.Limits(max_connections=200, max_keepalive_connections=50),
         )
-        self._ports: dict[tuple[str, str], int] = {}
-        self._port_flights: dict[tuple[str, str], asyncio.Future[int]] = {}
+        if token:
+            self._client.headers["Authorization"] = f"Bearer {token}"
+        self._routings: dict[tuple[str, str], TemplateRouting] = {}
+        self._routing_flights: dict[tuple[str, str], asyncio.Future[TemplateRouting]] = {}
 
     async def aclose(self) -> None:
         """Close the underlying HTTP client."""
@@ -101,32 +125,34 @@ class ApiClient:
         return classify(resp.status_code, _json(resp))
 
     async def template_port(self, atespace: str, template: str) -> int:
-        """Return a template's serving port, fetching it once per template.
+        """Return a template's serving port (``template_routing``'s)."""
+        return (await self.template_routing(atespace, template)).port
 
-        Args:
-            atespace: Atespace label.
-            template: Template name.
+    async def template_routing(self, atespace: str, template: str) -> TemplateRouting:
+        """Return a template's serving port and access rule, fetching them once per template
+        (templates are immutable).
 
         Returns:
-            ``ActorTemplateSpec.serving_port``: containers[0].port, else its wakeup probe's port, else 80.
+            The port (``ActorTemplateSpec.serving_port``: containers[0].port, else its wakeup
+            probe's port, else 80) and the access rule.
 
         Raises:
             TemplateError: The template cannot be read (not found, API unreachable, bad JSON).
         """
         key = (atespace, template)
-        port = self._ports.get(key)
-        if port is not None:
-            return port
-        flight = self._port_flights.get(key)
+        routing = self._routings.get(key)
+        if routing is not None:
+            return routing
+        flight = self._routing_flights.get(key)
         if flight is None:
-            flight = asyncio.ensure_future(self._fetch_port(atespace, template))
-            self._port_flights[key] = flight
-            flight.add_done_callback(lambda _f: self._port_flights.pop(key, None))
-        port = await asyncio.shield(flight)
-        self._ports[key] = port
-        return port
+            flight = asyncio.ensure_future(self._fetch_routing(atespace, template))
+            self._routing_flights[key] = flight
+            flight.add_done_callback(lambda _f: self._routing_flights.pop(key, None))
+        routing = await asyncio.shield(flight)
+        self._routings[key] = routing
+        return routing
 
-    async def _fetch_port(self, atespace: str, template: str) -> int:
+    async def _fetch_routing(self, atespace: str, template: str) -> TemplateRouting:
         url = f"{self.base_url}/v1/atespaces/{atespace}/templates/{template}"
         try:
             resp = await self._client.get(url)
@@ -137,9 +163,46 @@ class ApiClient:
             message = body.get("message") or f"HTTP {resp.status_code}"
             raise TemplateError(f"cannot read template {atespace}/{template}: {message}")
         try:
-            return ActorTemplateSpec.from_document(body["spec"]).serving_port
+            spec = ActorTemplateSpec.from_document(body["spec"])
         except ValueError as exc:
             raise TemplateError(f"cannot read template {atespace}/{template}: {exc}") from exc
+        return TemplateRouting(spec.serving_port, spec.access)
+
+    async def actor_template(self, atespace: str, name: str) -> str | None:
+        """The template of actor ``atespace/name``; None when there is no such actor.
+
+        Raises:
+            LookupFailed: The API is unreachable or answered something else.
+        """
+        url = f"{self.base_url}/v1/atespaces/{atespace}/actors/{name}"
+        try:
+            resp = await self._client.get(url)
+        except httpx.TransportError as exc:
+            raise LookupFailed(f"cannot read actor {atespace}/{name}: {exc!r}") from exc
+        if resp.status_code == 404:
+            return None
+        body = _json(resp)
+        if resp.status_code != 200 or not isinstance(body.get("template"), str):
+            raise LookupFailed(f"cannot read actor {atespace}/{name}: {body.get('message') or resp.status_code}")
+        return str(body["template"])
+
+    async def review(self, token: str, atespace: str, name: str) -> AccessReview:
+        """Ask the API whether ``token`` may reach actor ``atespace/name``.
+
+        Raises:
+            LookupFailed: The API is unreachable or answered something else.
+        """
+        url = f"{self.base_url}/v1/accessreviews"
+        try:
+            resp = await self._client.post(url, json={"token": token, "atespace": atespace, "actor": name})
+        except httpx.TransportError as exc:
+            raise LookupFailed(f"cannot review access to {atespace}/{name}: {exc!r}") from exc
+        body = _json(resp)
+        if resp.status_code == 400:  # a credential too long or malformed to review: not valid
+            return AccessReview(authenticated=False, allowed=False)
+        if resp.status_code != 200:
+            raise LookupFailed(f"cannot review access to {atespace}/{name}: {body.get('message') or resp.status_code}")
+        return AccessReview(authenticated=bool(body.get("authenticated")), allowed=bool(body.get("allowed")))
 
 
 def classify(status: int, body: dict[str, Any]) -> ResumeReply:

@@ -16,6 +16,7 @@ from starlette.applications import Starlette
 from starlette.routing import Route
 
 from router import errors
+from router.access import AccessGate
 from router.api_client import ApiClient
 from router.cache import ActorCache, CacheInvalidator
 from router.errors import RouteError
@@ -48,6 +49,7 @@ class ActorRouter:
 
     Attributes:
         cache: RUNNING-actor cache; enabled only while ``invalidator`` holds a LISTEN.
+        gate: Who may reach which actor (router.access).
         resumer: Single-flight resumer with the parking lot.
         invalidator: LISTEN/NOTIFY loop, or None without a database URL (no caching).
     """
@@ -59,11 +61,13 @@ class ActorRouter:
         upstream_client: UpstreamClient | None = None,
     ) -> None:
         self.settings = settings
-        self.api = api_client or ApiClient(settings.api_server)
+        self.api = api_client or ApiClient(settings.api_server, token=settings.read_api_token())
         self.upstream_client = upstream_client or new_upstream_client(
             settings.upstream_connect_timeout_seconds
         )
         self.cache = ActorCache()
+        self.gate = AccessGate(self.api, settings.api_server)
+        self.cache.on_change.append(self.gate.forget)
         self.resumer = Resumer(
             self.api,
             self.cache,
@@ -131,6 +135,8 @@ class ActorRouter:
             RouteError: From resuming, or 502 when the worker cannot be reached.
             ClientGone: The client left while sending its body.
         """
+        admission = await self.gate.admit(target, scope["headers"], deadline)
+        scope = {**scope, "headers": admission.headers}
         upstream = self.cache.get(target.key)
         cached = upstream is not None
         if upstream is None:

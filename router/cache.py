@@ -15,6 +15,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -57,6 +58,9 @@ class ActorCache:
         self._tickets: dict[str, list[Ticket]] = {}
         self._epoch = 0
         self._max = max_entries
+        self.on_change: list[Callable[[str | None], None]] = []
+        """Called with an actor's key when a notification names it, with None when everything
+        is forgotten (the access gate forgets the actor's template)."""
 
     def __len__(self) -> int:
         return len(self._entries)
@@ -121,6 +125,8 @@ class ActorCache:
         else:
             log.warning("unparsable %s payload %r: clearing the cache", CHANNEL, payload)
             self.clear()
+        for listener in self.on_change:
+            listener(key if "/" in key else None)
 
 
 class CacheInvalidator:

@@ -9,6 +9,8 @@ BAD_TARGET = "bad_target"
 UNAVAILABLE = "unavailable"
 TIMEOUT = "timeout"
 UPSTREAM_ERROR = "upstream_error"
+UNAUTHENTICATED = "unauthenticated"
+FORBIDDEN = "forbidden"
 
 # Retry-After values, in seconds.
 RETRY_CAPACITY_SECONDS = 1  # no capacity, parking lot full, actor busy with another operation
@@ -19,7 +21,7 @@ class RouteError(Exception):
     """A request the router answers itself, with a one-line plain-text body.
 
     Attributes:
-        status: HTTP status to answer (400, 404, 502, 503, 504).
+        status: HTTP status to answer (400, 401, 403, 404, 502, 503, 504).
         outcome: Metrics outcome label (``not_found``, ``unavailable``, ...).
         message: One line naming the actor and, where possible, what to do.
         retry_after: Seconds for a ``Retry-After`` header (transient 503/504), or None for

@@ -7,6 +7,7 @@ import asyncio
 import logging
 import signal
 import sys
+from pathlib import Path
 from types import FrameType
 
 import uvicorn
@@ -42,6 +43,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(prog="ate-router", description="HTTP entry point for actor traffic.")
     parser.add_argument("--listen", help="host:port for actor traffic (default 127.0.0.1:8000)")
     parser.add_argument("--api-server", help="ate REST API base URL (default http://127.0.0.1:8080)")
+    parser.add_argument(
+        "--api-token-file", type=Path, help="file with the router's API token, role router (env ATE_ROUTER_API_TOKEN_FILE)"
+    )
     parser.add_argument("--database-url", help="Postgres DSN for cache invalidation (LISTEN)")
     parser.add_argument("--domain", help="actor host domain: <name>.<atespace>.actors.<domain>")
     parser.add_argument(
@@ -67,6 +71,7 @@ def build_settings(args: argparse.Namespace) -> RouterSettings:
     overrides = {
         "listen": args.listen,
         "api_server": args.api_server,
+        "api_token_file": args.api_token_file,
         "database_url": args.database_url,
         "domain": args.domain,
         "parked_request_budget_seconds": args.parked_request_budget,

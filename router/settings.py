@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 from pydantic import AliasChoices, Field
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
@@ -14,6 +16,9 @@ class RouterSettings(BaseSettings):
         metrics_listen: ``host:port`` of the Prometheus ``/metrics`` endpoint (kept off the
             proxy port, where every path belongs to actors).
         api_server: Base URL of the ate REST API.
+        api_token_file: A file holding the router's bearer token for the API (a token with the
+            ``router`` role: it resumes actors, reads templates and reviews callers' tokens).
+        api_token: The token itself, when not in a file.
         database_url: Postgres DSN used only to LISTEN on ``ate_actor_changes``; falls back to
             ``ATE_DATABASE_URL``. Without it nothing is cached and every request resumes.
         domain: Domain of host-form targets ``<name>.<atespace>.actors.<domain>``.
@@ -28,6 +33,8 @@ class RouterSettings(BaseSettings):
     listen: str = "127.0.0.1:8000"
     metrics_listen: str = "127.0.0.1:9000"
     api_server: str = "http://127.0.0.1:8080"
+    api_token_file: Path | None = None
+    api_token: str | None = None
     database_url: str | None = Field(
         default=None,
         validation_alias=AliasChoices("ATE_ROUTER_DATABASE_URL", "ATE_DATABASE_URL", "database_url"),
@@ -37,6 +44,22 @@ class RouterSettings(BaseSettings):
     max_parked: int = Field(default=1000, ge=0)
     upstream_connect_timeout_seconds: float = Field(default=5.0, gt=0)
 
+    def read_api_token(self) -> str | None:
+        """The API token, from ``api_token`` or ``api_token_file``.
+
+        Raises:
+            ValueError: the file is unreadable or empty.
+        """
+        if self.api_token_file is None:
+            return self.api_token
+        try:
+            token = self.api_token_file.read_text().strip()
+        except OSError as error:
+            raise ValueError(f"api_token_file {self.api_token_file}: {error.strerror}") from None
+        if not token:
+            raise ValueError(f"api_token_file {self.api_token_file} is empty")
+        return token
+
     def redacted(self) -> dict[str, object]:
         """Return the settings as a dict with the database password hidden.
 
@@ -44,6 +67,8 @@ class RouterSettings(BaseSettings):
             Field name to value; ``database_url`` has any password replaced by ``***``.
         """
         data = self.model_dump()
+        if data.get("api_token"):
+            data["api_token"] = "***"
         url = data.get("database_url")
         if isinstance(url, str) and "@" in url and ":" in url.split("@", 1)[0].split("//")[-1]:
             head, tail = url.split("@", 1)

@@ -15,6 +15,13 @@ from activities.store import Store, migrate
 from ate.dev.object_store import LocalObjectStore, free_base_port
 
 
+def pytest_configure(config: pytest.Config) -> None:
+    """No test reads or writes the user's own ate config (`ate dev` writes a context there)."""
+    import tempfile
+
+    os.environ["ATE_CONFIG"] = str(Path(tempfile.mkdtemp(prefix="ate-config-")) / "config.yaml")
+
+
 @pytest.fixture(scope="session")
 def postgres_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     """An admin URL of a real PostgreSQL server for the whole session."""

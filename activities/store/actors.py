@@ -35,12 +35,12 @@ class Actors:
         return ActorRecord.from_row(row)
 
     async def page(
-        self, atespace: str | None, after: tuple[str, str] | None, limit: int, state: str | None = None
+        self, atespaces: str | set[str] | None, after: tuple[str, str] | None, limit: int, state: str | None = None
     ) -> tuple[list[ActorRecord], tuple[str, str] | None]:
         """One page of actors in key order.
 
         Args:
-            atespace: only this atespace, or None for all.
+            atespaces: only this atespace or these atespaces, or None for all.
             after: the (atespace, name) key of the last actor of the previous page.
             limit: page size (1..1000).
             state: only actors in this state (RUNNING...), or None for all (index actors_state_idx).
@@ -49,7 +49,8 @@ class Actors:
             (actors, key to pass as `after` for the next page, or None at the end).
         """
         start = after or ("", "")
-        rows = await self.pool.fetch(Q["list_actors"], atespace, start[0], start[1], limit + 1, state)
+        only = [atespaces] if isinstance(atespaces, str) else sorted(atespaces) if atespaces is not None else None
+        rows = await self.pool.fetch(Q["list_actors"], only, start[0], start[1], limit + 1, state)
         actors = [ActorRecord.from_row(r) for r in rows[:limit]]
         next_key = (actors[-1].atespace, actors[-1].name) if len(rows) > limit else None
         return actors, next_key

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from fastapi import APIRouter, Query, Response
 
+from api.access.guard import PrincipalDep, needs, readable_atespaces
 from api.deps import SettingsDep, StoreDep, TemporalDep
 from api.errors import ApiError, InvalidArgument
 from api.metrics import timed
@@ -27,6 +28,7 @@ from api.schemas import (
     TagPublic,
 )
 from api.views import actor_view, decode_page_token, encode_page_token, operation_view, tag_view
+from domain.access import Permission
 from domain.operations.pause import PauseActorInput, PauseActorResult
 from domain.operations.resume import ResumeActorInput, ResumeActorResult
 from domain.operations.revert import RevertActorInput, RevertActorResult
@@ -39,37 +41,45 @@ PREFIX = "/v1/atespaces/{atespace}/actors"
 
 
 async def _list(
-    store: StoreDep, atespace: str | None, page_size: int, page_token: str | None, state: ActorState | None = None
+    store: StoreDep,
+    atespaces: set[str] | None,
+    page_size: int,
+    page_token: str | None,
+    state: ActorState | None = None,
 ) -> ActorList:
-    if atespace is not None:
-        await store.atespaces.get(atespace)
     actors, next_key = await store.actors.page(
-        atespace, decode_page_token(page_token), page_size, state.value if state else None
+        atespaces, decode_page_token(page_token), page_size, state.value if state else None
     )
     return ActorList(items=[actor_view(a) for a in actors], next_page_token=encode_page_token(next_key))
 
 
-@router.get("/v1/actors")
+@router.get("/v1/actors", **needs(Permission.ACTORS_READ))
 async def list_all_actors(
     store: StoreDep,
+    principal: PrincipalDep,
     atespace: str | None = None,
     page_size: int = Query(100, ge=1, le=1000),
     page_token: str | None = None,
     state: ActorState | None = None,
 ) -> ActorList:
-    """Actors of every atespace (or of `atespace`, or in one `state`), one page at a time."""
-    return await _list(store, atespace, page_size, page_token, state)
+    """Actors of every atespace the caller may read (or of `atespace`, or in one `state`), one
+    page at a time."""
+    shown = readable_atespaces(principal, Permission.ACTORS_READ, atespace)
+    if atespace is not None:
+        await store.atespaces.get(atespace)
+    return await _list(store, shown, page_size, page_token, state)
 
 
-@router.get(PREFIX)
+@router.get(PREFIX, **needs(Permission.ACTORS_READ))
 async def list_actors(
     atespace: str, store: StoreDep, page_size: int = Query(100, ge=1, le=1000), page_token: str | None = None
 ) -> ActorList:
     """Actors of one atespace, one page at a time."""
-    return await _list(store, atespace, page_size, page_token)
+    await store.atespaces.get(atespace)
+    return await _list(store, {atespace}, page_size, page_token)
 
 
-@router.post(PREFIX, status_code=201)
+@router.post(PREFIX, status_code=201, **needs(Permission.ACTORS_MANAGE))
 async def create_actor(atespace: str, body: ActorCreate, store: StoreDep) -> ActorPublic:
     """Create an actor (SUSPENDED). From a template, its first resume restores the golden
     snapshot; from a tag (`from_tag: <atespace>/<tag>`), the tagged snapshot."""
@@ -101,19 +111,19 @@ async def create_actor(atespace: str, body: ActorCreate, store: StoreDep) -> Act
     return actor_view(actor)
 
 
-@router.get(PREFIX + "/{name}")
+@router.get(PREFIX + "/{name}", **needs(Permission.ACTORS_READ))
 async def get_actor(atespace: str, name: str, store: StoreDep) -> ActorPublic:
     """One actor."""
     return actor_view(await store.actors.get(ActorRef(atespace, name)))
 
 
-@router.patch(PREFIX + "/{name}")
+@router.patch(PREFIX + "/{name}", **needs(Permission.ACTORS_MANAGE))
 async def update_actor(atespace: str, name: str, body: ActorUpdate, store: StoreDep) -> ActorPublic:
     """Replace the actor's worker_selector (takes effect at its next resume)."""
     return actor_view(await store.actors.update_selector(ActorRef(atespace, name), body.worker_selector))
 
 
-@router.delete(PREFIX + "/{name}", status_code=204)
+@router.delete(PREFIX + "/{name}", status_code=204, **needs(Permission.ACTORS_MANAGE))
 async def delete_actor(
     atespace: str, name: str, store: StoreDep, temporal: TemporalDep, force: bool = False
 ) -> Response:
@@ -137,7 +147,7 @@ async def _revert(ref: ActorRef, temporal: TemporalDep, timeout: float, reason: 
     return await wait_result(handle, timeout, f"actor {ref.key}", "revert")
 
 
-@router.post(PREFIX + "/{name}/revert")
+@router.post(PREFIX + "/{name}/revert", **needs(Permission.ACTORS_OPERATE))
 async def revert_actor(
     atespace: str, name: str, store: StoreDep, temporal: TemporalDep, body: ResumeRequest | None = None
 ) -> ActorPublic:
@@ -162,21 +172,21 @@ async def revert_actor(
         return actor_view(await store.actors.get(ref))
 
 
-@router.post(PREFIX + "/{name}/tags", status_code=201)
+@router.post(PREFIX + "/{name}/tags", status_code=201, **needs(Permission.ACTORS_OPERATE))
 async def tag_actor(atespace: str, name: str, body: TagCreate, store: StoreDep) -> TagPublic:
     """Tag the actor's latest COMPLETED snapshot as `<atespace>/<tag>`."""
     tag = await store.tags.create(ActorRef(atespace, name), check_name("tag", body.tag))
     return tag_view(tag)
 
 
-@router.get("/v1/atespaces/{atespace}/tags")
+@router.get("/v1/atespaces/{atespace}/tags", **needs(Permission.ACTORS_READ))
 async def list_tags(atespace: str, store: StoreDep) -> dict[str, list[TagPublic]]:
     """The tags of an atespace."""
     await store.atespaces.get(atespace)
     return {"items": [tag_view(t) for t in await store.tags.of_atespace(atespace)]}
 
 
-@router.get(PREFIX + "/{name}/operations")
+@router.get(PREFIX + "/{name}/operations", **needs(Permission.ACTORS_READ))
 async def actor_operations(
     atespace: str, name: str, store: StoreDep, limit: int = Query(10, ge=1, le=100)
 ) -> dict[str, list[OperationPublic]]:
@@ -225,7 +235,7 @@ def _verb(operation: Operation) -> str:
     return operation.value.removesuffix("Actor").lower()
 
 
-@router.post(PREFIX + "/{name}/resume")
+@router.post(PREFIX + "/{name}/resume", **needs(Permission.ACTORS_RESUME))
 async def resume_actor(
     atespace: str,
     name: str,
@@ -244,7 +254,7 @@ async def resume_actor(
         )  # fmt: skip
 
 
-@router.post(PREFIX + "/{name}/suspend")
+@router.post(PREFIX + "/{name}/suspend", **needs(Permission.ACTORS_OPERATE))
 async def suspend_actor(
     atespace: str,
     name: str,
@@ -265,7 +275,7 @@ async def suspend_actor(
         )
 
 
-@router.post(PREFIX + "/{name}/pause")
+@router.post(PREFIX + "/{name}/pause", **needs(Permission.ACTORS_OPERATE))
 async def pause_actor(
     atespace: str,
     name: str,

@@ -10,9 +10,11 @@ from temporalio.client import Client, WorkflowExecution
 from temporalio.common import SearchAttributeKey
 
 from activities.store import Store, StoreError
+from api.access.guard import PrincipalDep, needs, readable_atespaces
 from api.deps import StoreDep, TemporalDep
 from api.names import check_name
 from api.schemas import RunningOperation
+from domain.access import Permission
 from domain.refs import ActorRef
 from domain.temporal import SEARCH_ATTRIBUTES
 
@@ -22,14 +24,18 @@ router = APIRouter(tags=["operations"])
 ATESPACE, ACTOR, OPERATION = (SearchAttributeKey.for_keyword(name) for name in SEARCH_ATTRIBUTES)
 """The keys of the search attributes every ate workflow carries."""
 
-def visibility_query(atespace: str | None, actor: str | None) -> str:
-    """The Temporal visibility query for running ate operations, optionally of one atespace/actor.
 
-    Names are validated DNS-1123 labels, so they need no escaping inside the quotes.
+def visibility_query(atespaces: set[str] | None, actor: str | None) -> str:
+    """The Temporal visibility query for running ate operations, optionally of some atespaces
+    and one actor.
+
+    Names are validated DNS-1123 labels (atespaces from the path or from grants, which hold
+    checked names), so they need no escaping inside the quotes.
     """
     clauses = ["ExecutionStatus = 'Running'", "AteOperation IS NOT NULL"]
-    if atespace:
-        clauses.append(f"AteAtespace = '{atespace}'")
+    if atespaces is not None:
+        listed = ", ".join(f"'{a}'" for a in sorted(atespaces))
+        clauses.append(f"AteAtespace IN ({listed})")
     if actor:
         clauses.append(f"AteActor = '{actor}'")
     return " AND ".join(clauses)
@@ -66,21 +72,24 @@ async def _step_from_state(store: Store, execution: WorkflowExecution) -> str | 
     return f"{record.state}{where}"
 
 
-@router.get("/v1/operations")
+@router.get("/v1/operations", **needs(Permission.ACTORS_READ))
 async def list_operations(
     temporal: TemporalDep,
     store: StoreDep,
+    principal: PrincipalDep,
     atespace: str | None = None,
     actor: str | None = None,
     limit: int = Query(100, ge=1, le=1000),
 ) -> dict[str, list[RunningOperation]]:
-    """Operations in flight (optionally of one atespace and/or actor), with their current step."""
+    """Operations in flight of the atespaces the caller may read (optionally of one atespace
+    and/or actor), with their current step."""
     if atespace:
         check_name("atespace", atespace)
     if actor:
         check_name("actor", actor)
+    shown = readable_atespaces(principal, Permission.ACTORS_READ, atespace or None)
     executions: list[WorkflowExecution] = []
-    async for execution in temporal.list_workflows(visibility_query(atespace, actor), limit=limit):
+    async for execution in temporal.list_workflows(visibility_query(shown, actor), limit=limit):
         executions.append(execution)
     steps = await asyncio.gather(*(_step(temporal, store, e) for e in executions))
     items = []

@@ -7,12 +7,14 @@ import logging
 from fastapi import APIRouter, Response
 from temporalio.common import WorkflowIDConflictPolicy, WorkflowIDReusePolicy
 
+from api.access.guard import needs
 from api.deps import SettingsDep, StoreDep, TemporalDep
 from api.errors import InvalidArgument
 from api.names import check_name
 from api.operations import search_attributes
 from api.schemas import TemplateCreate, TemplatePublic
 from api.views import template_view
+from domain.access import Permission
 from domain.locations import is_within
 from domain.operations.golden import GoldenSnapshotInput, GoldenSnapshotResult
 from domain.states import Operation
@@ -23,7 +25,7 @@ log = logging.getLogger("ate.api")
 router = APIRouter(prefix="/v1/atespaces/{atespace}/templates", tags=["templates"])
 
 
-@router.post("", status_code=201)
+@router.post("", status_code=201, **needs(Permission.TEMPLATES_MANAGE))
 async def create_template(
     atespace: str,
     body: TemplateCreate,
@@ -64,19 +66,19 @@ async def create_template(
     return template_view(await store.templates.get(atespace, body.name))
 
 
-@router.get("")
+@router.get("", **needs(Permission.TEMPLATES_READ))
 async def list_templates(atespace: str, store: StoreDep) -> dict[str, list[TemplatePublic]]:
     """The templates of an atespace."""
     return {"items": [template_view(t) for t in await store.templates.of_atespace(atespace)]}
 
 
-@router.get("/{name}")
+@router.get("/{name}", **needs(Permission.TEMPLATES_READ))
 async def get_template(atespace: str, name: str, store: StoreDep) -> TemplatePublic:
     """One template."""
     return template_view(await store.templates.get(atespace, name))
 
 
-@router.delete("/{name}", status_code=204)
+@router.delete("/{name}", status_code=204, **needs(Permission.TEMPLATES_MANAGE))
 async def delete_template(atespace: str, name: str, store: StoreDep) -> Response:
     """Delete a template no actor uses."""
     await store.templates.delete(atespace, name)

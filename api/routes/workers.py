@@ -6,9 +6,11 @@ from fastapi import APIRouter
 from temporalio.common import WorkflowIDConflictPolicy
 
 from activities.store.records import WorkerRegistration
+from api.access.guard import needs
 from api.deps import StoreDep, TemporalDep
 from api.schemas import DrainRequest, NodeEvent, NodeRegistration, WorkerPublic
 from api.views import worker_view
+from domain.access import Permission
 from domain.operations.drain import EvictionDeadlineInput
 from domain.refs import ActorRef
 from domain.temporal import TASK_QUEUE, WORKFLOW_TASK_TIMEOUT
@@ -16,13 +18,13 @@ from domain.temporal import TASK_QUEUE, WORKFLOW_TASK_TIMEOUT
 router = APIRouter(tags=["workers"])
 
 
-@router.get("/v1/workers")
+@router.get("/v1/workers", **needs(Permission.WORKERS_READ))
 async def list_workers(store: StoreDep) -> dict[str, list[WorkerPublic]]:
     """Every worker with its state and the actors on it."""
     return {"items": [worker_view(w) for w in await store.nodes.list_workers()]}
 
 
-@router.put("/v1/nodes/{node}")
+@router.put("/v1/nodes/{node}", **needs(Permission.NODES_REGISTER))
 async def register_node(node: str, body: NodeRegistration, store: StoreDep) -> dict[str, object]:
     """Register an atelet and its workers, or refresh them (idempotent; sent as a heartbeat).
 
@@ -62,7 +64,7 @@ async def register_node(node: str, body: NodeRegistration, store: StoreDep) -> d
     }
 
 
-@router.post("/v1/nodes/{node}/events")
+@router.post("/v1/nodes/{node}/events", **needs(Permission.NODES_REGISTER))
 async def node_event(node: str, body: NodeEvent, store: StoreDep) -> dict[str, bool]:
     """An atelet reports that a sandbox exited on its own: its RUNNING actor becomes CRASHED."""
     accepted = await store.nodes.record_sandbox_exit(
@@ -71,7 +73,7 @@ async def node_event(node: str, body: NodeEvent, store: StoreDep) -> dict[str, b
     return {"accepted": accepted}
 
 
-@router.post("/v1/nodes/{node}/drain")
+@router.post("/v1/nodes/{node}/drain", **needs(Permission.NODES_DRAIN))
 async def drain_node(node: str, body: DrainRequest, temporal: TemporalDep) -> dict[str, str]:
     """Drain a node: its workers take no new actors, its actors are suspended now, and what is
     left at the deadline is terminated and marked CRASHED (the EvictionDeadline workflow)."""
@@ -86,7 +88,7 @@ async def drain_node(node: str, body: DrainRequest, temporal: TemporalDep) -> di
     return {"node": node, "workflow_id": handle.id}
 
 
-@router.post("/v1/nodes/{node}/undrain")
+@router.post("/v1/nodes/{node}/undrain", **needs(Permission.NODES_DRAIN))
 async def undrain_node(node: str, store: StoreDep) -> dict[str, str]:
     """End a node's drain: its workers take actors again."""
     await store.drains.end(node)

@@ -12,7 +12,8 @@ from urllib.parse import quote
 import httpx
 
 DEFAULT_SERVER = "http://127.0.0.1:8080"
-"""Where `ate dev` serves the API; overridden by `--server` or `ATE_SERVER`."""
+"""Where `ate dev` serves the API; overridden by `--server` / `ATE_SERVER` or the config's context
+(ate.cli.config)."""
 
 DEFAULT_TIMEOUT = 30.0
 """Seconds to wait for an ordinary request."""
@@ -69,11 +70,14 @@ class ApiClient:
     Args:
         server: Base URL of the API server, e.g. `http://127.0.0.1:8080`.
         timeout: Default seconds per request.
+        token: The bearer token sent with every request, or None.
     """
 
-    def __init__(self, server: str = DEFAULT_SERVER, timeout: float = DEFAULT_TIMEOUT) -> None:
+    def __init__(self, server: str = DEFAULT_SERVER, timeout: float = DEFAULT_TIMEOUT, token: str | None = None) -> None:
         self.server = server.rstrip("/")
-        self._http = httpx.Client(base_url=self.server, timeout=timeout)
+        self.token = token
+        headers = {"Authorization": f"Bearer {token}"} if token else {}
+        self._http = httpx.Client(base_url=self.server, timeout=timeout, headers=headers)
 
     def close(self) -> None:
         """Close the underlying connections."""
@@ -128,7 +132,10 @@ class ApiClient:
         except httpx.TransportError as exc:
             raise ApiError(0, "Transport", f"talking to the ate API at {self.server} failed: {exc}") from exc
         if response.status_code >= 400:
-            raise _error_from_response(response)
+            error = _error_from_response(response)
+            if response.status_code == 401 and not self.token:
+                error.message += " (no token configured: set ATE_TOKEN, or a context in the ate config; see `ate config`)"
+            raise error
         if not response.content:
             return None
         try:
@@ -158,6 +165,25 @@ class ApiClient:
             token = page.get("next_page_token")
             if not token:
                 return
+
+    # Access
+
+    def create_token(self, name: str, grants: list[str], expires_in_seconds: int | None) -> dict[str, Any]:
+        """Create a token; the answer holds its secret (`token`), shown this once."""
+        body = {"name": name, "grants": grants, "expires_in_seconds": expires_in_seconds}
+        return self.request_object("POST", "/v1/tokens", json=body)
+
+    def list_tokens(self) -> list[dict[str, Any]]:
+        """The tokens the caller may manage."""
+        return (self.request("GET", "/v1/tokens") or {}).get("items") or []
+
+    def delete_token(self, token_id: str) -> None:
+        """Revoke a token."""
+        self.request("DELETE", f"/v1/tokens/{_segment(token_id)}")
+
+    def whoami(self) -> dict[str, Any]:
+        """The caller's name and grants, as the API sees them."""
+        return self.request_object("GET", "/v1/whoami")
 
     # Atespaces
 

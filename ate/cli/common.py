@@ -8,7 +8,8 @@ from typing import Annotated, Any
 import typer
 from typer.core import TyperGroup
 
-from ate.cli.client import DEFAULT_SERVER, ApiClient, ApiError
+from ate.cli.client import ApiClient, ApiError
+from ate.cli.config import ConfigError, resolve
 from ate.cli.output import OutputFormat
 
 OutputOpt = Annotated[
@@ -26,8 +27,23 @@ AtespaceOpt = Annotated[
     ),
 ]
 ServerOpt = Annotated[
-    str,
-    typer.Option("--server", "-s", envvar="ATE_SERVER", help="URL of the ate API server (env ATE_SERVER)."),
+    str | None,
+    typer.Option(
+        "--server",
+        "-s",
+        envvar="ATE_SERVER",
+        help="URL of the ate API server (env ATE_SERVER; default: the context's, else http://127.0.0.1:8080).",
+        show_default=False,
+    ),
+]
+ContextOpt = Annotated[
+    str | None,
+    typer.Option(
+        "--context",
+        envvar="ATE_CONTEXT",
+        help="The context of the ate config to use (env ATE_CONTEXT; default: its current-context).",
+        show_default=False,
+    ),
 ]
 
 
@@ -51,6 +67,9 @@ class AteGroup(TyperGroup):
         except ApiError as exc:
             typer.echo(f"error: {exc.message}", err=True)
             raise typer.Exit(1) from None
+        except ConfigError as exc:
+            typer.echo(f"error: {exc}", err=True)
+            raise typer.Exit(1) from None
 
 
 def new_typer(name: str, help_text: str) -> typer.Typer:
@@ -59,7 +78,11 @@ def new_typer(name: str, help_text: str) -> typer.Typer:
 
 
 def client(ctx: typer.Context) -> ApiClient:
-    """The API client for this invocation, built from the root `--server` option.
+    """The API client for this invocation: the root `--server` / `--context` options and the ate
+    config (ate.cli.config) say where and with which token.
+
+    Raises:
+        ConfigError: the config file is unusable (printed as `error: ...` by AteGroup).
 
     Args:
         ctx: Any context of the invocation.
@@ -72,7 +95,8 @@ def client(ctx: typer.Context) -> ApiClient:
     existing = obj.get("client")
     if isinstance(existing, ApiClient):
         return existing
-    api = ApiClient(obj.get("server") or DEFAULT_SERVER)
+    target = resolve(obj.get("server"), obj.get("context"))
+    api = ApiClient(target.server, token=target.token)
     obj["client"] = api
     root.obj = obj
     root.call_on_close(api.close)

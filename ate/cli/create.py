@@ -1,5 +1,6 @@
-"""`ate create atespace|template|actor`."""
+"""`ate create atespace|template|actor|token`."""
 
+import re
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -10,9 +11,9 @@ import typer
 from ate.cli.client import ApiClient
 from ate.cli.common import AtespaceOpt, OutputOpt, client, new_typer
 from ate.cli.manifest import ManifestError, load_template_spec
-from ate.cli.output import print_actors, print_atespaces, print_templates
+from ate.cli.output import print_actors, print_atespaces, print_templates, print_tokens
 
-app = new_typer("create", "Create an atespace, a template or an actor.")
+app = new_typer("create", "Create an atespace, a template, an actor or a token.")
 
 TEMPLATE_WAIT_SECONDS = 600.0
 """How long `create template` waits for Ready or Failed."""
@@ -152,3 +153,52 @@ def create_actor(
         typer.echo(f"actor/{name} created")
     else:
         print_actors(actor, output)
+
+
+_DURATION = re.compile(r"(\d+)([smhd])")
+_UNIT_SECONDS = {"s": 1, "m": 60, "h": 3600, "d": 86400}
+
+
+def parse_duration(text: str) -> int:
+    """`90m`, `12h`, `30d`, `1d12h` into seconds.
+
+    Raises:
+        typer.BadParameter: anything else.
+    """
+    parts = _DURATION.findall(text)
+    if not parts or "".join(n + u for n, u in parts) != text:
+        raise typer.BadParameter(f"{text!r} is not a duration such as 90m, 12h or 30d", param_hint="'--expires-in'")
+    return sum(int(n) * _UNIT_SECONDS[u] for n, u in parts)
+
+
+@app.command("token")
+def create_token(
+    ctx: typer.Context,
+    name: str,
+    grant: Annotated[
+        list[str],
+        typer.Option(
+            "--grant",
+            "-g",
+            help="A role: ROLE:ATESPACE (viewer, operator, admin, user), user:ATESPACE/ACTOR, or a cluster role "
+            "(cluster-viewer, cluster-operator, cluster-admin, router). Repeatable.",
+        ),
+    ],
+    expires_in: Annotated[
+        str | None, typer.Option("--expires-in", help="Lifetime, e.g. 12h or 30d (default: until revoked).")
+    ] = None,
+    output: OutputOpt = None,
+) -> None:
+    """Create a bearer token; its secret is printed once and kept nowhere (only its hash is).
+
+    Examples: ate create token ci --grant operator:demo --expires-in 30d
+              ate create token alice --grant user:demo/c1
+    """
+    seconds = parse_duration(expires_in) if expires_in else None
+    token = client(ctx).create_token(name, grant, seconds)
+    if output is not None:
+        print_tokens(token, output)
+        return
+    typer.echo(f"token/{token['token_id']} created ({', '.join(token['grants'])})")
+    typer.echo(token["token"])
+    typer.echo("Keep it now: it is not shown again. Revoke it with: ate delete token " + token["token_id"], err=True)

@@ -1,4 +1,4 @@
-"""`ate delete actor|atespace|template`."""
+"""`ate delete actor|atespace|template|token`."""
 
 from typing import Annotated
 
@@ -6,7 +6,7 @@ import typer
 
 from ate.cli.common import AtespaceOpt, client, new_typer
 
-app = new_typer("delete", "Delete an actor, a template or an atespace.")
+app = new_typer("delete", "Delete an actor, a template, an atespace or a token.")
 
 
 @app.command("actor")
@@ -44,3 +44,13 @@ def delete_atespace(ctx: typer.Context, name: str) -> None:
     """
     client(ctx).delete_atespace(name)
     typer.echo(f"atespace/{name} deleted")
+
+
+@app.command("token")
+def delete_token(ctx: typer.Context, token_id: Annotated[str, typer.Argument(help="The token's ID (ate get tokens).")]) -> None:
+    """Revoke a token: requests with it are refused from now on.
+
+    Example: ate delete token 3f9a1c0b7d2e
+    """
+    client(ctx).delete_token(token_id)
+    typer.echo(f"token/{token_id} deleted")

@@ -1,4 +1,4 @@
-"""`ate get atespaces|actors|workers|templates` (singular nouns take a NAME)."""
+"""`ate get atespaces|actors|workers|templates|tags|operations|tokens` (singular nouns take a NAME)."""
 
 from typing import Annotated
 
@@ -12,6 +12,7 @@ from ate.cli.output import (
     print_operations,
     print_tags,
     print_templates,
+    print_tokens,
     print_workers,
 )
 
@@ -146,3 +147,12 @@ def get_operations(
     Example: ate get operations -a demo --actor c1
     """
     print_operations(client(ctx).list_operations(atespace, actor), output)
+
+
+@app.command("tokens")
+def get_tokens(ctx: typer.Context, output: GetOutputOpt = OutputFormat.table) -> None:
+    """List the tokens you may manage (never their secrets).
+
+    Example: ate get tokens
+    """
+    print_tokens(client(ctx).list_tokens(), output)

@@ -1,13 +1,13 @@
 """The `ate` command: verbs as sub-commands (`ate get actors`), plus `ate dev` and the processes.
 
-`--server` (env `ATE_SERVER`) selects the API server for every client command.
+`--server` (env `ATE_SERVER`) and `--context` (env `ATE_CONTEXT`) select the API server and its
+token for every client command (ate.cli.config).
 """
 
 import typer
 
-from ate.cli import create, delete, describe, dev, get, node, pause, processes, resume, revert, suspend, tag
-from ate.cli.client import DEFAULT_SERVER
-from ate.cli.common import AteGroup, ServerOpt
+from ate.cli import auth, create, delete, describe, dev, get, node, pause, processes, resume, revert, suspend, tag
+from ate.cli.common import AteGroup, ContextOpt, ServerOpt
 
 app = typer.Typer(
     name="ate",
@@ -22,16 +22,19 @@ app = typer.Typer(
 @app.callback()
 def root(
     ctx: typer.Context,
-    server: ServerOpt = DEFAULT_SERVER,
+    server: ServerOpt = None,
+    context: ContextOpt = None,
 ) -> None:
     """ate: many mostly idle sandboxed actors on a small pool of pre-started workers."""
-    ctx.obj = {"server": server}
+    ctx.obj = {"server": server, "context": context}
 
 
 for verb in (create, get, describe, resume, suspend, pause, revert, tag, delete):
     app.add_typer(verb.app, rich_help_panel="Resources")
 app.add_typer(node.drain_app, rich_help_panel="Nodes")
 app.add_typer(node.undrain_app, rich_help_panel="Nodes")
+app.add_typer(auth.auth_app, rich_help_panel="Access")
+app.add_typer(auth.config_app, rich_help_panel="Access")
 app.command("dev", rich_help_panel="Local stack")(dev.dev)
 processes.register(app)
 

@@ -295,3 +295,24 @@ def print_tags(data: Any, fmt: OutputFormat) -> None:
 def print_operations(data: Any, fmt: OutputFormat) -> None:
     """Print operations in flight."""
     echo_resources(data, fmt, columns=OPERATIONS_COLUMNS, row=operation_in_flight_row, empty="No operations in flight.")
+
+
+TOKEN_COLUMNS = ("ID", "NAME", "GRANTS", "CREATED-BY", "AGE", "EXPIRES")
+
+
+def token_row(token: dict[str, Any], now: datetime | None = None) -> list[str]:
+    """One row of TOKEN_COLUMNS (EXPIRES: the time left, or `never`)."""
+    expires = parse_time(token.get("expires_at"))
+    left = "never"
+    if expires is not None:
+        seconds = (expires - (now or datetime.now(UTC))).total_seconds()
+        left = human_duration(seconds) if seconds > 0 else "expired"
+    return [
+        _text(token.get("token_id")), _text(token.get("name")), ",".join(token.get("grants") or []) or "<none>",
+        _text(token.get("created_by")), human_age(token.get("created_at"), now), left,
+    ]  # fmt: skip
+
+
+def print_tokens(data: Any, fmt: OutputFormat) -> None:
+    """Print tokens (never their secrets: the API does not keep them)."""
+    echo_resources(data, fmt, columns=TOKEN_COLUMNS, row=token_row, empty="No tokens found.")

@@ -9,6 +9,7 @@ from collections.abc import Callable
 
 from ate.cli.client import ApiClient, ApiError
 from ate.dev.config import DevConfig
+from ate.dev.credentials import DevCredentials
 
 
 def tour(config: DevConfig) -> str:
@@ -41,7 +42,8 @@ def create_example(config: DevConfig, out: Callable[[str], None]) -> None:
 
     path = config.image_root / "examples" / "counter" / "template.yaml"
     try:
-        with ApiClient(config.api_url, timeout=30) as api:
+        token = DevCredentials(config.data_dir).admin_token()
+        with ApiClient(config.api_url, timeout=30, token=token) as api:
             if not _exists(lambda: api.get_atespace("demo")):
                 api.create_atespace("demo")
                 out("example: atespace demo created")

@@ -23,9 +23,11 @@ import time
 from collections.abc import Callable
 from types import FrameType
 
+from ate.cli.client import ApiError
 from ate.dev import parts
 from ate.dev.child import Child, ChildFailed, Interrupted
 from ate.dev.config import DevConfig
+from ate.dev.credentials import CONTEXT, DevCredentials
 from ate.dev.example import create_example, tour
 from ate.dev.leftovers import report_leftovers
 from ate.dev.object_store import LocalObjectStore
@@ -56,6 +58,7 @@ class DevStack:
         self.postgres = PostgresWatch(
             self.config.data_dir / "postgres", config.restart, self.out, lambda: self._stop_requested
         )
+        self.credentials = DevCredentials(self.config.data_dir)
         self.database_url = ""
         self.temporal_address = ""
         self.object_store = (
@@ -148,8 +151,24 @@ class DevStack:
         if self._stop_requested:
             raise Interrupted("start")
         env = parts.child_env(self.database_url, self.temporal_address) | store_env
-        for part in (parts.api_server, parts.worker, parts.atelet, parts.router):
+        env["ATE_BOOTSTRAP_TOKEN_FILE"] = str(self.credentials.ensure_bootstrap())
+        self._start_child(parts.api_server(self.config, env))
+        self._start_credentials()
+        env["ATE_ROUTER_API_TOKEN_FILE"] = str(self.credentials.token_file("router"))
+        for part in (parts.worker, parts.atelet, parts.router):
             self._start_child(part(self.config, env))
+
+    def _start_credentials(self) -> None:
+        """The local user's admin token and the router's token; the ate config's context."""
+        try:
+            self.credentials.ensure_tokens(self.config.api_url)
+        except ApiError as error:
+            raise ChildFailed("credentials", f"cannot create the local tokens: {error.message}", None, []) from None
+        path = self.credentials.write_config(self.config.api_url)
+        self.out(
+            f"credentials: admin token in {self.credentials.admin_file}; `ate` uses it "
+            f"(context {CONTEXT} in {path})"
+        )
 
     def _start_postgres(self) -> None:
         external = os.environ.get("ATE_DATABASE_URL")
@@ -217,7 +236,7 @@ class DevStack:
             self.supervisor.stop(by_name["router"], report)
         atelet, api = by_name.get("atelet"), by_name.get("api-server")
         if atelet and self.supervisor.is_up(atelet) and api and self.supervisor.is_up(api):
-            suspend_running_actors(self.config.api_url, self.out)
+            suspend_running_actors(self.config.api_url, self.out, self.credentials.admin_token())
         atelet_down = atelet is not None and not atelet.running()
         self.supervisor.stop_all(report)
         if atelet_down:

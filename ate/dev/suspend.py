@@ -16,15 +16,16 @@ SUSPEND_BUDGET = 30.0
 """Seconds `ate dev` spends suspending running actors when it stops."""
 
 
-def suspend_running_actors(api_url: str, out: Callable[[str], None]) -> None:
+def suspend_running_actors(api_url: str, out: Callable[[str], None], token: str | None) -> None:
     """Suspend every RUNNING actor through the API, within SUSPEND_BUDGET seconds.
 
     Args:
         api_url: The REST API's URL.
+        token: The local admin's token.
         out: Prints one line per actor, and what could not be done.
     """
     deadline = time.monotonic() + SUSPEND_BUDGET
-    api = ApiClient(api_url, timeout=5)
+    api = ApiClient(api_url, timeout=5, token=token)
     try:
         running = [a for a in api.list_actors() if a.get("state") == "RUNNING"]
     except ApiError as exc:

@@ -125,7 +125,7 @@ def _root(stack: stack_mod.Stack) -> Path:
 def _create_actors(stack: stack_mod.Stack, actors: list[str], settle: float, log: Log) -> dict[str, Any]:
     """The template and every actor (SUSPENDED); then the baseline figures before any resume."""
     t = time.monotonic()
-    setup(stack.api_url, ATESPACE, actors, COUNTER, TEMPLATE)
+    setup(stack.api_url, stack.token, ATESPACE, actors, COUNTER, TEMPLATE)
     log(f"density: template + {len(actors)} actors created in {time.monotonic() - t:.1f} s")
     time.sleep(settle)
     return {
@@ -146,7 +146,7 @@ def _resume_running(
     """
     root = _root(stack)
     t = time.monotonic()
-    resume_s = summary(asyncio.run(run_verbs(stack.api_url, names, ["resume"], concurrency)))
+    resume_s = summary(asyncio.run(run_verbs(stack.api_url, stack.token, names, ["resume"], concurrency)))
     counts = asyncio.run(get_each(stack.router_url, names))
     log(f"density: {len(names)} actors RUNNING in {time.monotonic() - t:.1f} s, memory_count {set(counts)}")
     time.sleep(settle)
@@ -204,8 +204,8 @@ def _make_idle(
 ) -> dict[str, Any]:
     """5. IDLE: suspend the running actors, resume and suspend every other once; then measure."""
     t = time.monotonic()
-    suspend_s = summary(asyncio.run(run_verbs(stack.api_url, names, ["suspend"], concurrency)))
-    cycle_s = summary(asyncio.run(run_verbs(stack.api_url, idles, ["resume", "suspend"], concurrency)))
+    suspend_s = summary(asyncio.run(run_verbs(stack.api_url, stack.token, names, ["suspend"], concurrency)))
+    cycle_s = summary(asyncio.run(run_verbs(stack.api_url, stack.token, idles, ["resume", "suspend"], concurrency)))
     log(f"density: {len(names)} suspended, {len(idles)} resumed+suspended in {time.monotonic() - t:.1f} s")
     time.sleep(settle)
     return {"suspend_s": suspend_s, "cycle_s": cycle_s, "idle": _idle_figures(stack, names + idles)}

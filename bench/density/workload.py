@@ -32,10 +32,10 @@ async def _each(names: list[str], concurrency: int, fn: Any) -> list[float]:
     return list(await asyncio.gather(*(one(n) for n in names)))
 
 
-async def run_verbs(api_url: str, names: list[str], verbs: list[str], concurrency: int) -> list[float]:
+async def run_verbs(api_url: str, token: str, names: list[str], verbs: list[str], concurrency: int) -> list[float]:
     """Each actor through the REST API: the verbs in order (e.g. resume then suspend); a resume that
     finds no free worker (NoCapacity) is retried."""
-    async with httpx.AsyncClient(base_url=api_url, timeout=300) as api:
+    async with httpx.AsyncClient(base_url=api_url, timeout=300, headers={"Authorization": f"Bearer {token}"}) as api:
 
         async def go(name: str) -> None:
             for verb in verbs:

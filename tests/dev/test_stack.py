@@ -17,6 +17,7 @@ import time
 from pathlib import Path
 
 import psutil
+import yaml
 
 from ate.dev.postgres import EmbeddedPostgres
 
@@ -40,10 +41,12 @@ def main(argv=None):
         f.write(json.dumps({"part": "api-server", "argv": argv, "db": os.environ["ATE_DATABASE_URL"],
                             "temporal": os.environ["ATE_TEMPORAL_ADDRESS"]}) + "\\n")
 
+    issued = set()
+
     class Handler(BaseHTTPRequestHandler):
-        def _json(self, body):
+        def _json(self, body, status=200):
             data = json.dumps(body).encode()
-            self.send_response(200)
+            self.send_response(status)
             self.send_header("content-type", "application/json")
             self.send_header("content-length", str(len(data)))
             self.end_headers()
@@ -52,6 +55,10 @@ def main(argv=None):
         def do_GET(self):
             if self.path == "/healthz":
                 return self._json({"status": "ok"})
+            if self.path == "/v1/whoami":
+                if self.headers.get("authorization", "").removeprefix("Bearer ") in issued:
+                    return self._json({"name": "fake", "grants": []})
+                return self._json({"reason": "Unauthenticated", "message": "no", "details": {}}, 401)
             if self.path.startswith("/v1/actors"):
                 return self._json({"items": [
                     {"atespace": "demo", "name": "c1", "state": "RUNNING"},
@@ -60,9 +67,14 @@ def main(argv=None):
             self.end_headers()
 
         def do_POST(self):
-            self.rfile.read(int(self.headers.get("content-length", 0)))
+            body = json.loads(self.rfile.read(int(self.headers.get("content-length", 0))) or b"{}")
             with open(record, "a") as f:
-                f.write(json.dumps({"part": "api-server", "post": self.path}) + "\\n")
+                f.write(json.dumps({"part": "api-server", "post": self.path,
+                                    "authorization": self.headers.get("authorization")}) + "\\n")
+            if self.path == "/v1/tokens":
+                token = "fake-token-" + body["name"]
+                issued.add(token)
+                return self._json({"token_id": "0123456789ab", "token": token, "grants": body["grants"]}, 201)
             self._json({"atespace": "demo", "name": "c1", "state": "SUSPENDED"})
 
         def log_message(self, *a):
@@ -119,6 +131,7 @@ def start_dev(tmp_path: Path, extra_env: dict[str, str], *args: str) -> tuple[su
     ports = {name: free_port() for name in ("api", "router", "atelet", "temporal", "ui", "metrics")}
     env = {k: v for k, v in os.environ.items() if k not in ("ATE_DATABASE_URL", "ATE_TEMPORAL_ADDRESS")}
     env.update({"PYTHONPATH": str(PROJECT), "FAKE_RECORD": str(tmp_path / "record.jsonl"), "PYTHONUNBUFFERED": "1"})
+    env["ATE_CONFIG"] = str(tmp_path / "ate-config.yaml")
     env.update(extra_env)
     argv = [
         sys.executable, "-m", "ate", "dev", "--data-dir", str(tmp_path / ".ate"),
@@ -195,9 +208,23 @@ def test_ate_dev_starts_everything_and_stops_in_order(tmp_path: Path) -> None:
     assert "ate: suspended demo/c1" in tail
     order = [line.split(":")[0] for line in tail if line.endswith(": stopped")]
     assert order == ["router", "atelet", "worker", "api-server", "temporal", "postgres", "ate"]
-    posts = [json.loads(line).get("post") for line in (tmp_path / "record.jsonl").read_text().splitlines()]
-    assert "/v1/atespaces/demo/actors/c1/suspend" in posts
+    records = [json.loads(line) for line in (tmp_path / "record.jsonl").read_text().splitlines()]
+    posts = {r["post"]: r["authorization"] for r in records if "post" in r}
+    assert posts["/v1/atespaces/demo/actors/c1/suspend"] == "Bearer fake-token-ate-dev-local-admin"
     assert "/v1/atespaces/demo/actors/c2/suspend" not in posts
+    credentials = tmp_path / ".ate" / "credentials"
+    bootstrap = (credentials / "bootstrap-token").read_text().strip()
+    assert len(bootstrap) >= 32 and posts["/v1/tokens"] == f"Bearer {bootstrap}"
+    assert {oct(p.stat().st_mode & 0o777) for p in credentials.iterdir()} == {"0o600"}
+    assert (credentials / "local-admin.token").read_text().strip() == "fake-token-ate-dev-local-admin"
+    assert (credentials / "router.token").read_text().strip() == "fake-token-ate-dev-router"
+    config = yaml.safe_load((tmp_path / "ate-config.yaml").read_text())
+    assert config == {
+        "current-context": "ate-dev",
+        "contexts": {
+            "ate-dev": {"server": f"http://127.0.0.1:{ports['api']}", "token-file": str(credentials / "local-admin.token")}
+        },
+    }
     assert leftovers(tmp_path / ".ate") == []
     for port in ports.values():
         with socket.socket() as s:

@@ -36,6 +36,7 @@ import httpx
 from ate.dev.temporal import dev_server_argv, server_ready, temporal_binary
 from atelet.proto import atelet_pb2 as pb
 from atelet.proto import atelet_pb2_grpc as pb_grpc
+from tests.credentials import BOOTSTRAP_ENV, BOOTSTRAP_HEADERS
 from tests.durability.processes import REPO, Part, Postgres, fetch, http_ok, log_line
 
 HOST = "127.0.0.1"
@@ -148,6 +149,7 @@ class Stack:
             "ATE_DATABASE_URL": self.postgres.dsn,
             "ATE_TEMPORAL_ADDRESS": self.temporal_address,
             "ATE_FAILPOINTS_DIR": str(self.failpoints),
+            **BOOTSTRAP_ENV,
             "PYTHONPATH": os.pathsep.join(p for p in (env.get("PYTHONPATH"), str(REPO)) if p),
             "PYTHONUNBUFFERED": "1",
         })  # fmt: skip
@@ -235,7 +237,7 @@ class Stack:
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             with contextlib.suppress(httpx.HTTPError, ValueError):
-                items = httpx.get(f"{self.api}/v1/workers", timeout=5).json()["items"]
+                items = self.rest("GET", "/v1/workers", timeout=5).json()["items"]
                 seen = {node: sum(w["node"] == node and w["state"] == "ACTIVE" for w in items) for node in expected}
                 if seen == expected:
                     return
@@ -266,7 +268,7 @@ class Stack:
     # ---- REST --------------------------------------------------------------------------------
 
     def rest(self, method: str, path: str, timeout: float = 30.0, **kwargs: Any) -> httpx.Response:
-        return httpx.request(method, f"{self.api}{path}", timeout=timeout, **kwargs)
+        return httpx.request(method, f"{self.api}{path}", timeout=timeout, headers=BOOTSTRAP_HEADERS, **kwargs)
 
     def in_background(self, method: str, path: str, body: dict[str, Any] | None, resend: bool) -> Request:
         request = Request(self, method, path, body, resend)

@@ -22,18 +22,37 @@ PORTS = {"api": 28080, "router": 28000, "atelet": 28085, "temporal": 27233, "ui"
 
 @dataclass
 class Stack:
-    """A running `ate dev`: where to reach it, and a CLI runner."""
+    """A running `ate dev`: where to reach it, and a CLI runner (with the ate config `ate dev`
+    wrote, so the CLI carries the admin token `ate dev` made)."""
 
     data_dir: Path
     failpoints: Path
+    config: Path
     api: str = f"http://127.0.0.1:{PORTS['api']}"
     router: str = f"http://127.0.0.1:{PORTS['router']}"
     temporal_ui: str = f"http://127.0.0.1:{PORTS['ui']}"
     metrics_base: int = PORTS["metrics"]
 
+    @property
+    def token(self) -> str:
+        """The admin token `ate dev` made for the local user."""
+        return (self.data_dir / "credentials" / "local-admin.token").read_text().strip()
+
+    @property
+    def headers(self) -> dict[str, str]:
+        """Request headers acting as that admin."""
+        return {"Authorization": f"Bearer {self.token}"}
+
     def ate(self, *args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
         """Run the `ate` CLI against this stack."""
-        done = subprocess.run([ATE, "--server", self.api, *args], cwd=REPO, capture_output=True, text=True, timeout=180)
+        done = subprocess.run(
+            [ATE, "--server", self.api, *args],
+            cwd=REPO,
+            capture_output=True,
+            text=True,
+            timeout=180,
+            env={**os.environ, "ATE_CONFIG": str(self.config)},
+        )
         if check and done.returncode != 0:
             raise AssertionError(f"ate {' '.join(args)} failed ({done.returncode}): {done.stderr}{done.stdout}")
         return done
@@ -47,6 +66,7 @@ def running_stack(
     data_dir = base / "data"
     failpoints = base / "failpoints"
     failpoints.mkdir()
+    config = base / "ate-config.yaml"
     log = base / "ate-dev.out"
     out = log.open("w")
     argv = [
@@ -62,7 +82,13 @@ def running_stack(
         stdout=out,
         stderr=subprocess.STDOUT,
         start_new_session=True,
-        env={**os.environ, "PYTHONUNBUFFERED": "1", "ATE_FAILPOINTS_DIR": str(failpoints), **(env or {})},
+        env={
+            **os.environ,
+            "PYTHONUNBUFFERED": "1",
+            "ATE_FAILPOINTS_DIR": str(failpoints),
+            "ATE_CONFIG": str(config),
+            **(env or {}),
+        },
     )
     deadline = time.monotonic() + 180
     try:
@@ -76,6 +102,7 @@ def running_stack(
         yield Stack(
             data_dir=data_dir,
             failpoints=failpoints,
+            config=config,
             api=f"http://127.0.0.1:{ports['api']}",
             router=f"http://127.0.0.1:{ports['router']}",
             temporal_ui=f"http://127.0.0.1:{ports['ui']}",

@@ -24,7 +24,7 @@ pytestmark = [pytest.mark.slow, pytest.mark.runsc]
 
 
 def api(stack: Stack, method: str, path: str, **kwargs: object) -> httpx.Response:
-    return httpx.request(method, stack.api + path, timeout=90, **kwargs)  # type: ignore[arg-type]
+    return httpx.request(method, stack.api + path, timeout=90, headers=stack.headers, **kwargs)  # type: ignore[arg-type]
 
 
 def setup_actor(stack: Stack, atespace: str, name: str) -> str:

@@ -70,7 +70,7 @@ def objects(prefix: str) -> dict[str, int]:
 
 
 def actor(stack: Stack, name: str) -> dict[str, object]:
-    response = httpx.get(f"{stack.api}/v1/atespaces/demo/actors/{name}", timeout=30)
+    response = httpx.get(f"{stack.api}/v1/atespaces/demo/actors/{name}", timeout=30, headers=stack.headers)
     return dict(response.json())
 
 
@@ -87,7 +87,7 @@ def test_the_tour_with_snapshots_in_s3(s3_stack: Stack, tmp_path: Path) -> None:
     assert "spec.snapshotConfig.storageLocation 's3://other-bucket/x' is outside the snapshot stores" in refused.stderr
     assert "use s3://ate/snapshots or file://" in refused.stderr, refused.stderr
     stack.ate("create", "template", "counter", "-a", "demo", "-f", "examples/counter/template.yaml")
-    template = httpx.get(f"{stack.api}/v1/atespaces/demo/templates/counter", timeout=30).json()
+    template = httpx.get(f"{stack.api}/v1/atespaces/demo/templates/counter", timeout=30, headers=stack.headers).json()
     assert template["spec"]["snapshotConfig"]["storageLocation"] == "s3://ate/snapshots"
     assert any(key.endswith("/manifest.json") for key in objects("snapshots/demo/templates/counter/"))
 

@@ -109,23 +109,26 @@ def test_other_operation_during_resume_gets_409(stack: Stack) -> None:
     stack.ate("create", "actor", "l1", "-a", "lock", "--template", "counter")
     base = f"{stack.api}/v1/atespaces/lock/actors/l1"
     for _ in range(5):
-        resume = subprocess.Popen(["curl", "-s", "-XPOST", base + "/resume"], stdout=subprocess.PIPE)
+        resume = subprocess.Popen(
+            ["curl", "-s", "-XPOST", "-H", f"Authorization: Bearer {stack.token}", base + "/resume"],
+            stdout=subprocess.PIPE,
+        )
         state = "SUSPENDED"
         deadline = time.monotonic() + 10
         while state == "SUSPENDED" and time.monotonic() < deadline:
-            state = httpx.get(base).json()["state"]
+            state = httpx.get(base, headers=stack.headers).json()["state"]
         if state == "RESUMING":
-            refused = httpx.post(base + "/suspend", json={})
+            refused = httpx.post(base + "/suspend", json={}, headers=stack.headers)
             resume.wait(60)
             assert refused.status_code == 409, refused.text
             body = refused.json()
             assert body["message"] == "another operation is in progress for this actor"
             assert body["details"]["operation"] == "ResumeActor"
-            assert httpx.get(base).json()["state"] == "RUNNING"  # the refusal changed nothing
-            httpx.post(base + "/suspend", json={}, timeout=60)
+            assert httpx.get(base, headers=stack.headers).json()["state"] == "RUNNING"  # the refusal changed nothing
+            httpx.post(base + "/suspend", json={}, timeout=60, headers=stack.headers)
             return
         resume.wait(60)
-        httpx.post(base + "/suspend", json={}, timeout=60)
+        httpx.post(base + "/suspend", json={}, timeout=60, headers=stack.headers)
     pytest.fail("never observed the actor in RESUMING")
 
 

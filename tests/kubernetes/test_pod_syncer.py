@@ -33,6 +33,7 @@ from domain.refs import ActorRef
 from domain.templates import ActorTemplateSpec
 from temporal_worker.main import build_worker
 from temporal_worker.settings import WorkerSettings
+from tests.credentials import BOOTSTRAP_TOKEN
 from tests.kubernetes.cluster import Cluster
 
 pytestmark = pytest.mark.kubernetes
@@ -106,7 +107,14 @@ async def plane(
     cluster: Cluster, kube: client.ApiClient, namespace: str, store: Store, database_url: str, temporal_address: str
 ) -> AsyncIterator[Plane]:
     port = free_port()
-    app = create_app(ApiSettings(database_url=database_url, temporal_address=temporal_address, snapshot_location="file:///snap"))
+    app = create_app(
+        ApiSettings(
+            database_url=database_url,
+            temporal_address=temporal_address,
+            snapshot_location="file:///snap",
+            bootstrap_token=BOOTSTRAP_TOKEN,
+        )
+    )
     server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning"))
     serving = asyncio.create_task(server.serve())
     await until(lambda: server.started)
@@ -115,7 +123,7 @@ async def plane(
     worker = build_worker(temporal, store, atelets, WorkerSettings())
     settings = ControllerSettings(
         namespace=namespace, kubeconfig=str(cluster.kubeconfig), api_server=f"http://127.0.0.1:{port}",
-        metrics_listen="", resync_seconds=5,
+        metrics_listen="", resync_seconds=5, api_token=BOOTSTRAP_TOKEN,
     )  # fmt: skip
     try:
         async with worker, running_controller(settings, kube, store) as controller:

@@ -188,7 +188,9 @@ class Step:
 
 
 class FakeApi:
-    """Stand-in for the ate REST API: resume (scripted, counted) and template endpoints."""
+    """Stand-in for the ate REST API: resume (scripted, counted), template, actor and access
+    review endpoints. Every actor exists (its template `web`) unless its key is in `missing`;
+    template `web`'s access rule is `access`; `grants` maps a token to the actor keys it reaches."""
 
     def __init__(self, worker_port: int) -> None:
         self.worker_port = worker_port
@@ -200,9 +202,16 @@ class FakeApi:
         self.max_in_flight = 0
         self.scripts: dict[str, list[Step]] = {}
         self.default = Step()
+        self.missing: set[str] = set()
+        self.access: dict[str, Any] = {"mode": "public", "passCredential": False}
+        self.grants: dict[str, set[str]] = {}
+        self.reviews: list[dict[str, Any]] = []
+        self.actor_calls = 0
         self.app = FastAPI()
         self.app.post("/v1/atespaces/{atespace}/actors/{name}/resume")(self.resume)
         self.app.get("/v1/atespaces/{atespace}/templates/{template}")(self.template)
+        self.app.get("/v1/atespaces/{atespace}/actors/{name}")(self.actor)
+        self.app.post("/v1/accessreviews")(self.review)
 
     def script(self, key: str, *steps: Step) -> None:
         """Answer resumes of ``key`` with ``steps`` in order, repeating the last one."""
@@ -239,8 +248,23 @@ class FakeApi:
         self.template_calls += 1
         return JSONResponse({
             "atespace": atespace, "name": template, "phase": "Ready",
-            "spec": {"containers": [{"name": "app", "image": "oci:app:latest", "port": self.worker_port}]},
+            "spec": {"containers": [{"name": "app", "image": "oci:app:latest", "port": self.worker_port}],
+                     "access": self.access},
         })
+
+    async def actor(self, atespace: str, name: str) -> JSONResponse:
+        self.actor_calls += 1
+        if f"{atespace}/{name}" in self.missing:
+            return JSONResponse({"reason": "NotFound", "message": f"actor {atespace}/{name} not found",
+                                 "details": {}}, status_code=404)
+        return JSONResponse({"atespace": atespace, "name": name, "template": "web", "state": "SUSPENDED"})
+
+    async def review(self, request: Request) -> JSONResponse:
+        body = await request.json()
+        self.reviews.append(body)
+        reached = self.grants.get(body["token"])
+        allowed = reached is not None and f"{body['atespace']}/{body['actor']}" in reached
+        return JSONResponse({"authenticated": reached is not None, "allowed": allowed, "principal": None})
 
 
 # ---------------------------------------------------------------------------- the router
