@@ -44,13 +44,23 @@ class WorkerNet:
         return str(NETNS_DIR / self.netns)
 
 
+def node_tag(node: str) -> str:
+    """The 4 hex digits of sha256(``node``) in the names of the node's veths (``atv<tag><i>``)."""
+    return hashlib.sha256(node.encode()).hexdigest()[:4]
+
+
+def host_if_prefix(node: str) -> str:
+    """The start of the name of every host end of ``node``'s veths (``atv<tag>``)."""
+    return f"atv{node_tag(node)}"
+
+
 def plan(node: str, worker: str, index: int, subnet: str) -> WorkerNet:
     """Computes the names and the /30 of worker ``index``; raises ValueError if the subnet is full."""
     net = ipaddress.IPv4Network(subnet, strict=False)
     if (index + 1) * 4 > net.num_addresses:
         raise ValueError(f"subnet {subnet} has no /30 left for worker index {index}")
     base = int(net.network_address) + 4 * index
-    tag = hashlib.sha256(node.encode()).hexdigest()[:4]
+    tag = node_tag(node)
     safe = re.sub(r"[^A-Za-z0-9_.-]", "-", f"ate-{node}-{worker}")[:200]
     return WorkerNet(
         netns=safe,

@@ -33,7 +33,7 @@ from typing import TypeVar
 
 from google.protobuf.message import Message
 
-from atelet import forwarding, metrics, netns
+from atelet import forwarding, isolation, metrics, netns
 from atelet.adoption import adopt_sandboxes
 from atelet.assignments import AssignmentStore
 from atelet.drivers.base import SandboxDriver
@@ -101,8 +101,9 @@ class Node:
     # ---- lifecycle -------------------------------------------------------------------------
 
     async def start(self) -> None:
-        """Creates dirs, adopts the sandboxes of a previous run that still run (``atelet.adoption``),
-        removes the other leftovers, creates every other worker's namespace."""
+        """Creates dirs, confines the workers' networks (``atelet.isolation``), adopts the sandboxes
+        of a previous run that still run (``atelet.adoption``), removes the other leftovers, creates
+        every other worker's namespace."""
         self.layout.create()
         for root in self.snapshots.roots:
             root.mkdir(parents=True, exist_ok=True)
@@ -115,6 +116,7 @@ class Node:
             self.table.runsc_version = "hollow"
         else:
             self.table.runsc_version = await self.driver.version()
+            await isolation.install(self.settings.node)  # before any sandbox is adopted or started
             for op_id, kind in self.ops.in_flight():
                 log.warning("operation %s (%s) was in flight when the previous atelet stopped", op_id, kind)
             await adopt_sandboxes(self.driver, self.table, self.exits)
@@ -132,7 +134,7 @@ class Node:
         return ports
 
     async def stop(self) -> None:
-        """Terminates every sandbox and deletes every namespace this node created."""
+        """Terminates every sandbox, deletes every namespace this node created, then its isolation rules."""
         await self.ops.drain()
         for worker in self.workers.values():
             async with worker.lock:
@@ -147,6 +149,7 @@ class Node:
             await asyncio.gather(*(netns.destroy(w.net) for w in self.workers.values()))
             if self.settings.advertise_worker_ip:
                 await forwarding.remove()
+            await isolation.remove(self.settings.node)
         self.table.update_metrics()
 
     def _report_exit(self, worker: str, actor: tuple[str, str], reason: str) -> None:

@@ -1,10 +1,12 @@
 """What a crashed atelet leaves behind, found and turned into cleanup commands.
 
 The atelet removes these itself on its next start (runsc sandboxes under its runsc root, its
-workers' network namespaces and veths). When `ate dev` stops while the atelet is not running,
-nothing cleans up, so `ate dev` lists them with the commands that remove them
-(`report_leftovers`). Names follow atelet/netns.py: namespace `ate-<node>-<worker>`, host veth
-end `atv<4 hex of sha256(node)><i>`.
+workers' network namespaces and veths) and rebuilds its isolation rules in place. When `ate dev`
+stops while the atelet is not running, nothing cleans up, so `ate dev` lists them with the
+commands that remove them (`report_leftovers`). Names follow atelet/netns.py and
+atelet/isolation.py: namespace `ate-<node>-<worker>`, host veth end `atv<tag><i>`, filter chain
+`ATE-ISOLATE-<tag>` (jumped to from INPUT and FORWARD, IPv4 and IPv6), where `<tag>` is 4 hex
+digits of sha256(node). The rules match only the node's veths, so leaving them is harmless.
 """
 
 import hashlib
@@ -40,34 +42,48 @@ def veth_prefix(node: str) -> str:
     return "atv" + hashlib.sha256(node.encode()).hexdigest()[:4]
 
 
+def isolation_chain(node: str) -> str:
+    """The filter chain of `node`'s isolation rules."""
+    return "ATE-ISOLATE-" + hashlib.sha256(node.encode()).hexdigest()[:4]
+
+
 @dataclass
 class Leftovers:
-    """Sandboxes, namespaces and veths of one node that are still there."""
+    """Sandboxes, namespaces, veths and isolation rules of one node that are still there.
+
+    `jumps` are `(program, rule)` pairs, e.g. `("iptables", "INPUT -i atv998c+ -j ATE-ISOLATE-998c")`;
+    `chains` are `(program, chain)` pairs.
+    """
 
     runsc_root: Path
     containers: list[str] = field(default_factory=list)
     namespaces: list[str] = field(default_factory=list)
     veths: list[str] = field(default_factory=list)
+    jumps: list[tuple[str, str]] = field(default_factory=list)
+    chains: list[tuple[str, str]] = field(default_factory=list)
 
     def __bool__(self) -> bool:
-        return bool(self.containers or self.namespaces or self.veths)
+        return bool(self.containers or self.namespaces or self.veths or self.jumps or self.chains)
 
     def commands(self) -> list[str]:
-        """Commands that remove them, in order: sandboxes first (they hold the namespaces)."""
+        """Commands that remove them, in order: sandboxes first (they hold the namespaces), the
+        isolation rules last (they keep the sandboxes confined until then)."""
         return [
             *(f"runsc --root={self.runsc_root} delete --force {cid}" for cid in self.containers),
             *(f"ip netns delete {name}" for name in self.namespaces),
             *(f"ip link delete {name}" for name in self.veths),
+            *(f"{program} -D {rule}" for program, rule in self.jumps),
+            *(f"{program} -F {chain} && {program} -X {chain}" for program, chain in self.chains),
         ]
 
 
 def find_leftovers(node: str, state_dir: Path, run: Run = run_quietly) -> Leftovers:
-    """Look for `node`'s runsc containers under `<state_dir>/runsc`, namespaces and veths.
+    """Look for `node`'s runsc containers under `<state_dir>/runsc`, namespaces, veths and isolation rules.
 
     Args:
         node: The atelet's node name.
         state_dir: The atelet's `--state-dir`.
-        run: Runs `runsc` and `ip` (injectable for tests).
+        run: Runs `runsc`, `ip`, `iptables` and `ip6tables` (injectable for tests).
 
     Returns:
         What was found (commands that cannot run find nothing).
@@ -88,6 +104,13 @@ def find_leftovers(node: str, state_dir: Path, run: Run = run_quietly) -> Leftov
             name = parts[1].strip().split("@", 1)[0]
             if name.startswith(veth):
                 found.veths.append(name)
+    chain = isolation_chain(node)
+    for program in ("iptables", "ip6tables"):
+        for line in (run([program, "-S"]) or "").splitlines():
+            if line == f"-N {chain}":
+                found.chains.append((program, chain))
+            elif line.startswith("-A ") and line.endswith(f"-j {chain}"):
+                found.jumps.append((program, line[len("-A ") :]))
     return found
 
 

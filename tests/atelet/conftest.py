@@ -21,6 +21,7 @@ import grpc
 import pytest
 import pytest_asyncio
 
+from atelet import isolation
 from atelet.main import serve
 from atelet.proto import atelet_pb2 as pb
 from atelet.proto import atelet_pb2_grpc as pb_grpc
@@ -137,7 +138,8 @@ async def atelet(short_tmp: Path) -> AsyncIterator[Atelet]:
 
 
 def force_cleanup(settings: AteletSettings) -> None:
-    """Removes whatever a failed test left: sandboxes under the runsc root, the node's namespaces."""
+    """Removes whatever a failed test left: sandboxes under the runsc root, the node's namespaces
+    and its isolation rules."""
     root = Path(settings.state_dir).resolve() / "runsc"
     if root.exists():
         listed = subprocess.run(["runsc", f"--root={root}", "list", "-quiet"], capture_output=True, text=True)
@@ -148,15 +150,38 @@ def force_cleanup(settings: AteletSettings) -> None:
         name = line.split()[0] if line.split() else ""
         if name.startswith(f"ate-{settings.node}-"):
             subprocess.run(["ip", "netns", "delete", name], capture_output=True)
+    chain = isolation.chain(settings.node)
+    for program in ("iptables", "ip6tables"):
+        for hook in isolation.HOOKS:
+            rule = [hook, *isolation.jump(settings.node)]
+            while subprocess.run([program, "-w", "5", "-D", *rule], capture_output=True).returncode == 0:
+                pass
+        subprocess.run([program, "-w", "5", "-F", chain], capture_output=True)
+        subprocess.run([program, "-w", "5", "-X", chain], capture_output=True)
+
+
+def isolation_rules(node: str, netns: str | None = None) -> list[str]:
+    """Every filter rule (``iptables -S`` / ``ip6tables -S`` lines) naming ``node``'s isolation
+    chain, in the namespace ``netns`` (None: this process's)."""
+    chain = isolation.chain(node)
+    found = []
+    for program in ("iptables", "ip6tables"):
+        argv = [program, "-w", "5", "-S"]
+        if netns is not None:
+            argv = ["ip", "netns", "exec", netns, *argv]
+        listed = subprocess.run(argv, capture_output=True, text=True, check=True).stdout
+        found += [f"{program} {line}" for line in listed.splitlines() if chain in line]
+    return found
 
 
 def assert_nothing_left(settings: AteletSettings) -> None:
-    """No sandbox under the atelet's runsc root and none of its namespaces remain."""
+    """No sandbox under the atelet's runsc root and none of its namespaces or isolation rules remain."""
     root = Path(settings.state_dir).resolve() / "runsc"
     listed = subprocess.run(["runsc", f"--root={root}", "list", "-quiet"], capture_output=True, text=True)
     assert listed.stdout.strip() == "", f"sandboxes left: {listed.stdout}"
     namespaces = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True).stdout
     assert f"ate-{settings.node}-" not in namespaces, f"namespaces left: {namespaces}"
+    assert isolation_rules(settings.node) == [], "isolation rules left"
 
 
 def counter_spec(image: str = COUNTER_IMAGE) -> pb.WorkloadSpec:

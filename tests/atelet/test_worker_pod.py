@@ -13,6 +13,7 @@ import sys
 import time
 import uuid
 from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -70,34 +71,44 @@ def pool_document() -> str:
     })  # fmt: skip
 
 
-async def test_a_worker_pod_serves_its_actor_at_the_pod_ip(pod: Pod, short_tmp: Path, counter_image: str) -> None:
+@contextmanager
+def pod_atelet(pod: Pod, base: Path, *extra: str, node: str = "") -> Iterator[subprocess.Popen[bytes]]:
+    """The atelet of a worker pod, run inside ``pod``'s namespace (listening on 0.0.0.0:8085, metrics
+    on 0.0.0.0:9085, one worker forwarded at the pod IP) as node ``node`` (default: a fresh name),
+    ready; ``extra`` flags are appended. It is stopped with SIGTERM on exit (the caller checks its
+    return code); its log is ``base/atelet.log``."""
     reason = runsc_missing()
     if reason:
         pytest.fail(reason)
+    node = node or f"pod-{uuid.uuid4().hex[:6]}"
+    log = base / "atelet.log"
+    argv = [
+        # nsenter, not `ip netns exec`: that one remounts /sys, hiding the cgroups runsc needs
+        "nsenter", f"--net=/var/run/netns/{pod.netns}", sys.executable, "-m", "atelet", "--node", node,
+        "--listen", "0.0.0.0:8085", "--advertise-address", f"{pod.pod_ip}:8085",
+        "--advertise-worker-ip", pod.pod_ip, "--pool-document", pool_document(),
+        "--state-dir", str(base / "state"), "--snapshot-root", str(base / "snapshots"),
+        "--image-root", str(REPO), "--subnet", f"10.253.{random.randrange(250)}.0/29",
+        "--metrics-listen", "0.0.0.0:9085", *extra,
+    ]  # fmt: skip
+    with log.open("wb") as out:
+        process = subprocess.Popen(argv, cwd=REPO, stdout=out, stderr=subprocess.STDOUT, env=dict(os.environ))
+    try:
+        deadline = time.monotonic() + 60
+        while "atelet: ready on" not in log.read_text():
+            assert process.poll() is None and time.monotonic() < deadline, log.read_text()
+            time.sleep(0.05)
+        yield process
+    finally:
+        process.terminate()
+        process.wait(60)
+
+
+async def test_a_worker_pod_serves_its_actor_at_the_pod_ip(pod: Pod, short_tmp: Path, counter_image: str) -> None:
     with fake_api(host=pod.host_ip) as api:
-        node = f"pod-{uuid.uuid4().hex[:6]}"
-        log = short_tmp / "atelet.log"
-        argv = [
-            # nsenter, not `ip netns exec`: that one remounts /sys, hiding the cgroups runsc needs
-            "nsenter", f"--net=/var/run/netns/{pod.netns}", sys.executable, "-m", "atelet", "--node", node,
-            "--listen", "0.0.0.0:8085", "--advertise-address", f"{pod.pod_ip}:8085",
-            "--advertise-worker-ip", pod.pod_ip, "--pool-document", pool_document(),
-            "--state-dir", str(short_tmp / "state"), "--snapshot-root", str(short_tmp / "snapshots"),
-            "--image-root", str(REPO), "--subnet", f"10.253.{random.randrange(250)}.0/29",
-            "--metrics-listen", "0.0.0.0:9085", "--api-server", api.url, "--heartbeat-seconds", "0.2",
-        ]  # fmt: skip
-        with log.open("wb") as out:
-            process = subprocess.Popen(argv, cwd=REPO, stdout=out, stderr=subprocess.STDOUT, env=dict(os.environ))
-        try:
-            deadline = time.monotonic() + 60
-            while "atelet: ready on" not in log.read_text():
-                assert process.poll() is None and time.monotonic() < deadline, log.read_text()
-                time.sleep(0.05)
+        with pod_atelet(pod, short_tmp, "--api-server", api.url, "--heartbeat-seconds", "0.2") as process:
             await _serve_and_move(api, pod, counter_image, short_tmp)
-        finally:
-            process.terminate()
-            process.wait(60)
-        assert process.returncode == 0, log.read_text()
+        assert process.returncode == 0, (short_tmp / "atelet.log").read_text()
         rules = sh("ip", "netns", "exec", pod.netns, "iptables", "-t", "nat", "-S", check=False).stdout
         assert "ATE-FORWARD" not in rules  # a stopped atelet leaves no forwarding behind
 

@@ -19,6 +19,13 @@ def test_leftovers_of_this_node_only(tmp_path: Path) -> None:
             "7: atv998c0@if6: <BROADCAST,MULTICAST,UP> mtu 1500\n"
             "9: atv12340@if8: <BROADCAST,MULTICAST,UP> mtu 1500\n"
         ),
+        ("iptables", "-S"): (
+            "-P INPUT ACCEPT\n-P FORWARD ACCEPT\n-P OUTPUT ACCEPT\n-N ATE-ISOLATE-1234\n-N ATE-ISOLATE-998c\n"
+            "-A INPUT -i atv12340+ -j ATE-ISOLATE-1234\n-A INPUT -i atv998c+ -j ATE-ISOLATE-998c\n"
+            "-A FORWARD -i atv998c+ -j ATE-ISOLATE-998c\n"
+            "-A ATE-ISOLATE-998c -m conntrack --ctstate RELATED,ESTABLISHED -j RETURN\n-A ATE-ISOLATE-998c -j DROP\n"
+        ),
+        ("ip6tables", "-S"): "-P INPUT ACCEPT\n-N ATE-ISOLATE-998c\n-A INPUT -i atv998c+ -j ATE-ISOLATE-998c\n",
     }
     found = find_leftovers("vm-3d71", tmp_path, run=lambda argv: outputs.get(tuple(argv)))
     assert found.commands() == [
@@ -26,6 +33,11 @@ def test_leftovers_of_this_node_only(tmp_path: Path) -> None:
         "ip netns delete ate-vm-3d71-default-1",
         "ip netns delete ate-vm-3d71-default-0",
         "ip link delete atv998c0",
+        "iptables -D INPUT -i atv998c+ -j ATE-ISOLATE-998c",
+        "iptables -D FORWARD -i atv998c+ -j ATE-ISOLATE-998c",
+        "ip6tables -D INPUT -i atv998c+ -j ATE-ISOLATE-998c",
+        "iptables -F ATE-ISOLATE-998c && iptables -X ATE-ISOLATE-998c",
+        "ip6tables -F ATE-ISOLATE-998c && ip6tables -X ATE-ISOLATE-998c",
     ]
 
 
