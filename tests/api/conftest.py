@@ -134,7 +134,9 @@ def api_process(base: Path, database_url: str, temporal_address: str, **env: str
 
 
 @pytest.fixture(scope="module")
-def api(tmp_path_factory: pytest.TempPathFactory, module_database_url: str, temporal_address: str) -> Iterator[ApiProcess]:
+def api(
+    tmp_path_factory: pytest.TempPathFactory, module_database_url: str, temporal_address: str
+) -> Iterator[ApiProcess]:
     """An api-server for this module (ate tokens and the bootstrap token only)."""
     with api_process(tmp_path_factory.mktemp("api"), module_database_url, temporal_address) as running:
         yield running

@@ -199,7 +199,10 @@ def test_refusals_name_what_is_missing(api: ApiProcess, role_tokens: dict[str, s
         answer = http.get("/v1/workers")
         assert assert_error_body(answer, "PermissionDenied") == "token lacks cluster-viewer"
         answer = http.put("/v1/nodes/n1", json={})
-        assert assert_error_body(answer, "PermissionDenied") == "only node n1's own certificate may register or report node n1"
+        assert (
+            assert_error_body(answer, "PermissionDenied")
+            == "only node n1's own certificate may register or report node n1"
+        )
     with api.client(role_tokens["operator"]) as http:
         answer = http.delete("/v1/atespaces/walk/templates/t1")
         assert assert_error_body(answer, "PermissionDenied") == "token lacks admin on atespace walk"
@@ -271,7 +274,10 @@ def test_a_revoked_or_expired_token_is_refused_at_once(api: ApiProcess) -> None:
         with api.client(token["token"]) as http:
             answer = http.get("/v1/workers")
         assert answer.status_code == 401
-        assert assert_error_body(answer, "Unauthenticated") == "the bearer token is not valid (unknown, expired or revoked)"
+        assert (
+            assert_error_body(answer, "Unauthenticated")
+            == "the bearer token is not valid (unknown, expired or revoked)"
+        )
 
 
 def test_a_tampered_secret_is_refused(api: ApiProcess) -> None:
@@ -347,7 +353,11 @@ def test_access_review_says_who_may_reach_an_actor(api: ApiProcess, role_tokens:
         assert review(role_tokens["operator"], "walk", "c2")["allowed"] is True
         assert review(role_tokens["viewer"], "walk", "c1")["allowed"] is False
         assert review(role_tokens["user"], "other", "c1")["allowed"] is False
-        assert review("ate_0123456789ab_nope", "walk", "c1") == {"authenticated": False, "allowed": False, "principal": None}
+        assert review("ate_0123456789ab_nope", "walk", "c1") == {
+            "authenticated": False,
+            "allowed": False,
+            "principal": None,
+        }
 
 
 def test_whoami(api: ApiProcess, role_tokens: dict[str, str]) -> None:

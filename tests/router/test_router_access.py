@@ -34,7 +34,9 @@ def forwarded_headers(response: httpx.Response) -> dict[str, str]:
 
 async def test_a_public_template_needs_nothing_and_its_actor_sees_no_credential(start_router: StartRouter) -> None:
     env = await start_router()
-    response = await env.client.get("/", headers={**TARGET, "Authorization": f"Bearer {GOOD}", "Cookie": "x=1; ate-token=t"})
+    response = await env.client.get(
+        "/", headers={**TARGET, "Authorization": f"Bearer {GOOD}", "Cookie": "x=1; ate-token=t"}
+    )
     assert response.status_code == 200
     seen = forwarded_headers(response)
     assert "authorization" not in seen and seen["cookie"] == "x=1"
