@@ -1,11 +1,14 @@
 """Fixtures for the atelet tests: a real atelet (in-process gRPC server) and the counter image.
 
+Every test atelet serves mutual TLS with a certificate of its node from one CA per test session
+(`certificates`); the stubs of `running_atelet` call it as the control plane does.
 Tests marked ``runsc`` need root, runsc, ip and umoci, and build examples/counter (needs go).
 """
 
 from __future__ import annotations
 
 import asyncio
+import atexit
 import contextlib
 import os
 import random
@@ -21,6 +24,8 @@ import grpc
 import pytest
 import pytest_asyncio
 
+from activities.atelet_tls import AteletClientTls
+from ate.dev.certificates import LocalCertificates, ensure_local_certificates
 from atelet.main import serve
 from atelet.proto import atelet_pb2 as pb
 from atelet.proto import atelet_pb2_grpc as pb_grpc
@@ -42,6 +47,27 @@ def runsc_missing() -> str | None:
         if shutil.which(tool) is None:
             return f"needs {tool}"
     return None
+
+
+_CERTIFICATES = Path(tempfile.mkdtemp(prefix="ate-tls-"))
+atexit.register(shutil.rmtree, _CERTIFICATES, True)
+
+
+def certificates(*nodes: str) -> LocalCertificates:
+    """The test session's CA, control-plane certificate and a certificate for each of `nodes`."""
+    return ensure_local_certificates(_CERTIFICATES, nodes)
+
+
+def control_plane_tls() -> AteletClientTls:
+    """The control plane's client identity towards the test atelets."""
+    files = certificates().control_plane
+    return AteletClientTls(files.cert, files.key, files.ca)
+
+
+def tls_flags(node: str) -> list[str]:
+    """The atelet command-line flags of node `node`'s certificate, key and CA."""
+    files = certificates(node).node(node)
+    return ["--tls-cert", str(files.cert), "--tls-key", str(files.key), "--tls-ca", str(files.ca)]
 
 
 def free_port() -> int:
@@ -83,6 +109,9 @@ def make_settings(base: Path, **overrides: object) -> AteletSettings:
         "subnet": f"10.{random.randrange(160, 250)}.{random.randrange(256)}.0/24",
     }
     values.update(overrides)
+    node = str(values["node"])
+    files = certificates(node).node(node)
+    values = {"tls_cert": files.cert, "tls_key": files.key, "tls_ca": files.ca} | values
     return AteletSettings(**values)  # type: ignore[arg-type]
 
 
@@ -111,7 +140,7 @@ async def running_atelet(settings: AteletSettings) -> AsyncIterator[Atelet]:
         if task in done:
             task.result()  # raises the startup error
         assert ready.is_set(), "atelet did not become ready"
-        channel = grpc.aio.insecure_channel(settings.listen)
+        channel = control_plane_tls().channel(settings.listen, settings.node)
         yield Atelet(settings, pb_grpc.AteletStub(channel), channel)
     finally:
         if channel is not None:

@@ -16,13 +16,12 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
-import grpc
 import httpx
 import pytest
 
 from atelet.proto import atelet_pb2 as pb
 from atelet.proto import atelet_pb2_grpc as pb_grpc
-from tests.atelet.conftest import REPO, counter_spec, runsc_missing
+from tests.atelet.conftest import REPO, control_plane_tls, counter_spec, runsc_missing, tls_flags
 from tests.atelet.fake_api import FakeApi, fake_api
 
 pytestmark = [pytest.mark.runsc, pytest.mark.asyncio]
@@ -85,6 +84,7 @@ async def test_a_worker_pod_serves_its_actor_at_the_pod_ip(pod: Pod, short_tmp: 
             "--state-dir", str(short_tmp / "state"), "--snapshot-root", str(short_tmp / "snapshots"),
             "--image-root", str(REPO), "--subnet", f"10.253.{random.randrange(250)}.0/29",
             "--metrics-listen", "0.0.0.0:9085", "--api-server", api.url, "--heartbeat-seconds", "0.2",
+            *tls_flags(node),
         ]  # fmt: skip
         with log.open("wb") as out:
             process = subprocess.Popen(argv, cwd=REPO, stdout=out, stderr=subprocess.STDOUT, env=dict(os.environ))
@@ -93,7 +93,7 @@ async def test_a_worker_pod_serves_its_actor_at_the_pod_ip(pod: Pod, short_tmp: 
             while "atelet: ready on" not in log.read_text():
                 assert process.poll() is None and time.monotonic() < deadline, log.read_text()
                 time.sleep(0.05)
-            await _serve_and_move(api, pod, counter_image, short_tmp)
+            await _serve_and_move(api, pod, node, counter_image, short_tmp)
         finally:
             process.terminate()
             process.wait(60)
@@ -102,13 +102,13 @@ async def test_a_worker_pod_serves_its_actor_at_the_pod_ip(pod: Pod, short_tmp: 
         assert "ATE-FORWARD" not in rules  # a stopped atelet leaves no forwarding behind
 
 
-async def _serve_and_move(api: FakeApi, pod: Pod, image: str, base: Path) -> None:
+async def _serve_and_move(api: FakeApi, pod: Pod, node: str, image: str, base: Path) -> None:
     deadline = time.monotonic() + 10
     while not api.of("PUT", "") and time.monotonic() < deadline:
         time.sleep(0.05)
     [worker] = api.of("PUT", "")[-1].body["workers"]
     assert (worker["name"], worker["pool"], worker["ip"], worker["labels"]) == ("pods-0", "pods", pod.pod_ip, {"zone": "a"})
-    async with grpc.aio.insecure_channel(f"{pod.pod_ip}:8085") as channel:  # the atelet, at the pod IP
+    async with control_plane_tls().channel(f"{pod.pod_ip}:8085", node) as channel:  # the atelet, at the pod IP
         stub = pb_grpc.AteletStub(channel)  # type: ignore[no-untyped-call]
         run = await stub.Run(pb.RunRequest(operation_id="o-run", worker="pods-0", actor=ACTOR, spec=counter_spec(image),
                                            probe_timeout_seconds=30))  # fmt: skip
