@@ -8,7 +8,6 @@ Tests marked ``runsc`` need root, runsc, ip and umoci, and build examples/counte
 from __future__ import annotations
 
 import asyncio
-import atexit
 import contextlib
 import os
 import random
@@ -24,12 +23,13 @@ import grpc
 import pytest
 import pytest_asyncio
 
-from activities.atelet_tls import AteletClientTls
-from ate.dev.certificates import LocalCertificates, ensure_local_certificates
 from atelet.main import serve
 from atelet.proto import atelet_pb2 as pb
 from atelet.proto import atelet_pb2_grpc as pb_grpc
 from atelet.settings import AteletSettings
+from tests.tls import certificates, control_plane_tls, tls_flags
+
+__all__ = ["certificates", "control_plane_tls", "tls_flags"]  # the atelet tests import them from here
 
 REPO = Path(__file__).resolve().parents[2]
 COUNTER_IMAGE = "oci:examples/counter/oci:latest"
@@ -47,27 +47,6 @@ def runsc_missing() -> str | None:
         if shutil.which(tool) is None:
             return f"needs {tool}"
     return None
-
-
-_CERTIFICATES = Path(tempfile.mkdtemp(prefix="ate-tls-"))
-atexit.register(shutil.rmtree, _CERTIFICATES, True)
-
-
-def certificates(*nodes: str) -> LocalCertificates:
-    """The test session's CA, control-plane certificate and a certificate for each of `nodes`."""
-    return ensure_local_certificates(_CERTIFICATES, nodes)
-
-
-def control_plane_tls() -> AteletClientTls:
-    """The control plane's client identity towards the test atelets."""
-    files = certificates().control_plane
-    return AteletClientTls(files.cert, files.key, files.ca)
-
-
-def tls_flags(node: str) -> list[str]:
-    """The atelet command-line flags of node `node`'s certificate, key and CA."""
-    files = certificates(node).node(node)
-    return ["--tls-cert", str(files.cert), "--tls-key", str(files.key), "--tls-ca", str(files.ca)]
 
 
 def free_port() -> int:
