@@ -59,7 +59,12 @@ class NodeTlsFiles:
         assert cert is not None and key is not None and ca is not None
         return cls(cert, key, ca)
 
-    def _stamp(self) -> tuple[tuple[int, int, int], ...]:
+    def stamp(self) -> tuple[tuple[int, int, int], ...]:
+        """(inode, size, mtime) of the three files: changes when one is replaced or rewritten.
+
+        Raises:
+            OSError: a file is missing.
+        """
         stamps = []
         for path in (self.cert, self.key, self.ca):
             st = os.stat(path)
@@ -109,11 +114,11 @@ def server_credentials(files: NodeTlsFiles) -> grpc.ServerCredentials:
         TlsConfigError: the files are unusable now (at start; later failures keep the last good pair).
     """
     chain, key, ca = files.read()
-    stamp = [files._stamp()]
+    stamp = [files.stamp()]
 
     def fetch() -> grpc.ServerCertificateConfiguration | None:
         try:
-            now = files._stamp()
+            now = files.stamp()
             if now == stamp[0]:
                 return None
             chain, key, ca = files.read()
@@ -152,6 +157,7 @@ class ControlPlaneOnly(grpc.aio.ServerInterceptor):  # type: ignore[type-arg]
     def __init__(self, node: str, allowed: Collection[str]) -> None:
         self.node = node
         self.allowed = frozenset(allowed)
+        self._wrapped: dict[str, grpc.RpcMethodHandler[Any, Any]] = {}
 
     def refusal(self, auth_context: Mapping[str, Iterable[bytes]]) -> tuple[grpc.StatusCode, str] | None:
         """The status and message refusing a caller with this auth context, or None to let it call."""
@@ -172,10 +178,17 @@ class ControlPlaneOnly(grpc.aio.ServerInterceptor):  # type: ignore[type-arg]
         handler_call_details: grpc.HandlerCallDetails,
     ) -> grpc.RpcMethodHandler[Any, Any]:
         """The method's handler, wrapped in the certificate check."""
-        handler = await continuation(handler_call_details)
-        if handler is None:
-            return handler
         method = handler_call_details.method
+        wrapped = self._wrapped.get(method)
+        if wrapped is None:
+            handler = await continuation(handler_call_details)
+            if handler is None:
+                return handler
+            wrapped = self._wrapped[method] = self._checked(method, handler)
+        return wrapped
+
+    def _checked(self, method: str, handler: grpc.RpcMethodHandler[Any, Any]) -> grpc.RpcMethodHandler[Any, Any]:
+        """`handler` behind the certificate check."""
         inner: Handler | None = handler.unary_unary  # type: ignore[assignment]  # an aio server's handlers are coroutines
         if inner is None:
 
