@@ -105,6 +105,19 @@ class NodeCredentials(httpx.Auth):
             return self._token
 
     def auth_flow(self, request: httpx.Request) -> Generator[httpx.Request, httpx.Response, None]:
-        """Sets `Authorization: Bearer <token>` on the request."""
-        request.headers["Authorization"] = f"Bearer {self.token()}"
+        """Sets `Authorization: Bearer <token>` on the request.
+
+        Raises:
+            httpx.RequestError: no token can be minted now (the files are gone or unusable and the
+                last token expired): the callers' retry loops treat it as a failed request.
+        """
+        try:
+            token = self.token()
+        except (OSError, ValueError) as error:  # TlsConfigError is a ValueError
+            with self._lock:
+                if self._token and self.clock() < self._expires - 5:
+                    token = self._token
+                else:
+                    raise httpx.RequestError(f"cannot sign the node's token: {error}", request=request) from None
+        request.headers["Authorization"] = f"Bearer {token}"
         yield request

@@ -8,7 +8,9 @@ from __future__ import annotations
 import base64
 from pathlib import Path
 
+import httpx
 import jwt
+import pytest
 from cryptography import x509
 from cryptography.hazmat.primitives import serialization
 
@@ -70,3 +72,21 @@ def test_a_renewed_certificate_is_used_at_once(tmp_path: Path) -> None:
     assert base64.b64decode(jwt.get_unverified_header(after)["x5c"][0]) == der
     assert before != after
     assert NodeCertificateVerifier(ca.cert_pem).verify(after) == "n-rotate"
+
+
+def test_a_request_without_usable_files_fails_as_a_request_once_the_last_token_expired(tmp_path: Path) -> None:
+    files = certificates("n-gone").node("n-gone")
+    cert, key = tmp_path / "tls.crt", tmp_path / "tls.key"
+    cert.write_bytes(files.cert.read_bytes())
+    key.write_bytes(files.key.read_bytes())
+    clock = Clock()
+    credentials = NodeCredentials("n-gone", cert, key, clock=clock)
+    request = httpx.Request("PUT", "http://api/v1/nodes/n-gone")
+    first = next(credentials.auth_flow(request)).headers["Authorization"]
+    cert.unlink()
+    clock.now = NOW + 250  # under a minute left: it would renew, cannot, and keeps the last one
+    assert next(credentials.auth_flow(request)).headers["Authorization"] == first
+    clock.now = NOW + 299
+    with pytest.raises(httpx.RequestError) as caught:
+        next(credentials.auth_flow(request))
+    assert str(caught.value).startswith("cannot sign the node's token: [Errno 2] No such file or directory")
