@@ -3,7 +3,9 @@ delete a snapshot.
 
 Every call carries the operation ID; the atelet answers a repeat with the first call's result,
 so Temporal may retry any of these after a crash without a double restore or a second
-checkpoint. Channels to atelets are kept open and reused (one per address).
+checkpoint. Channels to atelets are mutual TLS (`activities.atelet_tls`: the control plane's
+client certificate, and the node's name checked against the atelet's certificate), kept open and
+reused (one per node and address; made again when the certificate files were renewed).
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ from google.protobuf.json_format import MessageToDict, ParseDict
 from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
+from activities.atelet_tls import AteletClientTls, target_options
 from activities.errors import AteletCallFailed, activity_defn
 from activities.store import Store
 from atelet.proto import atelet_pb2 as pb
@@ -83,25 +86,53 @@ def _ref(actor: ActorRef) -> pb.ActorRef:
     return pb.ActorRef(atespace=actor.atespace, name=actor.name)
 
 
-class AteletActivities:
-    """gRPC activities; `channels` caches one channel per atelet address."""
+RETIRED_CHANNEL_GRACE_SECONDS = 600.0
+"""How long a channel replaced after a certificate renewal may finish its calls before it closes."""
 
-    def __init__(self, store: Store | None = None, call_timeout_seconds: float = 300.0) -> None:
+
+class AteletActivities:
+    """gRPC activities over mutual TLS (`tls`: the control plane's client identity).
+
+    Args:
+        store: the store (None: only for registering the activities' names).
+        call_timeout_seconds: the deadline of a Run, Restore, Checkpoint or CopySnapshot call.
+        tls: the client certificate, key and CA of the channels to atelets.
+    """
+
+    def __init__(
+        self, store: Store | None = None, call_timeout_seconds: float = 300.0, *, tls: AteletClientTls
+    ) -> None:
         self.store = store
-        self._channels: dict[str, grpc.aio.Channel] = {}
+        self.tls = tls
+        self._channels: dict[tuple[str, str], tuple[int, grpc.aio.Channel]] = {}
+        self._closing: set[asyncio.Task[None]] = set()
         self._lock = asyncio.Lock()
         self.call_timeout_seconds = call_timeout_seconds
 
-    async def stub(self, address: str) -> pb_grpc.AteletStub:
-        """The (cached) stub of the atelet at `address`."""
-        channel = self._channels.get(address)
-        if channel is None:
+    async def stub(self, address: str, node: str) -> pb_grpc.AteletStub:
+        """The (cached) stub of node `node`'s atelet at `address`; the channel refuses any other node.
+
+        Raises:
+            AteletTlsError: the TLS files cannot be loaded (the first time).
+        """
+        credentials = self.tls.credentials()  # notices renewed files
+        cached = self._channels.get((node, address))
+        if cached is None or cached[0] != self.tls.generation:
             async with self._lock:
-                channel = self._channels.get(address)
-                if channel is None:
-                    channel = grpc.aio.insecure_channel(address)
-                    self._channels[address] = channel
-        return pb_grpc.AteletStub(channel)  # type: ignore[no-untyped-call]
+                cached = self._channels.get((node, address))
+                if cached is None or cached[0] != self.tls.generation:
+                    if cached is not None:
+                        self._retire(cached[1])
+                    channel = grpc.aio.secure_channel(address, credentials, options=target_options(node))
+                    cached = (self.tls.generation, channel)
+                    self._channels[(node, address)] = cached
+        return pb_grpc.AteletStub(cached[1])  # type: ignore[no-untyped-call]
+
+    def _retire(self, channel: grpc.aio.Channel) -> None:
+        """Closes a channel made with replaced credentials once its calls had time to finish."""
+        task = asyncio.create_task(channel.close(grace=RETIRED_CHANNEL_GRACE_SECONDS))
+        self._closing.add(task)
+        task.add_done_callback(self._closing.discard)
 
     async def _still_placed(self, placement: str, worker: WorkerRef, operation_id: str) -> None:
         """Refuse to touch a sandbox for an operation that lost its place meanwhile.
@@ -144,9 +175,11 @@ class AteletActivities:
 
     async def close(self) -> None:
         """Close every channel."""
-        for channel in self._channels.values():
+        for _, channel in self._channels.values():
             await channel.close(grace=None)
         self._channels.clear()
+        for task in list(self._closing):
+            task.cancel()
 
     @activity_defn("atelet_start")
     async def start(self, request: AteletRunInput) -> AteletRunResult:
@@ -159,7 +192,7 @@ class AteletActivities:
         await failpoint(f"{activity.info().workflow_type}.atelet_call")
         await self._still_placed(request.placement or request.holder.workflow_id, request.worker, request.operation_id)
         address = request.worker.atelet_address
-        stub = await self.stub(address)
+        stub = await self.stub(address, request.worker.node)
         spec = workload_spec(request.spec)
         if request.snapshot is None:
             run = await self._call(
@@ -216,7 +249,7 @@ class AteletActivities:
         await failpoint(f"{activity.info().workflow_type}.atelet_checkpoint")
         await self._still_placed(request.placement or request.holder.workflow_id, request.worker, request.operation_id)
         address = request.worker.atelet_address
-        stub = await self.stub(address)
+        stub = await self.stub(address, request.worker.node)
         done = await self._call(
             address,
             "Checkpoint",
@@ -248,7 +281,13 @@ class AteletActivities:
         """
         await failpoint(f"{activity.info().workflow_type}.atelet_copy")
         address = request.atelet_address
-        stub = await self.stub(address)
+        if request.source.node is None:
+            raise ApplicationError(
+                f"local snapshot {request.source.uri} names no node; cannot reach the atelet holding it",
+                type="AteletNotFound",
+                non_retryable=True,
+            )
+        stub = await self.stub(address, request.source.node)
         manifest = pb.SnapshotManifest()
         if request.source.manifest:
             ParseDict(request.source.manifest, manifest, ignore_unknown_fields=True)
@@ -275,7 +314,7 @@ class AteletActivities:
     async def terminate(self, request: AteletTerminateInput) -> bool:
         """Stop and delete the holder's sandbox on the worker (idempotent). Returns whether one ran."""
         address = request.worker.atelet_address
-        stub = await self.stub(address)
+        stub = await self.stub(address, request.worker.node)
         done = await self._call(
             address,
             "Terminate",
@@ -308,11 +347,13 @@ class AteletActivities:
                     f"node {snapshot.node} holding local snapshot {snapshot.uri} is not alive; retrying later",
                     type="NoAtelet",
                 )
+            node = snapshot.node
         else:
-            address = await self.store.nodes.any_live_atelet()
-        if address is None:
-            raise ApplicationError("no atelet is alive to delete snapshots; retrying later", type="NoAtelet")
-        stub = await self.stub(address)
+            live = await self.store.nodes.any_live_atelet()
+            if live is None:
+                raise ApplicationError("no atelet is alive to delete snapshots; retrying later", type="NoAtelet")
+            node, address = live
+        stub = await self.stub(address, node)
         done = await self._call(
             address,
             "DeleteSnapshot",

@@ -7,6 +7,7 @@ import logging
 from collections import Counter as Tally
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
+from pathlib import Path
 
 from fastapi import FastAPI, Response
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
@@ -15,6 +16,7 @@ from temporalio.client import Client
 from activities.store import Store, migrate
 from api.access.authenticator import Authenticator, read_bootstrap_token
 from api.access.guard import PUBLIC
+from api.access.node_certificates import NodeCertificateVerifier
 from api.access.oidc import OidcVerifier
 from api.deps import StoreDep
 from api.errors import install_error_handlers
@@ -42,10 +44,11 @@ async def watch_node_liveness(store: Store, every_seconds: float = 5.0) -> None:
 
 def authenticator_for(settings: ApiSettings, store: Store) -> Authenticator:
     """The credential sources `settings` configure: ate tokens always; the bootstrap token, an
-    OIDC issuer and the node CA when set.
+    OIDC issuer and the node CA when set (without a node CA no atelet can register).
 
     Raises:
-        ValueError: the bootstrap token is too short or its file unreadable.
+        ValueError: the bootstrap token is too short or its file unreadable; the node CA file is
+            unreadable or holds no certificate.
     """
     oidc = None
     if settings.oidc_issuer:
@@ -57,7 +60,13 @@ def authenticator_for(settings: ApiSettings, store: Store) -> Authenticator:
             groups_claim=settings.oidc_groups_claim,
             group_grants=settings.oidc_group_grants,
         )
-    return Authenticator(store, bootstrap_token=read_bootstrap_token(settings), oidc=oidc)
+    nodes = None
+    if settings.node_ca_file is not None:
+        try:
+            nodes = NodeCertificateVerifier(Path(settings.node_ca_file).read_bytes())
+        except OSError as error:
+            raise ValueError(f"node_ca_file {settings.node_ca_file}: {error.strerror}") from None
+    return Authenticator(store, bootstrap_token=read_bootstrap_token(settings), oidc=oidc, nodes=nodes)
 
 
 def create_app(settings: ApiSettings) -> FastAPI:

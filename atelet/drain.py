@@ -1,7 +1,7 @@
 """Draining the node before it stops (``drain_on_sigterm``: Kubernetes pod eviction).
 
-``drain(node, settings)``: ``POST {api_server}/v1/nodes/{node}/drain`` with ``{"deadline_seconds":
-N}`` (retried with backoff until 2xx; the API then suspends the node's actors through SuspendActor
+``drain(node, settings, auth)``: ``POST {api_server}/v1/nodes/{node}/drain`` with ``{"deadline_seconds":
+N}`` and the node's bearer token (retried with backoff until 2xx; the API then suspends the node's actors through SuspendActor
 workflows, which call this atelet's Checkpoint, and takes no new actors onto its workers), then
 waits until no sandbox runs and no operation is in flight on any worker for ``SETTLE_SECONDS``,
 or until the deadline plus ``GRACE_SECONDS`` passed. The caller then stops the atelet as usual.
@@ -27,13 +27,13 @@ POLL_SECONDS = 0.2
 NOTIFY_WAIT_SECONDS = 5.0
 
 
-async def notify(settings: AteletSettings) -> None:
-    """POSTs the drain request until the API answers 2xx (or the caller cancels)."""
+async def notify(settings: AteletSettings, auth: httpx.Auth) -> None:
+    """POSTs the drain request (``auth``: the node's identity) until the API answers 2xx (or the caller cancels)."""
     assert settings.api_server
     url = f"{settings.api_server.rstrip('/')}/v1/nodes/{settings.node}/drain"
     body = {"deadline_seconds": int(settings.drain_deadline_seconds)}
     backoff = 0.2
-    async with httpx.AsyncClient(timeout=httpx.Timeout(5.0)) as client:
+    async with httpx.AsyncClient(timeout=httpx.Timeout(5.0), auth=auth) as client:
         while True:
             try:
                 response = await client.post(url, json=body)
@@ -47,13 +47,13 @@ async def notify(settings: AteletSettings) -> None:
             backoff = min(backoff * 2, 5.0)
 
 
-async def drain(node: Node, settings: AteletSettings) -> None:
-    """Asks the API to drain the node and returns once the node is empty or the deadline passed."""
+async def drain(node: Node, settings: AteletSettings, auth: httpx.Auth) -> None:
+    """Asks the API to drain the node (``auth``: its identity) and returns once the node is empty or the deadline passed."""
     loop = asyncio.get_running_loop()
     deadline = loop.time() + settings.drain_deadline_seconds + GRACE_SECONDS
     log.info("drain: draining node %s (deadline %.0fs); a second SIGTERM stops at once",
              settings.node, settings.drain_deadline_seconds)
-    notifier = asyncio.create_task(notify(settings)) if settings.api_server else None
+    notifier = asyncio.create_task(notify(settings, auth)) if settings.api_server else None
     if notifier is None:
         log.warning("drain: no api_server configured; waiting for the sandboxes to be checkpointed or stopped")
     try:

@@ -1,7 +1,8 @@
 """Node events sent to ate-api-server: a sandbox that exited on its own.
 
 ``POST {api_server}/v1/nodes/{node}/events`` with JSON ``{"worker": "<worker name>", "actor":
-{"atespace", "name"}, "event": "exited", "reason": "<one line>"}``. Events are queued and sent in
+{"atespace", "name"}, "event": "exited", "reason": "<one line>"}`` and the node's bearer token
+(``atelet.node_identity``). Events are queued and sent in
 order by one background task, each retried with exponential backoff (0.2 s doubling to 10 s) until
 the API answers 2xx; reporting never blocks the caller. Without ``api_server`` events are only
 logged. Events still queued when the atelet stops are flushed for at most ``flush`` seconds, then
@@ -24,9 +25,11 @@ MAX_BACKOFF = 10.0
 
 
 class EventReporter:
-    """Queues events and delivers them to the API server (``run`` is the delivery task)."""
+    """Queues events and delivers them to the API server (``run`` is the delivery task); ``auth``
+    proves the node's identity on each request."""
 
-    def __init__(self, api_server: str | None, node: str) -> None:
+    def __init__(self, api_server: str | None, node: str, auth: httpx.Auth) -> None:
+        self.auth = auth
         self.url = f"{api_server.rstrip('/')}/v1/nodes/{node}/events" if api_server else None
         self._queue: asyncio.Queue[dict[str, Any]] = asyncio.Queue()
 
@@ -41,7 +44,7 @@ class EventReporter:
 
     async def run(self) -> None:
         """Delivers queued events in order until cancelled."""
-        async with httpx.AsyncClient(timeout=httpx.Timeout(5.0)) as client:
+        async with httpx.AsyncClient(timeout=httpx.Timeout(5.0), auth=self.auth) as client:
             while True:
                 event = await self._queue.get()
                 try:

@@ -1,6 +1,6 @@
 """Entry point: ``python -m atelet`` (flags mirror ``AteletSettings``) or ``await serve(settings)``.
 
-``serve`` creates the workers' namespaces, serves gRPC, registers with the API server when one
+``serve`` creates the workers' namespaces, serves gRPC over mutual TLS (``atelet.tls``), registers with the API server when one
 is configured, prints ``atelet: ready on <listen> (<n> workers)``, and on SIGTERM/SIGINT or
 cancellation stops cleanly: every sandbox it started is terminated and its namespaces deleted.
 With ``drain_on_sigterm``, the first SIGTERM drains the node first (``atelet.drain``) while gRPC
@@ -24,12 +24,14 @@ from atelet import metrics
 from atelet.drain import drain
 from atelet.events import EventReporter
 from atelet.node import Node
+from atelet.node_identity import NodeCredentials
 from atelet.pool import PoolError, default_pool, load_pools
 from atelet.proto import atelet_pb2_grpc as pb_grpc
 from atelet.registration import heartbeat_loop
 from atelet.service import AteletService
 from atelet.settings import AteletSettings
 from atelet.snapshots.uris import SnapshotRootError
+from atelet.tls import ControlPlaneOnly, NodeTlsFiles, TlsConfigError, server_credentials
 from domain.pools import WorkerPoolSpec, parse_worker_pool
 
 log = logging.getLogger("atelet")
@@ -60,9 +62,14 @@ def pools_of(settings: AteletSettings) -> list[WorkerPoolSpec]:
 async def serve(settings: AteletSettings, ready: asyncio.Event | None = None) -> None:
     """Runs the atelet until SIGTERM/SIGINT or cancellation; ``ready`` is set once serving."""
     node = Node(settings, pools_of(settings))
-    server = grpc.aio.server()
+    tls = NodeTlsFiles.of(settings.tls_cert, settings.tls_key, settings.tls_ca)
+    credentials = server_credentials(tls)
+    identity = NodeCredentials(settings.node, tls.cert, tls.key)
+    if settings.api_server:
+        identity.token()  # a node key that cannot sign fails the start, not every heartbeat
+    server = grpc.aio.server(interceptors=[ControlPlaneOnly(settings.node, settings.tls_allowed_clients)])
     pb_grpc.add_AteletServicer_to_server(AteletService(node), server)  # type: ignore[no-untyped-call]
-    if server.add_insecure_port(settings.listen) == 0:
+    if server.add_secure_port(settings.listen, credentials) == 0:
         raise OSError(f"cannot listen on {settings.listen}")
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
@@ -70,7 +77,7 @@ async def serve(settings: AteletSettings, ready: asyncio.Event | None = None) ->
 
     async def drain_then_stop() -> None:
         try:
-            await drain(node, settings)
+            await drain(node, settings, identity)
         finally:
             stop.set()
 
@@ -88,7 +95,7 @@ async def serve(settings: AteletSettings, ready: asyncio.Event | None = None) ->
             loop.add_signal_handler(sig, handler)
             installed.append(sig)
     heartbeat: asyncio.Task[None] | None = None
-    reporter = EventReporter(settings.api_server, settings.node)
+    reporter = EventReporter(settings.api_server, settings.node, identity)
     node.on_exit = reporter.exited
     deliver = asyncio.create_task(reporter.run()) if settings.api_server else None
     try:
@@ -96,7 +103,7 @@ async def serve(settings: AteletSettings, ready: asyncio.Event | None = None) ->
         metrics.serve(settings.metrics_listen)
         await server.start()
         if settings.api_server:
-            heartbeat = asyncio.create_task(heartbeat_loop(node))
+            heartbeat = asyncio.create_task(heartbeat_loop(node, identity))
         print(f"atelet: ready on {settings.listen} ({len(node.workers)} workers)", flush=True)
         if ready is not None:
             ready.set()
@@ -151,6 +158,11 @@ def parse_args(argv: list[str] | None = None) -> AteletSettings:
     parser.add_argument("--drain-on-sigterm", action="store_true", default=None,
                         help="on SIGTERM, drain the node through the API server before stopping")
     parser.add_argument("--drain-deadline-seconds", type=float)
+    parser.add_argument("--tls-cert", type=Path, help="PEM: the node's certificate chain (CN = the node name)")
+    parser.add_argument("--tls-key", type=Path, help="PEM: its private key")
+    parser.add_argument("--tls-ca", type=Path, help="PEM: the CA of the control plane's client certificate")
+    parser.add_argument("--tls-allowed-client", action="append", dest="tls_allowed_clients",
+                        help="a client certificate CN whose calls are served (repeatable; default ate-control-plane)")
     parser.add_argument("--log-level", default="INFO")
     args = vars(parser.parse_args(argv))
     logging.basicConfig(level=args.pop("log_level").upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
@@ -162,7 +174,7 @@ def main(argv: list[str] | None = None) -> None:
     try:
         settings = parse_args(argv)
         asyncio.run(serve(settings))
-    except (PoolError, SnapshotRootError) as exc:
+    except (PoolError, SnapshotRootError, TlsConfigError) as exc:
         print(f"atelet: {exc}", file=sys.stderr)
         sys.exit(2)
     except KeyboardInterrupt:

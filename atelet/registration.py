@@ -2,7 +2,7 @@
 
 When ``api_server`` is set: ``PUT {api_server}/v1/nodes/{node}`` with JSON ``{"address",
 "runsc_version", "workers": [{"name", "pool", "ip", "sandbox_class", "labels", "places",
-"cpu_millis", "memory_bytes", "actor"}]}`` at start and every ``heartbeat_seconds``; ``actor`` is
+"cpu_millis", "memory_bytes", "actor"}]}`` and the node's bearer token (``atelet.node_identity``) at start and every ``heartbeat_seconds``; ``actor`` is
 ``{"atespace", "name"}`` of the sandbox on the worker (running or exited) or null.
 
 The API answers ``{"node", "workers", "terminate": [{"worker", "actor": {"atespace", "name"}}]}``:
@@ -83,10 +83,13 @@ def fence_requests(answer: dict[str, Any]) -> list[tuple[str, tuple[str, str]]]:
     return requests
 
 
-async def heartbeat_loop(node: Node) -> None:
-    """Registers now and then every ``heartbeat_seconds`` until cancelled; fences what it is told to."""
+async def heartbeat_loop(node: Node, auth: httpx.Auth) -> None:
+    """Registers now and then every ``heartbeat_seconds`` until cancelled; fences what it is told to.
+
+    ``auth`` proves the node's identity on each request (``atelet.node_identity``).
+    """
     registered = False
-    async with httpx.AsyncClient(timeout=httpx.Timeout(5.0)) as client:
+    async with httpx.AsyncClient(timeout=httpx.Timeout(5.0), auth=auth) as client:
         while True:
             answer = await register_once(client, node)
             if answer is not None and not registered:

@@ -50,6 +50,14 @@ class AteletSettings(BaseSettings):
     - ``drain_on_sigterm``: on SIGTERM, ask the API server to drain this node (it suspends the
       node's actors) and stop only once no sandbox runs or ``drain_deadline_seconds`` (+10 s)
       passed; a second SIGTERM stops at once. Off by default (``ate dev`` stops the atelet itself).
+    - ``tls_cert`` / ``tls_key``: PEM files of the node's certificate chain (leaf first: CN and SAN
+      DNS name = ``node``) and its private key: the gRPC server's certificate, and the key that
+      signs the node's registrations (``atelet.node_identity``). Required: gRPC is served only
+      over mutual TLS (``atelet.tls``). Re-read when they change.
+    - ``tls_ca``: PEM file of the CA that issued the control plane's client certificate; a client
+      whose certificate it did not issue fails the handshake.
+    - ``tls_allowed_clients``: the client certificate CNs whose calls are served (the control
+      plane's); any other certificate of the CA is refused with PERMISSION_DENIED.
     """
 
     model_config = SettingsConfigDict(env_prefix="ATE_ATELET_")
@@ -77,6 +85,10 @@ class AteletSettings(BaseSettings):
     runsc: str = "runsc"
     drain_on_sigterm: bool = False
     drain_deadline_seconds: float = Field(default=1800.0, gt=0)
+    tls_cert: Path | None = None
+    tls_key: Path | None = None
+    tls_ca: Path | None = None
+    tls_allowed_clients: list[str] = Field(default_factory=lambda: ["ate-control-plane"], min_length=1)
 
     @field_validator("subnet")
     @classmethod

@@ -216,18 +216,24 @@ async def prepare_floor(
 
 
 DIRECT_ATELET = "127.0.0.1:18186"
+DIRECT_NODE = "atebench-direct"
 
 
 def _direct_atelet(stack: stack_mod.Stack) -> subprocess.Popen[bytes]:
     """The atelet of the atelet-direct baseline: one worker `default-0`, the stack's snapshot and
-    image roots, its own node, subnet and state dir, and no API server."""
+    image roots, its own node, subnet and state dir, and no API server; its certificate from the
+    stack's local CA (`ate dev`'s `<data dir>/tls`)."""
     import sys
 
+    from ate.dev.certificates import ensure_local_certificates
+
+    tls = ensure_local_certificates(stack.data_dir / "tls", [DIRECT_NODE]).node(DIRECT_NODE)
     state = Path(tempfile.mkdtemp(prefix="ate-bench-direct-"))
     log = open(state / "atelet.log", "wb")
     process = subprocess.Popen(
         [
-            sys.executable, "-m", "atelet", "--node", "atebench-direct", "--listen", DIRECT_ATELET,
+            sys.executable, "-m", "atelet", "--node", DIRECT_NODE, "--listen", DIRECT_ATELET,
+            "--tls-cert", str(tls.cert), "--tls-key", str(tls.key), "--tls-ca", str(tls.ca),
             "--state-dir", str(state / "state"), "--snapshot-root", str(stack.data_dir / "snapshots"),
             "--image-root", str(ROOT), "--workers", "1", "--subnet", "10.98.0.0/24", "--metrics-listen", "",
         ],
@@ -251,9 +257,9 @@ class Baselines:
         self.floor: dict[str, list[float]] = {"total": [], "restore": [], "first_get": [], "netns_ensure": []}
 
     async def prepare(self) -> None:
-        import grpc
-
         from activities.atelet import workload_spec
+        from activities.atelet_tls import AteletClientTls
+        from ate.dev.certificates import LocalCertificates
         from atelet.proto import atelet_pb2_grpc as pb_grpc
         from atelet.snapshots import SnapshotStore
         from domain.templates import ActorTemplateSpec
@@ -262,7 +268,9 @@ class Baselines:
         self.wspec = workload_spec(ActorTemplateSpec.from_document(spec))
         self.container = self.wspec.containers[0]
         self.direct = _direct_atelet(self.stack)
-        self.channel = grpc.aio.insecure_channel(DIRECT_ATELET)
+        control_plane = LocalCertificates(self.stack.data_dir / "tls").control_plane
+        tls = AteletClientTls(control_plane.cert, control_plane.key, control_plane.ca)
+        self.channel = tls.channel(DIRECT_ATELET, DIRECT_NODE)
         self.stub = pb_grpc.AteletStub(self.channel)  # type: ignore[no-untyped-call]
         self.dest = SnapshotStore([self.stack.data_dir / "snapshots"]).resolve(self.uri)
         self.raw = await prepare_floor(self.stack, self.wspec, self.dest)

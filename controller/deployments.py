@@ -10,7 +10,10 @@ How a worker pod hosts its gVisor sandbox (docs/kubernetes.md says why):
   NAT, and (ptrace platform) trace the sandbox's processes, which no narrower set of capabilities
   allows under the default seccomp and AppArmor profiles; the pod gets no service account token;
 - local snapshots (pause, async suspend) and the snapshot cache live in emptyDirs: they last as
-  long as the pod, which is as long as its node (the ate node is the pod) can be pinned to.
+  long as the pod, which is as long as its node (the ate node is the pod) can be pinned to;
+- the atelet's certificate (mutual TLS, and its proof of identity to the API) comes from
+  cert-manager's csi-driver: an inline volume asks the issuer for a certificate of CN and SAN DNS
+  name = the pod's name (the node's), renewed in place, its key never leaving the node.
 """
 
 from __future__ import annotations
@@ -20,6 +23,9 @@ from typing import Any
 
 from controller.labels import ATELET_METRICS_PORT, ATELET_PORT, MANAGED_BY, POOL_LABEL, deployment_name
 from domain.pools import API_VERSION, KIND, WorkerPoolSpec
+
+TLS_DIR = "/var/run/ate/tls"
+"""Where the csi-driver volume puts the worker pod's tls.crt, tls.key and ca.crt."""
 
 TERMINATION_GRACE_SECONDS = 1800
 """How long a worker pod being evicted has to suspend its actor: the eviction deadline's default."""
@@ -36,6 +42,25 @@ def pool_document(pool: WorkerPoolSpec) -> dict[str, Any]:
     }
 
 
+def node_certificate_volume(issuer: str, issuer_kind: str) -> dict[str, Any]:
+    """The csi.cert-manager.io volume source of a worker pod's node certificate.
+
+    CN and SAN DNS name `${POD_NAME}` (csi-driver fills in the pod's name: the atelet's node), usages
+    server auth (the atelet's gRPC server) and client auth, files tls.crt, tls.key, ca.crt.
+    """
+    return {
+        "driver": "csi.cert-manager.io",
+        "readOnly": True,
+        "volumeAttributes": {
+            "csi.cert-manager.io/issuer-name": issuer,
+            "csi.cert-manager.io/issuer-kind": issuer_kind,
+            "csi.cert-manager.io/common-name": "${POD_NAME}",
+            "csi.cert-manager.io/dns-names": "${POD_NAME}",
+            "csi.cert-manager.io/key-usages": "digital signature,key encipherment,server auth,client auth",
+        },
+    }
+
+
 def worker_deployment(
     pool: WorkerPoolSpec,
     owner_uid: str,
@@ -44,6 +69,8 @@ def worker_deployment(
     api_server: str,
     service_account: str,
     images_claim: str = "ate-images",
+    tls_issuer: str = "ate-ca",
+    tls_issuer_kind: str = "Issuer",
 ) -> dict[str, Any]:
     """The Deployment (apps/v1, as a dict ready for server-side apply) of `pool`'s worker pods.
 
@@ -55,6 +82,9 @@ def worker_deployment(
         service_account: the worker pods' service account (no API access needed).
         images_claim: the PersistentVolumeClaim holding the OCI image layouts templates name
             (`oci:<path>:<tag>`, relative to it), mounted read-only in every worker pod.
+        tls_issuer / tls_issuer_kind: the cert-manager issuer (`Issuer` in the pool's namespace
+            or `ClusterIssuer`) of the worker pods' node certificates: the CA the control
+            plane's client certificate comes from too.
     """
     selector = {POOL_LABEL: pool.name}
     pod_labels = {**MANAGED_BY, **selector, "app.kubernetes.io/name": "ate-worker", "ate.dev/sandbox-class": pool.sandbox_class}
@@ -79,6 +109,9 @@ def worker_deployment(
         {"name": "ATE_ATELET_IMAGE_ROOTS", "value": '["/var/lib/ate/images"]'},
         {"name": "ATE_ATELET_DRAIN_ON_SIGTERM", "value": "true"},
         {"name": "ATE_ATELET_DRAIN_DEADLINE_SECONDS", "value": str(TERMINATION_GRACE_SECONDS - 30)},
+        {"name": "ATE_ATELET_TLS_CERT", "value": f"{TLS_DIR}/tls.crt"},
+        {"name": "ATE_ATELET_TLS_KEY", "value": f"{TLS_DIR}/tls.key"},
+        {"name": "ATE_ATELET_TLS_CA", "value": f"{TLS_DIR}/ca.crt"},
     ]
     container: dict[str, Any] = {
         "name": "atelet",
@@ -97,6 +130,7 @@ def worker_deployment(
             {"name": "local-snapshots", "mountPath": "/var/lib/ate/local-snapshots"},
             {"name": "snapshot-cache", "mountPath": "/var/lib/ate/snapshot-cache"},
             {"name": "images", "mountPath": "/var/lib/ate/images", "readOnly": True},
+            {"name": "tls", "mountPath": TLS_DIR, "readOnly": True},
         ],
     }
     if resources:
@@ -111,6 +145,7 @@ def worker_deployment(
             {"name": "local-snapshots", "emptyDir": {}},
             {"name": "snapshot-cache", "emptyDir": {}},
             {"name": "images", "persistentVolumeClaim": {"claimName": images_claim, "readOnly": True}},
+            {"name": "tls", "csi": node_certificate_volume(tls_issuer, tls_issuer_kind)},
         ],
     }
     if pool.pod.node_selector:

@@ -227,6 +227,8 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--metrics-listen", help="host:port of /metrics ('' disables)")
     parser.add_argument("--resync-seconds", type=float)
     parser.add_argument("--images-claim", help="PersistentVolumeClaim with the OCI image layouts (default ate-images)")
+    parser.add_argument("--worker-tls-issuer", help="cert-manager issuer of the worker pods' node certificates (default ate-ca)")
+    parser.add_argument("--worker-tls-issuer-kind", choices=["Issuer", "ClusterIssuer"], help="its kind (default Issuer)")
     args = {k: v for k, v in vars(parser.parse_args(argv)).items() if v is not None}
     settings = ControllerSettings(**args)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")

@@ -82,6 +82,8 @@ class PoolReconciler:
             api_server=self.settings.api_server,
             service_account=self.settings.worker_service_account,
             images_claim=self.settings.images_claim,
+            tls_issuer=self.settings.worker_tls_issuer,
+            tls_issuer_kind=self.settings.worker_tls_issuer_kind,
         )
         deployment = self.apps.patch_namespaced_deployment(
             deployment_name(name),

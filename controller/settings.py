@@ -24,6 +24,9 @@ class ControllerSettings(BaseSettings):
     - ``worker_service_account``: the service account of the worker pods (it needs no API access).
     - ``images_claim``: the PersistentVolumeClaim with the OCI image layouts templates name,
       mounted read-only in the worker pods.
+    - ``worker_tls_issuer`` / ``worker_tls_issuer_kind``: the cert-manager issuer (``Issuer`` in
+      the pool's namespace, or ``ClusterIssuer``) that gives each worker pod its node certificate
+      through cert-manager's csi-driver (docs/security.md).
     """
 
     model_config = SettingsConfigDict(env_prefix="ATE_CONTROLLER_")
@@ -42,6 +45,8 @@ class ControllerSettings(BaseSettings):
     resync_seconds: float = Field(default=300.0, gt=0)
     worker_service_account: str = "ate-worker"
     images_claim: str = "ate-images"
+    worker_tls_issuer: str = "ate-ca"
+    worker_tls_issuer_kind: str = "Issuer"
 
     def read_api_token(self) -> str | None:
         """The API token, from ``api_token`` or ``api_token_file``.

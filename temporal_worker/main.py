@@ -11,6 +11,7 @@ import argparse
 import asyncio
 import logging
 import signal
+import sys
 from collections.abc import Callable
 from typing import Any
 
@@ -22,6 +23,7 @@ from temporalio.worker import Worker
 from temporalio.worker.workflow_sandbox import SandboxedWorkflowRunner, SandboxRestrictions
 
 from activities.atelet import AteletActivities
+from activities.atelet_tls import AteletClientTls, AteletTlsError
 from activities.db import DbActivities
 from activities.store import Store, migrate
 from domain.operations.snapshot_gc import SnapshotGcInput
@@ -144,7 +146,16 @@ def build_worker(client: Client, store: Store, atelets: AteletActivities, settin
 
 
 async def serve(settings: WorkerSettings) -> None:
-    """Run the worker until cancelled or signalled."""
+    """Run the worker until cancelled or signalled.
+
+    Raises:
+        AteletTlsError: the atelet client's TLS settings are missing or their files unusable.
+    """
+    tls = AteletClientTls.from_settings(
+        settings.atelet_client_tls_cert, settings.atelet_client_tls_key, settings.atelet_client_tls_ca,
+        "ate_atelet_client_tls",
+    )
+    tls.credentials()  # unusable files fail the start, not every activity
     store = await Store.connect(settings.database_url, max_size=20)
     async with store.pool.acquire() as connection:
         await migrate(connection)
@@ -154,7 +165,7 @@ async def serve(settings: WorkerSettings) -> None:
         runtime=metrics_runtime(settings.metrics_listen),
     )
     await ensure_search_attributes(client, settings.temporal_namespace)
-    atelets = AteletActivities(store)
+    atelets = AteletActivities(store, tls=tls)
     worker = build_worker(client, store, atelets, settings)
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
@@ -178,6 +189,10 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--temporal-address", help="Temporal frontend host:port (env ATE_TEMPORAL_ADDRESS)")
     parser.add_argument("--namespace", help="Temporal namespace (env ATE_TEMPORAL_NAMESPACE)")
     parser.add_argument("--metrics-listen", help="host:port of /metrics (env ATE_METRICS_LISTEN)")
+    parser.add_argument("--atelet-client-tls-cert", help="PEM: the control plane's client certificate for atelets "
+                        "(env ATE_ATELET_CLIENT_TLS_CERT)")
+    parser.add_argument("--atelet-client-tls-key", help="PEM: its key (env ATE_ATELET_CLIENT_TLS_KEY)")
+    parser.add_argument("--atelet-client-tls-ca", help="PEM: the CA of the nodes' certificates (env ATE_ATELET_CLIENT_TLS_CA)")
     args = parser.parse_args(argv)
     overrides = {
         k: v
@@ -186,6 +201,9 @@ def main(argv: list[str] | None = None) -> None:
             "temporal_address": args.temporal_address,
             "temporal_namespace": args.namespace,
             "metrics_listen": args.metrics_listen,
+            "atelet_client_tls_cert": args.atelet_client_tls_cert,
+            "atelet_client_tls_key": args.atelet_client_tls_key,
+            "atelet_client_tls_ca": args.atelet_client_tls_ca,
         }.items()
         if v
     }
@@ -195,7 +213,11 @@ def main(argv: list[str] | None = None) -> None:
     # code keeps running on Temporal's deterministic loop. The throughput benchmark's profile
     # had a third of the worker's CPU in the pure-Python selector loop and its thread wake-ups.
     with asyncio.Runner(loop_factory=uvloop.new_event_loop) as runner:
-        runner.run(serve(settings))
+        try:
+            runner.run(serve(settings))
+        except AteletTlsError as error:
+            print(f"worker: {error}", file=sys.stderr)
+            sys.exit(2)
 
 
 if __name__ == "__main__":

@@ -2,11 +2,18 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 
 class WorkerSettings(BaseSettings):
-    """Where the Temporal worker finds Postgres and Temporal, and how much it runs at once."""
+    """Where the Temporal worker finds Postgres and Temporal, and how much it runs at once.
+
+    ``atelet_client_tls_cert`` / ``_key`` / ``_ca`` (``ATE_ATELET_CLIENT_TLS_CERT``, ...): PEM files
+    of the control plane's client certificate (CN ``ate-control-plane``), its key, and the CA that
+    issued the nodes' certificates; required, as atelets take calls only over mutual TLS.
+    """
 
     model_config = SettingsConfigDict(env_prefix="ATE_")
 
@@ -19,3 +26,6 @@ class WorkerSettings(BaseSettings):
     metrics_listen: str = "127.0.0.1:9001"
     snapshot_gc_interval_seconds: float = 60.0
     snapshot_gc_min_age_seconds: float = 60.0
+    atelet_client_tls_cert: Path | None = None
+    atelet_client_tls_key: Path | None = None
+    atelet_client_tls_ca: Path | None = None

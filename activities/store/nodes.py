@@ -275,7 +275,7 @@ class Nodes:
         async with self.pool.acquire() as connection:
             return await self.atelet_address(connection, node)
 
-    async def any_live_atelet(self) -> str | None:
-        """Address of an atelet with a recent heartbeat."""
-        address: str | None = await self.pool.fetchval(Q["any_live_atelet"], NODE_LIVENESS_SECONDS)
-        return address
+    async def any_live_atelet(self) -> tuple[str, str] | None:
+        """(node name, atelet address) of an atelet with a recent heartbeat, or None."""
+        row = await self.pool.fetchrow(Q["any_live_atelet"], NODE_LIVENESS_SECONDS)
+        return None if row is None else (str(row["name"]), str(row["address"]))

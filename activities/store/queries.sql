@@ -473,8 +473,8 @@ LIMIT $1;
 DELETE FROM snapshots WHERE id = $1;
 
 -- any_live_atelet --
--- The address of an atelet that sent a heartbeat recently (for snapshot deletion).
-SELECT address FROM nodes WHERE last_heartbeat > now() - make_interval(secs => $1)
+-- The node name and address of an atelet that sent a heartbeat recently (for snapshot deletion).
+SELECT name, address FROM nodes WHERE last_heartbeat > now() - make_interval(secs => $1)
 ORDER BY last_heartbeat DESC LIMIT 1;
 
 -- crash_actor_after_deadline --

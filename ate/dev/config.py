@@ -21,7 +21,7 @@ class DevConfig:
     """What `ate dev` runs and where.
 
     Attributes:
-        data_dir: Holds postgres/, temporal.db, snapshots/, atelet/ and logs/.
+        data_dir: Holds postgres/, temporal.db, snapshots/, atelet/, tls/ and logs/.
         workers: Workers the atelet starts when no pool file is given.
         pool: A worker-pool YAML file for the atelet.
         example: Create atespace demo, template counter and actor c1 once ready.
@@ -71,6 +71,11 @@ class DevConfig:
     def snapshot_location(self) -> str:
         """Where templates' snapshots go by default: the local S3 server, or `data_dir/snapshots`."""
         return OBJECT_STORE_LOCATION if self.object_store else f"file://{self.data_dir / 'snapshots'}"
+
+    @property
+    def tls_dir(self) -> Path:
+        """The local CA and the certificates of the atelet's mutual TLS (`ate.dev.certificates`)."""
+        return self.data_dir / "tls"
 
     @property
     def logs(self) -> Path:

@@ -10,6 +10,7 @@ import os
 import sys
 from pathlib import Path
 
+from ate.dev.certificates import LocalCertificates
 from ate.dev.child import Child, ReadyCheck, http_ok, log_line
 from ate.dev.config import DevConfig
 from ate.dev.temporal import dev_server_child
@@ -96,7 +97,8 @@ def api_server(config: DevConfig, env: dict[str, str]) -> Child:
 
 
 def worker(config: DevConfig, env: dict[str, str]) -> Child:
-    """The Temporal worker (task queue ate-control), its metrics on the metrics base port + 1.
+    """The Temporal worker (task queue ate-control), its metrics on the metrics base port + 1, calling
+    the atelet with the control plane's certificate from `config.tls_dir`.
 
     Args:
         config: The stack's config.
@@ -106,12 +108,19 @@ def worker(config: DevConfig, env: dict[str, str]) -> Child:
         The child, not started; ready once it logs `worker: ready`.
     """
     cfg = config
-    worker_args = ["--metrics-listen", f"{cfg.host}:{cfg.metrics_port_base + 1}"]
+    tls = LocalCertificates(cfg.tls_dir).control_plane
+    worker_args = [
+        "--metrics-listen", f"{cfg.host}:{cfg.metrics_port_base + 1}",
+        "--atelet-client-tls-cert", str(tls.cert),
+        "--atelet-client-tls-key", str(tls.key),
+        "--atelet-client-tls-ca", str(tls.ca),
+    ]  # fmt: skip
     return _ate(cfg, env, "worker", worker_args, log_line("worker: ready"), "worker: ready (task queue ate-control)")
 
 
 def atelet(config: DevConfig, env: dict[str, str]) -> Child:
-    """This node's atelet: its workers (`--pool` or `--workers`), node name, subnet, state dirs.
+    """This node's atelet: its workers (`--pool` or `--workers`), node name, subnet, state dirs, and
+    the node's certificate from `config.tls_dir`.
 
     Args:
         config: The stack's config.
@@ -122,6 +131,7 @@ def atelet(config: DevConfig, env: dict[str, str]) -> Child:
     """
     cfg = config
     data = cfg.data_dir
+    tls = LocalCertificates(cfg.tls_dir).node(cfg.node)
     atelet_args = [
         "--node", cfg.node,
         "--listen", f"{cfg.host}:{cfg.atelet_port}",
@@ -131,6 +141,7 @@ def atelet(config: DevConfig, env: dict[str, str]) -> Child:
         "--api-server", cfg.api_url,
         "--metrics-listen", f"{cfg.host}:{cfg.metrics_port_base + 85}",
         "--subnet", cfg.subnet,
+        "--tls-cert", str(tls.cert), "--tls-key", str(tls.key), "--tls-ca", str(tls.ca),
     ]  # fmt: skip
     if cfg.object_store:
         atelet_args += ["--object-store-location", cfg.snapshot_location]

@@ -1,6 +1,8 @@
 """The order of `ate dev`: PostgreSQL, Temporal, api-server, worker, atelet, router.
 
-Start: each part in turn, each waited for (60 s) before the next; then `ate: ready`.
+Start: the local CA and certificates of the atelet's mutual TLS (`ate.dev.certificates`, in
+`<data dir>/tls`, kept while still good), then each part in turn, each waited for (60 s) before
+the next; then `ate: ready`.
 Run: watch the parts; a part (PostgreSQL and Temporal too) that exits after it was ready is
 restarted after 1 s, 2 s, 4 s... (at most 30 s), printing `<part>: exited (<code>), restarting`
 and its ready line again; 5 crashes of one part within 60 s stop everything. Stop (Ctrl-C or
@@ -25,6 +27,7 @@ from types import FrameType
 
 from ate.cli.client import ApiError
 from ate.dev import parts
+from ate.dev.certificates import ensure_local_certificates
 from ate.dev.child import Child, ChildFailed, Interrupted
 from ate.dev.config import DevConfig
 from ate.dev.credentials import CONTEXT, DevCredentials
@@ -145,6 +148,7 @@ class DevStack:
     def _start(self) -> None:
         for sub in ("logs", "snapshots", "atelet"):
             (self.config.data_dir / sub).mkdir(parents=True, exist_ok=True)
+        self._ensure_certificates()
         self._start_postgres()
         self._start_temporal()
         store_env = self._start_object_store()
@@ -152,6 +156,7 @@ class DevStack:
             raise Interrupted("start")
         env = parts.child_env(self.database_url, self.temporal_address) | store_env
         env["ATE_BOOTSTRAP_TOKEN_FILE"] = str(self.credentials.ensure_bootstrap())
+        env["ATE_NODE_CA_FILE"] = str(self.config.tls_dir / "ca.crt")
         self._start_child(parts.api_server(self.config, env))
         self._start_credentials()
         env["ATE_ROUTER_API_TOKEN_FILE"] = str(self.credentials.token_file("router"))
@@ -169,6 +174,14 @@ class DevStack:
             f"credentials: admin token in {self.credentials.admin_file}; `ate` uses it "
             f"(context {CONTEXT} in {path})"
         )
+
+    def _ensure_certificates(self) -> None:
+        """The local CA, the control plane's and this node's certificates (kept while still good)."""
+        try:
+            ensure_local_certificates(self.config.tls_dir, [self.config.node])
+        except (OSError, ValueError) as error:
+            raise ChildFailed("tls", f"cannot make the atelet's certificates in {self.config.tls_dir}: {error}", None, []) from None
+        self.out(f"tls: atelet mutual TLS with the local CA in {self.config.tls_dir}")
 
     def _start_postgres(self) -> None:
         external = os.environ.get("ATE_DATABASE_URL")

@@ -23,6 +23,7 @@ from activities.store import migrate
 from ate.dev.temporal import dev_server_child
 from tests.conftest import _with_database as with_database
 from tests.credentials import BOOTSTRAP_HEADERS, BOOTSTRAP_TOKEN
+from tests.tls import certificates
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -107,6 +108,7 @@ def api_process(base: Path, database_url: str, temporal_address: str, **env: str
             "ATE_TEMPORAL_ADDRESS": temporal_address,
             "ATE_BOOTSTRAP_TOKEN": BOOTSTRAP_TOKEN,
             "ATE_SNAPSHOT_LOCATION": f"file://{base / 'snapshots'}",
+            "ATE_NODE_CA_FILE": str(certificates().ca),
             **env,
         },
     )

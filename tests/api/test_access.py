@@ -8,7 +8,8 @@ from issue 11's role definitions, not read from the code's tables:
 - cluster-viewer reads everything, workers too; cluster-operator also operates every actor and
   drains nodes; cluster-admin may do everything but speak for a node (atespaces included);
 - router reads templates and actors, resumes actors, and asks for access reviews;
-- node registration and node events come only from node certificates, never from a token.
+- node registration and node events come only from node certificates, never from a token; a
+  node's certificate speaks for that node only (register, report, drain and undrain itself).
 
 A route missing from ROUTES fails the walk, so a new route cannot ship without a decision.
 """
@@ -23,7 +24,10 @@ import asyncpg
 import httpx
 import pytest
 
+from ate.dev.certificates import ensure_local_certificates
+from atelet.node_identity import NodeCredentials
 from tests.api.conftest import ApiProcess
+from tests.tls import certificates
 
 ATESPACE_ROLES = ("user", "viewer", "operator", "admin")
 CLUSTER_ROLES = ("cluster-viewer", "cluster-operator", "cluster-admin")
@@ -188,6 +192,33 @@ def test_each_role_gets_exactly_the_routes_it_should(api: ApiProcess, role_token
                     else:
                         assert_error_body(answer, "PermissionDenied")
     assert wrong == []
+
+
+def node_token(node: str) -> str:
+    """What node `node`'s atelet sends: a JWT signed with its certificate's key (x5c)."""
+    files = certificates(node).node(node)
+    return NodeCredentials(node, files.cert, files.key).token()
+
+
+def test_a_node_certificate_speaks_for_its_node_only(api: ApiProcess) -> None:
+    n1 = node_token("n1")
+    registration = {"address": "127.0.0.1:1", "workers": []}
+    with api.client(n1) as http:
+        for method, path, _ in operations(api):
+            least = ROUTES[(method, path)]
+            answer = call(http, method, path, n1)
+            if least == "authenticated" or path.startswith("/v1/nodes/{node}"):  # n1 is the path's node
+                assert answer.status_code not in (401, 403), (method, path, answer.text)
+            elif least != "public":
+                assert answer.status_code == 403, (method, path, answer.text)
+        assert http.put("/v1/nodes/n1", json=registration).status_code not in (401, 403)
+        other = http.put("/v1/nodes/n2", json=registration)
+        assert other.status_code == 403
+        assert other.json()["message"] == "only node n2's own certificate may register or report node n2"
+    stranger = certificates().directory / "stranger"
+    forged = ensure_local_certificates(stranger, ["n1"]).node("n1")
+    with api.client(NodeCredentials("n1", forged.cert, forged.key).token()) as http:
+        assert http.put("/v1/nodes/n1", json=registration).status_code == 401
 
 
 def test_refusals_name_what_is_missing(api: ApiProcess, role_tokens: dict[str, str]) -> None:

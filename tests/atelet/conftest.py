@@ -1,5 +1,7 @@
 """Fixtures for the atelet tests: a real atelet (in-process gRPC server) and the counter image.
 
+Every test atelet serves mutual TLS with a certificate of its node from one CA per test session
+(`certificates`); the stubs of `running_atelet` call it as the control plane does.
 Tests marked ``runsc`` need root, runsc, ip and umoci, and build examples/counter (needs go).
 """
 
@@ -26,6 +28,9 @@ from atelet.main import serve
 from atelet.proto import atelet_pb2 as pb
 from atelet.proto import atelet_pb2_grpc as pb_grpc
 from atelet.settings import AteletSettings
+from tests.tls import certificates, control_plane_tls, tls_flags
+
+__all__ = ["certificates", "control_plane_tls", "tls_flags"]  # the atelet tests import them from here
 
 REPO = Path(__file__).resolve().parents[2]
 COUNTER_IMAGE = "oci:examples/counter/oci:latest"
@@ -84,6 +89,9 @@ def make_settings(base: Path, **overrides: object) -> AteletSettings:
         "subnet": f"10.{random.randrange(160, 250)}.{random.randrange(256)}.0/24",
     }
     values.update(overrides)
+    node = str(values["node"])
+    files = certificates(node).node(node)
+    values = {"tls_cert": files.cert, "tls_key": files.key, "tls_ca": files.ca} | values
     return AteletSettings(**values)  # type: ignore[arg-type]
 
 
@@ -112,7 +120,7 @@ async def running_atelet(settings: AteletSettings) -> AsyncIterator[Atelet]:
         if task in done:
             task.result()  # raises the startup error
         assert ready.is_set(), "atelet did not become ready"
-        channel = grpc.aio.insecure_channel(settings.listen)
+        channel = control_plane_tls().channel(settings.listen, settings.node)
         yield Atelet(settings, pb_grpc.AteletStub(channel), channel)
     finally:
         if channel is not None:

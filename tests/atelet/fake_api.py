@@ -1,6 +1,8 @@
 """A small real HTTP server standing in for ate-api-server in atelet tests.
 
-Records every request; answers heartbeats with ``{"node", "workers", "terminate": <terminate>}``
+Like the API, it takes node requests only with a bearer token that the node CA's verifier
+(`api.access.node_certificates`, the test session's CA) proves to be of the node in the path,
+and answers 401 otherwise. Records every request (refused ones too, with `node` None); answers heartbeats with ``{"node", "workers", "terminate": <terminate>}``
 (or an empty body when ``old_api``), events with ``{"accepted": true}`` (after ``fail_events``
 failures with 503), and drain calls with ``{"accepted": true}`` after running ``on_drain`` in a
 thread of its own.
@@ -17,15 +19,19 @@ from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
+from api.access.node_certificates import NodeCertificateVerifier
+from tests.atelet.conftest import certificates
+
 
 @dataclass
 class Received:
-    """One request: method, path, JSON body and the monotonic time it arrived."""
+    """One request: method, path, JSON body, the monotonic time it arrived, and the node its token proved."""
 
     method: str
     path: str
     body: Any
     at: float
+    node: str | None = None
 
 
 @dataclass
@@ -63,8 +69,25 @@ class FakeApi:
 def fake_api(host: str = "127.0.0.1") -> Iterator[FakeApi]:
     """Serves a FakeApi on `host` (a free port) for the duration of the block."""
     api = FakeApi()
+    verifier = NodeCertificateVerifier(certificates().ca.read_bytes())
 
     class Handler(BaseHTTPRequestHandler):
+        def _proved(self) -> str | None:
+            """The node the bearer token proves, when it is the path's node."""
+            scheme, _, token = (self.headers.get("Authorization") or "").partition(" ")
+            node = verifier.verify(token) if scheme == "Bearer" else None
+            parts = self.path.split("/")  # /v1/nodes/<node>[/events|/drain]
+            return node if len(parts) > 3 and parts[3] == node else None
+
+        def _record(self, method: str, body: Any) -> bool:
+            """Records the request; answers 401 and returns False when its token does not prove its node."""
+            node = self._proved()
+            with api.lock:
+                api.received.append(Received(method, self.path, body, time.monotonic(), node))
+            if node is None:
+                self._answer(401, {"detail": "no valid node token"})
+            return node is not None
+
         def _body(self) -> Any:
             length = int(self.headers.get("Content-Length") or 0)
             raw = self.rfile.read(length) if length else b""
@@ -80,8 +103,9 @@ def fake_api(host: str = "127.0.0.1") -> Iterator[FakeApi]:
 
         def do_PUT(self) -> None:
             body = self._body()
+            if not self._record("PUT", body):
+                return
             with api.lock:
-                api.received.append(Received("PUT", self.path, body, time.monotonic()))
                 terminate = list(api.terminate)
             if api.old_api:
                 self._answer(200, None)
@@ -91,8 +115,9 @@ def fake_api(host: str = "127.0.0.1") -> Iterator[FakeApi]:
 
         def do_POST(self) -> None:
             body = self._body()
+            if not self._record("POST", body):
+                return
             with api.lock:
-                api.received.append(Received("POST", self.path, body, time.monotonic()))
                 failing = self.path.endswith("/events") and api.fail_events > 0
                 if failing:
                     api.fail_events -= 1

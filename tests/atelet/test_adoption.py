@@ -24,10 +24,12 @@ from atelet.settings import AteletSettings
 from tests.atelet.conftest import (
     REPO,
     assert_nothing_left,
+    control_plane_tls,
     counter_spec,
     force_cleanup,
     make_settings,
     runsc_missing,
+    tls_flags,
 )
 from tests.atelet.fake_api import FakeApi, fake_api
 
@@ -51,7 +53,7 @@ class Agent:
         return ["--node", s.node, "--listen", s.listen, "--state-dir", str(s.state_dir),
                 "--snapshot-root", str(s.snapshot_roots[0]), "--image-root", str(REPO), "--workers", "2",
                 "--subnet", s.subnet, "--metrics-listen", "", "--api-server", str(s.api_server),
-                "--heartbeat-seconds", "0.2"]
+                "--heartbeat-seconds", "0.2", *tls_flags(s.node)]
 
     @property
     def proc(self) -> subprocess.Popen[bytes]:
@@ -83,7 +85,7 @@ class Agent:
         return self.proc.wait(60)
 
     def stub(self) -> tuple[grpc.aio.Channel, pb_grpc.AteletStub]:
-        channel = grpc.aio.insecure_channel(self.settings.listen)
+        channel = control_plane_tls().channel(self.settings.listen, self.settings.node)
         return channel, pb_grpc.AteletStub(channel)
 
     def runsc(self, *args: str) -> subprocess.CompletedProcess[str]:

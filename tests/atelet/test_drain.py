@@ -10,13 +10,21 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 
-import grpc
 import pytest
 
 from atelet.proto import atelet_pb2 as pb
 from atelet.proto import atelet_pb2_grpc as pb_grpc
 from atelet.settings import AteletSettings
-from tests.atelet.conftest import REPO, assert_nothing_left, counter_spec, force_cleanup, make_settings, runsc_missing
+from tests.atelet.conftest import (
+    REPO,
+    assert_nothing_left,
+    control_plane_tls,
+    counter_spec,
+    force_cleanup,
+    make_settings,
+    runsc_missing,
+    tls_flags,
+)
 from tests.atelet.fake_api import FakeApi, fake_api
 
 ACTOR = pb.ActorRef(atespace="demo", name="d1")
@@ -57,7 +65,7 @@ def start(settings: AteletSettings, api: FakeApi, log: Path, *extra: str,
             "--snapshot-root", str(settings.snapshot_roots[0]), "--image-root", str(REPO), "--workers", "2",
             "--subnet", settings.subnet, "--metrics-listen", "", "--api-server", api.url,
             "--heartbeat-seconds", "0.5", *(["--drain-on-sigterm"] if drain else []),
-            "--drain-deadline-seconds", "120"]
+            "--drain-deadline-seconds", "120", *tls_flags(settings.node)]
     with open(log, "wb") as out:
         proc = subprocess.Popen([sys.executable, "-m", "atelet", *args], cwd=REPO, stdout=out, stderr=subprocess.STDOUT)
     deadline = time.monotonic() + 30
@@ -77,7 +85,7 @@ def stop(proc: subprocess.Popen[bytes]) -> None:
 
 def run_counter(settings: AteletSettings, image: str) -> None:
     async def go() -> None:
-        async with grpc.aio.insecure_channel(settings.listen) as channel:
+        async with control_plane_tls().channel(settings.listen, settings.node) as channel:
             await pb_grpc.AteletStub(channel).Run(pb.RunRequest(
                 operation_id="drain-run", worker="default-0", actor=ACTOR, spec=counter_spec(image),
                 probe_timeout_seconds=20))
@@ -91,7 +99,7 @@ def test_sigterm_drains_then_exits_once_suspended(settings: AteletSettings, coun
 
         def suspend() -> None:  # what the EvictionDeadline -> SuspendActor workflows do
             time.sleep(0.5)
-            with grpc.insecure_channel(settings.listen) as channel:
+            with control_plane_tls().sync_channel(settings.listen, settings.node) as channel:
                 pb_grpc.AteletStub(channel).Checkpoint(pb.CheckpointRequest(
                     operation_id="drain-ckpt", worker="default-0", actor=ACTOR, scope=pb.SNAPSHOT_SCOPE_FULL,
                     snapshot_uri=f"file://{Path(settings.snapshot_roots[0]).resolve()}/demo/d1/1"))
@@ -127,7 +135,7 @@ def test_second_sigterm_stops_at_once(settings: AteletSettings, counter_image: s
             assert api.wait_for(lambda: bool(api.of("POST", "/drain")), 10)
             time.sleep(1.5)
             assert proc.poll() is None  # still draining: the sandbox runs
-            with grpc.insecure_channel(settings.listen) as channel:  # and gRPC still serves
+            with control_plane_tls().sync_channel(settings.listen, settings.node) as channel:  # and gRPC still serves
                 health = pb_grpc.AteletStub(channel).Health(pb.HealthRequest(), timeout=5)
             assert [w.sandbox_state for w in health.workers] == ["running", "idle"]
             second = time.monotonic()

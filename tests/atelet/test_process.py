@@ -11,7 +11,6 @@ import sys
 from collections.abc import Iterator
 from pathlib import Path
 
-import grpc
 import httpx
 import pytest
 
@@ -20,10 +19,12 @@ from atelet.proto import atelet_pb2_grpc as pb_grpc
 from tests.atelet.conftest import (
     REPO,
     assert_nothing_left,
+    control_plane_tls,
     counter_spec,
     force_cleanup,
     make_settings,
     runsc_missing,
+    tls_flags,
 )
 
 pytestmark = [pytest.mark.runsc]
@@ -55,8 +56,8 @@ def procs() -> Iterator[list[subprocess.Popen[str]]]:
                     p.kill()
 
 
-async def run_counter(listen: str, image: str, op: str) -> str:
-    async with grpc.aio.insecure_channel(listen) as channel:
+async def run_counter(listen: str, node: str, image: str, op: str) -> str:
+    async with control_plane_tls().channel(listen, node) as channel:
         stub = pb_grpc.AteletStub(channel)
         run = await stub.Run(pb.RunRequest(operation_id=op, worker="default-0",
                                            actor=pb.ActorRef(atespace="demo", name="p1"),
@@ -73,12 +74,12 @@ def test_sigterm_and_crash_recovery(short_tmp: Path, counter_image: str, procs: 
     settings = make_settings(short_tmp)
     args = ["--node", settings.node, "--listen", settings.listen, "--state-dir", str(settings.state_dir),
             "--snapshot-root", str(settings.snapshot_roots[0]), "--image-root", str(REPO),
-            "--workers", "2", "--subnet", settings.subnet, "--metrics-listen", ""]
+            "--workers", "2", "--subnet", settings.subnet, "--metrics-listen", "", *tls_flags(settings.node)]
     try:
         # 1. crash with a sandbox running: the sandbox survives the atelet...
         first = start(args)
         procs.append(first)
-        asyncio.run(run_counter(settings.listen, counter_image, "p-op-1"))
+        asyncio.run(run_counter(settings.listen, settings.node, counter_image, "p-op-1"))
         first.send_signal(signal.SIGKILL)
         first.wait(10)
         # ...its record is lost (as with an atelet from before records existed)...
@@ -89,7 +90,7 @@ def test_sigterm_and_crash_recovery(short_tmp: Path, counter_image: str, procs: 
         root = Path(settings.state_dir).resolve() / "runsc"
         listed = subprocess.run(["runsc", f"--root={root}", "list", "-quiet"], capture_output=True, text=True)
         assert listed.stdout.strip() == ""
-        asyncio.run(run_counter(settings.listen, counter_image, "p-op-2"))
+        asyncio.run(run_counter(settings.listen, settings.node, counter_image, "p-op-2"))
         # 2. SIGTERM: stops cleanly, nothing left.
         second.send_signal(signal.SIGTERM)
         assert second.wait(30) == 0

@@ -34,6 +34,7 @@ async def test_registers_and_heartbeats_with_what_runs(tmp_path: Path) -> None:
             await beats(api, len(api.of("PUT", "")) + 2)
             last = api.of("PUT", "")[-1]
     assert first.path == f"/v1/nodes/{settings.node}"
+    assert {r.node for r in api.received} == {settings.node}  # every beat proved by the node's certificate
     assert first.body["address"] == settings.listen
     assert [w["name"] for w in first.body["workers"]] == ["default-0", "default-1"]
     assert set(first.body["workers"][0]) == {"name", "pool", "ip", "sandbox_class", "labels", "places",

@@ -17,13 +17,12 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
-import grpc
 import httpx
 import pytest
 
 from atelet.proto import atelet_pb2 as pb
 from atelet.proto import atelet_pb2_grpc as pb_grpc
-from tests.atelet.conftest import REPO, counter_spec, runsc_missing
+from tests.atelet.conftest import REPO, control_plane_tls, counter_spec, runsc_missing, tls_flags
 from tests.atelet.fake_api import FakeApi, fake_api
 
 pytestmark = [pytest.mark.runsc, pytest.mark.asyncio]
@@ -89,7 +88,7 @@ def pod_atelet(pod: Pod, base: Path, *extra: str, node: str = "") -> Iterator[su
         "--advertise-worker-ip", pod.pod_ip, "--pool-document", pool_document(),
         "--state-dir", str(base / "state"), "--snapshot-root", str(base / "snapshots"),
         "--image-root", str(REPO), "--subnet", f"10.253.{random.randrange(250)}.0/29",
-        "--metrics-listen", "0.0.0.0:9085", *extra,
+        "--metrics-listen", "0.0.0.0:9085", *tls_flags(node), *extra,
     ]  # fmt: skip
     with log.open("wb") as out:
         process = subprocess.Popen(argv, cwd=REPO, stdout=out, stderr=subprocess.STDOUT, env=dict(os.environ))
@@ -106,20 +105,21 @@ def pod_atelet(pod: Pod, base: Path, *extra: str, node: str = "") -> Iterator[su
 
 async def test_a_worker_pod_serves_its_actor_at_the_pod_ip(pod: Pod, short_tmp: Path, counter_image: str) -> None:
     with fake_api(host=pod.host_ip) as api:
-        with pod_atelet(pod, short_tmp, "--api-server", api.url, "--heartbeat-seconds", "0.2") as process:
-            await _serve_and_move(api, pod, counter_image, short_tmp)
+        node = f"pod-{uuid.uuid4().hex[:6]}"
+        with pod_atelet(pod, short_tmp, "--api-server", api.url, "--heartbeat-seconds", "0.2", node=node) as process:
+            await _serve_and_move(api, pod, node, counter_image, short_tmp)
         assert process.returncode == 0, (short_tmp / "atelet.log").read_text()
         rules = sh("ip", "netns", "exec", pod.netns, "iptables", "-t", "nat", "-S", check=False).stdout
         assert "ATE-FORWARD" not in rules  # a stopped atelet leaves no forwarding behind
 
 
-async def _serve_and_move(api: FakeApi, pod: Pod, image: str, base: Path) -> None:
+async def _serve_and_move(api: FakeApi, pod: Pod, node: str, image: str, base: Path) -> None:
     deadline = time.monotonic() + 10
     while not api.of("PUT", "") and time.monotonic() < deadline:
         time.sleep(0.05)
     [worker] = api.of("PUT", "")[-1].body["workers"]
     assert (worker["name"], worker["pool"], worker["ip"], worker["labels"]) == ("pods-0", "pods", pod.pod_ip, {"zone": "a"})
-    async with grpc.aio.insecure_channel(f"{pod.pod_ip}:8085") as channel:  # the atelet, at the pod IP
+    async with control_plane_tls().channel(f"{pod.pod_ip}:8085", node) as channel:  # the atelet, at the pod IP
         stub = pb_grpc.AteletStub(channel)  # type: ignore[no-untyped-call]
         run = await stub.Run(pb.RunRequest(operation_id="o-run", worker="pods-0", actor=ACTOR, spec=counter_spec(image),
                                            probe_timeout_seconds=30))  # fmt: skip

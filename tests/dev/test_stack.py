@@ -18,6 +18,7 @@ from pathlib import Path
 
 import psutil
 import yaml
+from cryptography import x509
 
 from ate.dev.postgres import EmbeddedPostgres
 
@@ -197,6 +198,22 @@ def test_ate_dev_starts_everything_and_stops_in_order(tmp_path: Path) -> None:
             f"127.0.0.1:{ports['metrics']}",
         ]
         assert atelet[atelet.index("--metrics-listen") + 1] == f"127.0.0.1:{ports['metrics'] + 85}"
+        tls = tmp_path / ".ate" / "tls"
+        node = atelet[atelet.index("--node") + 1]
+        assert [atelet[atelet.index(flag) + 1] for flag in ("--tls-cert", "--tls-key", "--tls-ca")] == [
+            str(tls / "nodes" / f"{node}.crt"), str(tls / "nodes" / f"{node}.key"), str(tls / "ca.crt"),
+        ]  # fmt: skip
+        worker = next(r for r in records if r["part"] == "worker")["argv"]
+        assert [worker[worker.index(f"--atelet-client-tls-{part}") + 1] for part in ("cert", "key", "ca")] == [
+            str(tls / "control-plane.crt"), str(tls / "control-plane.key"), str(tls / "ca.crt"),
+        ]  # fmt: skip
+        ca = x509.load_pem_x509_certificate((tls / "ca.crt").read_bytes())
+        for name, common_name in ((f"nodes/{node}", node), ("control-plane", "ate-control-plane")):
+            leaf = x509.load_pem_x509_certificate((tls / f"{name}.crt").read_bytes())
+            leaf.verify_directly_issued_by(ca)
+            assert leaf.subject.rfc4514_string() == f"CN={common_name}"
+            assert (tls / f"{name}.key").stat().st_mode & 0o077 == 0
+        assert f"tls: atelet mutual TLS with the local CA in {tls}" in text
 
         proc.send_signal(signal.SIGINT)
         out, _ = proc.communicate(timeout=60)

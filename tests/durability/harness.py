@@ -13,7 +13,8 @@ Without `atelets`, the one atelet `DEFAULT_ATELET` (node `dur`, `--workers 2`), 
 The processes themselves are `tests.durability.processes`; what the checks see of the node
 without asking the product (snapshot files hashed, `runsc list`, `ip netns list`) is
 `tests.durability.probes`. The Stack gives the rest of the independent view: Postgres rows read
-with SQL, the atelet's Health over gRPC, Temporal's own record of each workflow.
+with SQL, the atelet's Health over gRPC, Temporal's own record of each workflow. The atelets
+serve mutual TLS with certificates of a CA in `<base>/tls` (`ate.dev.certificates`, as `ate dev`).
 """
 
 from __future__ import annotations
@@ -30,9 +31,10 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
-import grpc
 import httpx
 
+from activities.atelet_tls import AteletClientTls
+from ate.dev.certificates import ensure_local_certificates
 from ate.dev.temporal import dev_server_argv, server_ready, temporal_binary
 from atelet.proto import atelet_pb2 as pb
 from atelet.proto import atelet_pb2_grpc as pb_grpc
@@ -136,6 +138,9 @@ class Stack:
         self.logs = base / "logs"
         for d in (self.failpoints, self.snapshots, self.logs, *(self.state_dir(n) for n in self.atelets)):
             d.mkdir(parents=True, exist_ok=True)
+        self.tls = ensure_local_certificates(base / "tls", list(self.atelets))
+        control_plane = self.tls.control_plane
+        self.client_tls = AteletClientTls(control_plane.cert, control_plane.key, control_plane.ca)
         self.postgres = Postgres(base / "postgres")
         self.api = f"http://{HOST}:{PORTS['api']}"
         self.temporal_address = f"{HOST}:{PORTS['temporal']}"
@@ -150,6 +155,7 @@ class Stack:
             "ATE_TEMPORAL_ADDRESS": self.temporal_address,
             "ATE_FAILPOINTS_DIR": str(self.failpoints),
             **BOOTSTRAP_ENV,
+            "ATE_NODE_CA_FILE": str(self.tls.ca),
             "PYTHONPATH": os.pathsep.join(p for p in (env.get("PYTHONPATH"), str(REPO)) if p),
             "PYTHONUNBUFFERED": "1",
         })  # fmt: skip
@@ -177,7 +183,10 @@ class Stack:
             ),
             (
                 "worker",
-                [*ate, "worker", "--metrics-listen", f"{HOST}:{PORTS['worker_metrics']}"],
+                [*ate, "worker", "--metrics-listen", f"{HOST}:{PORTS['worker_metrics']}",
+                 "--atelet-client-tls-cert", str(self.tls.control_plane.cert),
+                 "--atelet-client-tls-key", str(self.tls.control_plane.key),
+                 "--atelet-client-tls-ca", str(self.tls.control_plane.ca)],
                 log_line("worker: ready"),
             ),
             *((spec.part, self._atelet_argv(spec), log_line("atelet: ready")) for spec in self.atelets.values()),
@@ -196,7 +205,9 @@ class Stack:
             pool = self.base / f"pool-{spec.node}.yaml"
             pool.write_text(spec.pool_yaml())
             workers = ["--pool", str(pool)]
+        tls = self.tls.node(spec.node)
         return [sys.executable, "-m", "ate", "atelet", "--node", spec.node, "--listen", spec.address,
+                "--tls-cert", str(tls.cert), "--tls-key", str(tls.key), "--tls-ca", str(tls.ca),
                 "--state-dir", str(self.state_dir(spec.node)), "--snapshot-root", str(self.snapshots),
                 "--image-root", str(REPO), "--api-server", self.api,
                 "--metrics-listen", f"{HOST}:{spec.metrics_port}", "--subnet", spec.subnet,
@@ -312,13 +323,13 @@ class Stack:
     # ---- atelet --------------------------------------------------------------------------------
 
     def health(self, node: str = NODE) -> pb.HealthResponse:
-        with grpc.insecure_channel(self.atelets[node].address) as channel:
+        with self.client_tls.sync_channel(self.atelets[node].address, node) as channel:
             stub = pb_grpc.AteletStub(channel)  # type: ignore[no-untyped-call]
             response: pb.HealthResponse = stub.Health(pb.HealthRequest(), timeout=10)
             return response
 
     def terminate_sandbox(self, worker: str, atespace: str, name: str, node: str = NODE) -> None:
-        with grpc.insecure_channel(self.atelets[node].address) as channel:
+        with self.client_tls.sync_channel(self.atelets[node].address, node) as channel:
             stub = pb_grpc.AteletStub(channel)  # type: ignore[no-untyped-call]
             stub.Terminate(
                 pb.TerminateRequest(

@@ -35,6 +35,7 @@ from temporal_worker.main import build_worker
 from temporal_worker.settings import WorkerSettings
 from tests.credentials import BOOTSTRAP_TOKEN
 from tests.kubernetes.cluster import Cluster
+from tests.tls import control_plane_tls
 
 pytestmark = pytest.mark.kubernetes
 
@@ -119,7 +120,7 @@ async def plane(
     serving = asyncio.create_task(server.serve())
     await until(lambda: server.started)
     temporal = await Client.connect(temporal_address)
-    atelets = AteletActivities(store, call_timeout_seconds=5)
+    atelets = AteletActivities(store, call_timeout_seconds=5, tls=control_plane_tls())
     worker = build_worker(temporal, store, atelets, WorkerSettings())
     settings = ControllerSettings(
         namespace=namespace, kubeconfig=str(cluster.kubeconfig), api_server=f"http://127.0.0.1:{port}",

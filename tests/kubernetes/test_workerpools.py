@@ -82,6 +82,19 @@ def test_a_pool_becomes_a_deployment_that_follows_it(kube: client.ApiClient, nam
     assert env["ATE_ATELET_API_SERVER"] == "http://api:8080" and container.image == "ate:test"
     document = json.loads(env["ATE_ATELET_POOL_DOCUMENT"])
     assert document["metadata"]["labels"] == {"tier": "general"} and document["spec"]["replicas"] == 1
+    # the node certificate: from cert-manager's csi-driver, CN and SAN DNS name = the pod's name (its node)
+    [tls] = [v for v in deployment.spec.template.spec.volumes if v.name == "tls"]
+    assert tls.csi.driver == "csi.cert-manager.io" and tls.csi.read_only
+    assert {k.removeprefix("csi.cert-manager.io/"): v for k, v in tls.csi.volume_attributes.items()} == {
+        "issuer-name": "ate-ca", "issuer-kind": "Issuer", "common-name": "${POD_NAME}", "dns-names": "${POD_NAME}",
+        "key-usages": "digital signature,key encipherment,server auth,client auth",
+    }  # fmt: skip
+    [mount] = [m for m in container.volume_mounts if m.name == "tls"]
+    assert (mount.mount_path, mount.read_only) == ("/var/run/ate/tls", True)
+    assert [env[f"ATE_ATELET_TLS_{part}"] for part in ("CERT", "KEY", "CA")] == [
+        "/var/run/ate/tls/tls.crt", "/var/run/ate/tls/tls.key", "/var/run/ate/tls/ca.crt",
+    ]  # fmt: skip
+    assert env["ATE_ATELET_NODE"] == "$(POD_NAME)"
     assert any(m.manager == "ate-controller" and m.operation == "Apply" for m in deployment.metadata.managed_fields)
 
     # re-applying an unchanged pool writes nothing: no new generation, and the controller's own

@@ -22,6 +22,7 @@ import asyncio
 import inspect
 from collections.abc import Callable
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any, cast
 
 import grpc
@@ -29,6 +30,7 @@ from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
 from activities.atelet import AteletActivities
+from activities.atelet_tls import AteletClientTls
 from activities.db import DbActivities
 from activities.errors import AteletCallFailed, from_atelet_error, from_store_error
 from activities.store import Store, StoreError
@@ -47,7 +49,8 @@ class RealActivity:
 def _real_activities() -> dict[str, RealActivity]:
     # The bound methods are only inspected, never called: no store or atelet is needed.
     found: dict[str, RealActivity] = {}
-    for fn in activities(DbActivities(cast(Store, None)), AteletActivities()):
+    unused = AteletClientTls(Path("unused.crt"), Path("unused.key"), Path("unused-ca.crt"))  # never loaded
+    for fn in activities(DbActivities(cast(Store, None)), AteletActivities(tls=unused)):
         definition = activity._Definition.must_from_callable(fn)  # the SDK's own record of what it registers
         assert definition.name is not None and definition.arg_types is not None
         (input_type,) = definition.arg_types
