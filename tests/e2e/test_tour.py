@@ -133,8 +133,12 @@ def test_other_operation_during_resume_gets_409(stack: Stack) -> None:
 
 
 def test_router_errors_name_the_actor(stack: Stack) -> None:
-    missing = httpx.get(stack.router + "/", headers={"ate-target-actor": "demo/nobody"})
+    anonymous = httpx.get(stack.router + "/", headers={"ate-target-actor": "demo/nobody"})
+    assert anonymous.status_code == 401  # to a caller without access, unknown looks like protected
+    assert anonymous.text.startswith("actor demo/nobody: not found, or it needs a bearer token")
+    missing = httpx.get(stack.router + "/", headers={"ate-target-actor": "demo/nobody", **stack.headers})
     assert missing.status_code == 404 and "demo/nobody" in missing.text
+    assert "ate create actor nobody -a demo" in missing.text
     malformed = httpx.get(stack.router + "/", headers={"ate-target-actor": "Demo"})
     assert malformed.status_code == 400 and "Demo" in malformed.text
 
