@@ -8,11 +8,19 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Any, Literal
 
-from pydantic import BaseModel, Field, field_validator, model_validator
+from pydantic import BaseModel, Field, ValidationInfo, field_validator, model_validator
 
-from api.strict import Strict
+from api.strict import Strict, Tolerant
 from api.template_spec import TemplateSpec
-from domain.labels import check_selector
+from domain.labels import check_labels, check_selector
+from domain.names import check_host_port, check_ip, check_label_name, check_worker_name, shown
+from domain.quantities import MAX_CPU_MILLIS, MAX_MEMORY_BYTES, MAX_PLACES
+
+MAX_WORKERS_PER_NODE = 1000
+"""The most workers one node may register."""
+
+MAX_POOL_LABELS = 64
+"""The most labels a worker pool may carry."""
 
 
 class TemplateCreate(Strict):
@@ -60,9 +68,24 @@ class ActorCreate(Strict):
     def _source(self) -> ActorCreate:
         if self.template is None and self.from_tag is None:
             raise ValueError("give template (a template name) or from_tag (<atespace>/<tag>)")
-        if self.from_tag is not None and self.from_tag.count("/") != 1:
-            raise ValueError(f"from_tag {self.from_tag!r} must be <atespace>/<tag>")
         return self
+
+    @field_validator("template")
+    @classmethod
+    def _template(cls, value: str | None) -> str | None:
+        return None if value is None else check_label_name(value, "template name")
+
+    @field_validator("from_tag")
+    @classmethod
+    def _from_tag(cls, value: str | None) -> str | None:
+        if value is None:
+            return None
+        if value.count("/") != 1:
+            raise ValueError(f"{shown(value)} must be <atespace>/<tag>")
+        atespace, tag = value.split("/")
+        check_label_name(atespace, "atespace name")
+        check_label_name(tag, "tag name")
+        return value
 
     @field_validator("worker_selector")
     @classmethod
@@ -151,27 +174,68 @@ class ActorRefBody(Strict):
     atespace: str
     name: str
 
+    @field_validator("atespace", "name")
+    @classmethod
+    def _names(cls, value: str, info: ValidationInfo) -> str:
+        return check_label_name(value, f"{info.field_name} name")
 
-class WorkerRegistrationBody(BaseModel):
+
+class WorkerRegistrationBody(Tolerant):
     """One worker in an atelet's registration (unknown fields ignored: atelets may be newer)."""
 
-    name: str
-    pool: str
-    ip: str
+    name: str = Field(description="the worker's name on its node, a DNS-1123 subdomain (`<pool>-<i>`)")
+    pool: str = Field(description="its worker pool, a DNS-1123 label")
+    ip: str = Field(description="its IP address")
     sandbox_class: Literal["gvisor", "microvm"] = "gvisor"
     labels: dict[str, str] = Field(default_factory=dict)
-    places: int = Field(default=1, ge=1)
-    cpu_millis: int = Field(gt=0)
-    memory_bytes: int = Field(gt=0)
+    places: int = Field(default=1, ge=1, le=MAX_PLACES)
+    cpu_millis: int = Field(gt=0, le=MAX_CPU_MILLIS)
+    memory_bytes: int = Field(gt=0, le=MAX_MEMORY_BYTES)
     actor: ActorRefBody | None = None
 
+    @field_validator("name")
+    @classmethod
+    def _name(cls, value: str) -> str:
+        return check_worker_name(value)
 
-class NodeRegistration(BaseModel):
+    @field_validator("pool")
+    @classmethod
+    def _pool(cls, value: str) -> str:
+        return check_label_name(value, "pool name")
+
+    @field_validator("ip")
+    @classmethod
+    def _ip(cls, value: str) -> str:
+        return check_ip(value)
+
+    @field_validator("labels")
+    @classmethod
+    def _labels(cls, value: dict[str, str]) -> dict[str, str]:
+        if len(value) > MAX_POOL_LABELS:
+            raise ValueError(f"has {len(value)} labels; at most {MAX_POOL_LABELS} are allowed")
+        return check_labels(value)
+
+
+class NodeRegistration(Tolerant):
     """PUT body of a node: an atelet's registration and heartbeat (unknown fields ignored)."""
 
-    address: str
-    runsc_version: str = ""
-    workers: list[WorkerRegistrationBody]
+    address: str = Field(description="host:port of the node's atelet")
+    runsc_version: str = Field(default="", max_length=200)
+    workers: list[WorkerRegistrationBody] = Field(max_length=MAX_WORKERS_PER_NODE)
+
+    @field_validator("address")
+    @classmethod
+    def _address(cls, value: str) -> str:
+        return check_host_port(value)
+
+    @field_validator("workers")
+    @classmethod
+    def _unique(cls, value: list[WorkerRegistrationBody]) -> list[WorkerRegistrationBody]:
+        names = [w.name for w in value]
+        twice = sorted({n for n in names if names.count(n) > 1})
+        if twice:
+            raise ValueError(f"worker names must be unique on a node; {', '.join(twice)} appear more than once")
+        return value
 
 
 class WorkerPublic(BaseModel):
@@ -238,7 +302,12 @@ class NodeEvent(Strict):
     worker: str
     actor: ActorRefBody
     event: Literal["exited"]
-    reason: str = ""
+    reason: str = Field(default="", max_length=2000)
+
+    @field_validator("worker")
+    @classmethod
+    def _worker(cls, value: str) -> str:
+        return check_worker_name(value)
 
 
 class DrainRequest(Strict):

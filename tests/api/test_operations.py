@@ -11,9 +11,8 @@ product's type names that sleep for a set time, on a worker of this test.
 from __future__ import annotations
 
 import asyncio
-import socket
 import uuid
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator
 from datetime import timedelta
 
 import pytest
@@ -23,16 +22,8 @@ from temporalio.worker import Worker
 
 from api.errors import OperationInProgress
 from api.operations import start_or_attach
-from ate.dev.temporal import dev_server_child
 from domain.states import Operation
 from domain.temporal import TASK_QUEUE
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port: int = s.getsockname()[1]
-        return port
 
 
 @workflow.defn(name=Operation.RESUME.value, sandboxed=False)
@@ -51,20 +42,6 @@ class QuickSuspend:
     @workflow.run
     async def run(self, _argument: object) -> str:
         return "suspended"
-
-
-@pytest.fixture(scope="module")
-def temporal_address(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
-    """A Temporal dev server (with ate's search attributes) for this module."""
-    base = tmp_path_factory.mktemp("temporal")
-    port = free_port()
-    child = dev_server_child(base, base / "temporal.log", port=port, ui_port=free_port())
-    child.start()
-    try:
-        child.wait_ready(60)
-        yield f"127.0.0.1:{port}"
-    finally:
-        child.stop(timeout=15)
 
 
 @pytest.fixture
