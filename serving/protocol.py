@@ -28,6 +28,9 @@ log = logging.getLogger("ate.serving")
 
 DEFAULT_HEAD_TIMEOUT_SECONDS = 10.0
 DEFAULT_MAX_HEAD_BYTES = 32 * 1024
+LINGER_SECONDS = 2.0
+"""After a refusal, how long what the client still sends is read and dropped before the
+connection closes: closing with unread data would reset it and could lose the refusal."""
 
 ErrorBody = Callable[[int, str], tuple[bytes, bytes]]
 """(status, message) -> (content type, body) of a refusal written before any app runs."""
@@ -51,6 +54,8 @@ class HeadLimitedProtocol(HttpToolsProtocol):
         self._head_timer: asyncio.TimerHandle | None = None
         self._head_open = True
         self._head_bytes = 0
+        self._parsed_bytes = 0
+        self._refused = False
 
     def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
         """Arm the head deadline: a connection that never sends a head is closed."""
@@ -63,26 +68,60 @@ class HeadLimitedProtocol(HttpToolsProtocol):
         super().connection_lost(exc)
 
     def data_received(self, data: bytes) -> None:
-        """Parse, then count what still belongs to an unfinished head."""
+        """Parse (nothing once refused); a head still unfinished after this chunk must not have
+        grown past the limit (an endless header line never reaches `on_header`)."""
+        if self._refused:
+            return
         super().data_received(data)
-        if self._head_open and not self.transport.is_closing():
+        if self._head_open and not self._refused and not self.transport.is_closing():
             self._head_bytes += len(data)
             if self._head_bytes > self.max_head_bytes:
-                self._refuse(431, f"request head larger than {self.max_head_bytes} bytes (request line and headers)")
+                self._refuse_head()
 
     def on_message_begin(self) -> None:
         """A new request: its head must be complete within the deadline."""
+        if self._refused:
+            return
         super().on_message_begin()
         self._head_open = True
         self._head_bytes = 0
+        self._parsed_bytes = 0
         if self._head_timer is None:
             self._arm()
 
+    def on_url(self, url: bytes) -> None:
+        """Count the request line."""
+        self._parsed_bytes += len(url)
+        if not self._refused and self._parsed_bytes <= self.max_head_bytes:
+            super().on_url(url)
+
+    def on_header(self, name: bytes, value: bytes) -> None:
+        """Count each header; past the limit, keep none."""
+        self._parsed_bytes += len(name) + len(value) + 4
+        if not self._refused and self._parsed_bytes <= self.max_head_bytes:
+            super().on_header(name, value)
+
     def on_headers_complete(self) -> None:
-        """The head is complete: no deadline for the body or the response here."""
+        """The head is complete: refused if it was too large, else no deadline for the body or
+        the response here."""
+        if self._refused:
+            return
         self._head_open = False
         self._disarm()
+        if self._parsed_bytes > self.max_head_bytes:
+            self._refuse_head()
+            return
         super().on_headers_complete()
+
+    def on_body(self, body: bytes) -> None:
+        """Nothing of a refused request reaches the app."""
+        if not self._refused:
+            super().on_body(body)
+
+    def on_message_complete(self) -> None:
+        """Nothing of a refused request reaches the app."""
+        if not self._refused:
+            super().on_message_complete()
 
     def _arm(self) -> None:
         self._disarm()
@@ -103,6 +142,9 @@ class HeadLimitedProtocol(HttpToolsProtocol):
             )
             self.transport.close()
 
+    def _refuse_head(self) -> None:
+        self._refuse(431, f"request head larger than {self.max_head_bytes} bytes (request line and headers)")
+
     def _refuse(self, status: int, message: str) -> None:
         log.info("refusing request from %s: %s", _peer(self.client), message)
         content_type, body = self.error_body(status, message)
@@ -112,8 +154,13 @@ class HeadLimitedProtocol(HttpToolsProtocol):
             % (status, reason, content_type, len(body), body)
         )
         self._head_open = False
+        self._refused = True
         self._disarm()
-        self.transport.close()
+        if self.transport.can_write_eof():
+            self.transport.write_eof()  # the client reads the refusal, then the end
+            self.loop.call_later(LINGER_SECONDS, self.transport.close)
+        else:
+            self.transport.close()
 
 
 def _peer(client: tuple[str, int] | None) -> str:
