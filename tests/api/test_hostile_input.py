@@ -140,7 +140,9 @@ def field_messages(body: dict[str, Any]) -> dict[str, str]:
     return {body["details"]["field"]: body["message"]}
 
 
-@pytest.mark.parametrize(("method", "path", "body", "field", "words"), [c[1:] for c in CASES], ids=[c[0] for c in CASES])
+@pytest.mark.parametrize(
+    ("method", "path", "body", "field", "words"), [c[1:] for c in CASES], ids=[c[0] for c in CASES]
+)
 async def test_a_hostile_value_is_refused_naming_its_field_and_changes_nothing(
     api: httpx.AsyncClient, api_store: Store, seeded: None, method: str, path: str, body: Any, field: str, words: str
 ) -> None:
