@@ -12,7 +12,7 @@ from pydantic import BaseModel, Field, ValidationInfo, field_validator, model_va
 
 from api.strict import Strict, Tolerant
 from api.template_spec import TemplateSpec
-from domain.labels import check_labels, check_selector
+from domain.labels import DNS_LABEL, check_labels, check_selector
 from domain.names import check_host_port, check_ip, check_label_name, check_worker_name, shown
 from domain.quantities import MAX_CPU_MILLIS, MAX_MEMORY_BYTES, MAX_PLACES
 
@@ -23,10 +23,14 @@ MAX_POOL_LABELS = 64
 """The most labels a worker pool may carry."""
 
 
+NAME = Field(description="a DNS-1123 label", json_schema_extra={"pattern": DNS_LABEL.pattern})
+"""A name field (checked by `api.names.check_name`; the pattern is for the OpenAPI document)."""
+
+
 class TemplateCreate(Strict):
     """POST body of a template."""
 
-    name: str
+    name: str = NAME
     spec: TemplateSpec
 
 
@@ -45,7 +49,7 @@ class TemplatePublic(BaseModel):
 class AtespaceCreate(Strict):
     """POST body of an atespace."""
 
-    name: str
+    name: str = NAME
 
 
 class AtespacePublic(BaseModel):
@@ -59,8 +63,8 @@ class ActorCreate(Strict):
     """POST body of an actor: from a template (first resume restores its golden snapshot) or
     from a tag `<atespace>/<tag>` (first resume restores the tagged snapshot)."""
 
-    name: str
-    template: str | None = None
+    name: str = NAME
+    template: str | None = Field(default=None, json_schema_extra={"pattern": DNS_LABEL.pattern})
     from_tag: str | None = Field(default=None, description="<atespace>/<tag>")
     worker_selector: dict[str, str] = Field(default_factory=dict)
 
@@ -183,9 +187,12 @@ class ActorRefBody(Strict):
 class WorkerRegistrationBody(Tolerant):
     """One worker in an atelet's registration (unknown fields ignored: atelets may be newer)."""
 
-    name: str = Field(description="the worker's name on its node, a DNS-1123 subdomain (`<pool>-<i>`)")
-    pool: str = Field(description="its worker pool, a DNS-1123 label")
-    ip: str = Field(description="its IP address")
+    name: str = Field(
+        description="the worker's name on its node, a DNS-1123 subdomain (`<pool>-<i>`)",
+        json_schema_extra={"pattern": r"^[a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?$"},
+    )
+    pool: str = Field(description="its worker pool, a DNS-1123 label", json_schema_extra={"pattern": DNS_LABEL.pattern})
+    ip: str = Field(description="its IP address", json_schema_extra={"anyOf": [{"format": "ipv4"}, {"format": "ipv6"}]})
     sandbox_class: Literal["gvisor", "microvm"] = "gvisor"
     labels: dict[str, str] = Field(default_factory=dict)
     places: int = Field(default=1, ge=1, le=MAX_PLACES)
@@ -219,7 +226,10 @@ class WorkerRegistrationBody(Tolerant):
 class NodeRegistration(Tolerant):
     """PUT body of a node: an atelet's registration and heartbeat (unknown fields ignored)."""
 
-    address: str = Field(description="host:port of the node's atelet")
+    address: str = Field(
+        description="host:port of the node's atelet",
+        json_schema_extra={"pattern": r"^([A-Za-z0-9][-A-Za-z0-9.]*|\[[0-9a-fA-F:.]+\]):[0-9]{1,5}$"},
+    )
     runsc_version: str = Field(default="", max_length=200)
     workers: list[WorkerRegistrationBody] = Field(max_length=MAX_WORKERS_PER_NODE)
 
@@ -258,7 +268,7 @@ class WorkerPublic(BaseModel):
 class TagCreate(Strict):
     """POST body of a tag."""
 
-    tag: str
+    tag: str = NAME
 
 
 class TagPublic(BaseModel):

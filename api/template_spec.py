@@ -19,6 +19,8 @@ from domain.quantities import parse_cpu_millis, parse_memory_bytes
 
 _LABEL = DNS_LABEL.pattern
 _OCI_IMAGE = re.compile(r"^oci:(?P<path>[^:\s]+):(?P<tag>[A-Za-z0-9_][A-Za-z0-9._-]{0,127})$")
+_OCI_IMAGE_DOCUMENTED = r"^oci:[^:\s]+:[A-Za-z0-9_][A-Za-z0-9._-]{0,127}$"
+"""`_OCI_IMAGE` without Python's named groups, for the OpenAPI document."""
 _ENV_NAME = re.compile(r"^[-._a-zA-Z][-._a-zA-Z0-9]*$")
 """Kubernetes' rule for environment variable names."""
 
@@ -67,7 +69,9 @@ class Container(Strict):
     """One container of an actor."""
 
     name: str = Field(pattern=_LABEL)
-    image: str = Field(description="oci:<path>:<tag> (a local OCI image layout)")
+    image: str = Field(
+        description="oci:<path>:<tag> (a local OCI image layout)", json_schema_extra={"pattern": _OCI_IMAGE_DOCUMENTED}
+    )
     command: list[str] = Field(default_factory=list)
     env: dict[str, str] = Field(default_factory=dict)
     port: int | None = Field(default=None, ge=1, le=65535, description="port the router sends traffic to")
