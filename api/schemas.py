@@ -10,8 +10,9 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, Field, ValidationInfo, field_validator, model_validator
 
-from api.strict import Strict, Tolerant
+from api.strict import Strict, Tolerant, within_limits
 from api.template_spec import TemplateSpec
+from domain.documents import printable
 from domain.labels import DNS_LABEL, check_labels, check_selector
 from domain.names import check_host_port, check_ip, check_label_name, check_worker_name, shown
 from domain.quantities import MAX_CPU_MILLIS, MAX_MEMORY_BYTES, MAX_PLACES
@@ -306,13 +307,26 @@ class RunningOperation(BaseModel):
     step: str | None
 
 
+MAX_REASON = 2000
+"""The longest exit reason kept (it ends with the sandbox's last log line)."""
+
+
 class NodeEvent(Strict):
-    """An atelet's report about a sandbox (so far: it exited on its own)."""
+    """An atelet's report about a sandbox (so far: it exited on its own). The reason carries the
+    sandbox's own last log line, written by untrusted code: it is made printable and cut to
+    MAX_REASON characters rather than refused, so the report is never lost."""
 
     worker: str
     actor: ActorRefBody
     event: Literal["exited"]
-    reason: str = Field(default="", max_length=2000)
+    reason: str = ""
+
+    @model_validator(mode="before")
+    @classmethod
+    def _within_limits(cls, data: Any) -> Any:
+        if isinstance(data, dict) and isinstance(data.get("reason"), str):
+            data = {**data, "reason": printable(data["reason"][: MAX_REASON * 2], MAX_REASON)}
+        return within_limits(data)
 
     @field_validator("worker")
     @classmethod

@@ -16,17 +16,24 @@ DOCUMENT_LIMIT = "document_limit"
 model's own location and the `problem` (`api.errors.validation_message` joins them)."""
 
 
+def within_limits(data: Any) -> Any:
+    """`data` when it keeps the document limits.
+
+    Raises:
+        PydanticCustomError: DOCUMENT_LIMIT, with the path and the problem.
+    """
+    try:
+        check_document(data)
+    except DocumentError as error:
+        raise PydanticCustomError(DOCUMENT_LIMIT, "{problem}", {"path": error.path, "problem": error.problem}) from None
+    return data
+
+
 class _Checked(BaseModel):
     @model_validator(mode="before")
     @classmethod
     def _within_limits(cls, data: Any) -> Any:
-        try:
-            check_document(data)
-        except DocumentError as error:
-            raise PydanticCustomError(
-                DOCUMENT_LIMIT, "{problem}", {"path": error.path, "problem": error.problem}
-            ) from None
-        return data
+        return within_limits(data)
 
 
 class Strict(_Checked):

@@ -93,3 +93,14 @@ def check_document(document: object, limits: Limits = Limits(), path: str = "") 
             stack.extend((f"{where}[{index}]", item, depth + 1) for index, item in enumerate(value))
         elif isinstance(value, str) and (problem := text_problem(value, limits.max_string)):
             raise DocumentError(where, problem)
+
+
+def printable(value: str, limit: int) -> str:
+    """`value` made safe to store and to print on a terminal: every control character (but tab),
+    NUL and lone surrogate becomes U+FFFD, and it is cut to `limit` characters (an ellipsis
+    last). For text that only passes through, such as a sandbox's last log line in an exit
+    reason, where refusing the whole report would lose it."""
+    cleaned = "".join(
+        "\ufffd" if (not c.isprintable() and c != "\t") or "\ud800" <= c <= "\udfff" else c for c in value
+    )
+    return cleaned if len(cleaned) <= limit else cleaned[: limit - 1] + "…"

@@ -11,6 +11,8 @@ from typing import Any
 import httpx
 
 from activities.store import Store
+from domain.refs import ActorRef
+from domain.templates import ActorTemplateSpec
 from tests.api.conftest import stored_state
 
 WORKER = {"name": "default-0", "pool": "default", "ip": "10.99.0.2", "cpu_millis": 1000, "memory_bytes": 2**30}
@@ -182,3 +184,34 @@ async def test_an_unreadable_body_answers_in_the_one_format(api: httpx.AsyncClie
         "message": "invalid request: the body could not be read; send JSON with Content-Type: application/json",
         "details": {},
     }
+
+
+async def test_an_exit_reason_from_sandbox_output_is_made_printable_not_refused(
+    api: httpx.AsyncClient, api_store: Store
+) -> None:
+    # The reason ends with the sandbox's last log line, which untrusted code writes: a NUL there
+    # answered 500 (and the atelet retries forever), an ESC would reach operators' terminals.
+    registered = await api.put("/v1/nodes/ev1", json={"address": "10.0.0.8:8085", "workers": [WORKER]})
+    assert registered.status_code == 200
+    ref = ActorRef("ev", "a1")
+    await api_store.atespaces.create("ev")
+    spec = {"containers": [{"name": "c", "image": "oci:x:latest", "port": 8080}],
+            "snapshotConfig": {"storageLocation": "file:///snap"}}  # fmt: skip
+    await api_store.templates.create("ev", "t", ActorTemplateSpec.from_document(spec))
+    golden = await api_store.golden_snapshots.begin("ev", "t", "golden-op")
+    await api_store.golden_snapshots.complete("ev", "t", golden.snapshot.snapshot_id, {"files": []}, 10)
+    await api_store.actors.create(ref, "t", {})
+    plan = await api_store.resumes.begin(ref, "op1")
+    await api_store.resumes.finish(ref, "op1")
+    assert plan.worker is not None
+    event = {"worker": plan.worker.name, "actor": {"atespace": "ev", "name": "a1"}, "event": "exited",
+             "reason": "exit status 1; last log line: \x1b[31mboom\x00"}  # fmt: skip
+    response = await api.post(f"/v1/nodes/{plan.worker.node}/events", json=event)
+    assert response.status_code == 200, response.text
+    assert response.json() == {"accepted": True}
+    actor = await api_store.actors.get(ref)
+    assert actor.state == "CRASHED"
+    assert actor.last_error == (
+        f"sandbox exited on worker {plan.worker.name} ({plan.worker.node}): "
+        "exit status 1; last log line: \ufffd[31mboom\ufffd"
+    )
