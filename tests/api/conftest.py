@@ -99,9 +99,10 @@ def api_server(
         child.stop()
 
 
-@pytest.fixture
+@pytest.fixture(scope="session")
 def api_headers() -> dict[str, str]:
-    """Headers every request of these tests carries (credentials go here once routes need them)."""
+    """Headers every request of these tests carries (credentials go here once routes need them;
+    the raw-socket requests of test_limits.py are answered below the app, before any route)."""
     return {}
 
 

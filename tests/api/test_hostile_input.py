@@ -124,9 +124,9 @@ CASES: list[tuple[str, str, str, Any, str, str]] = [
 
 
 @pytest.fixture(scope="module")
-def seeded(api_server: ApiServer) -> None:
+def seeded(api_server: ApiServer, api_headers: dict[str, str]) -> None:
     """Atespace host, its template web and its actor a1."""
-    with httpx.Client(base_url=api_server.url, timeout=30) as api:
+    with httpx.Client(base_url=api_server.url, headers=api_headers, timeout=30) as api:
         assert api.post("/v1/atespaces", json={"name": "host"}).status_code == 201
         created = api.post(TEMPLATES, json={"name": "web", "spec": {"containers": [GOOD_CONTAINER]}})
         assert created.status_code == 201, created.text

@@ -96,9 +96,9 @@ async def test_a_chunked_body_is_refused_once_it_passes_the_limit(api_server: Ap
     assert await stored_state(api_store) == before
 
 
-async def test_a_body_within_the_limit_is_read_and_validated(api_server: ApiServer) -> None:
+async def test_a_body_within_the_limit_is_read_and_validated(api: httpx.AsyncClient) -> None:
     padded = {"name": "padded", "colour": "x" * (MAX_BODY - 100)}
-    response = httpx.post(f"{api_server.url}/v1/atespaces", json=padded)
+    response = await api.post("/v1/atespaces", json=padded)
     assert response.status_code == 400  # read and validated, not refused for its size
     fields = {f["field"] for f in response.json()["details"]["fields"]}
     assert fields == {"colour"}

@@ -102,8 +102,8 @@ fuzzing = settings(
 )
 
 
-def test_the_server_publishes_this_document(api_server: ApiServer) -> None:
-    assert httpx.get(f"{api_server.url}/openapi.json").json() == openapi_document()
+def test_the_server_publishes_this_document(api_server: ApiServer, api_headers: dict[str, str]) -> None:
+    assert httpx.get(f"{api_server.url}/openapi.json", headers=api_headers).json() == openapi_document()
 
 
 @schema.parametrize()
