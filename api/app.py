@@ -9,7 +9,7 @@ from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from pathlib import Path
 
-from fastapi import FastAPI, Response
+from fastapi import Depends, FastAPI, Response
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from temporalio.client import Client
 
@@ -20,7 +20,9 @@ from api.access.node_certificates import NodeCertificateVerifier
 from api.access.oidc import OidcVerifier
 from api.deps import StoreDep
 from api.errors import install_error_handlers
+from api.limits import BodySizeLimit
 from api.metrics import WORKERS
+from api.names import check_request_names
 from api.routes import actors, atespaces, operations, templates, tokens, workers
 from api.settings import ApiSettings
 
@@ -93,8 +95,10 @@ def create_app(settings: ApiSettings) -> FastAPI:
         version="1",
         description="Actors on pre-started gVisor workers: atespaces, actor templates, actors, workers.",
         lifespan=lifespan,
+        dependencies=[Depends(check_request_names)],
     )
     install_error_handlers(app)
+    app.add_middleware(BodySizeLimit, max_bytes=settings.max_request_bytes)
     for module in (atespaces, templates, actors, workers, operations, tokens):
         app.include_router(module.router)
 

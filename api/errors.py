@@ -3,13 +3,17 @@
 from __future__ import annotations
 
 import logging
+import uuid
 from typing import Any
 
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
+from starlette.exceptions import HTTPException as StarletteHTTPException
+from starlette.routing import Match
 
 from activities.store import StoreError
+from api.strict import DOCUMENT_LIMIT
 
 log = logging.getLogger("ate.api")
 
@@ -18,6 +22,10 @@ STATUS_BY_REASON = {
     "Unauthenticated": 401,
     "PermissionDenied": 403,
     "NotFound": 404,
+    "MethodNotAllowed": 405,
+    "RequestTooLarge": 413,
+    "HeadersTooLarge": 431,
+    "UnsupportedMediaType": 415,
     "AlreadyExists": 409,
     "OperationInProgress": 409,
     "FailedPrecondition": 409,
@@ -62,13 +70,59 @@ class Timeout(ApiError):
     reason = "Timeout"
 
 
-def error_response(reason: str, message: str, details: dict[str, Any] | None = None) -> JSONResponse:
+REASON_BY_STATUS = {
+    400: "InvalidArgument",
+    404: "NotFound",
+    405: "MethodNotAllowed",
+    413: "RequestTooLarge",
+    415: "UnsupportedMediaType",
+}
+"""The reason of an HTTP error the framework raises itself (no route, wrong method, unreadable body)."""
+
+
+def error_body(reason: str, message: str, details: dict[str, Any] | None = None) -> dict[str, Any]:
+    """The one error format of the API: `{reason, message, details}`."""
+    return {"reason": reason, "message": message, "details": details or {}}
+
+
+def error_response(
+    reason: str, message: str, details: dict[str, Any] | None = None, headers: dict[str, str] | None = None
+) -> JSONResponse:
     """The JSON error body with the status that belongs to `reason`."""
     return JSONResponse(
         status_code=STATUS_BY_REASON.get(reason, 500),
-        content={"reason": reason, "message": message, "details": details or {}},
-        headers={"WWW-Authenticate": 'Bearer realm="ate"'} if reason == "Unauthenticated" else None,
+        content=error_body(reason, message, details),
+        headers=headers or ({"WWW-Authenticate": 'Bearer realm="ate"'} if reason == "Unauthenticated" else None),
     )
+
+
+def framework_error(request: Request, error: StarletteHTTPException) -> JSONResponse:
+    """An HTTP error raised by the framework itself (no such route, a method the route does not
+    take, an unreadable body) in the one error format, with its own status and headers."""
+    status = error.status_code
+    reason = REASON_BY_STATUS.get(status, "InvalidArgument" if status < 500 else "Internal")
+    headers = dict(error.headers or {})
+    if status == 404:
+        message = f"no such route: {request.method} {request.url.path} (GET /docs lists the API's routes)"
+    elif status == 405:
+        allowed = _allowed_methods(request)
+        headers = {k: v for k, v in headers.items() if k.lower() != "allow"} | {"allow": ", ".join(allowed)}
+        message = f"method {request.method} is not allowed on {request.url.path}; use {', '.join(allowed)}"
+    elif status == 400:
+        message = "invalid request: the body could not be read; send JSON with Content-Type: application/json"
+    else:
+        message = str(error.detail)
+    return JSONResponse(status_code=status, content=error_body(reason, message), headers=headers)
+
+
+_METHODS = ("GET", "POST", "PUT", "PATCH", "DELETE")
+
+
+def _allowed_methods(request: Request) -> list[str]:
+    """Every method some route takes on the request's path (Starlette's own 405 names only the
+    methods of the first route that matched the path)."""
+    routes = request.app.router.routes
+    return [m for m in _METHODS if any(r.matches({**request.scope, "method": m})[0] == Match.FULL for r in routes)]
 
 
 def _field_path(location: tuple[Any, ...]) -> str:
@@ -91,13 +145,18 @@ def validation_message(errors: list[Any]) -> tuple[str, list[dict[str, str]]]:
         message = str(error.get("msg", "invalid")).removeprefix("Value error, ")
         if error.get("type") == "extra_forbidden":
             message = "unknown field (not part of the schema)"
-        fields.append({"field": _field_path(location), "message": message})
+        field = _field_path(location)
+        below = str((error.get("ctx") or {}).get("path") or "") if error.get("type") == DOCUMENT_LIMIT else ""
+        if below:
+            field = below if field == "body" else f"{field}{'' if below.startswith('[') else '.'}{below}"
+        fields.append({"field": field, "message": message})
     text = "; ".join(f"{f['field']}: {f['message']}" for f in fields)
     return f"invalid request: {text}", fields
 
 
 def install_error_handlers(app: FastAPI) -> None:
-    """Map ApiError, StoreError, request validation errors and anything unexpected to JSON."""
+    """Map ApiError, StoreError, framework HTTP errors, request validation errors and anything
+    unexpected to the one error format."""
 
     @app.exception_handler(ApiError)
     async def _api_error(_: Request, error: ApiError) -> JSONResponse:
@@ -107,12 +166,19 @@ def install_error_handlers(app: FastAPI) -> None:
     async def _store_error(_: Request, error: StoreError) -> JSONResponse:
         return error_response(error.reason, error.message, error.details)
 
+    @app.exception_handler(StarletteHTTPException)
+    async def _http_error(request: Request, error: StarletteHTTPException) -> JSONResponse:
+        return framework_error(request, error)
+
     @app.exception_handler(RequestValidationError)
     async def _validation_error(_: Request, error: RequestValidationError) -> JSONResponse:
         message, fields = validation_message(list(error.errors()))
         return error_response("InvalidArgument", message, {"fields": fields})
 
     @app.exception_handler(Exception)
-    async def _unexpected(_: Request, error: Exception) -> JSONResponse:
-        log.exception("unexpected error")
-        return error_response("Internal", f"internal server error: {error}")
+    async def _unexpected(request: Request, error: Exception) -> JSONResponse:
+        incident = uuid.uuid4().hex[:12]
+        log.exception("unexpected error (incident %s) in %s %s", incident, request.method, request.url.path)
+        return error_response(  # what failed inside stays in the log: it can name tables, values, hosts
+            "Internal", f"internal server error (incident {incident} in the api-server's log)", {"incident": incident}
+        )

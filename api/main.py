@@ -3,12 +3,15 @@
 from __future__ import annotations
 
 import argparse
+import json
 import logging
 
 import uvicorn
 
 from api.app import create_app
+from api.errors import error_body
 from api.settings import ApiSettings
+from serving.protocol import guarded_http
 
 log = logging.getLogger("ate.api")
 
@@ -49,7 +52,20 @@ def main(argv: list[str] | None = None) -> None:
     settings = ApiSettings(**overrides)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     log.info("settings: %s", settings.redacted())
-    uvicorn.run(create_app(settings), host=settings.host, port=settings.port, log_level="warning", access_log=False)
+    uvicorn.run(
+        create_app(settings),
+        host=settings.host,
+        port=settings.port,
+        http=guarded_http(settings.head_timeout_seconds, settings.max_head_bytes, error_json),
+        log_level="warning",
+        access_log=False,
+    )
+
+
+def error_json(status: int, message: str) -> tuple[bytes, bytes]:
+    """A refusal the HTTP protocol writes before the app runs (431), in the one error format."""
+    reason = "HeadersTooLarge" if status == 431 else "InvalidArgument"
+    return b"application/json", json.dumps(error_body(reason, message)).encode()
 
 
 if __name__ == "__main__":

@@ -8,17 +8,30 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Any, Literal
 
-from pydantic import BaseModel, Field, field_validator, model_validator
+from pydantic import BaseModel, Field, ValidationInfo, field_validator, model_validator
 
-from api.strict import Strict
+from api.strict import Strict, Tolerant, within_limits
 from api.template_spec import TemplateSpec
-from domain.labels import check_selector
+from domain.documents import printable
+from domain.labels import DNS_LABEL, check_labels, check_selector
+from domain.names import check_host_port, check_ip, check_label_name, check_worker_name, shown
+from domain.quantities import MAX_CPU_MILLIS, MAX_MEMORY_BYTES, MAX_PLACES
+
+MAX_WORKERS_PER_NODE = 1000
+"""The most workers one node may register."""
+
+MAX_POOL_LABELS = 64
+"""The most labels a worker pool may carry."""
+
+
+NAME = Field(description="a DNS-1123 label", json_schema_extra={"pattern": DNS_LABEL.pattern})
+"""A name field (checked by `api.names.check_name`; the pattern is for the OpenAPI document)."""
 
 
 class TemplateCreate(Strict):
     """POST body of a template."""
 
-    name: str
+    name: str = NAME
     spec: TemplateSpec
 
 
@@ -37,7 +50,7 @@ class TemplatePublic(BaseModel):
 class AtespaceCreate(Strict):
     """POST body of an atespace."""
 
-    name: str
+    name: str = NAME
 
 
 class AtespacePublic(BaseModel):
@@ -51,8 +64,8 @@ class ActorCreate(Strict):
     """POST body of an actor: from a template (first resume restores its golden snapshot) or
     from a tag `<atespace>/<tag>` (first resume restores the tagged snapshot)."""
 
-    name: str
-    template: str | None = None
+    name: str = NAME
+    template: str | None = Field(default=None, json_schema_extra={"pattern": DNS_LABEL.pattern})
     from_tag: str | None = Field(default=None, description="<atespace>/<tag>")
     worker_selector: dict[str, str] = Field(default_factory=dict)
 
@@ -60,9 +73,24 @@ class ActorCreate(Strict):
     def _source(self) -> ActorCreate:
         if self.template is None and self.from_tag is None:
             raise ValueError("give template (a template name) or from_tag (<atespace>/<tag>)")
-        if self.from_tag is not None and self.from_tag.count("/") != 1:
-            raise ValueError(f"from_tag {self.from_tag!r} must be <atespace>/<tag>")
         return self
+
+    @field_validator("template")
+    @classmethod
+    def _template(cls, value: str | None) -> str | None:
+        return None if value is None else check_label_name(value, "template name")
+
+    @field_validator("from_tag")
+    @classmethod
+    def _from_tag(cls, value: str | None) -> str | None:
+        if value is None:
+            return None
+        if value.count("/") != 1:
+            raise ValueError(f"{shown(value)} must be <atespace>/<tag>")
+        atespace, tag = value.split("/")
+        check_label_name(atespace, "atespace name")
+        check_label_name(tag, "tag name")
+        return value
 
     @field_validator("worker_selector")
     @classmethod
@@ -151,27 +179,74 @@ class ActorRefBody(Strict):
     atespace: str
     name: str
 
+    @field_validator("atespace", "name")
+    @classmethod
+    def _names(cls, value: str, info: ValidationInfo) -> str:
+        return check_label_name(value, f"{info.field_name} name")
 
-class WorkerRegistrationBody(BaseModel):
+
+class WorkerRegistrationBody(Tolerant):
     """One worker in an atelet's registration (unknown fields ignored: atelets may be newer)."""
 
-    name: str
-    pool: str
-    ip: str
+    name: str = Field(
+        description="the worker's name on its node, a DNS-1123 subdomain (`<pool>-<i>`)",
+        json_schema_extra={"pattern": r"^[a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?$"},
+    )
+    pool: str = Field(description="its worker pool, a DNS-1123 label", json_schema_extra={"pattern": DNS_LABEL.pattern})
+    ip: str = Field(description="its IP address", json_schema_extra={"anyOf": [{"format": "ipv4"}, {"format": "ipv6"}]})
     sandbox_class: Literal["gvisor", "microvm"] = "gvisor"
     labels: dict[str, str] = Field(default_factory=dict)
-    places: int = Field(default=1, ge=1)
-    cpu_millis: int = Field(gt=0)
-    memory_bytes: int = Field(gt=0)
+    places: int = Field(default=1, ge=1, le=MAX_PLACES)
+    cpu_millis: int = Field(gt=0, le=MAX_CPU_MILLIS)
+    memory_bytes: int = Field(gt=0, le=MAX_MEMORY_BYTES)
     actor: ActorRefBody | None = None
 
+    @field_validator("name")
+    @classmethod
+    def _name(cls, value: str) -> str:
+        return check_worker_name(value)
 
-class NodeRegistration(BaseModel):
+    @field_validator("pool")
+    @classmethod
+    def _pool(cls, value: str) -> str:
+        return check_label_name(value, "pool name")
+
+    @field_validator("ip")
+    @classmethod
+    def _ip(cls, value: str) -> str:
+        return check_ip(value)
+
+    @field_validator("labels")
+    @classmethod
+    def _labels(cls, value: dict[str, str]) -> dict[str, str]:
+        if len(value) > MAX_POOL_LABELS:
+            raise ValueError(f"has {len(value)} labels; at most {MAX_POOL_LABELS} are allowed")
+        return check_labels(value)
+
+
+class NodeRegistration(Tolerant):
     """PUT body of a node: an atelet's registration and heartbeat (unknown fields ignored)."""
 
-    address: str
-    runsc_version: str = ""
-    workers: list[WorkerRegistrationBody]
+    address: str = Field(
+        description="host:port of the node's atelet",
+        json_schema_extra={"pattern": r"^([A-Za-z0-9][-A-Za-z0-9.]*|\[[0-9a-fA-F:.]+\]):[0-9]{1,5}$"},
+    )
+    runsc_version: str = Field(default="", max_length=200)
+    workers: list[WorkerRegistrationBody] = Field(max_length=MAX_WORKERS_PER_NODE)
+
+    @field_validator("address")
+    @classmethod
+    def _address(cls, value: str) -> str:
+        return check_host_port(value)
+
+    @field_validator("workers")
+    @classmethod
+    def _unique(cls, value: list[WorkerRegistrationBody]) -> list[WorkerRegistrationBody]:
+        names = [w.name for w in value]
+        twice = sorted({n for n in names if names.count(n) > 1})
+        if twice:
+            raise ValueError(f"worker names must be unique on a node; {', '.join(twice)} appear more than once")
+        return value
 
 
 class WorkerPublic(BaseModel):
@@ -194,7 +269,7 @@ class WorkerPublic(BaseModel):
 class TagCreate(Strict):
     """POST body of a tag."""
 
-    tag: str
+    tag: str = NAME
 
 
 class TagPublic(BaseModel):
@@ -232,13 +307,31 @@ class RunningOperation(BaseModel):
     step: str | None
 
 
+MAX_REASON = 2000
+"""The longest exit reason kept (it ends with the sandbox's last log line)."""
+
+
 class NodeEvent(Strict):
-    """An atelet's report about a sandbox (so far: it exited on its own)."""
+    """An atelet's report about a sandbox (so far: it exited on its own). The reason carries the
+    sandbox's own last log line, written by untrusted code: it is made printable and cut to
+    MAX_REASON characters rather than refused, so the report is never lost."""
 
     worker: str
     actor: ActorRefBody
     event: Literal["exited"]
     reason: str = ""
+
+    @model_validator(mode="before")
+    @classmethod
+    def _within_limits(cls, data: Any) -> Any:
+        if isinstance(data, dict) and isinstance(data.get("reason"), str):
+            data = {**data, "reason": printable(data["reason"][: MAX_REASON * 2], MAX_REASON)}
+        return within_limits(data)
+
+    @field_validator("worker")
+    @classmethod
+    def _worker(cls, value: str) -> str:
+        return check_worker_name(value)
 
 
 class DrainRequest(Strict):

@@ -4,11 +4,13 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from pydantic import field_validator
+from pydantic import Field, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
+from api.limits import DEFAULT_MAX_REQUEST_BYTES
 from domain.access import Grant, Role
 from domain.locations import check_storage_location
+from serving.protocol import DEFAULT_HEAD_TIMEOUT_SECONDS, DEFAULT_MAX_HEAD_BYTES
 
 
 class ApiSettings(BaseSettings):
@@ -28,6 +30,12 @@ class ApiSettings(BaseSettings):
     """Further locations a template's own storageLocation may lie in (besides snapshot_location)."""
     resume_timeout_seconds: float = 30.0
     suspend_timeout_seconds: float = 60.0
+    max_request_bytes: int = Field(default=DEFAULT_MAX_REQUEST_BYTES, ge=1024)
+    """The largest request body, in bytes; a larger one is refused with 413 before it is read."""
+    max_head_bytes: int = Field(default=DEFAULT_MAX_HEAD_BYTES, ge=1024)
+    """The largest request head (request line and headers), in bytes; a larger one gets 431."""
+    head_timeout_seconds: float = Field(default=DEFAULT_HEAD_TIMEOUT_SECONDS, gt=0)
+    """Seconds a client may take to send a request head; a slower one is disconnected."""
 
     bootstrap_token_file: Path | None = None
     """A file holding the bootstrap token (at least 32 characters): a cluster-admin credential for

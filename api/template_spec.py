@@ -12,12 +12,23 @@ from typing import Any, Literal
 from pydantic import Field, field_validator, model_validator
 
 from api.strict import Strict
-from domain.labels import check_selector
+from domain.labels import DNS_LABEL, check_selector
 from domain.locations import check_storage_location
+from domain.names import shown
 from domain.quantities import parse_cpu_millis, parse_memory_bytes
 
-_LABEL = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$"
-_OCI_IMAGE = re.compile(r"^oci:(?P<path>[^:]+):(?P<tag>[A-Za-z0-9_][A-Za-z0-9._-]{0,127})$")
+_LABEL = DNS_LABEL.pattern
+_OCI_IMAGE = re.compile(r"^oci:(?P<path>[^:\s]+):(?P<tag>[A-Za-z0-9_][A-Za-z0-9._-]{0,127})$")
+_OCI_IMAGE_DOCUMENTED = r"^oci:[^:\s]+:[A-Za-z0-9_][A-Za-z0-9._-]{0,127}$"
+"""`_OCI_IMAGE` without Python's named groups, for the OpenAPI document."""
+_ENV_NAME = re.compile(r"^[-._a-zA-Z][-._a-zA-Z0-9]*$")
+"""Kubernetes' rule for environment variable names."""
+
+
+def _printable_path(value: str) -> str:
+    if any(c.isspace() or not c.isprintable() for c in value):
+        raise ValueError(f"{shown(value)} must not contain spaces or control characters")
+    return value
 
 
 class HttpGet(Strict):
@@ -31,7 +42,7 @@ class HttpGet(Strict):
     def _path(cls, value: str) -> str:
         if not value.startswith("/"):
             raise ValueError("must start with '/'")
-        return value
+        return _printable_path(value)
 
 
 class WakeupProbe(Strict):
@@ -51,14 +62,16 @@ class VolumeMount(Strict):
     def _absolute(cls, value: str) -> str:
         if not value.startswith("/") or ".." in value.split("/"):
             raise ValueError("must be an absolute path without '..'")
-        return value
+        return _printable_path(value)
 
 
 class Container(Strict):
     """One container of an actor."""
 
     name: str = Field(pattern=_LABEL)
-    image: str = Field(description="oci:<path>:<tag> (a local OCI image layout)")
+    image: str = Field(
+        description="oci:<path>:<tag> (a local OCI image layout)", json_schema_extra={"pattern": _OCI_IMAGE_DOCUMENTED}
+    )
     command: list[str] = Field(default_factory=list)
     env: dict[str, str] = Field(default_factory=dict)
     port: int | None = Field(default=None, ge=1, le=65535, description="port the router sends traffic to")
@@ -84,6 +97,17 @@ class Container(Strict):
             return {str(item.get("name")): str(item.get("value", "")) for item in value if isinstance(item, dict)}
         if isinstance(value, dict):
             return {str(k): str(v) for k, v in value.items()}
+        return value
+
+    @field_validator("env")
+    @classmethod
+    def _env_names(cls, value: dict[str, str]) -> dict[str, str]:
+        for name in value:
+            if not _ENV_NAME.match(name):
+                raise ValueError(
+                    f"{shown(name)} is not an environment variable name: use letters, digits, '_', '-' or '.', "
+                    "not starting with a digit (e.g. DATA_DIR)"
+                )
         return value
 
 

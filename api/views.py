@@ -16,6 +16,7 @@ from api.schemas import (
     WorkerOfActor,
     WorkerPublic,
 )
+from domain.names import check_label_name
 
 
 def actor_view(actor: ActorRecord) -> ActorPublic:
@@ -99,7 +100,7 @@ def decode_page_token(token: str | None) -> tuple[str, str] | None:
         return None
     try:
         atespace, name = json.loads(base64.urlsafe_b64decode(token.encode()))
-        return str(atespace), str(name)
+        return check_label_name(atespace), check_label_name(name)
     except (ValueError, TypeError) as error:
         raise InvalidArgument(
             "page_token is not a token this API issued; pass next_page_token from the previous page",

@@ -7,7 +7,7 @@ Credentials never appear in a location: the nodes take them from their environme
 
 from __future__ import annotations
 
-from urllib.parse import urlparse
+from urllib.parse import unquote, urlparse
 
 OBJECT_STORAGE_SCHEMES = ("s3", "gs", "az")
 
@@ -18,12 +18,15 @@ def check_storage_location(value: str) -> str:
     """Validate a storage location and return it without a trailing slash.
 
     Raises:
-        ValueError: not one of FORMS, or it carries credentials, a port, a query, '..' or '.'.
+        ValueError: not one of FORMS, or it carries credentials, a port, a query, control
+            characters, or '..' or '.' segments (also percent-encoded: nodes decode the path).
     """
+    if any(ord(c) < 32 or ord(c) == 127 for c in value):
+        raise ValueError("must not contain control characters")
     parsed = urlparse(value)
-    parts = [p for p in parsed.path.split("/") if p]
-    if ".." in parts or "." in parts:
-        raise ValueError("must not contain '..' or '.' segments")
+    parts = [unquote(p) for p in parsed.path.split("/") if p]
+    if ".." in parts or "." in parts or any("/" in p for p in parts):
+        raise ValueError("must not contain '..' or '.' segments (nor percent-encoded ones, or an encoded '/')")
     if parsed.query or parsed.fragment or parsed.params:
         raise ValueError(f"must be {FORMS}, without a query or fragment")
     if parsed.scheme == "file":

@@ -31,7 +31,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from domain.labels import DNS_LABEL, check_labels
-from domain.quantities import parse_cpu_millis, parse_memory_bytes
+from domain.quantities import MAX_PLACES, parse_cpu_millis, parse_memory_bytes
 
 API_GROUP = "ate.dev"
 API_VERSION = "ate.dev/v1alpha1"
@@ -84,9 +84,11 @@ def _mapping(value: Any, where: str) -> dict[str, Any]:
     return value
 
 
-def _count(value: Any, where: str, minimum: int) -> int:
+def _count(value: Any, where: str, minimum: int, maximum: int | None = None) -> int:
     if not isinstance(value, int) or isinstance(value, bool) or value < minimum:
         raise PoolError(f"{where} must be an integer >= {minimum}, got {value!r}")
+    if maximum is not None and value > maximum:
+        raise PoolError(f"{where} must be at most {maximum}, got {value!r}")
     return value
 
 
@@ -189,7 +191,7 @@ def parse_worker_pool(doc: Any, where: str = "pool") -> WorkerPoolSpec:
     if sandbox_class not in SANDBOX_CLASSES:
         raise PoolError(f"{where}: spec.sandboxClass must be one of {SANDBOX_CLASSES}, got {sandbox_class!r}")
     capacity = _mapping(spec.get("capacity"), f"{where}: spec.capacity")
-    places = _count(capacity.get("places", 1), f"{where}: spec.capacity.places", 1)
+    places = _count(capacity.get("places", 1), f"{where}: spec.capacity.places", 1, MAX_PLACES)
     pod = _pod_template(spec.get("template"), f"{where}: spec.template")
     return WorkerPoolSpec(
         name=name,

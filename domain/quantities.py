@@ -2,10 +2,23 @@
 
 from __future__ import annotations
 
+import math
 import re
+
+from domain.names import shown
 
 _CPU = re.compile(r"^(\d+(?:\.\d+)?)(m?)$")
 _MEMORY = re.compile(r"^(\d+(?:\.\d+)?)(Ki|Mi|Gi|Ti|k|M|G|T)?$")
+MAX_CPU_MILLIS = 10**9
+"""The most CPU one worker or actor can have, in millicores (a million cores): beyond any
+machine, and far inside PostgreSQL's bigint."""
+
+MAX_MEMORY_BYTES = 2**50
+"""The most memory one worker or actor can have, in bytes (1 PiB)."""
+
+MAX_PLACES = 10_000
+"""The most actors one worker can hold at once."""
+
 _MEMORY_FACTORS = {
     None: 1,
     "k": 10**3,
@@ -29,16 +42,18 @@ def parse_cpu_millis(value: str | int | float) -> int:
         Millicores, e.g. 500 for "500m" and 2000 for "2".
 
     Raises:
-        ValueError: the value is not a positive CPU quantity.
+        ValueError: the value is not a positive CPU quantity of at most MAX_CPU_MILLIS.
     """
     text = str(value).strip()
-    match = _CPU.fullmatch(text)
+    match = _CPU.fullmatch(text) if len(text) <= 32 else None
     if not match:
-        raise ValueError(f"{value!r} is not a CPU quantity (examples: 500m, 1, 2.5)")
-    number = float(match.group(1))
-    millis = round(number if match.group(2) else number * 1000)
+        raise ValueError(f"{shown(value)} is not a CPU quantity (examples: 500m, 1, 2.5)")
+    number = float(match.group(1)) * (1 if match.group(2) else 1000)
+    if not math.isfinite(number) or number > MAX_CPU_MILLIS:
+        raise ValueError(f"{shown(value)} is more CPU than ate allows ({MAX_CPU_MILLIS // 1000} cores)")
+    millis = round(number)
     if millis <= 0:
-        raise ValueError(f"{value!r} must be positive")
+        raise ValueError(f"{shown(value)} must be positive")
     return millis
 
 
@@ -52,13 +67,15 @@ def parse_memory_bytes(value: str | int) -> int:
         Bytes, e.g. 268435456 for "256Mi".
 
     Raises:
-        ValueError: the value is not a positive memory quantity.
+        ValueError: the value is not a positive memory quantity of at most MAX_MEMORY_BYTES.
     """
     text = str(value).strip()
-    match = _MEMORY.fullmatch(text)
+    match = _MEMORY.fullmatch(text) if len(text) <= 32 else None
     if not match:
-        raise ValueError(f"{value!r} is not a memory quantity (examples: 256Mi, 2Gi, 1G)")
+        raise ValueError(f"{shown(value)} is not a memory quantity (examples: 256Mi, 2Gi, 1G)")
     number = float(match.group(1)) * _MEMORY_FACTORS[match.group(2)]
-    if number <= 0:
-        raise ValueError(f"{value!r} must be positive")
+    if not math.isfinite(number) or number > MAX_MEMORY_BYTES:
+        raise ValueError(f"{shown(value)} is more memory than ate allows (1024Ti)")
+    if int(number) <= 0:
+        raise ValueError(f"{shown(value)} must be positive")
     return int(number)

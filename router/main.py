@@ -15,6 +15,7 @@ import uvicorn
 from router.app import create_app
 from router.metrics import serve_metrics
 from router.settings import RouterSettings, split_host_port
+from serving.protocol import guarded_http
 
 log = logging.getLogger("router")
 
@@ -55,6 +56,11 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     )
     parser.add_argument("--max-parked", type=int, help="requests allowed to wait at once (default 1000)")
     parser.add_argument("--metrics-listen", help="host:port for /metrics (default 127.0.0.1:9000)")
+    parser.add_argument(
+        "--head-timeout",
+        type=float,
+        help="seconds a client may take to send a request head before it is disconnected (default 10)",
+    )
     parser.add_argument("--log-level", default="info", help="log level (default info)")
     return parser.parse_args(argv)
 
@@ -77,6 +83,7 @@ def build_settings(args: argparse.Namespace) -> RouterSettings:
         "parked_request_budget_seconds": args.parked_request_budget,
         "max_parked": args.max_parked,
         "metrics_listen": args.metrics_listen,
+        "head_timeout_seconds": args.head_timeout,
     }
     base = RouterSettings()
     return base.model_copy(update={k: v for k, v in overrides.items() if v is not None})
@@ -89,14 +96,16 @@ def uvicorn_config(settings: RouterSettings) -> uvicorn.Config:
         settings: Settings in force.
 
     Returns:
-        The config (uvloop/httptools when installed, no Server/Date headers of its own, no
-        trust in incoming X-Forwarded-For: the proxy appends the real peer itself).
+        The config (uvloop when installed, httptools with the request-head limits of
+        `serving.protocol`, no Server/Date headers of its own, no trust in incoming
+        X-Forwarded-For: the proxy appends the real peer itself).
     """
     host, port = split_host_port(settings.listen)
     return uvicorn.Config(
         create_app(settings),
         host=host,
         port=port,
+        http=guarded_http(settings.head_timeout_seconds, settings.max_head_bytes),
         log_level="warning",
         access_log=False,
         server_header=False,

@@ -26,6 +26,10 @@ class RouterSettings(BaseSettings):
             RUNNING (resume, retries on busy actor or no capacity), in seconds.
         max_parked: How many requests may wait for actors at once; more get 503.
         upstream_connect_timeout_seconds: TCP connect timeout to a worker, in seconds.
+        head_timeout_seconds: Seconds a client may take to send a request head (request line
+            and headers) from opening its connection or starting the head; a slower one is
+            disconnected (slowloris).
+        max_head_bytes: Bytes a request head may have; a larger one gets 431 and is disconnected.
     """
 
     model_config = SettingsConfigDict(env_prefix="ATE_ROUTER_", extra="ignore")
@@ -43,6 +47,8 @@ class RouterSettings(BaseSettings):
     parked_request_budget_seconds: float = Field(default=5.0, gt=0)
     max_parked: int = Field(default=1000, ge=0)
     upstream_connect_timeout_seconds: float = Field(default=5.0, gt=0)
+    head_timeout_seconds: float = Field(default=10.0, gt=0)
+    max_head_bytes: int = Field(default=32 * 1024, ge=1024)
 
     def read_api_token(self) -> str | None:
         """The API token, from ``api_token`` or ``api_token_file``.

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import uuid
 from collections.abc import AsyncIterator, Iterator
@@ -44,9 +45,9 @@ def _with_database(url: str, database: str) -> str:
     return urlunsplit(parts._replace(path=f"/{database}"))
 
 
-@pytest.fixture
-async def database_url(postgres_url: str) -> AsyncIterator[str]:
-    """A fresh, migrated database for one test (dropped afterwards)."""
+@contextlib.asynccontextmanager
+async def fresh_database(postgres_url: str) -> AsyncIterator[str]:
+    """A new, migrated database on the server at `postgres_url`; its URL, dropped afterwards."""
     name = f"ate_test_{uuid.uuid4().hex[:12]}"
     admin = await asyncpg.connect(postgres_url)
     try:
@@ -59,12 +60,21 @@ async def database_url(postgres_url: str) -> AsyncIterator[str]:
         await migrate(connection)
     finally:
         await connection.close()
-    yield url
-    admin = await asyncpg.connect(postgres_url)
     try:
-        await admin.execute(f'DROP DATABASE "{name}" WITH (FORCE)')
+        yield url
     finally:
-        await admin.close()
+        admin = await asyncpg.connect(postgres_url)
+        try:
+            await admin.execute(f'DROP DATABASE "{name}" WITH (FORCE)')
+        finally:
+            await admin.close()
+
+
+@pytest.fixture
+async def database_url(postgres_url: str) -> AsyncIterator[str]:
+    """A fresh, migrated database for one test (dropped afterwards)."""
+    async with fresh_database(postgres_url) as url:
+        yield url
 
 
 @pytest.fixture

@@ -4,12 +4,24 @@ The whole document is checked before anything is sent. Its top level may hold on
 `apiVersion` (`ate.dev/v1alpha1`), `kind` (`ActorTemplate`), `metadata` (only `name`, which
 must equal the name on the command line) and `spec` (required, a mapping). `apiVersion`, `kind`
 and `metadata` may be left out. The spec's own fields are checked by the API server.
+
+A file from someone else is read with limits, so it fails fast with a message instead of
+exhausting the machine: at most MAX_FILE_BYTES; nesting, counted from the parser's events before
+any object is built, at most `domain.documents.MAX_DEPTH` deep (PyYAML builds nested objects
+recursively and would overflow the stack); and once built, the limits of
+`domain.documents.check_document`, where a YAML alias counts each time it is used (a "billion
+laughs" file of a few hundred bytes would expand to gigabytes when sent as JSON).
 """
 
 from pathlib import Path
 from typing import Any
 
 import yaml
+
+from domain.documents import MAX_DEPTH, DocumentError, check_document
+
+MAX_FILE_BYTES = 1024 * 1024
+"""The largest template file read (the api-server's default body limit)."""
 
 API_VERSION = "ate.dev/v1alpha1"
 TEMPLATE_KIND = "ActorTemplate"
@@ -88,11 +100,39 @@ def load_template_spec(path: Path, name: str | None = None) -> dict[str, Any]:
         ManifestError: The file is missing, not YAML, or not an acceptable template.
     """
     try:
+        size = path.stat().st_size
+        if size > MAX_FILE_BYTES:
+            raise ManifestError(f"{path} is {size} bytes; a template file may be at most {MAX_FILE_BYTES} bytes")
         text = path.read_text()
     except OSError as exc:
         raise ManifestError(f"cannot read {path}: {exc.strerror or exc}") from exc
+    except UnicodeDecodeError:
+        raise ManifestError(f"{path} is not UTF-8 text") from None
     try:
+        _check_nesting(text, path)
         doc = yaml.safe_load(text)
     except yaml.YAMLError as exc:
         raise ManifestError(f"{path} is not valid YAML: {exc}") from exc
+    try:
+        check_document(doc)
+    except DocumentError as exc:
+        raise ManifestError(f"{path}: {exc}") from None
     return check_template_document(doc, str(path), name)
+
+
+def _check_nesting(text: str, path: Path) -> None:
+    """Refuse a document nested deeper than MAX_DEPTH, from the parser's events alone.
+
+    Raises:
+        ManifestError: It nests too deep (the message gives the line).
+        yaml.YAMLError: It is not YAML.
+    """
+    depth = 0
+    for event in yaml.parse(text, Loader=yaml.SafeLoader):
+        if isinstance(event, yaml.CollectionStartEvent):
+            depth += 1
+            if depth > MAX_DEPTH:
+                line = event.start_mark.line + 1 if event.start_mark else "?"
+                raise ManifestError(f"{path}: line {line}: nests deeper than {MAX_DEPTH} levels")
+        elif isinstance(event, yaml.CollectionEndEvent):
+            depth -= 1

@@ -1,28 +1,31 @@
-"""A real `ate api-server` process on a real PostgreSQL database and Temporal dev server, for the
-tests of the REST API itself (access, tokens, OIDC)."""
+"""A real api-server for the tests of this package: `python -m ate api-server` on a free port,
+on a fresh PostgreSQL database and a Temporal dev server of its own (one of each per module),
+started with the suite's bootstrap token and node CA (tests/credentials.py, tests/tls.py).
+
+No Temporal worker runs: a workflow the API starts (a template's GoldenSnapshot, a drain) stays
+scheduled, which is all these tests need from it.
+"""
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import os
 import socket
 import subprocess
 import sys
 import time
-import uuid
-from collections.abc import Iterator
+from collections.abc import AsyncIterator, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
-import asyncpg
 import httpx
 import pytest
 
-from activities.store import migrate
+from activities.store import Store
+from ate.dev.child import Child, http_ok
 from ate.dev.temporal import dev_server_child
-from tests.conftest import _with_database as with_database
-from tests.credentials import BOOTSTRAP_HEADERS, BOOTSTRAP_TOKEN
+from tests.conftest import fresh_database
+from tests.credentials import BOOTSTRAP_ENV, BOOTSTRAP_HEADERS, BOOTSTRAP_TOKEN, SuiteCredentials
 from tests.tls import certificates
 
 REPO = Path(__file__).resolve().parents[2]
@@ -51,29 +54,102 @@ def temporal_address(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
 
 
 @pytest.fixture(scope="module")
-def module_database_url(postgres_url: str) -> Iterator[str]:
-    """A fresh, migrated database for one test module (dropped afterwards)."""
-    name = f"ate_api_{uuid.uuid4().hex[:12]}"
-    url = with_database(postgres_url, name)
+async def api_database_url(postgres_url: str) -> AsyncIterator[str]:
+    """A fresh, migrated database for this module's api-server."""
+    async with fresh_database(postgres_url) as url:
+        yield url
 
-    async def run(sql: str) -> None:
-        admin = await asyncpg.connect(postgres_url)
-        try:
-            await admin.execute(sql)
-        finally:
-            await admin.close()
 
-    async def migrated() -> None:
-        connection = await asyncpg.connect(url)
-        try:
-            await migrate(connection)
-        finally:
-            await connection.close()
+@dataclass
+class ApiServer:
+    """A running api-server: its base URL, its log and its snapshot root."""
 
-    asyncio.run(run(f'CREATE DATABASE "{name}"'))
-    asyncio.run(migrated())
-    yield url
-    asyncio.run(run(f'DROP DATABASE "{name}" WITH (FORCE)'))
+    url: str
+    log: Path
+    snapshots: Path
+
+
+def start_api_server(
+    base: Path, database_url: str, temporal_address: str, env: dict[str, str] | None = None
+) -> tuple[Child, ApiServer]:
+    """Start `python -m ate api-server` on a free port and wait until /healthz answers 200."""
+    port = free_port()
+    snapshots = base / "snapshots"
+    snapshots.mkdir(parents=True, exist_ok=True)
+    url = f"http://127.0.0.1:{port}"
+    argv = [
+        sys.executable, "-m", "ate", "api-server", "--host", "127.0.0.1", "--port", str(port),
+        "--database-url", database_url, "--temporal-address", temporal_address,
+        "--snapshot-location", f"file://{snapshots}",
+    ]  # fmt: skip
+    child = Child("api-server", argv, base / "api-server.log", ready=http_ok(f"{url}/healthz"),
+                  env={**os.environ, **BOOTSTRAP_ENV, "ATE_NODE_CA_FILE": str(certificates().ca), **(env or {})},
+                  cwd=REPO)  # fmt: skip
+    child.start()
+    try:
+        child.wait_ready(60)
+    except BaseException:
+        child.stop()
+        raise
+    return child, ApiServer(url=url, log=child.log_path, snapshots=snapshots)
+
+
+@pytest.fixture(scope="module")
+def api_server(
+    tmp_path_factory: pytest.TempPathFactory, api_database_url: str, temporal_address: str
+) -> Iterator[ApiServer]:
+    """This module's api-server."""
+    child, server = start_api_server(tmp_path_factory.mktemp("api"), api_database_url, temporal_address)
+    try:
+        yield server
+    finally:
+        child.stop()
+
+
+@pytest.fixture(scope="session")
+def api_headers() -> dict[str, str]:
+    """Headers of requests that are not a node's: the bootstrap token, a cluster admin (the
+    raw-socket requests of test_limits.py are answered below the app, before any route)."""
+    return dict(BOOTSTRAP_HEADERS)
+
+
+@pytest.fixture
+async def api(api_server: ApiServer) -> AsyncIterator[httpx.AsyncClient]:
+    """An HTTP client of this module's api-server: a cluster admin, and node N's own certificate
+    for node N's registration and events (tests/credentials.SuiteCredentials)."""
+    async with httpx.AsyncClient(base_url=api_server.url, auth=SuiteCredentials(), timeout=30) as client:
+        yield client
+
+
+@pytest.fixture
+async def api_store(api_database_url: str) -> AsyncIterator[Store]:
+    """The api-server's own store, to read what a request did (or did not) change."""
+    opened = await Store.connect(api_database_url, min_size=1, max_size=2)
+    try:
+        yield opened
+    finally:
+        await opened.close()
+
+
+async def stored_state(store: Store) -> dict[str, object]:
+    """Everything requests can change, read from the store: atespaces, templates, actors, tags,
+    nodes and workers (to check that a refused request changed nothing)."""
+    atespaces = await store.atespaces.all()
+    templates, tags = [], []
+    for atespace in atespaces:
+        templates += [(t.atespace, t.name, repr(t.spec)) for t in await store.templates.of_atespace(atespace.name)]
+        tags += [(t.atespace, t.name) for t in await store.tags.of_atespace(atespace.name)]
+    actors, _ = await store.actors.page(None, None, 1000, None)
+    nodes = await store.pool.fetch("SELECT name, address, runsc_version FROM nodes")
+    workers = await store.nodes.list_workers()
+    return {
+        "atespaces": sorted(a.name for a in atespaces),
+        "templates": sorted(templates),
+        "actors": sorted((a.atespace, a.name, a.template, tuple(sorted(a.worker_selector.items()))) for a in actors),
+        "tags": sorted(tags),
+        "nodes": sorted(tuple(r) for r in nodes),
+        "workers": sorted((w.node, w.name, w.pool, w.ip, w.state, w.cpu_millis, w.memory_bytes) for w in workers),
+    }
 
 
 @dataclass
@@ -133,12 +209,3 @@ def api_process(base: Path, database_url: str, temporal_address: str, **env: str
             process.kill()
             process.wait()
         out.close()
-
-
-@pytest.fixture(scope="module")
-def api(
-    tmp_path_factory: pytest.TempPathFactory, module_database_url: str, temporal_address: str
-) -> Iterator[ApiProcess]:
-    """An api-server for this module (ate tokens and the bootstrap token only)."""
-    with api_process(tmp_path_factory.mktemp("api"), module_database_url, temporal_address) as running:
-        yield running

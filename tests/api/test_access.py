@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
+from collections.abc import Iterator
 from typing import Any
 
 import asyncpg
@@ -26,7 +27,8 @@ import pytest
 
 from ate.dev.certificates import ensure_local_certificates
 from atelet.node_identity import NodeCredentials
-from tests.api.conftest import ApiProcess
+from tests.api.conftest import ApiProcess, api_process
+from tests.credentials import node_token
 from tests.tls import certificates
 
 ATESPACE_ROLES = ("user", "viewer", "operator", "admin")
@@ -87,6 +89,15 @@ ROUTER_ROUTES = {
 PATH_VALUES = {"atespace": "walk", "name": "c1", "node": "n1", "token_id": "0123456789ab"}
 """Path parameters of the walk: atespace `walk` (granted, then deleted, so nothing is changed by
 the requests that pass), names that do not exist."""
+
+
+@pytest.fixture(scope="module")
+def api(
+    tmp_path_factory: pytest.TempPathFactory, api_database_url: str, temporal_address: str
+) -> Iterator[ApiProcess]:
+    """An api-server process for this module (ApiProcess: its URL, a client per token)."""
+    with api_process(tmp_path_factory.mktemp("api"), api_database_url, temporal_address) as running:
+        yield running
 
 
 def allowed(role: str, least: str, route: tuple[str, str]) -> bool:
@@ -192,12 +203,6 @@ def test_each_role_gets_exactly_the_routes_it_should(api: ApiProcess, role_token
                     else:
                         assert_error_body(answer, "PermissionDenied")
     assert wrong == []
-
-
-def node_token(node: str) -> str:
-    """What node `node`'s atelet sends: a JWT signed with its certificate's key (x5c)."""
-    files = certificates(node).node(node)
-    return NodeCredentials(node, files.cert, files.key).token()
 
 
 def test_a_node_certificate_speaks_for_its_node_only(api: ApiProcess) -> None:

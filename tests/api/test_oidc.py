@@ -87,12 +87,12 @@ def issuer() -> Iterator[Issuer]:
 
 @pytest.fixture(scope="module")
 def oidc_api(
-    tmp_path_factory: pytest.TempPathFactory, module_database_url: str, temporal_address: str, issuer: Issuer
+    tmp_path_factory: pytest.TempPathFactory, api_database_url: str, temporal_address: str, issuer: Issuer
 ) -> Iterator[ApiProcess]:
     grants = {"platform": ["cluster-admin"], "demo-devs": ["operator:demo"], "readers": ["viewer:demo"]}
     with api_process(
         tmp_path_factory.mktemp("oidc"),
-        module_database_url,
+        api_database_url,
         temporal_address,
         ATE_OIDC_ISSUER=issuer.url,
         ATE_OIDC_AUDIENCE=AUDIENCE,
@@ -188,11 +188,11 @@ def test_the_issuers_keys_are_cached(oidc_api: ApiProcess, issuer: Issuer) -> No
 
 
 def test_an_unreachable_issuer_is_503_not_401(
-    tmp_path: Path, module_database_url: str, temporal_address: str, issuer: Issuer
+    tmp_path: Path, api_database_url: str, temporal_address: str, issuer: Issuer
 ) -> None:
     nowhere = f"http://127.0.0.1:{free_port()}"
     with api_process(
-        tmp_path, module_database_url, temporal_address, ATE_OIDC_ISSUER=nowhere, ATE_OIDC_AUDIENCE=AUDIENCE
+        tmp_path, api_database_url, temporal_address, ATE_OIDC_ISSUER=nowhere, ATE_OIDC_AUDIENCE=AUDIENCE
     ) as api:
         with api.client(issuer.token("grace", ["readers"])) as http:
             answer = http.get("/v1/atespaces/demo/actors")
@@ -201,13 +201,13 @@ def test_an_unreachable_issuer_is_503_not_401(
 
 
 def test_a_bad_group_mapping_stops_the_api_server_with_the_field_named(
-    tmp_path: Path, module_database_url: str, temporal_address: str
+    tmp_path: Path, api_database_url: str, temporal_address: str
 ) -> None:
     with pytest.raises(RuntimeError) as failed, contextlib.ExitStack() as stack:
         stack.enter_context(
             api_process(
                 tmp_path,
-                module_database_url,
+                api_database_url,
                 temporal_address,
                 ATE_OIDC_ISSUER="http://127.0.0.1:1",
                 ATE_OIDC_GROUP_GRANTS=json.dumps({"ops": ["owner:demo"]}),

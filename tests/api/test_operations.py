@@ -11,7 +11,6 @@ product's type names that sleep for a set time, on a worker of this test.
 from __future__ import annotations
 
 import asyncio
-import socket
 import uuid
 from collections.abc import AsyncIterator
 from datetime import timedelta
@@ -25,13 +24,6 @@ from api.errors import OperationInProgress
 from api.operations import start_or_attach
 from domain.states import Operation
 from domain.temporal import TASK_QUEUE
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port: int = s.getsockname()[1]
-        return port
 
 
 @workflow.defn(name=Operation.RESUME.value, sandboxed=False)

@@ -91,3 +91,46 @@ def test_the_cli_sends_nothing_for_a_bad_file(api_server: ServerThread, tmp_path
         assert "created" not in result.output
         assert api_server.state.requests[before:] == []
     assert ("strict", "counter") not in api_server.state.templates
+
+
+def billion_laughs() -> str:
+    """Nine levels of nine aliases: 9**9 strings once expanded, in under 400 bytes of YAML."""
+    text = 'spec:\n  a: &a ["lol","lol","lol","lol","lol","lol","lol","lol","lol"]\n'
+    for level, previous in zip("bcdefghi", "abcdefgh", strict=True):
+        text += f"  {level}: &{level} [" + ",".join([f"*{previous}"] * 9) + "]\n"
+    return text
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        (billion_laughs(), "holds more than 100000 values (YAML aliases count each time they are used)"),
+        ("spec: " + "[" * 100_000 + "]" * 100_000 + "\n", "line 1: nests deeper than 32 levels"),
+        ("spec:\n" + "".join("  " * (i + 1) + f"k{i}:\n" for i in range(40)) + "  " * 41 + "v: 1\n",
+         "line 33: nests deeper than 32 levels"),
+        ('spec: {containers: [{name: "c\\0"}]}\n', "spec.containers[0].name: must not contain NUL characters (\\u0000)"),
+        ("spec: {env: {A: " + "x" * 20_000 + "}}\n", "spec.env.A: is 20000 characters long; at most 16384 are allowed"),
+        ("spec: !!python/object/apply:os.system [echo]\n", "could not determine a constructor"),
+    ],
+)  # fmt: skip
+def test_hostile_files_fail_fast_with_a_message(tmp_path: Path, text: str, expected: str) -> None:
+    with pytest.raises(ManifestError) as caught:
+        load_template_spec(write(tmp_path, text), "counter")
+    assert expected in str(caught.value)
+
+
+def test_a_file_over_the_size_limit_is_not_read(tmp_path: Path) -> None:
+    path = write(tmp_path, SPEC + "# " + "x" * (1024 * 1024) + "\n")
+    with pytest.raises(ManifestError) as caught:
+        load_template_spec(path, "counter")
+    assert str(caught.value) == f"{path} is {path.stat().st_size} bytes; a template file may be at most 1048576 bytes"
+
+
+def test_the_cli_refuses_a_billion_laughs_file_and_sends_nothing(api_server: ServerThread, tmp_path: Path) -> None:
+    runner.invoke(app, ["--server", api_server.url, "create", "atespace", "laughs"])
+    before = len(api_server.state.requests)
+    path = str(write(tmp_path, billion_laughs()))
+    result = runner.invoke(app, ["--server", api_server.url, "create", "template", "t", "-a", "laughs", "-f", path])
+    assert result.exit_code == 2, result.output
+    assert "holds more than 100000 values" in plain(result.stderr)
+    assert api_server.state.requests[before:] == []
