@@ -42,6 +42,10 @@ def api_client(settings: ControllerSettings) -> client.ApiClient:
     return client.ApiClient(configuration)
 
 
+HANDLE_ATTEMPTS = 3
+"""Tries per event before it waits for the next relist."""
+
+
 class Controller:
     """The running controller: its watchers, reconciler and syncer.
 
@@ -162,15 +166,28 @@ class Controller:
                     kind, event, obj = await asyncio.wait_for(self.events.get(), timeout=1.0)
                 except TimeoutError:
                     continue
-                try:
-                    await self.handle(kind, event, obj)
-                except Exception:
-                    log.exception("handling %s %s %s failed", kind, event, key_of(obj))
+                await self._handle_with_retries(kind, event, obj)
         finally:
             resync.cancel()
             for watcher in self.watchers:
                 watcher.stop()
             await self.http.aclose()
+
+    async def _handle_with_retries(self, kind: str, event: str, obj: dict[str, Any]) -> None:
+        """`handle` one event, again after 0.5 s and 1 s when it fails (a deadlock or a dropped
+        database connection must not lose a pod's deletion until the next relist); in order, so
+        a later event of the same pod never overtakes it."""
+        for attempt in range(HANDLE_ATTEMPTS):
+            try:
+                await self.handle(kind, event, obj)
+                return
+            except Exception:
+                last = attempt == HANDLE_ATTEMPTS - 1
+                log.exception(
+                    "handling %s %s %s failed%s", kind, event, key_of(obj), "; the next relist retries" if last else ""
+                )
+                if not last:
+                    await asyncio.sleep(0.5 * (attempt + 1))
 
     async def _resync(self) -> None:
         """Every resync period: reconcile every known pool again and refresh the worker gauge."""

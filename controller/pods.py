@@ -77,11 +77,13 @@ class PodSyncer:
                 log.info("pod %s deleted: released %s", node, ", ".join(f"{a.key} ({s})" for a, s in released))
             return
         if meta.get("deletionTimestamp"):
+            grace = meta.get("deletionGracePeriodSeconds")
+            if grace is None:
+                grace = (pod.get("spec") or {}).get("terminationGracePeriodSeconds") or 30
+            if int(grace) <= 0:  # a force delete: DELETED follows at once and releases the actors
+                return
             if node not in self.draining:
                 self.draining.add(node)
-                grace = meta.get("deletionGracePeriodSeconds")
-                if grace is None:
-                    grace = (pod.get("spec") or {}).get("terminationGracePeriodSeconds") or 30
                 log.info("pod %s is being deleted (grace %s s): draining its node", node, grace)
                 await self.drain(node, float(max(int(grace), 1)))
             return
