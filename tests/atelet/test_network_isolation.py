@@ -24,7 +24,6 @@ import uuid
 from collections.abc import Iterator
 from pathlib import Path
 
-import grpc
 import httpx
 import pytest
 
@@ -33,6 +32,7 @@ from atelet.proto import atelet_pb2 as pb
 from atelet.proto import atelet_pb2_grpc as pb_grpc
 from tests.atelet.conftest import (
     REPO,
+    control_plane_tls,
     counter_spec,
     force_cleanup,
     free_port,
@@ -161,7 +161,7 @@ async def test_a_sandbox_in_a_worker_pod_reaches_nothing_of_its_pod(
         host = [a for i, a in addresses() if not i.startswith(("atv", "apdh"))]
         targets = sorted({a for _, a in addresses(pod.netns)} | {pod.host_ip, *host})
         ports = sorted([8085, 9085, *listeners.ports.values()])
-        async with grpc.aio.insecure_channel(f"{pod.pod_ip}:8085") as channel:
+        async with control_plane_tls().channel(f"{pod.pod_ip}:8085", node) as channel:
             stub = pb_grpc.AteletStub(channel)  # type: ignore[no-untyped-call]
             run = await stub.Run(pb.RunRequest(operation_id=op(), worker="pods-0", actor=PROBER,
                                                spec=prober_spec(image, targets, ports), probe_timeout_seconds=60))  # fmt: skip
