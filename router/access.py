@@ -50,9 +50,17 @@ _COOKIE = b"cookie"
 @dataclass(frozen=True, slots=True)
 class Admission:
     """A request let through: the headers to forward (the credential stripped unless the
-    template passes it on)."""
+    template passes it on).
+
+    Attributes:
+        headers: The headers to forward.
+        public: Whether the actor's template lets anyone through (no credential was needed).
+        strips_credential: Whether ``headers`` lost the credential (Authorization, cookie ate-token).
+    """
 
     headers: list[tuple[bytes, bytes]]
+    public: bool = True
+    strips_credential: bool = True
 
 
 def credential_of(headers: list[tuple[bytes, bytes]]) -> str | None:
@@ -126,7 +134,8 @@ class AccessGate:
         """
         access = await self._retried(lambda: self._access_of(target), target, deadline)
         if access is not None and access.mode == AccessMode.PUBLIC:
-            return Admission(headers if access.pass_credential else without_credential(headers))
+            passes = access.pass_credential
+            return Admission(headers if passes else without_credential(headers), True, not passes)
         token = credential_of(headers)
         if token is None:
             raise RouteError(
@@ -145,7 +154,7 @@ class AccessGate:
                 403, errors.FORBIDDEN, f"actor {target}: not found, or this token does not grant access to it"
             )
         passes = access is not None and access.pass_credential
-        return Admission(headers if passes else without_credential(headers))
+        return Admission(headers if passes else without_credential(headers), False, not passes)
 
     async def _retried(self, ask: Callable[[], Awaitable[_T]], target: Target, deadline: float) -> _T:
         """`ask()` again after 50 ms, times 1.5, at most 500 ms, while it fails and time is left.

@@ -218,7 +218,7 @@ class ActorRouter:
             return response, not cached
         except UpstreamConnectError as exc:
             if not cached:
-                raise _unreachable(target, upstream) from exc
+                raise worker_unreachable(target, upstream) from exc
             log.info("cached actor %s unreachable at %s: resuming again", target, upstream)
         self.cache.drop(target.key)
         upstream = await self._park(target, deadline, body)
@@ -228,7 +228,7 @@ class ActorRouter:
             )
             return response, True
         except UpstreamConnectError as exc:
-            raise _unreachable(target, upstream) from exc
+            raise worker_unreachable(target, upstream) from exc
 
     async def _park(self, target: Target, deadline: float, body: BodyStream) -> Upstream:
         """Wait for the actor to be RUNNING (``Resumer.wait_running``) while watching the client:
@@ -277,7 +277,7 @@ def target_of(scope: dict[str, Any]) -> str:
     return "-"
 
 
-def _unreachable(target: Target, upstream: Upstream) -> RouteError:
+def worker_unreachable(target: Target, upstream: Upstream | str) -> RouteError:
     """502 for a RUNNING actor whose worker refuses connections: maybe for good (a dead
     sandbox), so no promise of recovery; the control plane may later mark it CRASHED."""
     log.warning("actor %s is RUNNING but its worker %s does not answer", target, upstream)

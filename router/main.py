@@ -84,6 +84,14 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         type=float,
         help="seconds a whole request may last, parking included, before it is cut off (default 3600)",
     )
+    parser.add_argument(
+        "--data-path",
+        choices=("python", "nginx"),
+        help="what proxies requests: python (this process, the default) or nginx (nginx with its Lua "
+        "module, supervised by this process, which keeps resume, parking, access and error texts)",
+    )
+    parser.add_argument("--nginx-workers", type=int, help="nginx worker processes with --data-path nginx (default 1)")
+    parser.add_argument("--nginx-run-dir", type=Path, help="directory for nginx's config, sockets and temp files")
     parser.add_argument("--log-level", default="info", help="log level (default info)")
     return parser.parse_args(argv)
 
@@ -112,6 +120,9 @@ def build_settings(args: argparse.Namespace) -> RouterSettings:
         "response_head_timeout_seconds": args.response_head_timeout,
         "idle_timeout_seconds": args.idle_timeout,
         "request_timeout_seconds": args.request_timeout,
+        "data_path": args.data_path,
+        "nginx_workers": args.nginx_workers,
+        "nginx_run_dir": args.nginx_run_dir,
     }
     base = RouterSettings()
     return base.model_copy(update={k: v for k, v in overrides.items() if v is not None})
@@ -184,6 +195,15 @@ def main(argv: list[str] | None = None) -> None:
     )
     settings = build_settings(args)
     log.info("settings: %s", settings.redacted())
+    if settings.data_path == "nginx":
+        from router.nginx.run import serve_nginx
+        from router.nginx.supervisor import NginxError
+
+        try:
+            asyncio.run(serve_nginx(settings))
+        except NginxError as exc:
+            raise SystemExit(f"router: {exc}") from None
+        return
     config = uvicorn_config(settings)
     with asyncio.Runner(loop_factory=config.get_loop_factory()) as runner:
         runner.run(serve(settings, config))

@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
-from prometheus_client import Counter, Gauge, Histogram, start_http_server
+from prometheus_client import REGISTRY, CollectorRegistry, Counter, Gauge, Histogram, start_http_server
+
+DURATION_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30)
+"""Buckets of ``ate_router_request_duration_seconds``, in seconds (the nginx data path uses them too)."""
 
 REQUESTS = Counter(
     "ate_router_requests_total",
@@ -14,7 +17,7 @@ REQUEST_DURATION = Histogram(
     "Time from request arrival to the end of the response, by outcome (ok, parked_ok, not_found, no_room, "
     "timeout, error, bad_target, unavailable, unauthenticated, forbidden, client_gone; see router.errors).",
     ["outcome"],
-    buckets=(0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30),
+    buckets=DURATION_BUCKETS,
 )
 RESUMES = Counter(
     "ate_router_resumes_total",
@@ -44,15 +47,16 @@ PARKED = Gauge(
 )
 
 
-def serve_metrics(host: str, port: int) -> object:
+def serve_metrics(host: str, port: int, registry: CollectorRegistry = REGISTRY) -> object:
     """Serve ``/metrics`` on its own port in a background thread.
 
     Args:
         host: Address to bind.
         port: Port to bind (0 picks one).
+        registry: What to export (the nginx data path adds nginx's request counters).
 
     Returns:
         The HTTP server; call ``shutdown()`` on it to stop.
     """
-    server, _thread = start_http_server(port, addr=host)
+    server, _thread = start_http_server(port, addr=host, registry=registry)
     return server

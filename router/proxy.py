@@ -269,14 +269,20 @@ async def open_upstream(
     try:
         return await client.open(upstream, method, target, headers, body if has_body else None, deadline)
     except UpstreamTimeout as exc:
-        raise RouteError(504, TIMEOUT, f"actor {actor} at {upstream} sent no {exc.what}; retry, or raise "
-                         "the router's --response-head-timeout if it needs longer") from exc  # fmt: skip
+        raise response_head_timeout(actor, upstream, exc.what) from exc
     except UpstreamBroken as exc:
-        raise _upstream_failed(actor, upstream, exc) from exc
+        raise upstream_failed(actor, upstream, str(exc) or type(exc).__name__) from exc
 
 
-def _upstream_failed(actor: str, upstream: Upstream, exc: Exception) -> RouteError:
-    detail = str(exc) or type(exc).__name__
+def response_head_timeout(actor: str, upstream: Upstream | str, what: str) -> RouteError:
+    """The 504 for a worker that sent no response head in time; ``what`` names the missing part
+    (``"response head within 120s"``)."""
+    return RouteError(504, TIMEOUT, f"actor {actor} at {upstream} sent no {what}; retry, or raise "
+                      "the router's --response-head-timeout if it needs longer")  # fmt: skip
+
+
+def upstream_failed(actor: str, upstream: Upstream | str, detail: str) -> RouteError:
+    """The 502 for a worker that failed after the connection was made, before its answer."""
     return RouteError(
         502,
         ERROR,

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from ipaddress import IPv4Network, IPv6Network, ip_network
 from pathlib import Path
+from typing import Literal
 
 from pydantic import AliasChoices, Field, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
@@ -37,6 +38,12 @@ class RouterSettings(BaseSettings):
             and headers) from opening its connection or starting the head; a slower one is
             disconnected (slowloris).
         max_head_bytes: Bytes a request head may have; a larger one gets 431 and is disconnected.
+        data_path: What proxies the requests: ``python`` (this process) or ``nginx`` (nginx with
+            its Lua module, supervised by this process, which keeps the control path; see
+            router.nginx).
+        nginx_workers: nginx worker processes (``--data-path nginx``).
+        nginx_binary: The nginx program (``--data-path nginx``).
+        nginx_run_dir: Directory for nginx.conf, sockets and temp files (None: a new temporary one).
     """
 
     model_config = SettingsConfigDict(env_prefix="ATE_ROUTER_", extra="ignore")
@@ -75,6 +82,10 @@ class RouterSettings(BaseSettings):
         return tuple(ip_network(value, strict=False) for value in self.trusted_proxies)
     head_timeout_seconds: float = Field(default=10.0, gt=0)
     max_head_bytes: int = Field(default=32 * 1024, ge=1024)
+    data_path: Literal["python", "nginx"] = "python"
+    nginx_workers: int = Field(default=1, ge=1, le=64)
+    nginx_binary: str = "nginx"
+    nginx_run_dir: Path | None = None
 
     def read_api_token(self) -> str | None:
         """The API token, from ``api_token`` or ``api_token_file``.

@@ -6,6 +6,7 @@ import contextlib
 import os
 from collections.abc import AsyncIterator, Callable, Iterator
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 import httpx
@@ -14,14 +15,35 @@ import pytest_asyncio
 
 from router.app import create_app
 from router.settings import RouterSettings
-from tests.router.router_harness import DOMAIN, Env, FakeApi, Served, WorkerLog, serve, worker_app
+from router.nginx import config as nginx_config
+from router.nginx.config import NginxLayout
+from router.nginx.control import ControlService
+from router.nginx.supervisor import NginxProcess
+from tests.router.router_harness import DOMAIN, Env, FakeApi, Served, WorkerLog, free_port, serve, worker_app
 
 StartRouter = Callable[..., Any]
 
+def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
+    """Run a router test on both data paths when its module says ``DATA_PATHS = ("python",
+    "nginx")``, except tests marked ``python_data_path`` (they look inside the Python proxy)."""
+    if "data_path" not in metafunc.fixturenames:
+        return
+    paths = getattr(metafunc.module, "DATA_PATHS", ("python",))
+    if metafunc.definition.get_closest_marker("python_data_path"):
+        paths = ("python",)
+    metafunc.parametrize("data_path", paths)
+
+
+@pytest.fixture
+def data_path() -> str:
+    """The router's data path under test (parametrized by ``pytest_generate_tests``)."""
+    return "python"
+
 
 @pytest_asyncio.fixture
-async def start_router() -> AsyncIterator[StartRouter]:
-    """Factory: ``env = await start_router(**settings)`` starts worker, API and router."""
+async def start_router(data_path: str, tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[StartRouter]:
+    """Factory: ``env = await start_router(**settings)`` starts worker, API and router; the
+    router is the Python one, or nginx with the control service (``data_path``)."""
     stack = contextlib.AsyncExitStack()
     servers: list[Served] = []
 
@@ -37,12 +59,36 @@ async def start_router() -> AsyncIterator[StartRouter]:
             domain=DOMAIN,
             **{"database_url": None, "parked_request_budget_seconds": 2.0, **overrides},
         )
+        if data_path == "nginx":
+            return await _start_nginx(settings, api, worker, log)
         app = create_app(settings)
         router = await stack.enter_async_context(serve(app, lifespan="on"))
         servers.append(router)
         client = httpx.AsyncClient(base_url=router.url, timeout=30)
         stack.push_async_callback(client.aclose)
         return Env(router.url, api, worker, log, app, client)
+
+    async def _start_nginx(settings: RouterSettings, api: FakeApi, worker: Served, log: WorkerLog) -> Env:
+        run_dir = tmp_path_factory.mktemp("nginx")
+        layout_probe = NginxLayout(run_dir, "")
+        control = ControlService(settings, str(layout_probe.admin_socket))
+        control_served = await stack.enter_async_context(serve(control, lifespan="on"))
+        servers.append(control_served)
+        port = free_port()
+        settings = settings.model_copy(update={"listen": f"127.0.0.1:{port}"})
+        layout = NginxLayout(
+            run_dir, f"127.0.0.1:{control_served.port}", access_log=str(run_dir / "access.log"),
+            user="root" if os.geteuid() == 0 else None,
+        )  # fmt: skip
+        nginx_config.write(settings, layout)
+        nginx = NginxProcess(layout)
+        await nginx.start()
+        stack.push_async_callback(nginx.stop)
+        url = f"http://127.0.0.1:{port}"
+        client = httpx.AsyncClient(base_url=url, timeout=30)
+        stack.push_async_callback(client.aclose)
+        app = SimpleNamespace(state=SimpleNamespace(router=control))
+        return Env(url, api, worker, log, app, client, "nginx", run_dir / "access.log")
 
     async with stack:
         yield start

@@ -13,6 +13,7 @@ import socket
 from collections import Counter
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import httpx
@@ -301,10 +302,34 @@ class Env:
     worker_log: WorkerLog
     app: Any
     client: httpx.AsyncClient
+    data_path: str = "python"
+    access_log: Path | None = None
 
     @property
     def router(self) -> Any:
-        """The ``ActorRouter`` (cache, resumer, ...)."""
+        """The ``ActorRouter`` (cache, resumer, ...), or with the nginx data path its
+        ``ControlService`` (the same cache, gate and resumer)."""
         return self.app.state.router
+
+    def outcome_count(self, outcome: str) -> float:
+        """Requests counted with ``outcome`` (``ate_router_requests_total``) by this data path."""
+        if self.data_path == "nginx":
+            return float(self.router.metrics.count(outcome))
+        from router.metrics import REQUESTS
+
+        return float(REQUESTS.labels(outcome)._value.get())
+
+    async def logged(self, needle: str, caplog_messages: list[str]) -> list[str]:
+        """The request log lines containing ``needle``: from the router's log (Python), or
+        nginx's access log, which it writes right after the answer (waited for, 5 s at most)."""
+        if self.data_path == "python":
+            return [m for m in caplog_messages if needle in m]
+        assert self.access_log is not None
+        for _ in range(500):
+            found = [line for line in self.access_log.read_text().splitlines() if needle in line]
+            if found:
+                return found
+            await asyncio.sleep(0.01)
+        return []
 
 

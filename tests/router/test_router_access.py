@@ -16,6 +16,7 @@ import httpx
 from tests.router.conftest import StartRouter
 
 TARGET = {"ate-target-actor": "demo/c1"}
+DATA_PATHS = ("python", "nginx")
 GOOD = "ate_0123456789ab_reaches-c1"
 OTHER = "ate_0123456789ab_reaches-c2"
 

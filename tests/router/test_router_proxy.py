@@ -16,6 +16,7 @@ from router.upstream_client import new_upstream_client
 from tests.router.router_harness import free_port, pattern
 
 H = {"ate-target-actor": "demo/c1"}
+DATA_PATHS = ("python", "nginx")
 MB5 = 5 * 1024 * 1024
 
 

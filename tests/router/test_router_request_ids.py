@@ -13,6 +13,7 @@ import pytest
 from tests.router.conftest import StartRouter
 
 H = {"ate-target-actor": "demo/c1"}
+DATA_PATHS = ("python", "nginx")
 
 
 def seen_by_actor(response: object) -> dict[str, str]:
@@ -28,7 +29,7 @@ async def test_a_request_without_an_id_gets_one_the_actor_sees_too(
     request_id = response.headers["x-request-id"]
     assert re.fullmatch(r"[0-9a-f]{32}", request_id)
     assert seen_by_actor(response)["x-request-id"] == request_id
-    logged = [r.getMessage() for r in caplog.records if request_id in r.getMessage()]
+    logged = await env.logged(request_id, [r.getMessage() for r in caplog.records])
     assert logged and logged[0].startswith(f"request {request_id} demo/c1 GET /echo 200 parked_ok ")
 
 

@@ -1,0 +1,444 @@
+-- The router's data path inside nginx (router/nginx/README in docs/architecture.md, "The router").
+--
+-- Access phase: find the actor's key (ate-target-actor header, else Host), look it up in the
+-- shared dict `ate_routes`; on a miss ask the Python control service (location /_ate/route, a
+-- subrequest), which resumes, parks, checks access and answers either where the actor serves or
+-- the exact status, text and Retry-After the Python router gives. Its answer is cached only
+-- when the control service says so (its own cache is on: PostgreSQL LISTEN is live), and only
+-- if no invalidation for that actor (or flush) came while it was asked: every entry carries the
+-- flush epoch and the actor's generation read before asking, and is void when they moved on.
+--
+-- Log phase: outcome counters, duration histogram, bytes, the last 100 requests (for /statusz)
+-- and per-actor in-flight counts (for drain) in the shared dict `ate_stats`.
+--
+-- The admin server (a unix socket, only the control service reaches it): invalidate, flush,
+-- stats, recent, inflight.
+
+local M = {}
+
+local routes = ngx.shared.ate_routes
+local stats = ngx.shared.ate_stats
+local cfg = {
+  domain = "ate.local",
+  buckets = {},
+  public_seconds = 30,
+  token_seconds = 10,
+}
+
+local LABEL = [[^[a-z0-9](?:[-a-z0-9]{0,61}[a-z0-9])?$]]
+local REQUEST_ID = [[^[A-Za-z0-9._:+=/-]{1,128}$]]
+local RECENT = 100
+
+--- Set the configuration (from init_by_lua): domain, histogram buckets, entry lifetimes.
+function M.configure(options)
+  for k, v in pairs(options) do
+    cfg[k] = v
+  end
+  cfg.suffix = ".actors." .. cfg.domain:gsub("^%.+", ""):gsub("%.+$", ""):lower()
+end
+
+local function is_label(value)
+  return ngx.re.find(value, LABEL, "jo") ~= nil
+end
+
+local function strip(value)
+  return (value:gsub("^%s+", ""):gsub("%s+$", ""))
+end
+
+-- The actor key a request names, or nil when the control service must decide (absent,
+-- malformed, repeated: it answers those, with the Python router's texts). Accepts exactly what
+-- router.target accepts, never more.
+local function target_key(headers)
+  local given = headers["ate-target-actor"]
+  if given ~= nil then
+    if type(given) ~= "string" then
+      return nil
+    end
+    local atespace, name = strip(given):match("^([^/]+)/([^/]+)$")
+    if atespace and is_label(atespace) and is_label(name) then
+      return atespace .. "/" .. name
+    end
+    return nil
+  end
+  local host = headers["host"]
+  if type(host) ~= "string" then
+    return nil
+  end
+  host = strip(host)
+  if host:sub(1, 1) == "[" then
+    return nil
+  end
+  local head, tail = host:match("^(.*):(%d+)$")
+  if head then
+    host = head
+  end
+  host = host:lower():gsub("%.$", "")
+  local suffix = cfg.suffix
+  if #host <= #suffix or host:sub(-#suffix) ~= suffix then
+    return nil
+  end
+  local name, atespace = host:sub(1, -#suffix - 1):match("^([^.]+)%.([^.]+)$")
+  if name and is_label(name) and is_label(atespace) then
+    return atespace .. "/" .. name
+  end
+  return nil
+end
+
+local function credential_hash(headers)
+  local authorization = headers["authorization"]
+  local cookie = headers["cookie"]
+  if type(authorization) == "table" then
+    authorization = table.concat(authorization, "\0")
+  end
+  if type(cookie) == "table" then
+    cookie = table.concat(cookie, "\0")
+  end
+  return ngx.md5((authorization or "") .. "\1" .. (cookie or ""))
+end
+
+-- entry: "<epoch> <generation> <upstream> <host> <strip 0|1>"
+local function valid(entry, key)
+  if not entry then
+    return nil
+  end
+  local epoch, gen, upstream, host, strip_credential = entry:match("^(%d+) (%d+) (%S+) (%S+) ([01])$")
+  if not epoch then
+    return nil
+  end
+  if tonumber(epoch) ~= (routes:get("epoch") or 0) or tonumber(gen) ~= (routes:get("g:" .. key) or 0) then
+    return nil
+  end
+  return { upstream = upstream, host = host, strip = strip_credential == "1", cached = true, actor = key }
+end
+
+local function lookup(key, headers)
+  local found = valid(routes:get("p:" .. key), key)
+  if found then
+    return found
+  end
+  if headers["authorization"] or headers["cookie"] then
+    return valid(routes:get("t:" .. key .. ":" .. credential_hash(headers)), key)
+  end
+  return nil
+end
+
+local function answer(status, body, retry_after, outcome)
+  ngx.var.ate_outcome = outcome
+  ngx.status = status
+  ngx.header["Content-Type"] = "text/plain; charset=utf-8"
+  ngx.header["Content-Length"] = #body
+  if retry_after then
+    ngx.header["Retry-After"] = retry_after
+  end
+  ngx.print(body)
+  return ngx.exit(ngx.HTTP_OK)
+end
+
+local function control_unavailable()
+  return answer(503, "the router's control service does not answer; retry shortly\n", "2", "unavailable")
+end
+
+local function header_values(headers, name)
+  local value = headers[name]
+  if value == nil then
+    return nil
+  end
+  return value
+end
+
+-- Ask the control service where the request goes; nil after answering the client itself.
+local function ask_control(key, headers, unreachable)
+  local epoch = routes:get("epoch") or 0
+  local gen = key and (routes:get("g:" .. key) or 0) or 0
+  local args = { u = ngx.var.request_uri, h = header_values(headers, "host") }
+  local target = header_values(headers, "ate-target-actor")
+  if target ~= nil then
+    args.t = target
+    args.n = type(target) == "table" and #target or 1
+  end
+  if unreachable then
+    args.x = unreachable
+  end
+  local res = ngx.location.capture("/_ate/route", { args = args })
+  local status = res.status
+  local reply = res.header
+  if status == 200 and reply["x-ate-statusz"] then
+    ngx.var.ate_outcome = "statusz"
+    return ngx.exec("@statusz")
+  end
+  local outcome = reply["x-ate-outcome"]
+  if not outcome then
+    return control_unavailable()
+  end
+  if status ~= 200 then
+    return answer(status, res.body, reply["retry-after"], outcome)
+  end
+  local found = {
+    upstream = reply["x-ate-upstream"],
+    host = reply["x-ate-host"],
+    strip = reply["x-ate-strip"] == "1",
+    parked = reply["x-ate-parked"] == "1",
+    cached = reply["x-ate-parked"] ~= "1",
+    actor = reply["x-ate-actor"],
+  }
+  local scope = reply["x-ate-cache"]
+  if key and key == found.actor and (scope == "public" or scope == "token") then
+    local entry = table.concat({ epoch, gen, found.upstream, found.host, found.strip and "1" or "0" }, " ")
+    if scope == "public" then
+      routes:set("p:" .. key, entry, cfg.public_seconds)
+    else
+      routes:set("t:" .. key .. ":" .. credential_hash(headers), entry, cfg.token_seconds)
+    end
+  end
+  return found
+end
+
+local function without_token_cookie(value)
+  local kept = {}
+  for part in (value .. ";"):gmatch("([^;]*);") do
+    local name = strip(part):match("^([^=]*)")
+    if name ~= "ate-token" then
+      kept[#kept + 1] = part
+    end
+  end
+  if #kept == 0 then
+    return nil
+  end
+  return strip(table.concat(kept, ";"))
+end
+
+local function strip_credential(headers)
+  ngx.req.clear_header("Authorization")
+  local cookie = headers["cookie"]
+  if cookie == nil then
+    return
+  end
+  local values = type(cookie) == "table" and cookie or { cookie }
+  local kept = {}
+  for _, value in ipairs(values) do
+    local left = without_token_cookie(value)
+    if left then
+      kept[#kept + 1] = left
+    end
+  end
+  ngx.req.clear_header("Cookie")
+  if #kept > 0 then
+    ngx.req.set_header("Cookie", #kept == 1 and kept[1] or kept)
+  end
+end
+
+-- Headers named by the client's Connection header are hop-by-hop: dropped.
+local function drop_connection_tokens(headers)
+  local connection = headers["connection"]
+  if connection == nil then
+    return
+  end
+  local values = type(connection) == "table" and connection or { connection }
+  for _, value in ipairs(values) do
+    for token in value:gmatch("[^,%s]+") do
+      local name = token:lower()
+      if name ~= "upgrade" and name ~= "host" then
+        ngx.req.clear_header(name)
+      end
+    end
+  end
+end
+
+local function route(found, headers)
+  ngx.var.ate_upstream = found.upstream
+  ngx.var.ate_upstream_host = found.host
+  ngx.var.ate_actor = found.actor
+  ngx.var.ate_cached = found.cached and "1" or "0"
+  ngx.var.ate_outcome = found.parked and "parked_ok" or "ok"
+  if found.strip then
+    strip_credential(headers)
+  end
+  drop_connection_tokens(headers)
+  local upgrade = headers["upgrade"]
+  if type(upgrade) == "string" and upgrade:lower() == "websocket" then
+    ngx.var.ate_upgrade = upgrade
+    ngx.var.ate_connection = "upgrade"
+  end
+  if ngx.var.ate_counted ~= "1" then
+    stats:incr("f:" .. found.actor, 1, 0)
+    ngx.var.ate_counted = "1"
+  end
+end
+
+--- access_by_lua of the actor location.
+function M.access()
+  local headers = ngx.req.get_headers(200)
+  local request_id = headers["x-request-id"]
+  if type(request_id) ~= "string" or not ngx.re.find(request_id, REQUEST_ID, "jo") then
+    request_id = ngx.var.request_id
+    ngx.req.set_header("X-Request-Id", request_id)
+  end
+  ngx.var.ate_request_id = request_id
+  local key = target_key(headers)
+  local found = key and lookup(key, headers)
+  if not found then
+    found = ask_control(key, headers)
+  end
+  route(found, headers)
+end
+
+local function has_no_body()
+  local length = ngx.var.http_content_length
+  return (length == nil or length == "0") and ngx.var.http_transfer_encoding == nil
+end
+
+--- content_by_lua of @failed: the worker could not be reached, broke or was too slow.
+function M.failed()
+  local actor, upstream = ngx.var.ate_actor, ngx.var.ate_upstream
+  local connect_time = ngx.var.upstream_connect_time
+  local connected = connect_time ~= nil and connect_time ~= "" and connect_time ~= "-"
+  if not connected and ngx.var.ate_cached == "1" and ngx.var.ate_retried ~= "1" and has_no_body() then
+    -- A cached actor that does not answer moved (or its sandbox died): forget it, resume, retry once.
+    ngx.var.ate_retried = "1"
+    routes:delete("p:" .. actor)
+    routes:incr("g:" .. actor, 1, 0)
+    local headers = ngx.req.get_headers(200)
+    local found = ask_control(actor, headers, upstream)
+    found.parked = true
+    found.cached = false
+    route(found, headers)
+    return ngx.exec("@proxy")
+  end
+  local kind = not connected and "connect" or (ngx.var.ate_failed_status == "504" and "timeout" or "broken")
+  local res = ngx.location.capture("/_ate/failed", { args = { kind = kind, actor = actor, upstream = upstream } })
+  if not res.header["x-ate-outcome"] then
+    return control_unavailable()
+  end
+  return answer(res.status, res.body, res.header["retry-after"], res.header["x-ate-outcome"])
+end
+
+--- header_filter_by_lua: the request id on every answer; the worker's hop-by-hop headers dropped.
+function M.header_filter()
+  local request_id = ngx.var.ate_request_id
+  if request_id ~= nil and request_id ~= "" then
+    ngx.header["X-Request-Id"] = request_id
+  end
+  local connection = ngx.var.upstream_http_connection
+  if connection ~= nil and ngx.status ~= 101 then
+    for token in connection:gmatch("[^,%s]+") do
+      ngx.header[token] = nil
+    end
+  end
+end
+
+local function observe(outcome, seconds)
+  stats:incr("n:" .. outcome, 1, 0)
+  stats:incr("s:" .. outcome, seconds, 0)
+  local buckets = cfg.buckets
+  for i = 1, #buckets do
+    if seconds <= buckets[i] then
+      stats:incr("b:" .. outcome .. ":" .. i, 1, 0)
+      return
+    end
+  end
+  stats:incr("b:" .. outcome .. ":inf", 1, 0)
+end
+
+--- log_by_lua: counters, histogram, bytes, in-flight, the recent list.
+function M.log()
+  local outcome = ngx.var.ate_outcome
+  if ngx.var.ate_counted == "1" then
+    stats:incr("f:" .. ngx.var.ate_actor, -1, 0)
+  end
+  if outcome == "statusz" or outcome == nil or outcome == "" then
+    return
+  end
+  local status = ngx.status
+  if status == 499 then
+    outcome = "client_gone"
+  end
+  ngx.update_time()
+  local seconds = ngx.now() - ngx.req.start_time()
+  observe(outcome, seconds)
+  stats:incr("in", tonumber(ngx.var.http_content_length) or tonumber(ngx.var.request_length) or 0, 0)
+  stats:incr("out", tonumber(ngx.var.body_bytes_sent) or 0, 0)
+  local target = ngx.var.http_ate_target_actor or "-"
+  local line = table.concat({
+    string.format("%.3f", ngx.req.start_time()),
+    ngx.var.ate_request_id or "",
+    (target:gsub("[\t\n]", " ")):sub(1, 200),
+    ngx.req.get_method(),
+    (ngx.var.uri:gsub("[\t\n]", " ")):sub(1, 200),
+    tostring(status),
+    outcome,
+    string.format("%.1f", seconds * 1000),
+  }, "\t")
+  local length = stats:lpush("recent", line)
+  if length and length > RECENT then
+    stats:rpop("recent")
+  end
+end
+
+-- ------------------------------------------------------------------ the admin server
+
+--- POST /invalidate?key=<atespace>/<name>: forget one actor (every entry, every credential).
+function M.invalidate()
+  local key = ngx.var.arg_key
+  if not key then
+    return ngx.exit(400)
+  end
+  key = ngx.unescape_uri(key)
+  routes:delete("p:" .. key)
+  routes:incr("g:" .. key, 1, 0)
+  ngx.say("ok")
+end
+
+--- POST /flush: forget every actor (the control service lost its LISTEN, or reconnected).
+function M.flush()
+  local epoch = (routes:get("epoch") or 0) + 1
+  routes:flush_all()
+  routes:set("epoch", epoch)
+  ngx.say("ok")
+end
+
+--- GET /stats: every counter, one "<name>\t<value>" a line.
+function M.stats()
+  local lines = {}
+  for _, key in ipairs(stats:get_keys(0)) do
+    if key ~= "recent" then
+      local value = stats:get(key)
+      if value ~= nil then
+        lines[#lines + 1] = key .. "\t" .. tostring(value)
+      end
+    end
+  end
+  ngx.print(table.concat(lines, "\n"))
+end
+
+--- GET /recent: the last 100 requests, newest first, tab-separated fields a line.
+function M.recent()
+  local lines = {}
+  local length = stats:llen("recent") or 0
+  for _ = 1, math.min(length, RECENT) do
+    local line = stats:rpop("recent")
+    if line == nil then
+      break
+    end
+    lines[#lines + 1] = line
+  end
+  for i = #lines, 1, -1 do  -- put them back in their order
+    stats:rpush("recent", lines[i])
+  end
+  -- rpop took the oldest first: newest first is the reverse
+  local out = {}
+  for i = #lines, 1, -1 do
+    out[#out + 1] = lines[i]
+  end
+  ngx.print(table.concat(out, "\n"))
+end
+
+--- GET /inflight?key=<atespace>/<name>: requests of that actor being proxied now (for drain).
+function M.inflight()
+  local key = ngx.var.arg_key
+  if not key then
+    return ngx.exit(400)
+  end
+  ngx.print(tostring(stats:get("f:" .. ngx.unescape_uri(key)) or 0))
+end
+
+return M

@@ -1,0 +1,268 @@
+"""The nginx configuration of the router's nginx data path, generated from ``RouterSettings``.
+
+How the router's settings map onto nginx (where nginx differs, the difference is named):
+
+- ``head_timeout_seconds`` -> ``client_header_timeout`` and ``keepalive_timeout`` (a client must
+  send its head within it, from connecting or from the end of its previous request).
+- ``upstream_connect_timeout_seconds`` -> ``proxy_connect_timeout``.
+- ``response_head_timeout_seconds`` and ``idle_timeout_seconds`` -> ``proxy_read_timeout``: nginx
+  has one timeout between two reads from the worker, the response head included, so it gets the
+  larger of the two (a worker is never cut off sooner than by the Python data path; one that
+  sends no head is cut off later when the idle timeout is the larger).
+- ``idle_timeout_seconds`` -> ``client_body_timeout``, ``send_timeout``, ``proxy_send_timeout``.
+- ``request_timeout_seconds``: no nginx equivalent (no whole-request limit); parking is bounded by
+  the parked-request budget in the control service.
+- ``max_head_bytes`` -> ``large_client_header_buffers 1 <max_head_bytes>``: a larger head gets
+  nginx's 414 (request line) or 400 "Request Header Or Cookie Too Large", not the Python path's 431.
+- ``trusted_proxies`` -> a ``geo`` block: the client's ``X-Forwarded-For`` is kept (and the peer
+  appended) only from those networks, replaced by the peer otherwise.
+
+No keep-alive to workers (``Connection: close``, no ``upstream`` block), bodies streamed both ways
+(``proxy_buffering off``, ``proxy_request_buffering off``), WebSocket upgrades passed through.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+from router.metrics import DURATION_BUCKETS
+from router.settings import RouterSettings, split_host_port
+
+LUA_DIR = Path(__file__).resolve().parent
+"""Where ``ate_router.lua`` is (package data)."""
+
+MODULES = ("/usr/lib/nginx/modules/ndk_http_module.so", "/usr/lib/nginx/modules/ngx_http_lua_module.so")
+"""Debian's nginx Lua module and the devel kit it needs (libnginx-mod-http-lua)."""
+
+PARK_MARGIN_SECONDS = 30
+"""How much longer than the parked-request budget nginx waits for the control service."""
+
+
+@dataclass(frozen=True, slots=True)
+class NginxLayout:
+    """Where the nginx data path keeps its files and reaches its peers.
+
+    Attributes:
+        run_dir: Directory of nginx.conf, the pid file, temp files and the admin socket.
+        control: The control service: ``unix:/path`` or ``host:port``.
+        access_log: Where nginx writes one line per request (``/dev/stderr`` by default).
+        workers: nginx worker processes.
+        user: The ``user`` directive (only when nginx starts as root), or None.
+    """
+
+    run_dir: Path
+    control: str
+    access_log: str = "/dev/stderr"
+    workers: int = 1
+    user: str | None = None
+
+    @property
+    def admin_socket(self) -> Path:
+        """The unix socket of nginx's admin server (invalidate, flush, stats, recent, inflight)."""
+        return self.run_dir / "admin.sock"
+
+    @property
+    def conf(self) -> Path:
+        """The generated nginx.conf."""
+        return self.run_dir / "nginx.conf"
+
+
+def _listen(value: str) -> str:
+    host, port = split_host_port(value)
+    return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+
+
+def _seconds(value: float) -> str:
+    return f"{max(int(value * 1000), 1)}ms"
+
+
+def _lua_string(value: str) -> str:
+    return '"' + value.replace("\\", "\\\\").replace('"', '\\"') + '"'
+
+
+def _proxy_block(settings: RouterSettings) -> str:
+    """The directives that proxy one request to ``$ate_upstream`` (used twice: first try, retry)."""
+    read = max(settings.response_head_timeout_seconds, settings.idle_timeout_seconds)
+    return f"""
+      proxy_pass http://$ate_upstream;
+      proxy_http_version 1.1;
+      proxy_buffering off;
+      proxy_request_buffering off;
+      proxy_connect_timeout {_seconds(settings.upstream_connect_timeout_seconds)};
+      proxy_read_timeout {_seconds(read)};
+      proxy_send_timeout {_seconds(settings.idle_timeout_seconds)};
+      proxy_pass_header Date;
+      proxy_pass_header Server;
+      proxy_set_header Host $ate_upstream_host;
+      proxy_set_header Connection $ate_connection;
+      proxy_set_header Upgrade $ate_upgrade;
+      proxy_set_header ate-target-actor "";
+      proxy_set_header Keep-Alive "";
+      proxy_set_header Proxy-Authenticate "";
+      proxy_set_header Proxy-Authorization "";
+      proxy_set_header Proxy-Connection "";
+      proxy_set_header TE "";
+      proxy_set_header Trailer "";
+      proxy_set_header Expect "";
+      proxy_set_header X-Request-Id $ate_request_id;
+      proxy_set_header X-Forwarded-For $ate_forwarded_for;
+      proxy_set_header X-Forwarded-Host $http_host;
+      proxy_set_header X-Forwarded-Proto $scheme;
+      header_filter_by_lua_block {{ ate.header_filter() }}
+      log_by_lua_block {{ ate.log() }}
+      error_page 502 504 = @failed;
+"""
+
+
+def render(settings: RouterSettings, layout: NginxLayout) -> str:
+    """The nginx.conf text for ``settings``.
+
+    Args:
+        settings: The router's settings (listen address, domain, timeouts, trusted proxies...).
+        layout: Files and peers (see ``NginxLayout``).
+
+    Returns:
+        A complete nginx.conf (``daemon off``: the router supervises nginx's master process).
+    """
+    run = layout.run_dir
+    control = layout.control if layout.control.startswith("unix:") else _listen(layout.control)
+    trusted = "\n".join(f"    {network} 1;" for network in settings.trusted_proxies)
+    buckets = ", ".join(f"{b:g}" for b in DURATION_BUCKETS)
+    from router.access import ACTOR_TEMPLATE_SECONDS, REVIEW_SECONDS
+
+    user = f"user {layout.user};\n" if layout.user else ""
+    park = int(settings.parked_request_budget_seconds) + PARK_MARGIN_SECONDS
+    head_bytes = max(settings.max_head_bytes, 1024)
+    proxy = _proxy_block(settings)
+    modules = "".join(f"load_module {m};\n" for m in MODULES)
+    return f"""# generated by router.nginx.config for ate-router --data-path nginx; do not edit
+{modules}{user}daemon off;
+master_process on;
+worker_processes {layout.workers};
+pid {run}/nginx.pid;
+error_log {run}/error.log warn;
+events {{ worker_connections 4096; }}
+http {{
+  lua_package_path "{LUA_DIR}/?.lua;;";
+  lua_shared_dict ate_routes 32m;
+  lua_shared_dict ate_stats 8m;
+  init_by_lua_block {{
+    ate = require("ate_router")
+    ate.configure({{ domain = {_lua_string(settings.domain)}, buckets = {{ {buckets} }},
+                    public_seconds = {ACTOR_TEMPLATE_SECONDS:g}, token_seconds = {REVIEW_SECONDS:g} }})
+  }}
+  client_body_temp_path {run}/body;
+  proxy_temp_path {run}/proxy;
+  fastcgi_temp_path {run}/fastcgi;
+  uwsgi_temp_path {run}/uwsgi;
+  scgi_temp_path {run}/scgi;
+  server_tokens off;
+  underscores_in_headers on;
+  lua_check_client_abort on;
+  recursive_error_pages on;
+  log_format ate 'request $ate_request_id $http_ate_target_actor $request_method $uri $status $ate_outcome_logged $request_time s';
+  access_log {layout.access_log} ate;
+  geo $ate_trusted {{
+    default 0;
+{trusted}
+  }}
+  map $ate_trusted $ate_forwarded_for {{
+    1 $proxy_add_x_forwarded_for;
+    default $remote_addr;
+  }}
+  map $status $ate_outcome_logged {{
+    499 client_gone;
+    default $ate_outcome;
+  }}
+  upstream ate_control {{
+    server {control};
+    keepalive 32;
+  }}
+  server {{
+    listen {_listen(settings.listen)} backlog=4096;
+    client_header_timeout {_seconds(settings.head_timeout_seconds)};
+    keepalive_timeout {_seconds(settings.head_timeout_seconds)};
+    client_body_timeout {_seconds(settings.idle_timeout_seconds)};
+    send_timeout {_seconds(settings.idle_timeout_seconds)};
+    client_header_buffer_size 1k;
+    large_client_header_buffers 1 {head_bytes};
+    client_max_body_size 0;
+    set $ate_request_id "";
+    set $ate_upstream "";
+    set $ate_upstream_host "";
+    set $ate_actor "";
+    set $ate_cached "0";
+    set $ate_retried "0";
+    set $ate_counted "0";
+    set $ate_outcome "";
+    set $ate_upgrade "";
+    set $ate_connection "close";
+    set $ate_failed_status $status;
+
+    location / {{
+      access_by_lua_block {{ ate.access() }}
+{proxy}
+    }}
+    location @proxy {{
+{proxy}
+    }}
+    location @failed {{
+      set $ate_failed_status $status;
+      content_by_lua_block {{ ate.failed() }}
+      header_filter_by_lua_block {{ ate.header_filter() }}
+      log_by_lua_block {{ ate.log() }}
+    }}
+    location @statusz {{
+      proxy_pass http://ate_control/statusz$is_args$args;
+      proxy_http_version 1.1;
+      proxy_set_header Connection "";
+      header_filter_by_lua_block {{ ate.header_filter() }}
+    }}
+    location = /_ate/route {{
+      internal;
+      proxy_pass http://ate_control/route;
+      proxy_http_version 1.1;
+      proxy_pass_request_body off;
+      proxy_set_header Content-Length "";
+      proxy_set_header Connection "";
+      proxy_set_header Upgrade "";
+      proxy_set_header Expect "";
+      proxy_read_timeout {park}s;
+    }}
+    location = /_ate/failed {{
+      internal;
+      proxy_pass http://ate_control/failed;
+      proxy_http_version 1.1;
+      proxy_pass_request_body off;
+      proxy_set_header Content-Length "";
+      proxy_set_header Connection "";
+      proxy_set_header Upgrade "";
+      proxy_set_header Expect "";
+    }}
+  }}
+  server {{
+    listen unix:{layout.admin_socket};
+    access_log off;
+    location = /invalidate {{ content_by_lua_block {{ ate.invalidate() }} }}
+    location = /flush {{ content_by_lua_block {{ ate.flush() }} }}
+    location = /stats {{ content_by_lua_block {{ ate.stats() }} }}
+    location = /recent {{ content_by_lua_block {{ ate.recent() }} }}
+    location = /inflight {{ content_by_lua_block {{ ate.inflight() }} }}
+    location / {{ return 404; }}
+  }}
+}}
+"""
+
+
+def write(settings: RouterSettings, layout: NginxLayout) -> Path:
+    """Write nginx.conf (and the temp directories nginx wants) into ``layout.run_dir``.
+
+    Returns:
+        The path of nginx.conf.
+    """
+    layout.run_dir.mkdir(parents=True, exist_ok=True)
+    for name in ("body", "proxy", "fastcgi", "uwsgi", "scgi"):
+        (layout.run_dir / name).mkdir(exist_ok=True)
+    layout.conf.write_text(render(settings, layout))
+    return layout.conf

@@ -1,0 +1,433 @@
+"""The control service of the nginx data path: what nginx asks when it does not know an actor.
+
+nginx (router/nginx/ate_router.lua) asks ``GET /route`` on a cache miss, with the client's
+headers and, as query arguments, the raw ``ate-target-actor`` values (``t``, count ``n``), the
+Host (``h``), the request target (``u``) and, after a cached worker refused a connection, that
+worker (``x``). The answer is either where the actor serves (200 with ``X-Ate-Upstream``,
+``X-Ate-Host``, ``X-Ate-Actor``, ``X-Ate-Strip``, ``X-Ate-Parked`` and ``X-Ate-Cache``: ``public``,
+``token`` or ``no``), or the exact status, text and ``Retry-After`` of the Python data path,
+with ``X-Ate-Outcome``. ``GET /failed`` gives the texts of a worker that failed (``kind``
+``connect``, ``timeout`` or ``broken``); ``GET /statusz`` the status page.
+
+The control path is the Python router's own: target parsing (router.target), access
+(router.access), resume and parking (router.resume), the RUNNING-actor cache with its LISTEN
+(router.cache) and the error texts. Every invalidation of that cache is pushed to nginx's
+admin server (``NginxAdmin``): a NOTIFY about an actor forgets it there too, a lost or re-made
+LISTEN forgets everything.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import Iterator
+from typing import Any
+from urllib.parse import parse_qsl, quote
+
+import httpx
+from prometheus_client.core import CounterMetricFamily, HistogramMetricFamily
+from prometheus_client.registry import REGISTRY, Collector, CollectorRegistry
+
+from router import errors, statusz
+from router.access import AccessGate
+from router.api_client import ApiClient
+from router.app import worker_unreachable
+from router.cache import ActorCache, CacheInvalidator
+from router.errors import RouteError
+from router.metrics import DURATION_BUCKETS
+from router.proxy import response_head_timeout, upstream_failed
+from router.resume import Resumer
+from router.settings import RouterSettings
+from router.target import Target, TargetError, is_label, target_from_headers
+from router.types import Upstream
+
+log = logging.getLogger(__name__)
+
+_DATA_PATH_METRICS = (
+    "ate_router_requests",
+    "ate_router_request_duration_seconds",
+    "ate_router_received_bytes",
+    "ate_router_sent_bytes",
+)
+
+
+class NginxAdmin:
+    """Client of nginx's admin server (a unix socket): invalidations, counters, recent requests.
+
+    Args:
+        socket: Path of the admin socket.
+    """
+
+    def __init__(self, socket: str) -> None:
+        self.socket = socket
+        self._client = httpx.AsyncClient(transport=httpx.AsyncHTTPTransport(uds=socket), base_url="http://nginx")
+        self._queue: asyncio.Queue[str | None] = asyncio.Queue()
+        self._task: asyncio.Task[None] | None = None
+
+    def start(self) -> None:
+        """Start sending queued invalidations (in order, retried until nginx takes them)."""
+        if self._task is None:
+            self._task = asyncio.create_task(self._send_invalidations(), name="ate-router-nginx-invalidate")
+
+    async def stop(self) -> None:
+        """Stop sending and close the client."""
+        if self._task is not None:
+            self._task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._task
+            self._task = None
+        await self._client.aclose()
+
+    def invalidate(self, key: str | None) -> None:
+        """Queue forgetting actor ``key`` (None: every actor) in nginx."""
+        self._queue.put_nowait(key)
+
+    async def _send_invalidations(self) -> None:
+        while True:
+            key = await self._queue.get()
+            path = "/flush" if key is None else f"/invalidate?key={quote(key, safe='')}"
+            delay = 0.05
+            while True:
+                try:
+                    (await self._client.post(path, timeout=5)).raise_for_status()
+                    break
+                except httpx.HTTPError as exc:
+                    # nginx restarting: its dict starts empty, so a late invalidation is harmless.
+                    log.warning("nginx did not take %s (%s); retrying in %.2fs", path, exc, delay)
+                    await asyncio.sleep(delay)
+                    delay = min(delay * 2, 1.0)
+
+    async def in_flight(self, key: str) -> int:
+        """Requests of actor ``key`` nginx is proxying now (every worker process); for drain.
+
+        Raises:
+            httpx.HTTPError: nginx's admin server did not answer.
+        """
+        resp = await self._client.get(f"/inflight?key={quote(key, safe='')}", timeout=5)
+        resp.raise_for_status()
+        return int(resp.text or 0)
+
+    async def recent(self) -> list[statusz.RecentRequest]:
+        """The last 100 requests nginx finished, newest first (empty when nginx does not answer)."""
+        try:
+            resp = await self._client.get("/recent", timeout=2)
+        except httpx.HTTPError:
+            return []
+        found = []
+        for line in resp.text.splitlines():
+            fields = line.split("\t")
+            if len(fields) != 8:
+                continue
+            started, request_id, target, method, path, status, outcome, ms = fields
+            found.append(
+                statusz.RecentRequest(
+                    float(started), request_id, target, method, path, int(status), outcome, float(ms)
+                )
+            )
+        return found
+
+    def stats(self) -> dict[str, float]:
+        """nginx's counters (blocking; for the metrics thread): ``n:<outcome>`` requests,
+        ``s:<outcome>`` seconds, ``b:<outcome>:<bucket index|inf>``, ``in``, ``out``, ``f:<actor>``.
+
+        Raises:
+            httpx.HTTPError: nginx's admin server did not answer.
+        """
+        with httpx.Client(transport=httpx.HTTPTransport(uds=self.socket), base_url="http://nginx") as client:
+            resp = client.get("/stats", timeout=2)
+            resp.raise_for_status()
+        found: dict[str, float] = {}
+        for line in resp.text.splitlines():
+            name, _, value = line.rpartition("\t")
+            if name:
+                found[name] = float(value)
+        return found
+
+
+class NginxRequestMetrics(Collector):
+    """The data path's Prometheus families, read from nginx's counters at each scrape: requests
+    and their duration by outcome, body bytes in and out (the same names as the Python path)."""
+
+    def __init__(self, admin: NginxAdmin) -> None:
+        self.admin = admin
+
+    def collect(self) -> Iterator[Any]:
+        """Yield the four families (none when nginx does not answer)."""
+        try:
+            stats = self.admin.stats()
+        except httpx.HTTPError as exc:
+            log.warning("nginx counters unavailable: %s", exc)
+            return
+        requests = CounterMetricFamily("ate_router_requests", "Requests handled by the router, by outcome.", labels=["outcome"])
+        duration = HistogramMetricFamily(
+            "ate_router_request_duration_seconds",
+            "Time from request arrival to the end of the response, by outcome.",
+            labels=["outcome"],
+        )
+        outcomes = sorted({name[2:] for name in stats if name.startswith("n:")})
+        for outcome in outcomes:
+            requests.add_metric([outcome], stats[f"n:{outcome}"])
+            cumulative, buckets = 0.0, []
+            for index, bound in enumerate(DURATION_BUCKETS, start=1):
+                cumulative += stats.get(f"b:{outcome}:{index}", 0)
+                buckets.append((f"{bound:g}", cumulative))
+            buckets.append(("+Inf", cumulative + stats.get(f"b:{outcome}:inf", 0)))
+            duration.add_metric([outcome], buckets, stats.get(f"s:{outcome}", 0.0))
+        received = CounterMetricFamily(
+            "ate_router_received_bytes",
+            "Request bytes received from clients (nginx: the Content-Length, or the whole request when chunked).",
+            value=stats.get("in", 0),
+        )
+        sent = CounterMetricFamily("ate_router_sent_bytes", "Response body bytes sent to clients.", value=stats.get("out", 0))
+        yield from (requests, duration, received, sent)
+
+    def count(self, outcome: str) -> float:
+        """Requests nginx counted with ``outcome`` (0 before the first)."""
+        return self.admin.stats().get(f"n:{outcome}", 0.0)
+
+
+class _Rest(Collector):
+    """Every family of the default registry but the data path's (those come from nginx)."""
+
+    def collect(self) -> Iterator[Any]:
+        for family in REGISTRY.collect():
+            if family.name not in _DATA_PATH_METRICS:
+                yield family
+
+
+def metrics_registry(admin: NginxAdmin) -> CollectorRegistry:
+    """The registry the metrics port exports in nginx mode: nginx's request counters, and the
+    control service's own (parked requests, park durations, resumes) from the default one."""
+    registry = CollectorRegistry(auto_describe=False)
+    registry.register(NginxRequestMetrics(admin))
+    registry.register(_Rest())
+    return registry
+
+
+class _NotifyingCache(ActorCache):
+    """An ``ActorCache`` whose every forgetting is pushed to nginx as well."""
+
+    def __init__(self, admin: NginxAdmin) -> None:
+        super().__init__()
+        self.admin = admin
+
+    def drop(self, key: str) -> None:
+        super().drop(key)
+        self.admin.invalidate(key)
+
+    def clear(self) -> None:
+        super().clear()
+        self.admin.invalidate(None)
+
+
+def _upstream_host(upstream: Upstream) -> str:
+    text = str(upstream)
+    return text if upstream.port != 80 else text.rsplit(":", 1)[0]
+
+
+class ControlService:
+    """The control path answering nginx; an ASGI app (``/route``, ``/failed``, ``/statusz``).
+
+    Args:
+        settings: Router settings.
+        admin_socket: nginx's admin socket.
+        api_client: Optional API client (built from settings when omitted).
+
+    Attributes:
+        cache: RUNNING-actor cache (its forgetting reaches nginx).
+        gate: router.access.AccessGate.
+        resumer: router.resume.Resumer (the parking lot).
+        invalidator: LISTEN loop, or None without a database URL (nothing cached anywhere).
+        admin: The nginx admin client.
+        metrics: nginx's request counters as Prometheus families.
+    """
+
+    def __init__(self, settings: RouterSettings, admin_socket: str, api_client: ApiClient | None = None) -> None:
+        self.settings = settings
+        self.api = api_client or ApiClient(settings.api_server, token=settings.read_api_token())
+        self.admin = NginxAdmin(admin_socket)
+        self.cache: ActorCache = _NotifyingCache(self.admin)
+        self.gate = AccessGate(self.api, settings.api_server)
+        self.cache.on_change.append(self.gate.forget)
+        self.resumer = Resumer(
+            self.api, self.cache, settings.parked_request_budget_seconds, settings.max_parked, settings.api_server
+        )
+        self.invalidator = CacheInvalidator(settings.database_url, self.cache) if settings.database_url else None
+        self.metrics = NginxRequestMetrics(self.admin)
+
+    async def start(self) -> None:
+        """Start pushing invalidations to nginx and the LISTEN loop."""
+        self.admin.start()
+        if self.invalidator is not None:
+            self.invalidator.start()
+
+    async def stop(self) -> None:
+        """Stop the LISTEN loop and close the clients."""
+        if self.invalidator is not None:
+            await self.invalidator.stop()
+        await self.admin.stop()
+        await self.api.aclose()
+
+    async def in_flight(self, key: str) -> int:
+        """Requests of actor ``key`` being proxied by nginx now (the hook for drain)."""
+        return await self.admin.in_flight(key)
+
+    async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
+        """Serve one request of nginx (ASGI)."""
+        if scope["type"] == "lifespan":
+            await self._lifespan(receive, send)
+            return
+        path = scope["path"]
+        if path == "/route":
+            await self._route(scope, receive, send)
+        elif path == "/failed":
+            await self._failed(scope, send)
+        elif path == statusz.PATH:
+            await self._statusz(scope, send)
+        else:
+            await _send(send, 404, {}, b"not found\n")
+
+    async def _lifespan(self, receive: Any, send: Any) -> None:
+        while True:
+            message = await receive()
+            if message["type"] == "lifespan.startup":
+                await self.start()
+                await send({"type": "lifespan.startup.complete"})
+            elif message["type"] == "lifespan.shutdown":
+                await self.stop()
+                await send({"type": "lifespan.shutdown.complete"})
+                return
+
+    async def _route(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
+        query = _query(scope)
+        values = [v.encode("latin-1") for k, v in query if k == "t"]
+        host_text = next((v for k, v in query if k == "h"), None)
+        host = None if host_text is None else host_text.encode("latin-1")
+        request_path = next((v for k, v in query if k == "u"), "/").split("?", 1)[0]
+        unreachable = next((v for k, v in query if k == "x"), None)
+        if request_path == statusz.PATH and not values and not self._names_actor(host):
+            await _send(send, 200, {"X-Ate-Statusz": "1"}, b"")
+            return
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + self.settings.parked_request_budget_seconds
+        try:
+            target = target_from_headers(values, host, self.settings.domain)
+            admission = await self.gate.admit(target, scope["headers"], deadline)
+            if unreachable is not None:
+                log.info("cached actor %s unreachable at %s: resuming again", target, unreachable)
+                if str(self.cache.get(target.key)) == unreachable:
+                    self.cache.drop(target.key)
+            upstream = self.cache.get(target.key)
+            parked = upstream is None
+            if upstream is None:
+                upstream = await self._park(target, deadline, receive)
+        except TargetError as exc:
+            await _answer(send, 400, str(exc), errors.BAD_TARGET)
+            return
+        except RouteError as exc:
+            await _answer(send, exc.status, exc.message, exc.outcome, exc.retry_after)
+            return
+        except _NginxGone:
+            return
+        cacheable = self.cache.enabled and self.cache.get(target.key) == upstream
+        scope_of_entry = "no" if not cacheable else ("public" if admission.public else "token")
+        headers = {
+            "X-Ate-Outcome": errors.PARKED_OK if parked else errors.OK,
+            "X-Ate-Actor": target.key,
+            "X-Ate-Upstream": str(upstream),
+            "X-Ate-Host": _upstream_host(upstream),
+            "X-Ate-Strip": "1" if admission.strips_credential else "0",
+            "X-Ate-Parked": "1" if parked else "0",
+            "X-Ate-Cache": scope_of_entry,
+        }
+        await _send(send, 200, headers, b"")
+
+    async def _park(self, target: Target, deadline: float, receive: Any) -> Upstream:
+        """``Resumer.wait_running``, given up at once when nginx drops the request (its client
+        left: nginx closes the subrequest); the resume goes on."""
+        waiting = asyncio.create_task(self.resumer.wait_running(target, deadline))
+        leaving = asyncio.create_task(_disconnect(receive))
+        try:
+            await asyncio.wait({waiting, leaving}, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            for task in (waiting, leaving):
+                if not task.done():
+                    task.cancel()
+            await asyncio.wait({waiting, leaving})
+        if waiting.cancelled():
+            raise _NginxGone
+        return waiting.result()
+
+    async def _failed(self, scope: dict[str, Any], send: Any) -> None:
+        query = dict(_query(scope))
+        key, upstream, kind = query.get("actor", ""), query.get("upstream", ""), query.get("kind", "")
+        atespace, _, name = key.partition("/")
+        if not (is_label(atespace) and is_label(name)):
+            await _answer(send, 502, f"the router failed to reach actor {key!r}", errors.ERROR)
+            return
+        target = Target(atespace, name)
+        if kind == "connect":
+            error = worker_unreachable(target, upstream)
+        elif kind == "timeout":
+            read = max(self.settings.response_head_timeout_seconds, self.settings.idle_timeout_seconds)
+            error = response_head_timeout(key, upstream, f"response head within {read:g}s")
+        else:
+            error = upstream_failed(key, upstream, "it closed the connection or sent no valid HTTP response head")
+        await _answer(send, error.status, error.message, error.outcome, error.retry_after)
+
+    def _names_actor(self, host: bytes | None) -> bool:
+        try:
+            target_from_headers([], host, self.settings.domain)
+        except TargetError:
+            return False
+        return True
+
+    async def _statusz(self, scope: dict[str, Any], send: Any) -> None:
+        if self.invalidator is None:
+            postgres = "not configured (no cache)"
+        else:
+            postgres = "ok" if self.invalidator.connected.is_set() else "not connected (cache off)"
+        document = statusz.status_document(
+            settings=self.settings.redacted(),
+            api=await self.api.health(),
+            postgres=postgres,
+            parked=self.resumer.parked,
+            max_parked=self.settings.max_parked,
+            recent=await self.admin.recent(),
+        )
+        as_json = b"format=json" in scope.get("query_string", b"").split(b"&")
+        data = statusz.render_json(document) if as_json else statusz.render_html(document)
+        kind = "application/json" if as_json else "text/html; charset=utf-8"
+        await _send(send, 200, {"Content-Type": kind, "Cache-Control": "no-store"}, data)
+
+
+class _NginxGone(Exception):
+    """nginx dropped the subrequest (its client left while parked)."""
+
+
+def _query(scope: dict[str, Any]) -> list[tuple[str, str]]:
+    """Query arguments with their bytes kept (as Latin-1 text: ``.encode("latin-1")`` restores them)."""
+    raw = scope.get("query_string", b"").decode("latin-1")
+    return parse_qsl(raw, keep_blank_values=True, encoding="latin-1")
+
+
+async def _disconnect(receive: Any) -> None:
+    while (await receive())["type"] != "http.disconnect":
+        pass
+
+
+async def _send(send: Any, status: int, headers: dict[str, str], body: bytes) -> None:
+    pairs = [(k.lower().encode(), v.encode("latin-1")) for k, v in headers.items()]
+    pairs.append((b"content-length", str(len(body)).encode()))
+    await send({"type": "http.response.start", "status": status, "headers": pairs})
+    await send({"type": "http.response.body", "body": body, "more_body": False})
+
+
+async def _answer(send: Any, status: int, message: str, outcome: str, retry_after: int | None = None) -> None:
+    """The router's own one-line answer, as the Python data path gives it, for nginx to relay."""
+    data = (" ".join(message.split()) + "\n").encode()
+    headers = {"X-Ate-Outcome": outcome}
+    if retry_after is not None:
+        headers["Retry-After"] = str(retry_after)
+    await _send(send, status, headers, data)

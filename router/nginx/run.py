@@ -1,0 +1,84 @@
+"""``ate router --data-path nginx``: the control service on a unix socket, nginx in front of it.
+
+The control service (router.nginx.control) is served by uvicorn on ``<run dir>/control.sock``;
+nginx (router.nginx.supervisor) listens on ``--listen`` with the configuration of
+router.nginx.config; the metrics port exports nginx's request counters with the control
+service's own. SIGTERM/SIGINT stop nginx gracefully, then the control service.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import getpass
+import logging
+import os
+import signal
+import tempfile
+from pathlib import Path
+
+import uvicorn
+
+from router.metrics import serve_metrics
+from router.nginx import config
+from router.nginx.control import ControlService, metrics_registry
+from router.nginx.supervisor import NginxProcess, check_installed
+from router.settings import RouterSettings, split_host_port
+
+log = logging.getLogger("router")
+
+
+def layout_for(settings: RouterSettings, run_dir: Path) -> config.NginxLayout:
+    """The layout of a router run in ``run_dir``: control service on a unix socket there."""
+    user = getpass.getuser() if os.geteuid() == 0 else None
+    return config.NginxLayout(
+        run_dir=run_dir,
+        control=f"unix:{run_dir / 'control.sock'}",
+        workers=settings.nginx_workers,
+        user=user,
+    )
+
+
+async def serve_nginx(settings: RouterSettings) -> None:
+    """Serve actor traffic through nginx until SIGTERM/SIGINT.
+
+    Raises:
+        SystemExit: nginx is missing, refuses its configuration or does not start.
+    """
+    binary = check_installed(settings.nginx_binary)
+    run_dir = Path(settings.nginx_run_dir or tempfile.mkdtemp(prefix="ate-router-nginx-"))
+    run_dir.mkdir(parents=True, exist_ok=True)
+    run_dir.chmod(0o755)
+    layout = layout_for(settings, run_dir)
+    config.write(settings, layout)
+    nginx = NginxProcess(layout, binary)
+    nginx.test_config()
+    control = ControlService(settings, str(layout.admin_socket))
+    socket_path = run_dir / "control.sock"
+    socket_path.unlink(missing_ok=True)
+    server = uvicorn.Server(
+        uvicorn.Config(control, uds=str(socket_path), log_level="warning", access_log=False, lifespan="on",
+                       server_header=False, date_header=False, timeout_graceful_shutdown=5)
+    )  # fmt: skip
+    server.install_signal_handlers = lambda: None  # type: ignore[method-assign]
+    served = asyncio.create_task(server.serve())
+    while not server.started:
+        if served.done():
+            served.result()
+            raise SystemExit(1)
+        await asyncio.sleep(0.01)
+    metrics_host, metrics_port = split_host_port(settings.metrics_listen)
+    metrics = serve_metrics(metrics_host, metrics_port, metrics_registry(control.admin))
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, stop.set)
+    try:
+        await nginx.start()
+        print(f"router: ready on {settings.listen} (nginx data path, {settings.nginx_workers} workers)", flush=True)
+        await stop.wait()
+        log.info("stopping: nginx first (requests in flight finish), then the control service")
+    finally:
+        await nginx.stop()
+        server.should_exit = True
+        await served
+        metrics.shutdown()  # type: ignore[attr-defined]
