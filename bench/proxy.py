@@ -8,6 +8,8 @@ connections for `seconds` each:
   keep-alive: a new connection per request, as the router does) -> upstream.
 - **router**: wrk -> `python -m router` (one process, cache on through PostgreSQL LISTEN) ->
   upstream; wrk's requests name 100 actors in turn (`ate-target-actor`), all RUNNING there.
+- **router-nginx**: the same with `--data-path nginx` (nginx with the router's Lua code, one
+  worker process, and the Python control service, which a cache hit does not reach).
 
 The upstream is an "actor that answers from memory": an nginx `return 200` (one worker process),
 so neither a gVisor sandbox nor Python limits what the proxies can do. The router's control path
@@ -16,9 +18,10 @@ the first request of each actor every request is a cache hit, which is what the 
 
 Figures: requests per second, p50/p99 latency (wrk `--latency`), latency added to direct at the
 same connection count, and CPU per request of the proxy process(es) (utime+stime from /proc,
-nginx master and worker, the router process). The last line:
+nginx master and worker, the router process; for router-nginx the control service and its nginx
+master and worker). The last line gives both router data paths:
 `KEY proxy: router/nginx throughput at 64 connections R (goal >= 0.5), p50 added at 1 connection
-X ms (goal < 1), CPU per request C x nginx (goal <= 3)`.
+X ms (goal < 1), CPU per request C x nginx (goal <= 3); router-nginx/nginx ...`.
 """
 
 from __future__ import annotations
@@ -42,6 +45,8 @@ import httpx
 ROOT = Path(__file__).resolve().parents[1]
 ACTORS = 100
 CONNECTIONS = (1, 8, 64)
+ROUTERS = ("router", "router-nginx")
+PATHS = ("direct", "nginx", *ROUTERS)
 
 ROTATE_LUA = """
 local n = 0
@@ -94,6 +99,13 @@ def _children(pid: int) -> list[int]:
     for task in Path(f"/proc/{pid}/task").iterdir():
         children = (task / "children").read_text().split()
         found += [int(c) for c in children]
+    return found
+
+
+def _descendants(pid: int) -> list[int]:
+    found = []
+    for child in _children(pid):
+        found += [child, *_descendants(child)]
     return found
 
 
@@ -212,6 +224,7 @@ def run(seconds: float, rounds: int, keep: bool, log: Callable[[str], None]) -> 
     script = base / "rotate.lua"
     script.write_text(ROTATE_LUA % {"actors": ACTORS})
     upstream_port, nginx_port, router_port, api_port, metrics_port = (free_port() for _ in range(5))
+    router_nginx_port, router_nginx_metrics_port = free_port(), free_port()
     postgres = get_server(base / "pg")
     samples: list[Sample] = []
     try:
@@ -228,19 +241,30 @@ def run(seconds: float, rounds: int, keep: bool, log: Callable[[str], None]) -> 
             _process([sys.executable, "-m", "router", "--listen", f"127.0.0.1:{router_port}",
                       "--api-server", f"http://127.0.0.1:{api_port}", "--metrics-listen", f"127.0.0.1:{metrics_port}",
                       "--log-level", "warning", "--max-parked", "10000"], base / "router.log", router_env) as router,  # fmt: skip
+            _process([sys.executable, "-m", "router", "--data-path", "nginx", "--listen", f"127.0.0.1:{router_nginx_port}",
+                      "--api-server", f"http://127.0.0.1:{api_port}",
+                      "--metrics-listen", f"127.0.0.1:{router_nginx_metrics_port}", "--nginx-run-dir", str(base / "router-nginx"),
+                      "--log-level", "warning", "--max-parked", "10000"], base / "router-nginx.log", router_env) as router_nginx,  # fmt: skip
         ):
             _wait_http(f"http://127.0.0.1:{upstream_port}/")
             _wait_http(f"http://127.0.0.1:{nginx_port}/")
             _wait_http(f"http://127.0.0.1:{api_port}/healthz")
-            for i in range(ACTORS):  # each actor resumed once: from now on the router serves from its cache
+            for i in range(ACTORS):  # each actor resumed once: from now on the routers serve from their caches
                 _wait_http(f"http://127.0.0.1:{router_port}/", {"ate-target-actor": f"bench/a{i}"})
+                _wait_http(f"http://127.0.0.1:{router_nginx_port}/", {"ate-target-actor": f"bench/a{i}"})
             nginx_pids = [nginx.pid, *_children(nginx.pid)]
-            paths = [("direct", upstream_port, []), ("nginx", nginx_port, nginx_pids), ("router", router_port, [router.pid])]
+            router_nginx_pids = [router_nginx.pid, *_descendants(router_nginx.pid)]
+            paths = [
+                ("direct", upstream_port, []),
+                ("nginx", nginx_port, nginx_pids),
+                ("router", router_port, [router.pid]),
+                ("router-nginx", router_nginx_port, router_nginx_pids),
+            ]
             for round_number in range(rounds):
                 for connections in CONNECTIONS:
                     for path, port, pids in paths:
                         sample = _load(path, port, connections, seconds, script, pids)
-                        log(f"round {round_number + 1} {path:6} c={connections:2}: {sample.requests_per_second:8.0f} req/s "
+                        log(f"round {round_number + 1} {path:12} c={connections:2}: {sample.requests_per_second:8.0f} req/s "
                             f"p50 {sample.p50_ms:.2f} ms p99 {sample.p99_ms:.2f} ms, "
                             f"{sample.cpu_ms_per_request:.3f} ms CPU/req, {sample.errors} errors")  # fmt: skip
                         samples.append(sample)
@@ -261,29 +285,34 @@ def best(samples: list[Sample], path: str, connections: int) -> Sample:
 def report(samples: list[Sample], seconds: float) -> None:
     """Print the table, write bench/results/proxy-<time>.json, print the KEY line."""
     print(f"\nproxy data path, wrk {seconds:g} s per run, best round of each (req/s, latency in ms, CPU ms per request)")
-    print(f"{'path':8} {'conns':>5} {'req/s':>9} {'p50':>7} {'p99':>7} {'+p50':>7} {'CPU/req':>8} {'errors':>6}")
+    print(f"{'path':12} {'conns':>5} {'req/s':>9} {'p50':>7} {'p99':>7} {'+p50':>7} {'CPU/req':>8} {'errors':>6}")
     for connections in CONNECTIONS:
         direct = best(samples, "direct", connections)
-        for path in ("direct", "nginx", "router"):
+        for path in PATHS:
             s = best(samples, path, connections)
             added = s.p50_ms - direct.p50_ms
             cpu = f"{s.cpu_ms_per_request:.3f}" if path != "direct" else "-"
-            print(f"{path:8} {connections:5} {s.requests_per_second:9.0f} {s.p50_ms:7.2f} {s.p99_ms:7.2f} "
+            print(f"{path:12} {connections:5} {s.requests_per_second:9.0f} {s.p50_ms:7.2f} {s.p99_ms:7.2f} "
                   f"{added:7.2f} {cpu:>8} {s.errors:6}")  # fmt: skip
-    print("\nrouter : nginx")
-    ratios = {}
-    for connections in CONNECTIONS:
-        r, n = best(samples, "router", connections), best(samples, "nginx", connections)
-        ratios[connections] = (r.requests_per_second / n.requests_per_second, r.cpu_ms_per_request / n.cpu_ms_per_request)
-        print(f"  {connections:2} connections: throughput {ratios[connections][0]:.2f}, CPU per request {ratios[connections][1]:.1f}x")
-    added_1 = best(samples, "router", 1).p50_ms - best(samples, "direct", 1).p50_ms
+    ratios: dict[tuple[str, int], tuple[float, float]] = {}
+    for router in ROUTERS:
+        print(f"\n{router} : nginx")
+        for connections in CONNECTIONS:
+            r, n = best(samples, router, connections), best(samples, "nginx", connections)
+            ratio = (r.requests_per_second / n.requests_per_second, r.cpu_ms_per_request / n.cpu_ms_per_request)
+            ratios[router, connections] = ratio
+            print(f"  {connections:2} connections: throughput {ratio[0]:.2f}, CPU per request {ratio[1]:.1f}x")
     results = ROOT / "bench" / "results"
     results.mkdir(exist_ok=True)
     out = results / f"proxy-{time.strftime('%Y%m%d-%H%M%S')}.json"
     out.write_text(json.dumps({"seconds": seconds, "samples": [asdict(s) for s in samples]}, indent=1))
     print(f"raw samples: {out.relative_to(ROOT)}")
-    print(
-        f"KEY proxy: router/nginx throughput at 64 connections {ratios[64][0]:.2f} (goal >= 0.5), "
-        f"p50 added at 1 connection {added_1:.2f} ms (goal < 1), "
-        f"CPU per request {ratios[64][1]:.1f}x nginx at 64 connections (goal <= 3)"
-    )
+    parts = []
+    for router in ROUTERS:
+        added_1 = best(samples, router, 1).p50_ms - best(samples, "direct", 1).p50_ms
+        parts.append(
+            f"{router}/nginx throughput at 64 connections {ratios[router, 64][0]:.2f} (goal >= 0.5), "
+            f"p50 added at 1 connection {added_1:.2f} ms (goal < 1), "
+            f"CPU per request {ratios[router, 64][1]:.1f}x nginx at 64 connections (goal <= 3)"
+        )
+    print("KEY proxy: " + "; ".join(parts))

@@ -314,6 +314,12 @@ end
 
 --- header_filter_by_lua: the request id on every answer; the worker's hop-by-hop headers dropped.
 function M.header_filter()
+  if ngx.req.http_version() < 1.0 and ngx.var.upstream_addr ~= nil then
+    -- No status line from the worker: nginx would relay its bytes as HTTP/0.9. Cut the
+    -- connection instead (the Python data path answers 502 there).
+    ngx.var.ate_outcome = "error"
+    return ngx.exit(ngx.ERROR)
+  end
   local request_id = ngx.var.ate_request_id
   if request_id ~= nil and request_id ~= "" then
     ngx.header["X-Request-Id"] = request_id

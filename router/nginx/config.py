@@ -46,14 +46,15 @@ class NginxLayout:
     Attributes:
         run_dir: Directory of nginx.conf, the pid file, temp files and the admin socket.
         control: The control service: ``unix:/path`` or ``host:port``.
-        access_log: Where nginx writes one line per request (``/dev/stderr`` by default).
+        access_log: Where nginx writes one line per request (``/dev/stderr`` by default; None:
+            nowhere, as the Python data path logs none above log level info).
         workers: nginx worker processes.
         user: The ``user`` directive (only when nginx starts as root), or None.
     """
 
     run_dir: Path
     control: str
-    access_log: str = "/dev/stderr"
+    access_log: str | None = "/dev/stderr"
     workers: int = 1
     user: str | None = None
 
@@ -162,7 +163,7 @@ http {{
   lua_check_client_abort on;
   recursive_error_pages on;
   log_format ate 'request $ate_request_id $http_ate_target_actor $request_method $uri $status $ate_outcome_logged $request_time s';
-  access_log {layout.access_log} ate;
+  access_log {f"{layout.access_log} ate" if layout.access_log else "off"};
   geo $ate_trusted {{
     default 0;
 {trusted}

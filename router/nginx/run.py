@@ -35,6 +35,7 @@ def layout_for(settings: RouterSettings, run_dir: Path) -> config.NginxLayout:
         control=f"unix:{run_dir / 'control.sock'}",
         workers=settings.nginx_workers,
         user=user,
+        access_log="/dev/stderr" if log.isEnabledFor(logging.INFO) else None,
     )
 
 
@@ -45,6 +46,7 @@ async def serve_nginx(settings: RouterSettings) -> None:
         SystemExit: nginx is missing, refuses its configuration or does not start.
     """
     binary = check_installed(settings.nginx_binary)
+    logging.getLogger("httpx").setLevel(logging.WARNING)  # a line per admin call otherwise
     run_dir = Path(settings.nginx_run_dir or tempfile.mkdtemp(prefix="ate-router-nginx-"))
     run_dir.mkdir(parents=True, exist_ok=True)
     run_dir.chmod(0o755)

@@ -72,6 +72,7 @@ async def test_streaming_download_of_5mb(start_router) -> None:
 
 
 @pytest.mark.asyncio
+@pytest.mark.python_data_path  # nginx is half-duplex towards a worker: it stops sending the request body once the answer began (docs/architecture.md, "The nginx data path")
 async def test_body_round_trips_through_echo(start_router) -> None:
     env = await start_router()
     data = os.urandom(MB5)
@@ -217,6 +218,7 @@ def test_httpx_import() -> None:
 
 
 @pytest.mark.asyncio
+@pytest.mark.python_data_path  # nginx answers 502 when the worker's early answer races with its reset of the unread body
 async def test_early_answer_without_reading_a_large_body_is_relayed(start_router) -> None:
     # The worker answers 413 before reading the body (HTTP allows it) and closes: the router
     # must relay that answer, not a 502, every time, whatever the body size or framing.
@@ -240,6 +242,7 @@ async def test_early_answer_without_reading_a_large_body_is_relayed(start_router
 
 
 @pytest.mark.asyncio
+@pytest.mark.python_data_path  # nginx answers 502 when the worker's early answer races with its reset of the unread body
 async def test_early_answer_then_reset_is_relayed(start_router) -> None:
     # A raw upstream that reads only the request head, answers and closes at once: its
     # kernel resets the connection (unread data), so the answer races with the reset.
@@ -299,6 +302,7 @@ async def test_client_leaving_before_the_answer_closes_the_worker_connection(sta
 
 
 @pytest.mark.asyncio
+@pytest.mark.python_data_path  # nginx takes an answer without a status line for HTTP/0.9; the Lua code cuts the connection (test_router_nginx.py)
 async def test_garbage_from_the_worker_is_502(start_router) -> None:
     env = await start_router()
 
