@@ -83,6 +83,10 @@ class NginxAdmin:
         """Queue forgetting actor ``key`` (None: every actor) in nginx."""
         self._queue.put_nowait(key)
 
+    async def settled(self) -> None:
+        """Return once nginx took every invalidation queued so far."""
+        await self._queue.join()
+
     async def _send_invalidations(self) -> None:
         while True:
             key = await self._queue.get()
@@ -97,6 +101,7 @@ class NginxAdmin:
                     log.warning("nginx did not take %s (%s); retrying in %.2fs", path, exc, delay)
                     await asyncio.sleep(delay)
                     delay = min(delay * 2, 1.0)
+            self._queue.task_done()
 
     async def in_flight(self, key: str) -> int:
         """Requests of actor ``key`` nginx is proxying now (every worker process); for drain.
@@ -121,9 +126,7 @@ class NginxAdmin:
                 continue
             started, request_id, target, method, path, status, outcome, ms = fields
             found.append(
-                statusz.RecentRequest(
-                    float(started), request_id, target, method, path, int(status), outcome, float(ms)
-                )
+                statusz.RecentRequest(float(started), request_id, target, method, path, int(status), outcome, float(ms))
             )
         return found
 
@@ -159,7 +162,9 @@ class NginxRequestMetrics(Collector):
         except httpx.HTTPError as exc:
             log.warning("nginx counters unavailable: %s", exc)
             return
-        requests = CounterMetricFamily("ate_router_requests", "Requests handled by the router, by outcome.", labels=["outcome"])
+        requests = CounterMetricFamily(
+            "ate_router_requests", "Requests handled by the router, by outcome.", labels=["outcome"]
+        )
         duration = HistogramMetricFamily(
             "ate_router_request_duration_seconds",
             "Time from request arrival to the end of the response, by outcome.",
@@ -179,7 +184,9 @@ class NginxRequestMetrics(Collector):
             "Request bytes received from clients (nginx: the Content-Length, or the whole request when chunked).",
             value=stats.get("in", 0),
         )
-        sent = CounterMetricFamily("ate_router_sent_bytes", "Response body bytes sent to clients.", value=stats.get("out", 0))
+        sent = CounterMetricFamily(
+            "ate_router_sent_bytes", "Response body bytes sent to clients.", value=stats.get("out", 0)
+        )
         yield from (requests, duration, received, sent)
 
     def count(self, outcome: str) -> float:

@@ -61,7 +61,6 @@ async def serve_nginx(settings: RouterSettings) -> None:
         uvicorn.Config(control, uds=str(socket_path), log_level="warning", access_log=False, lifespan="on",
                        server_header=False, date_header=False, timeout_graceful_shutdown=5)
     )  # fmt: skip
-    server.install_signal_handlers = lambda: None  # type: ignore[method-assign]
     served = asyncio.create_task(server.serve())
     while not server.started:
         if served.done():
@@ -72,6 +71,8 @@ async def serve_nginx(settings: RouterSettings) -> None:
     metrics = serve_metrics(metrics_host, metrics_port, metrics_registry(control.admin))
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
+    # Installed after uvicorn's own (it captures SIGTERM/SIGINT while serving): these win, and
+    # stop nginx before the control service.
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
     try:

@@ -14,14 +14,15 @@ import pytest
 import pytest_asyncio
 
 from router.app import create_app
-from router.settings import RouterSettings
 from router.nginx import config as nginx_config
 from router.nginx.config import NginxLayout
 from router.nginx.control import ControlService
 from router.nginx.supervisor import NginxProcess
+from router.settings import RouterSettings
 from tests.router.router_harness import DOMAIN, Env, FakeApi, Served, WorkerLog, free_port, serve, worker_app
 
 StartRouter = Callable[..., Any]
+
 
 def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
     """Run a router test on both data paths when its module says ``DATA_PATHS = ("python",

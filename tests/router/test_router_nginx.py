@@ -1,0 +1,132 @@
+"""What only the nginx data path has: its own cache of RUNNING actors (filled from the control
+service's answers, forgotten when PostgreSQL NOTIFY names the actor or LISTEN is lost), the
+in-flight counts a drain reads, its counters, and its answer to a worker without a status line.
+The behaviour both data paths share is tested on both by the other router tests."""
+
+from __future__ import annotations
+
+import asyncio
+
+import httpx
+import pytest
+
+from router.types import Upstream
+
+H = {"ate-target-actor": "demo/c1"}
+DATA_PATHS = ("nginx",)
+
+
+async def _cache_on(env) -> None:
+    env.router.cache.enabled = True  # as if LISTEN were live
+
+
+async def test_nginx_serves_a_running_actor_from_its_cache_until_notify_names_it(start_router) -> None:
+    env = await start_router()
+    await _cache_on(env)
+    for _ in range(3):
+        assert (await env.client.get("/", headers=H)).status_code == 200
+    assert env.api.calls["demo/c1"] == 1
+    # The control service forgets the actor (a cache hit there would hide nginx's own): only
+    # nginx's entry can answer now.
+    env.router.cache._entries.clear()
+    assert (await env.client.get("/", headers=H)).status_code == 200
+    assert env.api.calls["demo/c1"] == 1
+    env.router.cache.on_notification("demo/c1 SUSPENDING")
+    await env.router.admin.settled()
+    assert (await env.client.get("/", headers=H)).status_code == 200
+    assert env.api.calls["demo/c1"] == 2
+
+
+async def test_a_lost_listen_empties_nginx_and_turns_its_cache_off(start_router) -> None:
+    env = await start_router()
+    await _cache_on(env)
+    assert (await env.client.get("/", headers=H)).status_code == 200
+    env.router.cache.enabled = False
+    env.router.cache.clear()  # what CacheInvalidator does when its connection is lost
+    await env.router.admin.settled()
+    for expected in (2, 3):
+        assert (await env.client.get("/", headers=H)).status_code == 200
+        assert env.api.calls["demo/c1"] == expected  # nothing cached while LISTEN is down
+
+
+async def test_the_host_forms_lua_reads_are_the_ones_python_reads(start_router) -> None:
+    env = await start_router()
+    await _cache_on(env)
+    hosts = [
+        "c1.demo.actors.ate.local",
+        "C1.Demo.Actors.ATE.local:8000",
+        "c1.demo.actors.ate.local.",
+        " c1.demo.actors.ate.local.:443",
+    ]
+    for host in hosts:
+        response = await env.client.get("/x", headers={"host": host.strip()})
+        assert response.status_code == 200, (host, response.text)
+    assert env.api.calls["demo/c1"] == 1  # one actor, however its host was spelt
+    for bad in ("x.c1.demo.actors.ate.local", "c1.demo.actors.ate.localx", "c_1.demo.actors.ate.local"):
+        response = await env.client.get("/", headers={"host": bad})
+        assert response.status_code == 400 and repr(bad) in response.text
+
+
+async def test_a_token_actor_is_cached_per_credential(start_router) -> None:
+    env = await start_router()
+    await _cache_on(env)
+    env.api.access = {"mode": "token", "passCredential": False}
+    env.api.grants = {"good": {"demo/c1"}}
+    for _ in range(3):
+        assert (await env.client.get("/", headers={**H, "Authorization": "Bearer good"})).status_code == 200
+    refused = await env.client.get("/", headers={**H, "Authorization": "Bearer other"})
+    assert refused.status_code == 401  # an entry for one credential never lets another through
+    assert (await env.client.get("/", headers=H)).status_code == 401
+    assert len(env.api.reviews) == 2
+
+
+async def test_in_flight_requests_are_counted_per_actor_for_drain(start_router) -> None:
+    env = await start_router()
+    slow = asyncio.create_task(env.client.get("/sleep?s=0.5", headers=H))
+    seen = 0
+    for _ in range(300):
+        seen = await env.router.in_flight("demo/c1")
+        if seen:
+            break
+        await asyncio.sleep(0.01)
+    assert seen == 1
+    assert (await slow).status_code == 200
+    assert await env.router.in_flight("demo/c1") == 0
+    assert await env.router.in_flight("demo/other") == 0
+
+
+async def test_outcomes_are_counted_and_exported_with_the_python_names(start_router) -> None:
+    env = await start_router()
+    assert (await env.client.get("/", headers=H)).status_code == 200
+    assert (await env.client.get("/", headers={"ate-target-actor": "Bad"})).status_code == 400
+    families = {f.name: f for f in env.router.metrics.collect()}
+    assert set(families) == {
+        "ate_router_requests", "ate_router_request_duration_seconds", "ate_router_received_bytes", "ate_router_sent_bytes"
+    }  # fmt: skip
+    counts = {
+        s.labels["outcome"]: s.value for s in families["ate_router_requests"].samples if s.name.endswith("_total")
+    }
+    assert counts == {"parked_ok": 1.0, "bad_target": 1.0}
+    buckets = [s for s in families["ate_router_request_duration_seconds"].samples if s.name.endswith("_count")]
+    assert {s.labels["outcome"]: s.value for s in buckets} == {"parked_ok": 1.0, "bad_target": 1.0}
+
+
+async def test_a_worker_without_a_status_line_gets_the_connection_cut(start_router) -> None:
+    # nginx would relay such bytes as an HTTP/0.9 answer; the Python path answers 502 (there).
+    env = await start_router()
+
+    async def handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        await reader.readuntil(b"\r\n\r\n")
+        writer.write(b"SPLAT\r\n\r\n")
+        await writer.drain()
+        writer.close()
+
+    server = await asyncio.start_server(handle, "127.0.0.1", 0)
+    await _cache_on(env)
+    cache = env.router.cache
+    cache.put(cache.begin("demo/c1"), Upstream("127.0.0.1", server.sockets[0].getsockname()[1]))
+    try:
+        with pytest.raises(httpx.RemoteProtocolError):
+            await env.client.get("/", headers=H)
+    finally:
+        server.close()
