@@ -21,7 +21,6 @@ local stats = ngx.shared.ate_stats
 local cfg = {
   domain = "ate.local",
   buckets = {},
-  public_seconds = 30,
   token_seconds = 10,
 }
 
@@ -185,8 +184,11 @@ local function ask_control(key, headers, unreachable)
   if key and key == found.actor and (scope == "public" or scope == "token") then
     local entry = table.concat({ epoch, gen, found.upstream, found.host, found.strip and "1" or "0" }, " ")
     if scope == "public" then
-      routes:set("p:" .. key, entry, cfg.public_seconds)
+      -- Until NOTIFY names the actor (templates are immutable: its access rule changes only
+      -- with the actor, which is notified); nginx caches only while LISTEN is live.
+      routes:set("p:" .. key, entry)
     else
+      -- As long as the access gate remembers a review: a revoked token passes that long at most.
       routes:set("t:" .. key .. ":" .. credential_hash(headers), entry, cfg.token_seconds)
     end
   end

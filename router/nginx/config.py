@@ -26,6 +26,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
+from router.access import REVIEW_SECONDS
 from router.metrics import DURATION_BUCKETS
 from router.settings import RouterSettings, split_host_port
 
@@ -130,8 +131,6 @@ def render(settings: RouterSettings, layout: NginxLayout) -> str:
     control = layout.control if layout.control.startswith("unix:") else _listen(layout.control)
     trusted = "\n".join(f"    {network} 1;" for network in settings.trusted_proxies)
     buckets = ", ".join(f"{b:g}" for b in DURATION_BUCKETS)
-    from router.access import ACTOR_TEMPLATE_SECONDS, REVIEW_SECONDS
-
     user = f"user {layout.user};\n" if layout.user else ""
     park = int(settings.parked_request_budget_seconds) + PARK_MARGIN_SECONDS
     head_bytes = max(settings.max_head_bytes, 1024)
@@ -151,7 +150,7 @@ http {{
   init_by_lua_block {{
     ate = require("ate_router")
     ate.configure({{ domain = {_lua_string(settings.domain)}, buckets = {{ {buckets} }},
-                    public_seconds = {ACTOR_TEMPLATE_SECONDS:g}, token_seconds = {REVIEW_SECONDS:g} }})
+                    token_seconds = {REVIEW_SECONDS:g} }})
   }}
   client_body_temp_path {run}/body;
   proxy_temp_path {run}/proxy;

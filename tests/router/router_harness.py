@@ -319,6 +319,12 @@ class Env:
 
         return float(REQUESTS.labels(outcome)._value.get())
 
+    async def settled(self) -> None:
+        """Return once the data path applied every cache invalidation made so far (the nginx
+        data path pushes them to nginx; the Python one applies them at once)."""
+        if self.data_path == "nginx":
+            await self.router.admin.settled()
+
     async def logged(self, needle: str, caplog_messages: list[str]) -> list[str]:
         """The request log lines containing ``needle``: from the router's log (Python), or
         nginx's access log, which it writes right after the answer (waited for, 5 s at most)."""

@@ -11,6 +11,7 @@ from router.cache import ActorCache
 from router.types import Upstream
 
 H = {"ate-target-actor": "demo/c1"}
+DATA_PATHS = ("python", "nginx")
 
 
 async def _until(predicate, timeout: float = 3.0) -> bool:
@@ -41,6 +42,7 @@ async def test_notify_drops_the_cache_entry(start_router, database_url) -> None:
     finally:
         await conn.close()
     assert await _until(lambda: env.router.cache.get("demo/c1") is None)
+    await env.settled()
     assert (await env.client.get("/", headers=H)).status_code == 200
     assert env.api.calls["demo/c1"] == 2
 
@@ -62,7 +64,10 @@ async def test_lost_listen_connection_clears_cache_and_reconnects(start_router, 
         assert await _until(lambda: len(env.router.cache) == 0)
         # It reconnects and caches again.
         assert await _until(lambda: env.router.cache.enabled, timeout=5)
+        await env.settled()
+        calls = env.api.calls["demo/c1"]
         assert (await env.client.get("/", headers=H)).status_code == 200
+        assert env.api.calls["demo/c1"] == calls + 1  # nothing served from before the loss
         assert env.router.cache.get("demo/c1") is not None
         await conn.execute("NOTIFY ate_actor_changes, 'demo/c1 DELETED'")
         assert await _until(lambda: env.router.cache.get("demo/c1") is None)

@@ -12,6 +12,7 @@ import subprocess
 from tests.router.conftest import StartRouter
 
 H = {"ate-target-actor": "demo/c1"}
+DATA_PATHS = ("python", "nginx")
 
 
 async def test_statusz_json_lists_health_settings_and_recent_requests(start_router: StartRouter) -> None:
