@@ -32,6 +32,7 @@ from router.target import TARGET_HEADER, Target, TargetError, target_from_header
 from router.types import Upstream
 from router.upstream_client import (
     ClientGone,
+    ClientIdle,
     UpstreamClient,
     UpstreamConnectError,
     UpstreamResponse,
@@ -70,7 +71,9 @@ class ActorRouter:
         self.settings = settings
         self.api = api_client or ApiClient(settings.api_server, token=settings.read_api_token())
         self.upstream_client = upstream_client or new_upstream_client(
-            settings.upstream_connect_timeout_seconds
+            settings.upstream_connect_timeout_seconds,
+            settings.response_head_timeout_seconds,
+            settings.idle_timeout_seconds,
         )
         self.cache = ActorCache()
         self.gate = AccessGate(self.api, settings.api_server)
@@ -182,49 +185,86 @@ class ActorRouter:
                 headers.append(value)
             elif key == b"host":
                 host = value
-        body = BodyStream(receive)
+        body = BodyStream(receive, self.settings.idle_timeout_seconds)
         try:
             target = target_from_headers(headers, host, self.settings.domain)
             deadline = started + self.settings.parked_request_budget_seconds
-            response = await self._open(scope, body, target, deadline)
+            response, parked = await self._open(scope, body, target, deadline, started)
         except TargetError as exc:
             await _answer(send, 400, str(exc))
             return errors.BAD_TARGET
         except RouteError as exc:
             await _answer(send, exc.status, exc.message, exc.retry_after)
             return exc.outcome
+        except ClientIdle as exc:
+            await _answer(send, 408, f"{exc}; send the body without pauses, or raise the router's --idle-timeout")
+            return errors.TIMEOUT
         except ClientGone:
-            return errors.UPSTREAM_ERROR
-        complete = await relay(response, receive, send, body, self.sessions, target.key)
-        return errors.OK if complete else errors.UPSTREAM_ERROR
+            return errors.CLIENT_GONE
+        outcome = await relay(response, receive, send, body, self.sessions, target.key)
+        return errors.PARKED_OK if outcome == errors.OK and parked else outcome
 
     async def _open(
-        self, scope: dict[str, Any], body: BodyStream, target: Target, deadline: float
-    ) -> UpstreamResponse:
+        self, scope: dict[str, Any], body: BodyStream, target: Target, deadline: float, started: float
+    ) -> tuple[UpstreamResponse, bool]:
         """Find the actor's upstream and open the proxied request to it.
 
+        Returns:
+            The response (head received), and whether the request was parked for a resume.
+
         Raises:
-            RouteError: From resuming, or 502 when the worker cannot be reached.
-            ClientGone: The client left while sending its body.
+            RouteError: From resuming, 502 when the worker cannot be reached, 504 when it does
+                not start answering in time.
+            ClientGone: The client left while parked or while sending its body.
         """
         admission = await self.gate.admit(target, scope["headers"], deadline)
         scope = {**scope, "headers": admission.headers}
+        request_deadline = started + self.settings.request_timeout_seconds
         upstream = self.cache.get(target.key)
         cached = upstream is not None
         if upstream is None:
-            upstream = await self.resumer.wait_running(target, deadline)
+            upstream = await self._park(target, deadline, body)
         try:
-            return await open_upstream(self.upstream_client, scope, body, upstream, target.key, self.trusted)
+            response = await open_upstream(
+                self.upstream_client, scope, body, upstream, target.key, self.trusted, request_deadline
+            )
+            return response, not cached
         except UpstreamConnectError as exc:
             if not cached:
                 raise _unreachable(target, upstream) from exc
             log.info("cached actor %s unreachable at %s: resuming again", target, upstream)
         self.cache.drop(target.key)
-        upstream = await self.resumer.wait_running(target, deadline)
+        upstream = await self._park(target, deadline, body)
         try:
-            return await open_upstream(self.upstream_client, scope, body, upstream, target.key, self.trusted)
+            response = await open_upstream(
+                self.upstream_client, scope, body, upstream, target.key, self.trusted, request_deadline
+            )
+            return response, True
         except UpstreamConnectError as exc:
             raise _unreachable(target, upstream) from exc
+
+    async def _park(self, target: Target, deadline: float, body: BodyStream) -> Upstream:
+        """Wait for the actor to be RUNNING (``Resumer.wait_running``) while watching the client:
+        one that leaves frees its place in the parking lot at once; the resume it started goes on.
+
+        Raises:
+            RouteError: From ``Resumer.wait_running``.
+            ClientGone: The client disconnected while parked.
+        """
+        if body.started:  # its body is streaming upstream already: receive is not ours to watch
+            return await self.resumer.wait_running(target, deadline)
+        waiting = asyncio.create_task(self.resumer.wait_running(target, deadline))
+        leaving = asyncio.create_task(body.wait_disconnect())
+        try:
+            await asyncio.wait({waiting, leaving}, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            for task in (waiting, leaving):
+                if not task.done():
+                    task.cancel()
+            await asyncio.wait({waiting, leaving})
+        if waiting.cancelled():  # the client left first
+            raise ClientGone(f"client left while its request waited for actor {target}")
+        return waiting.result()
 
 
 REQUEST_ID_HEADER = b"x-request-id"
@@ -257,7 +297,7 @@ def _unreachable(target: Target, upstream: Upstream) -> RouteError:
     ref = f"actor {target.name} -a {target.atespace}"
     return RouteError(
         502,
-        errors.UPSTREAM_ERROR,
+        errors.ERROR,
         f"actor {target} is RUNNING but its worker {upstream} does not answer; if this "
         f"persists, check 'ate describe {ref}' or revert it with 'ate revert {ref}'",
     )

@@ -76,9 +76,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--listen", help="host:port for actor traffic (default 127.0.0.1:8000)")
     parser.add_argument("--api-server", help="ate REST API base URL (default http://127.0.0.1:8080)")
     parser.add_argument(
-        "--api-token-file",
-        type=Path,
-        help="file with the router's API token, role router (env ATE_ROUTER_API_TOKEN_FILE)",
+        "--api-token-file", type=Path, help="file with the router's API token, role router (env ATE_ROUTER_API_TOKEN_FILE)"
     )
     parser.add_argument("--database-url", help="Postgres DSN for cache invalidation (LISTEN)")
     parser.add_argument("--domain", help="actor host domain: <name>.<atespace>.actors.<domain>")
@@ -100,6 +98,22 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         "--head-timeout",
         type=float,
         help="seconds a client may take to send a request head before it is disconnected (default 10)",
+    )
+    parser.add_argument("--connect-timeout", type=float, help="seconds to connect to a worker (default 5)")
+    parser.add_argument(
+        "--response-head-timeout",
+        type=float,
+        help="seconds a worker may take to start its answer before the client gets 504 (default 120)",
+    )
+    parser.add_argument(
+        "--idle-timeout",
+        type=float,
+        help="seconds a client's body or a worker's answer may stay silent before the request is cut off (default 300)",
+    )
+    parser.add_argument(
+        "--request-timeout",
+        type=float,
+        help="seconds a whole request may last, parking included, before it is cut off (default 3600)",
     )
     parser.add_argument("--log-level", default="info", help="log level (default info)")
     return parser.parse_args(argv)
@@ -125,6 +139,10 @@ def build_settings(args: argparse.Namespace) -> RouterSettings:
         "trusted_proxies": args.trusted_proxies,
         "metrics_listen": args.metrics_listen,
         "head_timeout_seconds": args.head_timeout,
+        "upstream_connect_timeout_seconds": args.connect_timeout,
+        "response_head_timeout_seconds": args.response_head_timeout,
+        "idle_timeout_seconds": args.idle_timeout,
+        "request_timeout_seconds": args.request_timeout,
     }
     base = RouterSettings()
     return base.model_copy(update={k: v for k, v in overrides.items() if v is not None})

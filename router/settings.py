@@ -27,6 +27,12 @@ class RouterSettings(BaseSettings):
             RUNNING (resume, retries on busy actor or no capacity), in seconds.
         max_parked: How many requests may wait for actors at once; more get 503.
         upstream_connect_timeout_seconds: TCP connect timeout to a worker, in seconds.
+        response_head_timeout_seconds: Seconds a worker may take from receiving a request head
+            to sending its response head; then the client gets 504.
+        idle_timeout_seconds: Longest silence, in seconds, of a client sending its body or of
+            a worker sending its answer; then the request is cut off.
+        request_timeout_seconds: Longest whole request, from its arrival to the end of its
+            response, in seconds (parking included); then it is cut off.
         head_timeout_seconds: Seconds a client may take to send a request head (request line
             and headers) from opening its connection or starting the head; a slower one is
             disconnected (slowloris).
@@ -48,6 +54,9 @@ class RouterSettings(BaseSettings):
     parked_request_budget_seconds: float = Field(default=5.0, gt=0)
     max_parked: int = Field(default=1000, ge=0)
     upstream_connect_timeout_seconds: float = Field(default=5.0, gt=0)
+    response_head_timeout_seconds: float = Field(default=120.0, gt=0)
+    idle_timeout_seconds: float = Field(default=300.0, gt=0)
+    request_timeout_seconds: float = Field(default=3600.0, gt=0)
     trusted_proxies: list[str] = Field(default_factory=list)
 
     @field_validator("trusted_proxies")

@@ -22,9 +22,11 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import socket
 import time
 from collections.abc import Callable, Sequence
 from ipaddress import IPv4Network, IPv6Network
+from typing import Any
 
 from websockets.asyncio.client import ClientConnection, connect
 from websockets.exceptions import ConnectionClosed, InvalidHandshake, InvalidStatus
@@ -72,24 +74,31 @@ Unreachable = Callable[[Target, Upstream], RouteError]
 
 
 class _ConnectFailed(Exception):
-    """No WebSocket connection could be made to the worker (refused, unreachable, timed out)."""
+    """No TCP connection could be made to the worker (refused, unreachable, timed out)."""
+
+
+class _ClientLeft(Exception):
+    """The client went away before its WebSocket was accepted (while parked, say)."""
 
 
 class _WorkerRefused(Exception):
     """The worker answered the handshake with an HTTP response instead of 101."""
 
-    def __init__(self, status: int, headers: list[tuple[bytes, bytes]], body: bytes) -> None:
+    def __init__(self, status: int, headers: list[tuple[bytes, bytes]], body: bytes, parked: bool) -> None:
         super().__init__(f"HTTP {status}")
         self.status = status
         self.headers = headers
         self.body = body
+        self.parked = parked
 
 
 class WebSocketProxy:
     """Serves ASGI ``websocket`` requests: routes each to its actor and relays it.
 
     Args:
-        settings: Router settings (domain, parking budget, worker connect timeout).
+        settings: Router settings (domain, parking budget, worker connect and response-head
+            timeouts; the idle and whole-request timeouts do not apply: a WebSocket may stay
+            quiet and open for as long as both ends want, each hop keeping it alive with pings).
         gate: The access gate of the HTTP path.
         cache: The RUNNING-actor cache.
         resumer: The resumer with its parking lot.
@@ -132,7 +141,7 @@ class WebSocketProxy:
         """
         loop = asyncio.get_running_loop()
         started = loop.time()
-        outcome, status = errors.UPSTREAM_ERROR, 0
+        outcome, status = errors.ERROR, 0
         try:
             outcome, status = await self._session(scope, receive, send, request_id, started)
         finally:
@@ -155,7 +164,7 @@ class WebSocketProxy:
     ) -> tuple[str, int]:
         """Route, open, relay; returns (outcome, status: 101 when accepted)."""
         if (await receive())["type"] != "websocket.connect":
-            return errors.UPSTREAM_ERROR, 0
+            return errors.CLIENT_GONE, 0
         headers: list[bytes] = []
         host: bytes | None = None
         for key, value in scope["headers"]:
@@ -170,7 +179,9 @@ class WebSocketProxy:
                 raise RouteError(
                     503, errors.UNAVAILABLE, "the router is restarting; connect again", errors.RETRY_CAPACITY_SECONDS
                 )
-            worker = await self._open(scope, target, started + self.settings.parked_request_budget_seconds)
+            worker, parked = await self._open(
+                scope, receive, target, started + self.settings.parked_request_budget_seconds
+            )
         except TargetError as exc:
             await deny.text(400, str(exc))
             return errors.BAD_TARGET, 400
@@ -179,7 +190,9 @@ class WebSocketProxy:
             return exc.outcome, exc.status
         except _WorkerRefused as exc:
             await deny.relay(exc)
-            return errors.OK, exc.status
+            return (errors.PARKED_OK if exc.parked else errors.OK), exc.status
+        except _ClientLeft:
+            return errors.CLIENT_GONE, 0
         try:
             await send(
                 {
@@ -192,38 +205,77 @@ class WebSocketProxy:
                 clean = await _relay(worker, receive, send, session)
         finally:
             await worker.close(GOING_AWAY, "the client went away")
-        return (errors.OK if clean else errors.UPSTREAM_ERROR), 101
+        if not clean:
+            return errors.ERROR, 101
+        return (errors.PARKED_OK if parked else errors.OK), 101
 
-    async def _open(self, scope: Scope, target: Target, deadline: float) -> ClientConnection:
+    async def _open(
+        self, scope: Scope, receive: Receive, target: Target, deadline: float
+    ) -> tuple[ClientConnection, bool]:
         """Find the actor's worker (as for HTTP) and open the WebSocket to it.
 
+        Returns:
+            The connection, and whether the request was parked for a resume.
+
         Raises:
-            RouteError: From the gate or resuming, or 502 when the worker cannot be reached
-                or fails the handshake.
+            RouteError: From the gate or resuming; 502 when the worker cannot be reached or
+                fails the handshake, 504 when it does not answer the handshake in time.
             _WorkerRefused: The worker answered with HTTP instead of accepting.
+            _ClientLeft: The client went away while parked.
         """
         admission = await self.gate.admit(target, scope["headers"], deadline)
         headers = upstream_headers({**scope, "headers": admission.headers}, self.trusted)
         upstream = self.cache.get(target.key)
-        cached = upstream is not None
+        parked = upstream is None
         if upstream is None:
-            upstream = await self.resumer.wait_running(target, deadline)
+            upstream = await self._park(target, deadline, receive)
         try:
-            return await self._connect(scope, headers, upstream, target)
+            return await self._connect(scope, headers, upstream, target, parked), parked
         except _ConnectFailed as exc:
-            if not cached:
+            if parked:
                 raise self.unreachable(target, upstream) from exc
             log.info("cached actor %s unreachable at %s: resuming again", target, upstream)
         self.cache.drop(target.key)
-        upstream = await self.resumer.wait_running(target, deadline)
+        upstream = await self._park(target, deadline, receive)
         try:
-            return await self._connect(scope, headers, upstream, target)
+            return await self._connect(scope, headers, upstream, target, True), True
         except _ConnectFailed as exc:
             raise self.unreachable(target, upstream) from exc
 
+    async def _park(self, target: Target, deadline: float, receive: Receive) -> Upstream:
+        """Wait for the actor to be RUNNING while watching the client: one that leaves frees its
+        place in the parking lot at once (the resume it started goes on).
+
+        Raises:
+            RouteError: From ``Resumer.wait_running``.
+            _ClientLeft: The client went away first.
+        """
+        waiting = asyncio.create_task(self.resumer.wait_running(target, deadline))
+        leaving = asyncio.create_task(_next(receive))  # before the accept, only a disconnect can come
+        try:
+            await asyncio.wait({waiting, leaving}, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            for task in (waiting, leaving):
+                if not task.done():
+                    task.cancel()
+            await asyncio.wait({waiting, leaving})
+        if waiting.cancelled():
+            raise _ClientLeft(f"client left while its WebSocket waited for actor {target}")
+        return waiting.result()
+
     async def _connect(
-        self, scope: Scope, headers: list[tuple[str, str]], upstream: Upstream, target: Target
+        self, scope: Scope, headers: list[tuple[str, str]], upstream: Upstream, target: Target, parked: bool
     ) -> ClientConnection:
+        """Open the WebSocket: TCP within the connect timeout, the handshake within the
+        response-head timeout.
+
+        Raises:
+            _ConnectFailed: No TCP connection (nothing was sent: another try is safe).
+            _WorkerRefused: The worker answered the handshake with HTTP.
+            RouteError: 502 for a failed handshake, 504 for one not answered in time.
+        """
+        sock = await _tcp_connect(upstream, self.settings.upstream_connect_timeout_seconds)
+        head_timeout = self.settings.response_head_timeout_seconds
         raw_path = (scope.get("raw_path") or scope["path"].encode()).decode("latin-1")
         query = (scope.get("query_string") or b"").decode("latin-1")
         uri = f"ws://{upstream}{raw_path}" + (f"?{query}" if query else "")
@@ -235,22 +287,56 @@ class WebSocketProxy:
                 compression=None,  # per hop: the worker is near, its bytes cost no bandwidth
                 user_agent_header=None,  # the client's own User-Agent is forwarded
                 proxy=None,
-                open_timeout=self.settings.upstream_connect_timeout_seconds,
+                sock=sock,
+                open_timeout=head_timeout,
                 close_timeout=CLOSE_TIMEOUT_SECONDS,
                 max_size=MAX_MESSAGE_BYTES,
             )
         except InvalidStatus as exc:
             response = exc.response
             kept = [(k.lower().encode(), v.encode("latin-1")) for k, v in response.headers.raw_items()]
-            raise _WorkerRefused(response.status_code, kept, bytes(response.body or b"")) from exc
-        except InvalidHandshake as exc:
+            raise _WorkerRefused(response.status_code, kept, bytes(response.body or b""), parked) from exc
+        except TimeoutError as exc:
+            sock.close()
+            raise RouteError(
+                504,
+                errors.TIMEOUT,
+                f"actor {target} at {upstream} sent no WebSocket handshake answer within {head_timeout:g}s; "
+                "retry, or raise the router's --response-head-timeout if it needs longer",
+            ) from exc
+        except (InvalidHandshake, OSError) as exc:
+            sock.close()
             raise RouteError(
                 502,
-                errors.UPSTREAM_ERROR,
+                errors.ERROR,
                 f"actor {target} at {upstream} failed the WebSocket handshake: {exc or type(exc).__name__}",
             ) from exc
-        except OSError as exc:  # refused, unreachable, or open_timeout (TimeoutError)
-            raise _ConnectFailed(str(exc)) from exc
+
+
+async def _tcp_connect(upstream: Upstream, timeout_seconds: float) -> socket.socket:
+    """A connected TCP socket to the worker (TCP_NODELAY).
+
+    Raises:
+        _ConnectFailed: Refused, unreachable, or not connected within ``timeout_seconds``.
+    """
+    loop = asyncio.get_running_loop()
+    sock: socket.socket | None = None
+    try:
+        infos = await loop.getaddrinfo(upstream.ip, upstream.port, type=socket.SOCK_STREAM, proto=socket.IPPROTO_TCP)
+        family, _, proto, _, address = infos[0]
+        sock = socket.socket(family, socket.SOCK_STREAM, proto)
+        sock.setblocking(False)
+        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        await asyncio.wait_for(loop.sock_connect(sock, address), timeout_seconds)
+    except OSError as exc:  # TimeoutError included
+        if sock is not None:
+            sock.close()
+        raise _ConnectFailed(str(exc) or type(exc).__name__) from exc
+    return sock
+
+
+async def _next(receive: Receive) -> dict[str, Any]:
+    return await receive()
 
 
 def upstream_headers(scope: Scope, trusted: Sequence[IPv4Network | IPv6Network] = ()) -> list[tuple[str, str]]:

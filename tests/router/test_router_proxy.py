@@ -343,7 +343,7 @@ async def test_request_h11_refuses_is_502_and_closes_the_connection() -> None:
         with pytest.raises(RouteError) as failure:
             await open_upstream(client, scope, BodyStream(receive), Upstream("127.0.0.1", port), "demo/c1")
         assert failure.value.status == 502
-        assert failure.value.outcome == "upstream_error"
+        assert failure.value.outcome == "error"
         assert failure.value.message == (
             f"actor demo/c1 at 127.0.0.1:{port} failed before answering: Illegal header value b'a\\x00b'"
         )

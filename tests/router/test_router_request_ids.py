@@ -29,7 +29,7 @@ async def test_a_request_without_an_id_gets_one_the_actor_sees_too(
     assert re.fullmatch(r"[0-9a-f]{32}", request_id)
     assert seen_by_actor(response)["x-request-id"] == request_id
     logged = [r.getMessage() for r in caplog.records if request_id in r.getMessage()]
-    assert logged and logged[0].startswith(f"request {request_id} demo/c1 GET /echo 200 ok ")
+    assert logged and logged[0].startswith(f"request {request_id} demo/c1 GET /echo 200 parked_ok ")
 
 
 async def test_a_well_formed_id_is_kept_and_a_malformed_one_replaced(start_router: StartRouter) -> None:

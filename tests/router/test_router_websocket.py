@@ -30,6 +30,7 @@ from tests.router.stream_worker import REFUSAL, StreamLog, event, stream_worker
 ROOT = Path(__file__).resolve().parents[2]
 TARGET = {"ate-target-actor": "demo/c1"}
 HANG_GUARD_SECONDS = 30  # a test that would hang fails instead
+pytestmark = pytest.mark.timeout(60)
 
 
 @dataclass
@@ -56,8 +57,7 @@ async def env() -> AsyncIterator[StreamEnv]:
         )
         app = create_app(settings)
         router = await stack.enter_async_context(serve(app, lifespan="on"))
-        async with asyncio.timeout(HANG_GUARD_SECONDS):
-            yield StreamEnv(f"ws://127.0.0.1:{router.port}", router.url, api, log, app)
+        yield StreamEnv(f"ws://127.0.0.1:{router.port}", router.url, api, log, app)
 
 
 def ws(url: str, path: str = "/echo", **kwargs: Any) -> Any:
@@ -160,7 +160,8 @@ async def test_worker_refusal_relayed(env: StreamEnv) -> None:
 
 
 async def test_session_counted_and_listed_as_a_request(env: StreamEnv) -> None:
-    before = REQUESTS.labels("ok")._value.get()
+    # Without a database the router caches nothing: every request resumes its actor (parked).
+    before = REQUESTS.labels("parked_ok")._value.get()
     async with ws(env.ws_url, headers={"x-request-id": "listed-1"}) as socket:
         await socket.send("x")
         assert await socket.recv() == "x"
@@ -172,10 +173,24 @@ async def test_session_counted_and_listed_as_a_request(env: StreamEnv) -> None:
         "WEBSOCKET",
         "/echo",
         101,
-        "ok",
+        "parked_ok",
         "demo/c1",
     )
-    assert REQUESTS.labels("ok")._value.get() == before + 1
+    assert REQUESTS.labels("parked_ok")._value.get() == before + 1
+
+
+async def test_client_leaving_while_parked_frees_its_slot(env: StreamEnv) -> None:
+    env.api.script("demo/c1", Step(delay=20))
+    resumer = env.app.state.router.resumer
+    opening = asyncio.create_task(ws(env.ws_url).__aenter__())
+    while resumer.parked != 1:
+        await asyncio.sleep(0.01)
+    opening.cancel()  # the client gives up: its TCP connection closes
+    with contextlib.suppress(asyncio.CancelledError):
+        await opening
+    while resumer.parked != 0:
+        await asyncio.sleep(0.01)
+    assert env.api.in_flight["demo/c1"] == 1  # the resume it started goes on
 
 
 async def test_event_stream_delivered_event_by_event(env: StreamEnv) -> None:
