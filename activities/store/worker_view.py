@@ -174,6 +174,8 @@ class WorkerView:
         self._fresh = asyncio.Event()
         self._task: asyncio.Task[None] | None = None
         self._closing = False
+        self.listener_pid: int | None = None
+        """The server process of the LISTEN connection while the view holds one."""
 
     # -- the index -------------------------------------------------------------------------
 
@@ -423,6 +425,7 @@ class WorkerView:
     async def _listen(self) -> None:
         connection: asyncpg.Connection = await self.pool.acquire()
         try:
+            self.listener_pid = connection.get_server_pid()
             connection.add_termination_listener(self._terminated)
             await connection.add_listener(CHANNEL, self._notified)
             self._pending_ids.clear()
@@ -464,6 +467,7 @@ class WorkerView:
                         barrier.set_result(None)
         finally:
             self._fresh.clear()
+            self.listener_pid = None
             with contextlib.suppress(Exception):
                 connection.remove_termination_listener(self._terminated)
                 if not connection.is_closed():
