@@ -13,9 +13,10 @@ from __future__ import annotations
 import asyncio
 from collections import Counter
 
+import asyncpg
 import pytest
 
-from activities.store import NoCapacity, NoMatchingWorker, PinnedNodeFull, Store
+from activities.store import InvalidArgument, NoCapacity, NoMatchingWorker, PinnedNodeFull, Store
 from activities.store.records import WorkerRegistration
 from domain.refs import ActorRef
 from domain.templates import ActorTemplateSpec
@@ -414,3 +415,31 @@ async def test_the_view_follows_other_processes_and_survives_a_lost_connection(s
         assert plan.worker is not None and plan.worker.name == "w3"
     finally:
         await other.close()
+
+
+# -- one actor per worker ----------------------------------------------------------------------
+
+
+async def test_a_registration_that_claims_more_than_one_place_is_refused(store: Store) -> None:
+    """The atelet's registration (PUT /v1/nodes/{node}) and the pod syncer's (controller/pods.py)
+    both end here: a worker claiming 2 places is refused, naming it and the field, and nothing
+    of the registration is written."""
+    two = WorkerRegistration(name="w2", pool="default", ip="10.0.0.2", sandbox_class="gvisor", labels={},
+                             places=2, cpu_millis=2000, memory_bytes=2 * GIB)  # fmt: skip
+    one = "must be 1, got 2: a worker is one sandbox with one address and hosts one actor at a time; for more actors "
+    one += "at once, run more workers (a pool's spec.replicas)"
+    with pytest.raises(InvalidArgument) as refused:
+        await store.nodes.register("n1", "127.0.0.1:1", "v", [worker("w1"), two])
+    assert refused.value.message == f"worker w2 of node n1: places {one}"
+    with pytest.raises(InvalidArgument) as refused:
+        await store.nodes.sync_pod("pod-1", "10.9.0.1:8085", two, ready=True)
+    assert refused.value.message == f"worker w2 of node pod-1: places {one}"
+    assert await store.pool.fetchval("SELECT count(*) FROM nodes") == 0
+    assert await store.pool.fetchval("SELECT count(*) FROM workers") == 0
+    # and the table would not take it either
+    with pytest.raises(asyncpg.CheckViolationError, match="workers_one_place"):
+        await store.pool.execute(
+            "INSERT INTO nodes (name, address) VALUES ('n9', 'x:1');"
+            "INSERT INTO workers (node, name, pool, ip, sandbox_class, places, cpu_millis, memory_bytes)"
+            " VALUES ('n9', 'w', 'p', '10.0.0.9', 'gvisor', 2, 1, 1)"
+        )
