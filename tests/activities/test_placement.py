@@ -417,6 +417,40 @@ async def test_the_view_follows_other_processes_and_survives_a_lost_connection(s
         await other.close()
 
 
+async def test_a_node_back_from_a_long_outage_takes_new_actors_at_once(store: Store) -> None:
+    """n2 is lost (no heartbeat for an hour: its workers UNAVAILABLE) while n1 fills up; when n2
+    beats again, its workers are ACTIVE in the view by notification alone (no reload of the view)
+    and the next resumes go there.
+
+    By hand: n1 has 4 workers, 3 of them busy, so a sample of two distinct idle workers holds at
+    most one of n1's. n1 after one more actor: places 4/4 = 1.0 (cpu 2/8, memory 1/8). n2 after its
+    1st, 2nd, 3rd actor: places 0.25, 0.50, 0.75 (cpu and memory lower), each below 1.0: the three
+    next actors land on n2 whatever the random draws.
+    """
+    view = store.placement.view
+    view.resync_seconds = 3600.0  # only a notification can bring n2 back within this test
+    await store.nodes.register("n1", "127.0.0.1:1", "v", [worker(f"n1-w{i}") for i in range(4)])
+    await store.nodes.register("n2", "127.0.0.2:1", "v", [worker(f"n2-w{i}") for i in range(4)])
+    await ready_template(store)
+    await store.pool.execute("UPDATE nodes SET last_heartbeat = now() - interval '1 hour' WHERE name = 'n2'")
+    assert await store.nodes.mark_lost() == ["n2"]
+    for i in range(3):
+        plan = await store.resumes.begin(await demo_actor(store, name=f"a{i}"), f"r-a{i}")
+        assert plan.worker is not None and plan.worker.node == "n1"
+    loads = view.loads
+    n2 = set(await store.pool.fetchval("SELECT array_agg(id) FROM workers WHERE node = 'n2'"))
+    assert all(view.workers[i].shape.state == "UNAVAILABLE" for i in n2)
+
+    await store.nodes.register("n2", "127.0.0.2:1", "v", [worker(f"n2-w{i}") for i in range(4)])  # it beats again
+    async with asyncio.timeout(30):  # a guard against hanging, far beyond the milliseconds it takes
+        while not all(view.workers[i].shape.state == "ACTIVE" for i in n2):  # the notification, not a sync
+            await asyncio.sleep(0.01)
+    assert view.loads == loads  # no full load of the view brought it back
+    for i in range(3, 6):
+        plan = await store.resumes.begin(await demo_actor(store, name=f"a{i}"), f"r-a{i}")
+        assert plan.worker is not None and plan.worker.node == "n2", i
+
+
 # -- one actor per worker ----------------------------------------------------------------------
 
 
