@@ -39,7 +39,12 @@ def main(argv: list[str] | None = None) -> None:
     d.add_argument("--idle", type=int, default=200, help="more actors, resumed and suspended once each")
     d.add_argument("--concurrency", type=int, default=4, help="resumes/suspends in flight")
     d.add_argument("--cpu-seconds", type=float, default=20.0, help="idle CPU window, then the request window")
-    for sp in (a, o, t, p, s, d):
+    pl = sub.add_parser(
+        "placement", help="placement and whole-resume time with 10, 1,000 and 10,000 registered workers"
+    )
+    pl.add_argument("--sizes", default="10,1000,10000", help="registered workers, the first is the baseline")
+    pl.add_argument("--cycles", type=int, default=200)
+    for sp in (a, o, t, p, s, d, pl):
         sp.add_argument("--keep", action="store_true", help="keep the stack's data dir")
     args = parser.parse_args(argv)
     if args.name == "activation":
@@ -70,6 +75,10 @@ def main(argv: list[str] | None = None) -> None:
         from bench import scale
 
         scale.run(sizes=[int(x) for x in args.sizes.split(",")], cycles=args.cycles, keep=args.keep, log=log)
+    elif args.name == "placement":
+        from bench import placement
+
+        placement.run(sizes=[int(x) for x in args.sizes.split(",")], cycles=args.cycles, keep=args.keep, log=log)
     elif args.name == "density":
         from bench import density
 
