@@ -44,7 +44,10 @@ def main(argv: list[str] | None = None) -> None:
     )
     pl.add_argument("--sizes", default="10,1000,10000", help="registered workers, the first is the baseline")
     pl.add_argument("--cycles", type=int, default=200)
-    for sp in (a, o, t, p, s, d, pl):
+    x = sub.add_parser("proxy", help="the router's data path vs nginx vs direct, wrk at 1/8/64 connections")
+    x.add_argument("--seconds", type=float, default=8.0, help="length of each wrk run")
+    x.add_argument("--rounds", type=int, default=2, help="interleaved rounds; the best of each is reported")
+    for sp in (a, o, t, p, s, d, pl, x):
         sp.add_argument("--keep", action="store_true", help="keep the stack's data dir")
     args = parser.parse_args(argv)
     if args.name == "activation":
@@ -90,3 +93,7 @@ def main(argv: list[str] | None = None) -> None:
             keep=args.keep,
             log=log,
         )
+    elif args.name == "proxy":
+        from bench import proxy
+
+        proxy.run(seconds=args.seconds, rounds=args.rounds, keep=args.keep, log=log)

@@ -9,13 +9,16 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import re
+import time
+import uuid
 from collections.abc import AsyncIterator
 from typing import Any
 
 from starlette.applications import Starlette
 from starlette.routing import Route
 
-from router import errors
+from router import errors, statusz
 from router.access import AccessGate
 from router.api_client import ApiClient
 from router.cache import ActorCache, CacheInvalidator
@@ -28,6 +31,7 @@ from router.target import TARGET_HEADER, Target, TargetError, target_from_header
 from router.types import Upstream
 from router.upstream_client import (
     ClientGone,
+    ClientIdle,
     UpstreamClient,
     UpstreamConnectError,
     UpstreamResponse,
@@ -63,10 +67,14 @@ class ActorRouter:
         self.settings = settings
         self.api = api_client or ApiClient(settings.api_server, token=settings.read_api_token())
         self.upstream_client = upstream_client or new_upstream_client(
-            settings.upstream_connect_timeout_seconds
+            settings.upstream_connect_timeout_seconds,
+            settings.response_head_timeout_seconds,
+            settings.idle_timeout_seconds,
         )
         self.cache = ActorCache()
         self.gate = AccessGate(self.api, settings.api_server)
+        self.trusted = settings.trusted_networks
+        self.recent = statusz.RecentRequests()
         self.cache.on_change.append(self.gate.forget)
         self.resumer = Resumer(
             self.api,
@@ -92,15 +100,69 @@ class ActorRouter:
         await self.api.aclose()
 
     async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
-        """Handle one HTTP request (ASGI)."""
+        """Handle one HTTP request (ASGI): with its `X-Request-Id` (the client's, or a new one),
+        sent to the actor, returned to the client and logged."""
         loop = asyncio.get_running_loop()
         started = loop.time()
         outcome = errors.OK
+        scope, request_id = with_request_id(scope)
+        status = 0
+
+        async def send_with_id(message: dict[str, Any]) -> None:
+            nonlocal status
+            if message["type"] == "http.response.start":
+                status = message["status"]
+                message = {**message, "headers": [*message.get("headers", []), (REQUEST_ID_HEADER, request_id)]}
+            await send(message)
+
+        if scope["path"] == statusz.PATH and target_of(scope) == "-" and not self._names_actor(scope):
+            await self._statusz(scope, send_with_id)
+            return
         try:
-            outcome = await self._route(scope, receive, send, started)
+            outcome = await self._route(scope, receive, send_with_id, started)
         finally:
+            elapsed = loop.time() - started
             REQUESTS.labels(outcome).inc()
-            REQUEST_DURATION.labels(outcome).observe(loop.time() - started)
+            REQUEST_DURATION.labels(outcome).observe(elapsed)
+            finished = statusz.RecentRequest(
+                time.time(), request_id.decode(), target_of(scope), scope["method"], scope["path"][:200],
+                status, outcome, round(elapsed * 1000, 1),
+            )  # fmt: skip
+            self.recent.add(finished)
+            log.info(
+                "request %s %s %s %s %d %s %.1f ms",
+                request_id.decode(), target_of(scope), scope["method"], scope["path"], status, outcome, elapsed * 1000,
+            )  # fmt: skip
+
+    def _names_actor(self, scope: dict[str, Any]) -> bool:
+        """Whether the request's Host names an actor (`<name>.<atespace>.actors.<domain>`)."""
+        host = next((v for k, v in scope["headers"] if k == b"host"), None)
+        try:
+            target_from_headers([], host, self.settings.domain)
+        except TargetError:
+            return False
+        return True
+
+    async def _statusz(self, scope: dict[str, Any], send: Any) -> None:
+        """Answer /statusz: HTML, or JSON with `?format=json`."""
+        if self.invalidator is None:
+            postgres = "not configured (no cache)"
+        else:
+            postgres = "ok" if self.invalidator.connected.is_set() else "not connected (cache off)"
+        document = statusz.status_document(
+            settings=self.settings.redacted(),
+            api=await self.api.health(),
+            postgres=postgres,
+            parked=self.resumer.parked,
+            max_parked=self.settings.max_parked,
+            recent=self.recent.items(),
+        )
+        as_json = b"format=json" in scope.get("query_string", b"").split(b"&")
+        data = statusz.render_json(document) if as_json else statusz.render_html(document)
+        kind = b"application/json" if as_json else b"text/html; charset=utf-8"
+        headers = [(b"content-type", kind), (b"content-length", str(len(data)).encode()), (b"cache-control", b"no-store")]
+        await send({"type": "http.response.start", "status": 200, "headers": headers})
+        await send({"type": "http.response.body", "body": data, "more_body": False})
 
     async def _route(self, scope: dict[str, Any], receive: Any, send: Any, started: float) -> str:
         headers: list[bytes] = []
@@ -110,49 +172,109 @@ class ActorRouter:
                 headers.append(value)
             elif key == b"host":
                 host = value
-        body = BodyStream(receive)
+        body = BodyStream(receive, self.settings.idle_timeout_seconds)
         try:
             target = target_from_headers(headers, host, self.settings.domain)
             deadline = started + self.settings.parked_request_budget_seconds
-            response = await self._open(scope, body, target, deadline)
+            response, parked = await self._open(scope, body, target, deadline, started)
         except TargetError as exc:
             await _answer(send, 400, str(exc))
             return errors.BAD_TARGET
         except RouteError as exc:
             await _answer(send, exc.status, exc.message, exc.retry_after)
             return exc.outcome
+        except ClientIdle as exc:
+            await _answer(send, 408, f"{exc}; send the body without pauses, or raise the router's --idle-timeout")
+            return errors.TIMEOUT
         except ClientGone:
-            return errors.UPSTREAM_ERROR
-        complete = await relay(response, receive, send, body)
-        return errors.OK if complete else errors.UPSTREAM_ERROR
+            return errors.CLIENT_GONE
+        outcome = await relay(response, receive, send, body)
+        return errors.PARKED_OK if outcome == errors.OK and parked else outcome
 
     async def _open(
-        self, scope: dict[str, Any], body: BodyStream, target: Target, deadline: float
-    ) -> UpstreamResponse:
+        self, scope: dict[str, Any], body: BodyStream, target: Target, deadline: float, started: float
+    ) -> tuple[UpstreamResponse, bool]:
         """Find the actor's upstream and open the proxied request to it.
 
+        Returns:
+            The response (head received), and whether the request was parked for a resume.
+
         Raises:
-            RouteError: From resuming, or 502 when the worker cannot be reached.
-            ClientGone: The client left while sending its body.
+            RouteError: From resuming, 502 when the worker cannot be reached, 504 when it does
+                not start answering in time.
+            ClientGone: The client left while parked or while sending its body.
         """
         admission = await self.gate.admit(target, scope["headers"], deadline)
         scope = {**scope, "headers": admission.headers}
+        request_deadline = started + self.settings.request_timeout_seconds
         upstream = self.cache.get(target.key)
         cached = upstream is not None
         if upstream is None:
-            upstream = await self.resumer.wait_running(target, deadline)
+            upstream = await self._park(target, deadline, body)
         try:
-            return await open_upstream(self.upstream_client, scope, body, upstream, target.key)
+            response = await open_upstream(
+                self.upstream_client, scope, body, upstream, target.key, self.trusted, request_deadline
+            )
+            return response, not cached
         except UpstreamConnectError as exc:
             if not cached:
                 raise _unreachable(target, upstream) from exc
             log.info("cached actor %s unreachable at %s: resuming again", target, upstream)
         self.cache.drop(target.key)
-        upstream = await self.resumer.wait_running(target, deadline)
+        upstream = await self._park(target, deadline, body)
         try:
-            return await open_upstream(self.upstream_client, scope, body, upstream, target.key)
+            response = await open_upstream(
+                self.upstream_client, scope, body, upstream, target.key, self.trusted, request_deadline
+            )
+            return response, True
         except UpstreamConnectError as exc:
             raise _unreachable(target, upstream) from exc
+
+    async def _park(self, target: Target, deadline: float, body: BodyStream) -> Upstream:
+        """Wait for the actor to be RUNNING (``Resumer.wait_running``) while watching the client:
+        one that leaves frees its place in the parking lot at once; the resume it started goes on.
+
+        Raises:
+            RouteError: From ``Resumer.wait_running``.
+            ClientGone: The client disconnected while parked.
+        """
+        if body.started:  # its body is streaming upstream already: receive is not ours to watch
+            return await self.resumer.wait_running(target, deadline)
+        waiting = asyncio.create_task(self.resumer.wait_running(target, deadline))
+        leaving = asyncio.create_task(body.wait_disconnect())
+        try:
+            await asyncio.wait({waiting, leaving}, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            for task in (waiting, leaving):
+                if not task.done():
+                    task.cancel()
+            await asyncio.wait({waiting, leaving})
+        if waiting.cancelled():  # the client left first
+            raise ClientGone(f"client left while its request waited for actor {target}")
+        return waiting.result()
+
+
+REQUEST_ID_HEADER = b"x-request-id"
+_REQUEST_ID = re.compile(rb"[A-Za-z0-9._:+=/-]{1,128}")
+
+
+def with_request_id(scope: dict[str, Any]) -> tuple[dict[str, Any], bytes]:
+    """The scope with exactly one `X-Request-Id`: the client's when it is 1-128 characters of
+    letters, digits and `._:+=/-`, else a new random one (replacing a malformed one)."""
+    given = [v for k, v in scope["headers"] if k == REQUEST_ID_HEADER]
+    if len(given) == 1 and _REQUEST_ID.fullmatch(given[0]):
+        return scope, given[0]
+    request_id = uuid.uuid4().hex.encode()
+    headers = [(k, v) for k, v in scope["headers"] if k != REQUEST_ID_HEADER]
+    return {**scope, "headers": [*headers, (REQUEST_ID_HEADER, request_id)]}, request_id
+
+
+def target_of(scope: dict[str, Any]) -> str:
+    """The `ate-target-actor` header as given (for the log), or `-`."""
+    for key, value in scope["headers"]:
+        if key == _TARGET_HEADER:
+            return str(value.decode("latin-1"))[:200]
+    return "-"
 
 
 def _unreachable(target: Target, upstream: Upstream) -> RouteError:
@@ -162,7 +284,7 @@ def _unreachable(target: Target, upstream: Upstream) -> RouteError:
     ref = f"actor {target.name} -a {target.atespace}"
     return RouteError(
         502,
-        errors.UPSTREAM_ERROR,
+        errors.ERROR,
         f"actor {target} is RUNNING but its worker {upstream} does not answer; if this "
         f"persists, check 'ate describe {ref}' or revert it with 'ate revert {ref}'",
     )

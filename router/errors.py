@@ -3,14 +3,17 @@
 from __future__ import annotations
 
 # Outcome labels of ate_router_requests_total / ate_router_request_duration_seconds.
-OK = "ok"
-NOT_FOUND = "not_found"
-BAD_TARGET = "bad_target"
-UNAVAILABLE = "unavailable"
-TIMEOUT = "timeout"
-UPSTREAM_ERROR = "upstream_error"
-UNAUTHENTICATED = "unauthenticated"
-FORBIDDEN = "forbidden"
+OK = "ok"  # relayed to an actor that was RUNNING (from the cache)
+PARKED_OK = "parked_ok"  # relayed after waiting for the actor to be RUNNING (a resume)
+NOT_FOUND = "not_found"  # no such actor or atespace (404)
+NO_ROOM = "no_room"  # the actor could not be placed: no worker matches, or none has room (503)
+TIMEOUT = "timeout"  # not RUNNING within the park budget, or a proxy timeout ran out (504)
+ERROR = "error"  # the worker failed, broke HTTP or broke off its response (502, or truncated)
+BAD_TARGET = "bad_target"  # no usable ate-target-actor header or Host (400)
+UNAVAILABLE = "unavailable"  # the control plane could not resume it (unreachable, precondition, full)
+UNAUTHENTICATED = "unauthenticated"  # the template asks for a token and none valid came (401)
+FORBIDDEN = "forbidden"  # the token does not grant access to the actor (403)
+CLIENT_GONE = "client_gone"  # the client left before its answer was complete
 
 # Retry-After values, in seconds.
 RETRY_CAPACITY_SECONDS = 1  # no capacity, parking lot full, actor busy with another operation

@@ -54,12 +54,35 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         type=float,
         help="seconds a request may wait for its actor to be RUNNING (default 5)",
     )
+    parser.add_argument(
+        "--trusted-proxy",
+        action="append",
+        dest="trusted_proxies",
+        help="network (CIDR) of a proxy in front of the router whose X-Forwarded-For is kept (repeatable; "
+        "env ATE_ROUTER_TRUSTED_PROXIES, a JSON list)",
+    )
     parser.add_argument("--max-parked", type=int, help="requests allowed to wait at once (default 1000)")
     parser.add_argument("--metrics-listen", help="host:port for /metrics (default 127.0.0.1:9000)")
     parser.add_argument(
         "--head-timeout",
         type=float,
         help="seconds a client may take to send a request head before it is disconnected (default 10)",
+    )
+    parser.add_argument("--connect-timeout", type=float, help="seconds to connect to a worker (default 5)")
+    parser.add_argument(
+        "--response-head-timeout",
+        type=float,
+        help="seconds a worker may take to start its answer before the client gets 504 (default 120)",
+    )
+    parser.add_argument(
+        "--idle-timeout",
+        type=float,
+        help="seconds a client's body or a worker's answer may stay silent before the request is cut off (default 300)",
+    )
+    parser.add_argument(
+        "--request-timeout",
+        type=float,
+        help="seconds a whole request may last, parking included, before it is cut off (default 3600)",
     )
     parser.add_argument("--log-level", default="info", help="log level (default info)")
     return parser.parse_args(argv)
@@ -82,8 +105,13 @@ def build_settings(args: argparse.Namespace) -> RouterSettings:
         "domain": args.domain,
         "parked_request_budget_seconds": args.parked_request_budget,
         "max_parked": args.max_parked,
+        "trusted_proxies": args.trusted_proxies,
         "metrics_listen": args.metrics_listen,
         "head_timeout_seconds": args.head_timeout,
+        "upstream_connect_timeout_seconds": args.connect_timeout,
+        "response_head_timeout_seconds": args.response_head_timeout,
+        "idle_timeout_seconds": args.idle_timeout,
+        "request_timeout_seconds": args.request_timeout,
     }
     base = RouterSettings()
     return base.model_copy(update={k: v for k, v in overrides.items() if v is not None})

@@ -11,7 +11,8 @@ REQUESTS = Counter(
 )
 REQUEST_DURATION = Histogram(
     "ate_router_request_duration_seconds",
-    "Time from request arrival to the end of the response, by outcome.",
+    "Time from request arrival to the end of the response, by outcome (ok, parked_ok, not_found, no_room, "
+    "timeout, error, bad_target, unavailable, unauthenticated, forbidden, client_gone; see router.errors).",
     ["outcome"],
     buckets=(0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30),
 )
@@ -19,6 +20,23 @@ RESUMES = Counter(
     "ate_router_resumes_total",
     "Resume calls made to the API, by outcome.",
     ["outcome"],
+)
+RESUMES_STARTED = Counter(
+    "ate_router_resumes_started_total",
+    "Resume calls started (one per actor at a time, shared by every request parked on it).",
+)
+PARK_DURATION = Histogram(
+    "ate_router_park_duration_seconds",
+    "Time a request waited for its actor to be RUNNING (whatever the end: running, refused, budget spent, client gone).",
+    buckets=(0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2, 5, 10, 30),
+)
+RECEIVED_BYTES = Counter(
+    "ate_router_received_bytes_total",
+    "Request body bytes received from clients and sent on to actors.",
+)
+SENT_BYTES = Counter(
+    "ate_router_sent_bytes_total",
+    "Response body bytes received from actors and sent on to clients.",
 )
 PARKED = Gauge(
     "ate_router_parked_requests",

@@ -9,23 +9,33 @@ No routing decisions here: the caller says which ``Upstream`` to use. Bodies str
 (request body from ASGI ``receive`` to the worker socket, response body from the worker socket into
 ASGI ``send``), at the same time: a worker may answer before it read the whole request body.
 Hop-by-hop headers and ``ate-target-actor`` are dropped; ``X-Forwarded-For/-Host/-Proto`` are
-added, and ``Connection: close`` (the upstream client closes every connection when its response
+added (an incoming ``X-Forwarded-For`` is kept only from a trusted proxy), and ``Connection: close`` (the upstream client closes every connection when its response
 ends: a connected socket would stop gVisor from checkpointing the actor when it is suspended
 between requests).
 """
 
 from __future__ import annotations
 
+import asyncio
 import logging
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
+from ipaddress import IPv4Network, IPv6Network, ip_address
 from typing import Any
 
 import anyio
 
-from router.errors import UPSTREAM_ERROR, RouteError
+from router.errors import CLIENT_GONE, ERROR, OK, TIMEOUT, RouteError
+from router.metrics import RECEIVED_BYTES, SENT_BYTES
 from router.target import TARGET_HEADER
 from router.types import Upstream
-from router.upstream_client import ClientGone, UpstreamBroken, UpstreamClient, UpstreamResponse
+from router.upstream_client import (
+    ClientGone,
+    ClientIdle,
+    UpstreamBroken,
+    UpstreamClient,
+    UpstreamResponse,
+    UpstreamTimeout,
+)
 
 log = logging.getLogger(__name__)
 
@@ -61,34 +71,72 @@ _DROP_REQUEST = HOP_BY_HOP | {
 }
 
 
+PARK_READ_AHEAD_BYTES = 1024 * 1024
+"""Request body bytes a parked request buffers while it watches for its client's disconnect;
+past them it stops reading (and watching) until the actor is RUNNING."""
+
+
 class BodyStream:
     """The request body, read lazily from ASGI ``receive``.
+
+    Args:
+        receive: The ASGI receive callable.
+        idle_timeout_seconds: Longest wait for the client's next body chunk (None: no limit).
 
     Attributes:
         started: Whether any of the body was read (a retry is no longer possible).
         done: Whether the body was read to its end.
+        disconnected: Whether the client was seen leaving by ``wait_disconnect``.
     """
 
-    def __init__(self, receive: Receive) -> None:
+    def __init__(self, receive: Receive, idle_timeout_seconds: float | None = None) -> None:
         self._receive = receive
+        self._idle = idle_timeout_seconds
+        self._ahead: list[Message] = []
+        self._ahead_bytes = 0
         self.started = False
         self.done = False
+        self.disconnected = False
 
     async def __aiter__(self) -> AsyncIterator[bytes]:
-        """Yield body chunks as they arrive.
+        """Yield body chunks as they arrive (first what ``wait_disconnect`` read ahead).
 
         Raises:
             ClientGone: The client disconnected before the body ended.
+            ClientIdle: The client was silent longer than the idle timeout before it ended.
         """
         self.started = True
         while not self.done:
-            message = await self._receive()
+            if self._ahead:
+                message = self._ahead.pop(0)
+            else:
+                try:
+                    message = await asyncio.wait_for(self._receive(), self._idle)
+                except TimeoutError:
+                    raise ClientIdle(f"the request body stalled: no byte for {self._idle:g}s (idle timeout)") from None
             if message["type"] == "http.disconnect":
                 raise ClientGone("client disconnected while sending the request body")
             self.done = not message.get("more_body", False)
             chunk = message.get("body", b"")
             if chunk:
+                RECEIVED_BYTES.inc(len(chunk))
                 yield chunk
+
+    async def wait_disconnect(self) -> None:
+        """Return when the client disconnects; meanwhile the body read is kept for ``__aiter__``
+        (at most ``PARK_READ_AHEAD_BYTES``; past them this waits forever). For a request that
+        waits (parked) before anything is sent upstream; cancel it when the wait ends (ASGI
+        servers lose no message to a cancelled ``receive``)."""
+        while self._ahead_bytes <= PARK_READ_AHEAD_BYTES:
+            if self._ahead and self._ahead[-1]["type"] == "http.disconnect":
+                break
+            message = await self._receive()
+            self._ahead.append(message)
+            self._ahead_bytes += len(message.get("body", b""))
+            if message["type"] == "http.disconnect":
+                self.disconnected = True
+                return
+        await asyncio.Event().wait()
 
 
 def _connection_tokens(headers: list[tuple[bytes, bytes]]) -> set[bytes]:
@@ -99,16 +147,19 @@ def _connection_tokens(headers: list[tuple[bytes, bytes]]) -> set[bytes]:
     return tokens
 
 
-def request_headers(scope: Scope) -> list[tuple[bytes, bytes]]:
+def request_headers(scope: Scope, trusted: Sequence[IPv4Network | IPv6Network] = ()) -> list[tuple[bytes, bytes]]:
     """Headers to send upstream for an ASGI HTTP request.
 
     Args:
         scope: ASGI HTTP scope (lower-case header names).
+        trusted: Networks of trusted proxies in front of the router: only a client in one of
+            them may bring an ``X-Forwarded-For`` of its own.
 
     Returns:
         The client's headers without hop-by-hop ones (including those named by
         ``Connection``), ``ate-target-actor``, ``Host`` and ``Expect``; plus
-        ``X-Forwarded-For`` (appended to any incoming one), ``X-Forwarded-Host``,
+        ``X-Forwarded-For`` (the client's address, appended to the incoming one only when the
+        client is a trusted proxy, else replacing it), ``X-Forwarded-Host``,
         ``X-Forwarded-Proto`` and ``Connection: close``.
     """
     raw: list[tuple[bytes, bytes]] = scope["headers"]
@@ -124,6 +175,8 @@ def request_headers(scope: Scope) -> list[tuple[bytes, bytes]]:
         if key not in drop:
             out.append((key, value))
     client = scope.get("client")
+    if client and not _is_trusted(str(client[0]), trusted):
+        forwarded_for = []  # an untrusted client does not get to say where requests came from
     if client:
         forwarded_for.append(str(client[0]).encode())
     if forwarded_for:
@@ -133,6 +186,16 @@ def request_headers(scope: Scope) -> list[tuple[bytes, bytes]]:
     out.append((b"x-forwarded-proto", str(scope.get("scheme", "http")).encode()))
     out.append((b"connection", b"close"))
     return out
+
+
+def _is_trusted(address: str, trusted: Sequence[IPv4Network | IPv6Network]) -> bool:
+    if not trusted:
+        return False
+    try:
+        ip = ip_address(address)
+    except ValueError:
+        return False
+    return any(ip in network for network in trusted)
 
 
 def response_headers(response: UpstreamResponse) -> list[tuple[bytes, bytes]]:
@@ -171,6 +234,8 @@ async def open_upstream(
     body: BodyStream,
     upstream: Upstream,
     actor: str,
+    trusted: Sequence[IPv4Network | IPv6Network] = (),
+    deadline: float | None = None,
 ) -> UpstreamResponse:
     """Send the request to the worker and return once its response head arrived.
 
@@ -180,6 +245,8 @@ async def open_upstream(
         body: The incoming request body.
         upstream: Worker address of the actor.
         actor: Actor key, for error messages.
+        trusted: Networks of trusted proxies (see ``request_headers``).
+        deadline: ``loop.time()`` by which the whole response must be read (request timeout).
 
     Returns:
         The streaming response; the caller must ``relay`` it (which closes it).
@@ -187,19 +254,23 @@ async def open_upstream(
     Raises:
         UpstreamConnectError: The TCP connection could not be made (nothing was sent).
         ClientGone: The client went away while its body was being forwarded.
-        RouteError: 502 when the worker failed after the connection was made.
+        RouteError: 502 when the worker failed after the connection was made; 504 when it did
+            not start answering within the response head timeout (or the request timeout).
     """
     raw_path = scope.get("raw_path") or scope["path"].encode()
     query = scope.get("query_string") or b""
     target = raw_path + (b"?" + query if query else b"")
     headers = [(b"host", _host(upstream))]
-    headers += [(k, v) for k, v in request_headers(scope) if k != b"content-length"]
+    headers += [(k, v) for k, v in request_headers(scope, trusted) if k != b"content-length"]
     framing, has_body = _body_framing(scope)
     if framing is not None:
         headers.append(framing)
     method = scope["method"].encode()
     try:
-        return await client.open(upstream, method, target, headers, body if has_body else None)
+        return await client.open(upstream, method, target, headers, body if has_body else None, deadline)
+    except UpstreamTimeout as exc:
+        raise RouteError(504, TIMEOUT, f"actor {actor} at {upstream} sent no {exc.what}; retry, or raise "
+                         "the router's --response-head-timeout if it needs longer") from exc  # fmt: skip
     except UpstreamBroken as exc:
         raise _upstream_failed(actor, upstream, exc) from exc
 
@@ -208,12 +279,12 @@ def _upstream_failed(actor: str, upstream: Upstream, exc: Exception) -> RouteErr
     detail = str(exc) or type(exc).__name__
     return RouteError(
         502,
-        UPSTREAM_ERROR,
+        ERROR,
         f"actor {actor} at {upstream} failed before answering: {detail}",
     )
 
 
-async def relay(response: UpstreamResponse, receive: Receive, send: Send, body: BodyStream) -> bool:
+async def relay(response: UpstreamResponse, receive: Receive, send: Send, body: BodyStream) -> str:
     """Stream the worker's response to the client, then close the upstream connection.
 
     A long response (no Content-Length, or more than ``WATCH_THRESHOLD_BYTES``) is streamed
@@ -227,9 +298,10 @@ async def relay(response: UpstreamResponse, receive: Receive, send: Send, body: 
         body: The request body stream (tells whether ``receive`` is free to watch).
 
     Returns:
-        True when the response was relayed completely; False when the worker failed mid-way or
-        the client left (the client connection is then left incomplete, so the client sees a
-        truncated response rather than a wrong complete one).
+        The outcome: ``ok`` when the response was relayed completely; ``error`` when the
+        worker failed mid-way, ``timeout`` when it was silent too long or the request timeout
+        ran out, ``client_gone`` when the client left. Short of ``ok`` the client connection is
+        left incomplete, so the client sees a truncated response rather than a wrong complete one.
     """
     try:
         await send(
@@ -244,17 +316,22 @@ async def relay(response: UpstreamResponse, receive: Receive, send: Send, body: 
             first = await chunks.__anext__()
         except StopAsyncIteration:
             await send({"type": "http.response.body", "body": b"", "more_body": False})
-            return True
+            return OK
+        SENT_BYTES.inc(len(first))
         await send({"type": "http.response.body", "body": first, "more_body": True})
         if _small(response) or (body.started and not body.done):
-            return await _relay_rest(chunks, send)
-        return await _relay_watched(chunks, receive, send)
+            await _relay_rest(chunks, send)
+            return OK
+        return OK if await _relay_watched(chunks, receive, send) else CLIENT_GONE
+    except UpstreamTimeout as exc:
+        log.warning("worker response cut off: no %s", exc.what)
+        return TIMEOUT
     except UpstreamBroken as exc:
         log.warning("worker response broke off: %s", exc)
-        return False
+        return ERROR
     except ClientGone:
         log.info("client left while sending its body; upstream connection closed")
-        return False
+        return CLIENT_GONE
     finally:
         await response.aclose()
 
@@ -269,6 +346,7 @@ def _small(response: UpstreamResponse) -> bool:
 
 async def _relay_rest(chunks: AsyncIterator[bytes], send: Send) -> bool:
     async for chunk in chunks:
+        SENT_BYTES.inc(len(chunk))
         await send({"type": "http.response.body", "body": chunk, "more_body": True})
     await send({"type": "http.response.body", "body": b"", "more_body": False})
     return True
@@ -285,10 +363,16 @@ async def _relay_watched(chunks: AsyncIterator[bytes], receive: Receive, send: S
         if not finished:
             scope.cancel()
 
+    failure: UpstreamBroken | ClientGone | None = None
     async with anyio.create_task_group() as group:
         group.start_soon(watch, group.cancel_scope)
-        finished = await _relay_rest(chunks, send)
+        try:
+            finished = await _relay_rest(chunks, send)
+        except (UpstreamBroken, ClientGone) as exc:  # raised as itself, not in an exception group
+            failure = exc
         group.cancel_scope.cancel()
+    if failure is not None:
+        raise failure
     if not finished:
         log.info("client left during the response; upstream connection closed")
     return finished

@@ -25,6 +25,7 @@ from router.api_client import ApiClient, ResumeReply, TemplateError
 from router.cache import ActorCache
 from router.errors import (
     BAD_TARGET,
+    NO_ROOM,
     NOT_FOUND,
     RETRY_CAPACITY_SECONDS,
     RETRY_RESUMING_SECONDS,
@@ -32,7 +33,7 @@ from router.errors import (
     UNAVAILABLE,
     RouteError,
 )
-from router.metrics import PARKED, RESUMES
+from router.metrics import PARK_DURATION, PARKED, RESUMES, RESUMES_STARTED
 from router.target import Target
 from router.types import Upstream
 
@@ -106,11 +107,13 @@ class Resumer:
             )
         self.parked += 1
         PARKED.inc()
+        started = asyncio.get_running_loop().time()
         try:
             return await self._park(target, deadline)
         finally:
             self.parked -= 1
             PARKED.dec()
+            PARK_DURATION.observe(asyncio.get_running_loop().time() - started)
 
     async def _park(self, target: Target, deadline: float) -> Upstream:
         loop = asyncio.get_running_loop()
@@ -147,6 +150,7 @@ class Resumer:
     async def _attempt(self, target: Target, timeout_seconds: float) -> Attempt:
         """One resume call shared by every request parked on ``target``; never raises."""
         ticket = self.cache.begin(target.key)
+        RESUMES_STARTED.inc()
         try:
             reply = await self.api.resume(target.atespace, target.name, timeout_seconds)
             RESUMES.labels(reply.kind).inc()
@@ -173,7 +177,7 @@ class Resumer:
         if reply.kind == api.FAILED_PRECONDITION:
             raise RouteError(503, UNAVAILABLE, _precondition_message(target, reply))
         if reply.kind == api.NO_MATCHING_WORKER:
-            raise RouteError(503, UNAVAILABLE, f"actor {target} cannot be placed: {reply.message}")
+            raise RouteError(503, NO_ROOM, f"actor {target} cannot be placed: {reply.message}")
         if reply.kind == api.BAD_REQUEST:
             raise RouteError(400, BAD_TARGET, f"the API rejected actor {target}: {reply.message}")
 
@@ -194,7 +198,7 @@ class Resumer:
                 f"actor {target} could not be placed within {budget}: {last.message}; "
                 "retry later or free a worker"
             )
-            return RouteError(503, UNAVAILABLE, message, RETRY_CAPACITY_SECONDS)
+            return RouteError(503, NO_ROOM, message, RETRY_CAPACITY_SECONDS)
         if last.kind == api.UNREACHABLE:
             message = (
                 f"control plane at {self.api_url} is unreachable ({last.message}); "

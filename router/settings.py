@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
+from ipaddress import IPv4Network, IPv6Network, ip_network
 from pathlib import Path
 
-from pydantic import AliasChoices, Field
+from pydantic import AliasChoices, Field, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 
@@ -26,6 +27,12 @@ class RouterSettings(BaseSettings):
             RUNNING (resume, retries on busy actor or no capacity), in seconds.
         max_parked: How many requests may wait for actors at once; more get 503.
         upstream_connect_timeout_seconds: TCP connect timeout to a worker, in seconds.
+        response_head_timeout_seconds: Seconds a worker may take from receiving a request head
+            to sending its response head; then the client gets 504.
+        idle_timeout_seconds: Longest silence, in seconds, of a client sending its body or of
+            a worker sending its answer; then the request is cut off.
+        request_timeout_seconds: Longest whole request, from its arrival to the end of its
+            response, in seconds (parking included); then it is cut off.
         head_timeout_seconds: Seconds a client may take to send a request head (request line
             and headers) from opening its connection or starting the head; a slower one is
             disconnected (slowloris).
@@ -47,6 +54,25 @@ class RouterSettings(BaseSettings):
     parked_request_budget_seconds: float = Field(default=5.0, gt=0)
     max_parked: int = Field(default=1000, ge=0)
     upstream_connect_timeout_seconds: float = Field(default=5.0, gt=0)
+    response_head_timeout_seconds: float = Field(default=120.0, gt=0)
+    idle_timeout_seconds: float = Field(default=300.0, gt=0)
+    request_timeout_seconds: float = Field(default=3600.0, gt=0)
+    trusted_proxies: list[str] = Field(default_factory=list)
+
+    @field_validator("trusted_proxies")
+    @classmethod
+    def _networks(cls, values: list[str]) -> list[str]:
+        for value in values:
+            try:
+                ip_network(value, strict=False)
+            except ValueError:
+                raise ValueError(f"trusted_proxies: {value!r} is not a network such as 10.0.0.0/8 or 2001:db8::/32") from None
+        return values
+
+    @property
+    def trusted_networks(self) -> tuple[IPv4Network | IPv6Network, ...]:
+        """``trusted_proxies`` parsed."""
+        return tuple(ip_network(value, strict=False) for value in self.trusted_proxies)
     head_timeout_seconds: float = Field(default=10.0, gt=0)
     max_head_bytes: int = Field(default=32 * 1024, ge=1024)
 

@@ -39,11 +39,28 @@ class ClientGone(Exception):
     """
 
 
+class ClientIdle(ClientGone):
+    """The client was silent longer than the idle timeout while sending its request body."""
+
+
 class UpstreamBroken(Exception):
     """The worker's connection failed or it broke HTTP/1.1 after the connection was made.
 
     Also raised when h11 refuses to send the request head (an illegal header value, say).
     """
+
+
+class UpstreamTimeout(UpstreamBroken):
+    """A timeout of the exchange ran out: the response head did not come in time, the worker
+    was silent longer than the idle timeout, or the whole request took too long.
+
+    Attributes:
+        what: Which one, as a phrase for the caller's message (``"the response head within 60s"``).
+    """
+
+    def __init__(self, what: str) -> None:
+        super().__init__(f"no {what}")
+        self.what = what
 
 
 class UpstreamConnectError(Exception):
@@ -95,9 +112,11 @@ class _Connection:
     write error, which loses a worker's early answer.)
     """
 
-    def __init__(self, sock: socket.socket, owner: UpstreamClient) -> None:
+    def __init__(self, sock: socket.socket, owner: UpstreamClient, deadline: float | None = None) -> None:
         self.sock = sock
         self.owner = owner
+        self.deadline = deadline
+        self.head_deadline: float | None = None
         self.h11 = h11.Connection(h11.CLIENT)
         self.loop = asyncio.get_running_loop()
         self.sender: asyncio.Task[None] | None = None
@@ -141,8 +160,11 @@ class _Connection:
                 event = self.h11.next_event()
                 if event is not h11.NEED_DATA:
                     return event
+                timeout, what = self._read_timeout()
                 try:
-                    data = await self.loop.sock_recv(self.sock, READ_SIZE)
+                    data = await asyncio.wait_for(self.loop.sock_recv(self.sock, READ_SIZE), timeout)
+                except TimeoutError:
+                    raise UpstreamTimeout(what) from None
                 except OSError as exc:
                     raise UpstreamBroken(f"{type(exc).__name__}: {exc}") from exc
                 if self.client_gone:
@@ -151,11 +173,30 @@ class _Connection:
         except h11.RemoteProtocolError as exc:
             raise UpstreamBroken(f"bad HTTP from worker: {exc}") from exc
 
+    def _read_timeout(self) -> tuple[float, str]:
+        """Seconds the next read may wait, and what is missing when it runs out: the nearest of
+        the response head's deadline (until the head came; the idle timeout after) and the
+        request's deadline."""
+        owner = self.owner
+        now = self.loop.time()
+        if self.head_deadline is not None:  # a worker may think (or read the body) before it answers
+            choices = [(self.head_deadline - now, f"response head within {owner.response_head_timeout_seconds:g}s")]
+        else:
+            idle = owner.idle_timeout_seconds
+            choices = [(idle, f"byte from the worker for {idle:g}s (idle timeout)")]
+        if self.deadline is not None:
+            choices.append((self.deadline - now, "end of the response within the request timeout"))
+        timeout, what = min(choices)
+        return max(timeout, 0.0), what
+
     async def read_head(self) -> UpstreamResponse:
-        """Wait for the final response head (1xx answers are skipped)."""
+        """Wait for the final response head (1xx answers are skipped), at most the client's
+        response head timeout."""
+        self.head_deadline = self.loop.time() + self.owner.response_head_timeout_seconds
         while True:
             event = await self.next_event()
             if isinstance(event, h11.Response):
+                self.head_deadline = None
                 headers = [(bytes(k), bytes(v)) for k, v in event.headers]
                 return UpstreamResponse(self, event.status_code, headers)
             if isinstance(event, h11.ConnectionClosed):
@@ -193,12 +234,22 @@ class UpstreamClient:
     not sent.
 
     Args:
-        connect_timeout_seconds: TCP connect timeout, in seconds; reads and writes have none
-            (actors may stream or long-poll).
+        connect_timeout_seconds: TCP connect timeout, in seconds.
+        response_head_timeout_seconds: From the request head sent to the response head
+            received, in seconds.
+        idle_timeout_seconds: Longest silence of the worker while its answer is awaited or
+            streamed, in seconds (a stream or long poll that sends nothing for longer is cut).
     """
 
-    def __init__(self, connect_timeout_seconds: float = 5.0) -> None:
+    def __init__(
+        self,
+        connect_timeout_seconds: float = 5.0,
+        response_head_timeout_seconds: float = 120.0,
+        idle_timeout_seconds: float = 300.0,
+    ) -> None:
         self.connect_timeout_seconds = connect_timeout_seconds
+        self.response_head_timeout_seconds = response_head_timeout_seconds
+        self.idle_timeout_seconds = idle_timeout_seconds
         self._live: set[_Connection] = set()
 
     async def _connect(self, upstream: Upstream) -> socket.socket:
@@ -226,6 +277,7 @@ class UpstreamClient:
         target: bytes,
         headers: list[tuple[bytes, bytes]],
         body: AsyncIterable[bytes] | None,
+        deadline: float | None = None,
     ) -> UpstreamResponse:
         """Send a request and return when the response head arrived (body not read).
 
@@ -236,6 +288,8 @@ class UpstreamClient:
             headers: Headers to send, ``Host`` included; with a body, ``Content-Length`` or
                 ``Transfer-Encoding: chunked`` must be among them.
             body: The request body, or None; it may raise ``ClientGone`` to abort.
+            deadline: ``loop.time()`` by which the whole response must have been read (the
+                request timeout), or None.
 
         Returns:
             The response; ``aclose()`` it to stop the body and close the connection.
@@ -244,13 +298,14 @@ class UpstreamClient:
             UpstreamConnectError: The connection could not be made (nothing was sent).
             UpstreamBroken: The worker failed before sending a response head, or h11 refused
                 to send the request head (e.g. an illegal header value).
+            UpstreamTimeout: The response head did not come in time.
             ClientGone: The client left while its body was being forwarded.
         """
         try:
             sock = await self._connect(upstream)
         except (OSError, TimeoutError) as exc:
             raise UpstreamConnectError(f"cannot connect to {upstream}: {exc!r}") from exc
-        conn = _Connection(sock, self)
+        conn = _Connection(sock, self, deadline)
         self._live.add(conn)
         try:
             try:
@@ -283,13 +338,14 @@ class UpstreamClient:
             await conn.aclose()
 
 
-def new_upstream_client(connect_timeout_seconds: float = 5.0) -> UpstreamClient:
-    """Build the client used for workers (see ``UpstreamClient``).
-
-    Args:
-        connect_timeout_seconds: TCP connect timeout, in seconds.
+def new_upstream_client(
+    connect_timeout_seconds: float = 5.0,
+    response_head_timeout_seconds: float = 120.0,
+    idle_timeout_seconds: float = 300.0,
+) -> UpstreamClient:
+    """Build the client used for workers (see ``UpstreamClient`` for the timeouts, in seconds).
 
     Returns:
         A client that closes every connection once its response is done.
     """
-    return UpstreamClient(connect_timeout_seconds)
+    return UpstreamClient(connect_timeout_seconds, response_head_timeout_seconds, idle_timeout_seconds)

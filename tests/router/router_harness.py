@@ -92,8 +92,9 @@ def worker_app(log: WorkerLog) -> Any:
 
     Paths: ``/upload`` (answers sha256 and length of the body), ``/download?n=`` (streams n
     deterministic bytes), ``/echo-body`` (streams the body back as it arrives), ``/early``
-    (answers 413 at once without reading the body, as the example counter does), anything
-    else echoes method, path, query and headers as JSON.
+    (answers 413 at once without reading the body, as the example counter does), ``/sleep?s=``
+    (its head after s seconds), ``/stall`` (one chunk, then a minute of silence), ``/drip`` (a
+    byte every 50 ms for 10 s), anything else echoes method, path, query and headers as JSON.
     """
 
     async def app(scope: dict[str, Any], receive: Any, send: Any) -> None:
@@ -110,6 +111,22 @@ def worker_app(log: WorkerLog) -> Any:
                     break
             data = json.dumps({"sha256": digest.hexdigest(), "size": size}).encode()
             await _send(send, 200, data, [(b"content-type", b"application/json")])
+            return
+        if path == "/sleep":  # the head after s seconds
+            await asyncio.sleep(float(scope["query_string"].decode().removeprefix("s=")))
+            await _send(send, 200, b"late\n", [(b"content-type", b"text/plain")])
+            return
+        if path == "/stall":  # one chunk, then silence
+            await send({"type": "http.response.start", "status": 200, "headers": []})
+            await send({"type": "http.response.body", "body": b"first\n", "more_body": True})
+            await asyncio.sleep(60)
+            return
+        if path == "/drip":  # a byte every 50 ms for 10 s
+            await send({"type": "http.response.start", "status": 200, "headers": []})
+            for _ in range(200):
+                await send({"type": "http.response.body", "body": b".", "more_body": True})
+                await asyncio.sleep(0.05)
+            await send({"type": "http.response.body", "body": b"", "more_body": False})
             return
         if path == "/early":
             await _send(send, 413, b"too big, not read\n", [(b"content-type", b"text/plain")])
@@ -212,6 +229,7 @@ class FakeApi:
         self.app.get("/v1/atespaces/{atespace}/templates/{template}")(self.template)
         self.app.get("/v1/atespaces/{atespace}/actors/{name}")(self.actor)
         self.app.post("/v1/accessreviews")(self.review)
+        self.app.get("/healthz")(self.healthz)
 
     def script(self, key: str, *steps: Step) -> None:
         """Answer resumes of ``key`` with ``steps`` in order, repeating the last one."""
@@ -258,6 +276,9 @@ class FakeApi:
             return JSONResponse({"reason": "NotFound", "message": f"actor {atespace}/{name} not found",
                                  "details": {}}, status_code=404)
         return JSONResponse({"atespace": atespace, "name": name, "template": "web", "state": "SUSPENDED"})
+
+    async def healthz(self) -> JSONResponse:
+        return JSONResponse({"status": "ok"})
 
     async def review(self, request: Request) -> JSONResponse:
         body = await request.json()
