@@ -154,7 +154,10 @@ async def test_check_4_a_full_snapshot_needs_the_runsc_build_that_wrote_it(store
 
 async def test_check_4_does_not_apply_to_a_data_snapshot(store: Store) -> None:
     """A DATA snapshot holds no memory: any build restores it (the runsc build is not kept)."""
-    data = dict(SPEC, snapshotConfig={"onPause": "Full", "onCommit": "Data", "storageLocation": "file:///snap"})
+    data: dict[str, object] = {
+        **SPEC,
+        "snapshotConfig": {"onPause": "Full", "onCommit": "Data", "storageLocation": "file:///snap"},
+    }
     await store.nodes.register("n3", "127.0.0.3:1", NEW_RUNSC, [worker("w3")])
     await ready_template(store, data)
     ref = await demo_actor(store)
