@@ -211,7 +211,7 @@ class Stack:
                 "--state-dir", str(self.state_dir(spec.node)), "--snapshot-root", str(self.snapshots),
                 "--image-root", str(REPO), "--api-server", self.api,
                 "--metrics-listen", f"{HOST}:{spec.metrics_port}", "--subnet", spec.subnet,
-                *workers, "--heartbeat-seconds", "2"]  # fmt: skip
+                *workers, "--heartbeat-seconds", "1"]  # fmt: skip
 
     def state_dir(self, node: str = NODE) -> Path:
         """The state dir of `node`'s atelet (runsc root, local-snapshots, ...)."""
