@@ -71,6 +71,8 @@ def worker_deployment(
     images_claim: str = "ate-images",
     tls_issuer: str = "ate-ca",
     tls_issuer_kind: str = "Issuer",
+    object_store_locations: list[str] | None = None,
+    worker_subnet: str = "",
 ) -> dict[str, Any]:
     """The Deployment (apps/v1, as a dict ready for server-side apply) of `pool`'s worker pods.
 
@@ -85,6 +87,10 @@ def worker_deployment(
         tls_issuer / tls_issuer_kind: the cert-manager issuer (`Issuer` in the pool's namespace
             or `ClusterIssuer`) of the worker pods' node certificates: the CA the control
             plane's client certificate comes from too.
+        object_store_locations: the object storage locations the atelets read and write
+            (their credentials come from the optional Secret `ate-object-store`).
+        worker_subnet: the IPv4 network of the worker's link inside each pod ("": the atelet's
+            default); choose one the cluster's pod and service networks do not use.
     """
     selector = {POOL_LABEL: pool.name}
     pod_labels = {**MANAGED_BY, **selector, "app.kubernetes.io/name": "ate-worker", "ate.dev/sandbox-class": pool.sandbox_class}
@@ -113,6 +119,10 @@ def worker_deployment(
         {"name": "ATE_ATELET_TLS_KEY", "value": f"{TLS_DIR}/tls.key"},
         {"name": "ATE_ATELET_TLS_CA", "value": f"{TLS_DIR}/ca.crt"},
     ]
+    if object_store_locations:
+        env.append({"name": "ATE_ATELET_OBJECT_STORE_LOCATIONS", "value": json.dumps(object_store_locations)})
+    if worker_subnet:
+        env.append({"name": "ATE_ATELET_SUBNET", "value": worker_subnet})
     container: dict[str, Any] = {
         "name": "atelet",
         "image": image,

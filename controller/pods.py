@@ -87,7 +87,8 @@ class PodSyncer:
             return
         ip = (pod.get("status") or {}).get("podIP")
         spec = self.pools.get((str(meta.get("namespace") or ""), pool_name))
-        if not ip or spec is None:
+        if not ip or spec is None:  # no address yet, or its WorkerPool is not known yet (synced when it is)
+            log.debug("pod %s skipped: %s", node, "no pod IP yet" if not ip else f"WorkerPool {pool_name} not known yet")
             return
         worker = WorkerRegistration(
             name=worker_name(pool_name),

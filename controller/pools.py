@@ -84,6 +84,8 @@ class PoolReconciler:
             images_claim=self.settings.images_claim,
             tls_issuer=self.settings.worker_tls_issuer,
             tls_issuer_kind=self.settings.worker_tls_issuer_kind,
+            object_store_locations=self.settings.object_store_locations,
+            worker_subnet=self.settings.worker_subnet,
         )
         deployment = self.apps.patch_namespaced_deployment(
             deployment_name(name),

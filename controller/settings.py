@@ -22,6 +22,11 @@ class ControllerSettings(BaseSettings):
     - ``metrics_listen``: ``host:port`` of ``/metrics``; empty disables it.
     - ``resync_seconds``: how often everything is listed again and reconciled, events or not.
     - ``worker_service_account``: the service account of the worker pods (it needs no API access).
+    - ``object_store_locations``: the object storage locations of the worker pods' atelets (JSON
+      list; e.g. ``["s3://ate-snapshots/prod"]``); their credentials stay in the Secret
+      ``ate-object-store``.
+    - ``worker_subnet``: the IPv4 network of each worker pod's inner link ("" keeps the atelet's
+      default, 10.88.0.0/16); pick one your pod and service networks do not use.
     - ``images_claim``: the PersistentVolumeClaim with the OCI image layouts templates name,
       mounted read-only in the worker pods.
     - ``worker_tls_issuer`` / ``worker_tls_issuer_kind``: the cert-manager issuer (``Issuer`` in
@@ -45,6 +50,8 @@ class ControllerSettings(BaseSettings):
     resync_seconds: float = Field(default=300.0, gt=0)
     worker_service_account: str = "ate-worker"
     images_claim: str = "ate-images"
+    object_store_locations: list[str] = []
+    worker_subnet: str = ""
     worker_tls_issuer: str = "ate-ca"
     worker_tls_issuer_kind: str = "Issuer"
 

@@ -171,6 +171,14 @@ class ApiClient:
             raise TemplateError(f"cannot read template {atespace}/{template}: {exc}") from exc
         return TemplateRouting(spec.serving_port, spec.access)
 
+    async def health(self) -> str:
+        """`ok` when the API's /healthz answers 200 within a second, else what went wrong."""
+        try:
+            resp = await self._client.get(f"{self.base_url}/healthz", timeout=1.0)
+        except httpx.HTTPError as exc:
+            return f"unreachable ({type(exc).__name__})"
+        return "ok" if resp.status_code == 200 else f"HTTP {resp.status_code}"
+
     async def actor_template(self, atespace: str, name: str) -> str | None:
         """The template of actor ``atespace/name``; None when there is no such actor.
 

@@ -9,13 +9,16 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import re
+import time
+import uuid
 from collections.abc import AsyncIterator
 from typing import Any
 
 from starlette.applications import Starlette
 from starlette.routing import Route
 
-from router import errors
+from router import errors, statusz
 from router.access import AccessGate
 from router.api_client import ApiClient
 from router.cache import ActorCache, CacheInvalidator
@@ -67,6 +70,8 @@ class ActorRouter:
         )
         self.cache = ActorCache()
         self.gate = AccessGate(self.api, settings.api_server)
+        self.trusted = settings.trusted_networks
+        self.recent = statusz.RecentRequests()
         self.cache.on_change.append(self.gate.forget)
         self.resumer = Resumer(
             self.api,
@@ -92,15 +97,69 @@ class ActorRouter:
         await self.api.aclose()
 
     async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
-        """Handle one HTTP request (ASGI)."""
+        """Handle one HTTP request (ASGI): with its `X-Request-Id` (the client's, or a new one),
+        sent to the actor, returned to the client and logged."""
         loop = asyncio.get_running_loop()
         started = loop.time()
         outcome = errors.OK
+        scope, request_id = with_request_id(scope)
+        status = 0
+
+        async def send_with_id(message: dict[str, Any]) -> None:
+            nonlocal status
+            if message["type"] == "http.response.start":
+                status = message["status"]
+                message = {**message, "headers": [*message.get("headers", []), (REQUEST_ID_HEADER, request_id)]}
+            await send(message)
+
+        if scope["path"] == statusz.PATH and target_of(scope) == "-" and not self._names_actor(scope):
+            await self._statusz(scope, send_with_id)
+            return
         try:
-            outcome = await self._route(scope, receive, send, started)
+            outcome = await self._route(scope, receive, send_with_id, started)
         finally:
+            elapsed = loop.time() - started
             REQUESTS.labels(outcome).inc()
-            REQUEST_DURATION.labels(outcome).observe(loop.time() - started)
+            REQUEST_DURATION.labels(outcome).observe(elapsed)
+            finished = statusz.RecentRequest(
+                time.time(), request_id.decode(), target_of(scope), scope["method"], scope["path"][:200],
+                status, outcome, round(elapsed * 1000, 1),
+            )  # fmt: skip
+            self.recent.add(finished)
+            log.info(
+                "request %s %s %s %s %d %s %.1f ms",
+                request_id.decode(), target_of(scope), scope["method"], scope["path"], status, outcome, elapsed * 1000,
+            )  # fmt: skip
+
+    def _names_actor(self, scope: dict[str, Any]) -> bool:
+        """Whether the request's Host names an actor (`<name>.<atespace>.actors.<domain>`)."""
+        host = next((v for k, v in scope["headers"] if k == b"host"), None)
+        try:
+            target_from_headers([], host, self.settings.domain)
+        except TargetError:
+            return False
+        return True
+
+    async def _statusz(self, scope: dict[str, Any], send: Any) -> None:
+        """Answer /statusz: HTML, or JSON with `?format=json`."""
+        if self.invalidator is None:
+            postgres = "not configured (no cache)"
+        else:
+            postgres = "ok" if self.invalidator.connected.is_set() else "not connected (cache off)"
+        document = statusz.status_document(
+            settings=self.settings.redacted(),
+            api=await self.api.health(),
+            postgres=postgres,
+            parked=self.resumer.parked,
+            max_parked=self.settings.max_parked,
+            recent=self.recent.items(),
+        )
+        as_json = b"format=json" in scope.get("query_string", b"").split(b"&")
+        data = statusz.render_json(document) if as_json else statusz.render_html(document)
+        kind = b"application/json" if as_json else b"text/html; charset=utf-8"
+        headers = [(b"content-type", kind), (b"content-length", str(len(data)).encode()), (b"cache-control", b"no-store")]
+        await send({"type": "http.response.start", "status": 200, "headers": headers})
+        await send({"type": "http.response.body", "body": data, "more_body": False})
 
     async def _route(self, scope: dict[str, Any], receive: Any, send: Any, started: float) -> str:
         headers: list[bytes] = []
@@ -142,7 +201,7 @@ class ActorRouter:
         if upstream is None:
             upstream = await self.resumer.wait_running(target, deadline)
         try:
-            return await open_upstream(self.upstream_client, scope, body, upstream, target.key)
+            return await open_upstream(self.upstream_client, scope, body, upstream, target.key, self.trusted)
         except UpstreamConnectError as exc:
             if not cached:
                 raise _unreachable(target, upstream) from exc
@@ -150,9 +209,32 @@ class ActorRouter:
         self.cache.drop(target.key)
         upstream = await self.resumer.wait_running(target, deadline)
         try:
-            return await open_upstream(self.upstream_client, scope, body, upstream, target.key)
+            return await open_upstream(self.upstream_client, scope, body, upstream, target.key, self.trusted)
         except UpstreamConnectError as exc:
             raise _unreachable(target, upstream) from exc
+
+
+REQUEST_ID_HEADER = b"x-request-id"
+_REQUEST_ID = re.compile(rb"[A-Za-z0-9._:+=/-]{1,128}")
+
+
+def with_request_id(scope: dict[str, Any]) -> tuple[dict[str, Any], bytes]:
+    """The scope with exactly one `X-Request-Id`: the client's when it is 1-128 characters of
+    letters, digits and `._:+=/-`, else a new random one (replacing a malformed one)."""
+    given = [v for k, v in scope["headers"] if k == REQUEST_ID_HEADER]
+    if len(given) == 1 and _REQUEST_ID.fullmatch(given[0]):
+        return scope, given[0]
+    request_id = uuid.uuid4().hex.encode()
+    headers = [(k, v) for k, v in scope["headers"] if k != REQUEST_ID_HEADER]
+    return {**scope, "headers": [*headers, (REQUEST_ID_HEADER, request_id)]}, request_id
+
+
+def target_of(scope: dict[str, Any]) -> str:
+    """The `ate-target-actor` header as given (for the log), or `-`."""
+    for key, value in scope["headers"]:
+        if key == _TARGET_HEADER:
+            return str(value.decode("latin-1"))[:200]
+    return "-"
 
 
 def _unreachable(target: Target, upstream: Upstream) -> RouteError:

@@ -54,6 +54,13 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         type=float,
         help="seconds a request may wait for its actor to be RUNNING (default 5)",
     )
+    parser.add_argument(
+        "--trusted-proxy",
+        action="append",
+        dest="trusted_proxies",
+        help="network (CIDR) of a proxy in front of the router whose X-Forwarded-For is kept (repeatable; "
+        "env ATE_ROUTER_TRUSTED_PROXIES, a JSON list)",
+    )
     parser.add_argument("--max-parked", type=int, help="requests allowed to wait at once (default 1000)")
     parser.add_argument("--metrics-listen", help="host:port for /metrics (default 127.0.0.1:9000)")
     parser.add_argument(
@@ -82,6 +89,7 @@ def build_settings(args: argparse.Namespace) -> RouterSettings:
         "domain": args.domain,
         "parked_request_budget_seconds": args.parked_request_budget,
         "max_parked": args.max_parked,
+        "trusted_proxies": args.trusted_proxies,
         "metrics_listen": args.metrics_listen,
         "head_timeout_seconds": args.head_timeout,
     }

@@ -9,7 +9,7 @@ No routing decisions here: the caller says which ``Upstream`` to use. Bodies str
 (request body from ASGI ``receive`` to the worker socket, response body from the worker socket into
 ASGI ``send``), at the same time: a worker may answer before it read the whole request body.
 Hop-by-hop headers and ``ate-target-actor`` are dropped; ``X-Forwarded-For/-Host/-Proto`` are
-added, and ``Connection: close`` (the upstream client closes every connection when its response
+added (an incoming ``X-Forwarded-For`` is kept only from a trusted proxy), and ``Connection: close`` (the upstream client closes every connection when its response
 ends: a connected socket would stop gVisor from checkpointing the actor when it is suspended
 between requests).
 """
@@ -17,7 +17,8 @@ between requests).
 from __future__ import annotations
 
 import logging
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
+from ipaddress import IPv4Network, IPv6Network, ip_address
 from typing import Any
 
 import anyio
@@ -99,16 +100,19 @@ def _connection_tokens(headers: list[tuple[bytes, bytes]]) -> set[bytes]:
     return tokens
 
 
-def request_headers(scope: Scope) -> list[tuple[bytes, bytes]]:
+def request_headers(scope: Scope, trusted: Sequence[IPv4Network | IPv6Network] = ()) -> list[tuple[bytes, bytes]]:
     """Headers to send upstream for an ASGI HTTP request.
 
     Args:
         scope: ASGI HTTP scope (lower-case header names).
+        trusted: Networks of trusted proxies in front of the router: only a client in one of
+            them may bring an ``X-Forwarded-For`` of its own.
 
     Returns:
         The client's headers without hop-by-hop ones (including those named by
         ``Connection``), ``ate-target-actor``, ``Host`` and ``Expect``; plus
-        ``X-Forwarded-For`` (appended to any incoming one), ``X-Forwarded-Host``,
+        ``X-Forwarded-For`` (the client's address, appended to the incoming one only when the
+        client is a trusted proxy, else replacing it), ``X-Forwarded-Host``,
         ``X-Forwarded-Proto`` and ``Connection: close``.
     """
     raw: list[tuple[bytes, bytes]] = scope["headers"]
@@ -124,6 +128,8 @@ def request_headers(scope: Scope) -> list[tuple[bytes, bytes]]:
         if key not in drop:
             out.append((key, value))
     client = scope.get("client")
+    if client and not _is_trusted(str(client[0]), trusted):
+        forwarded_for = []  # an untrusted client does not get to say where requests came from
     if client:
         forwarded_for.append(str(client[0]).encode())
     if forwarded_for:
@@ -133,6 +139,16 @@ def request_headers(scope: Scope) -> list[tuple[bytes, bytes]]:
     out.append((b"x-forwarded-proto", str(scope.get("scheme", "http")).encode()))
     out.append((b"connection", b"close"))
     return out
+
+
+def _is_trusted(address: str, trusted: Sequence[IPv4Network | IPv6Network]) -> bool:
+    if not trusted:
+        return False
+    try:
+        ip = ip_address(address)
+    except ValueError:
+        return False
+    return any(ip in network for network in trusted)
 
 
 def response_headers(response: UpstreamResponse) -> list[tuple[bytes, bytes]]:
@@ -171,6 +187,7 @@ async def open_upstream(
     body: BodyStream,
     upstream: Upstream,
     actor: str,
+    trusted: Sequence[IPv4Network | IPv6Network] = (),
 ) -> UpstreamResponse:
     """Send the request to the worker and return once its response head arrived.
 
@@ -193,7 +210,7 @@ async def open_upstream(
     query = scope.get("query_string") or b""
     target = raw_path + (b"?" + query if query else b"")
     headers = [(b"host", _host(upstream))]
-    headers += [(k, v) for k, v in request_headers(scope) if k != b"content-length"]
+    headers += [(k, v) for k, v in request_headers(scope, trusted) if k != b"content-length"]
     framing, has_body = _body_framing(scope)
     if framing is not None:
         headers.append(framing)

@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
+from ipaddress import IPv4Network, IPv6Network, ip_network
 from pathlib import Path
 
-from pydantic import AliasChoices, Field
+from pydantic import AliasChoices, Field, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 
@@ -47,6 +48,22 @@ class RouterSettings(BaseSettings):
     parked_request_budget_seconds: float = Field(default=5.0, gt=0)
     max_parked: int = Field(default=1000, ge=0)
     upstream_connect_timeout_seconds: float = Field(default=5.0, gt=0)
+    trusted_proxies: list[str] = Field(default_factory=list)
+
+    @field_validator("trusted_proxies")
+    @classmethod
+    def _networks(cls, values: list[str]) -> list[str]:
+        for value in values:
+            try:
+                ip_network(value, strict=False)
+            except ValueError:
+                raise ValueError(f"trusted_proxies: {value!r} is not a network such as 10.0.0.0/8 or 2001:db8::/32") from None
+        return values
+
+    @property
+    def trusted_networks(self) -> tuple[IPv4Network | IPv6Network, ...]:
+        """``trusted_proxies`` parsed."""
+        return tuple(ip_network(value, strict=False) for value in self.trusted_proxies)
     head_timeout_seconds: float = Field(default=10.0, gt=0)
     max_head_bytes: int = Field(default=32 * 1024, ge=1024)
 

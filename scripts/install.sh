@@ -15,6 +15,7 @@ command -v iptables >/dev/null 2>&1 || need_apt+=(iptables)
 command -v curl >/dev/null 2>&1 || need_apt+=(curl)
 command -v busybox >/dev/null 2>&1 || need_apt+=(busybox-static)
 command -v go >/dev/null 2>&1 || need_apt+=(golang-go)
+command -v chromium >/dev/null 2>&1 || need_apt+=(chromium)  # a real headless browser for the router's /statusz test
 
 if [ "$runsc_ok" = 0 ] || [ "${#need_apt[@]}" -gt 0 ]; then
   if [ "$(id -u)" != 0 ]; then

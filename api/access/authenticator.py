@@ -7,6 +7,8 @@ import hmac
 from pathlib import Path
 from typing import Protocol
 
+import jwt
+
 from activities.store import Store
 from api.access.oidc import OidcVerifier
 from api.settings import ApiSettings
@@ -87,8 +89,6 @@ class Authenticator:
 
 
 def _has_certificate_header(token: str) -> bool:
-    import jwt
-
     try:
         return "x5c" in jwt.get_unverified_header(token)
     except jwt.PyJWTError:

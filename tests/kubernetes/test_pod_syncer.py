@@ -268,13 +268,16 @@ async def test_a_restarted_controller_converges_on_what_happened_while_it_was_do
                                   api_server="http://127.0.0.1:1")  # fmt: skip
     core = client.CoreV1Api(kube)
     plane = Plane(store, "", None, None, None, kube, namespace)  # type: ignore[arg-type]
-    async with running_controller(settings, kube, store):
+    async with running_controller(settings, kube, store) as controller:
         create_pool(plane, "two", 2)
         pods = await until(lambda: (p := pods_of(plane, "two")) and len(p) == 2 and p)
         for i, pod in enumerate(pods):
             kubelet_reports(plane, pod.metadata.name, f"10.9.1.{i + 1}", ready=True)
         for pod in pods:
-            await until(lambda pod=pod: _state(store, pod.metadata.name, "ACTIVE"))
+            try:
+                await until(lambda pod=pod: _state(store, pod.metadata.name, "ACTIVE"))
+            except AssertionError as failure:  # say what the controller and the store saw
+                raise AssertionError(await _what_was_seen(plane, controller, "two")) from failure
     # down: one pod is deleted (its ReplicaSet makes another), no controller sees the event
     gone = pods[0].metadata.name
     core.delete_namespaced_pod(gone, namespace, grace_period_seconds=0)
@@ -285,6 +288,14 @@ async def test_a_restarted_controller_converges_on_what_happened_while_it_was_do
         await until(lambda: _gone(store, gone))
         await until(lambda: _state(store, replacement[0].metadata.name, "ACTIVE"))
         assert (await worker_of(store, pods[1].metadata.name)).state == "ACTIVE"
+
+
+async def _what_was_seen(plane: Plane, controller: Controller, pool: str) -> str:
+    pods = [(p.metadata.name, p.status.pod_ip, [(c.type, c.status) for c in p.status.conditions or []],
+             p.metadata.deletion_timestamp) for p in pods_of(plane, pool)]  # fmt: skip
+    workers = [(w.node, w.name, w.state) for w in await plane.store.nodes.list_workers()]
+    known = sorted(controller.pools)
+    return f"pods {pods}; workers {workers}; pools known to the controller {known}; events queued {controller.events.qsize()}"
 
 
 def test_a_watch_that_expired_lists_again_and_loses_no_event(cluster: Cluster, kube: client.ApiClient, namespace: str) -> None:

@@ -49,17 +49,19 @@ def test_the_crd_refuses_a_bad_pool_with_the_api_servers_own_message(kube: clien
         custom.create_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL, workerpool("neg", replicas=-1))
     assert negative.value.status == 422
     body = json.loads(negative.value.body)
-    assert "spec.replicas: Invalid value: -1: spec.replicas in body should be greater than or equal to 0" in body[
-        "message"
-    ]
+    assert (
+        "spec.replicas: Invalid value: -1: spec.replicas in body should be greater than or equal to 0"
+        in body["message"]
+    )
     with pytest.raises(ApiException) as docker:
         pool = workerpool("docker")
         pool["spec"]["sandboxClass"] = "docker"
         custom.create_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL, pool)
     assert docker.value.status == 422
-    assert 'spec.sandboxClass: Unsupported value: "docker": supported values: "gvisor", "microvm"' in json.loads(
-        docker.value.body
-    )["message"]
+    assert (
+        'spec.sandboxClass: Unsupported value: "docker": supported values: "gvisor", "microvm"'
+        in json.loads(docker.value.body)["message"]
+    )
     with pytest.raises(ApiException) as quantity:
         custom.create_namespaced_custom_object(
             GROUP, VERSION, namespace, PLURAL, workerpool("cpu", capacity={"cpu": "lots"})
@@ -76,7 +78,12 @@ def test_a_pool_becomes_a_deployment_that_follows_it(kube: client.ApiClient, nam
     assert deployment.spec.replicas == 2
     assert deployment.spec.selector.match_labels == {POOL_LABEL: "general"}
     [owner] = deployment.metadata.owner_references
-    assert (owner.kind, owner.name, owner.uid, owner.controller) == ("WorkerPool", "general", created["metadata"]["uid"], True)
+    assert (owner.kind, owner.name, owner.uid, owner.controller) == (
+        "WorkerPool",
+        "general",
+        created["metadata"]["uid"],
+        True,
+    )
     [container] = deployment.spec.template.spec.containers
     env = {e.name: e.value for e in container.env if e.value is not None}
     assert env["ATE_ATELET_API_SERVER"] == "http://api:8080" and container.image == "ate:test"
@@ -95,6 +102,7 @@ def test_a_pool_becomes_a_deployment_that_follows_it(kube: client.ApiClient, nam
         "/var/run/ate/tls/tls.crt", "/var/run/ate/tls/tls.key", "/var/run/ate/tls/ca.crt",
     ]  # fmt: skip
     assert env["ATE_ATELET_NODE"] == "$(POD_NAME)"
+    assert "ATE_ATELET_OBJECT_STORE_LOCATIONS" not in env and "ATE_ATELET_SUBNET" not in env  # the atelet's defaults
     assert any(m.manager == "ate-controller" and m.operation == "Apply" for m in deployment.metadata.managed_fields)
 
     # re-applying an unchanged pool writes nothing: no new generation, and the controller's own
@@ -103,6 +111,24 @@ def test_a_pool_becomes_a_deployment_that_follows_it(kube: client.ApiClient, nam
     def applied(dep: client.V1Deployment) -> tuple[int, object]:
         [mine] = [m for m in dep.metadata.managed_fields if m.manager == "ate-controller"]
         return dep.metadata.generation, mine.time
+
+    configured = PoolReconciler(
+        apps,
+        custom,
+        ControllerSettings(
+            image="ate:test",
+            api_server="http://api:8080",
+            object_store_locations=["s3://b/p"],
+            worker_subnet="10.250.0.0/16",
+        ),
+    )
+    configured.reconcile(
+        custom.create_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL, workerpool("stored"))
+    )
+    [stored] = apps.read_namespaced_deployment(deployment_name("stored"), namespace).spec.template.spec.containers
+    stored_env = {e.name: e.value for e in stored.env if e.value is not None}
+    assert stored_env["ATE_ATELET_OBJECT_STORE_LOCATIONS"] == '["s3://b/p"]'
+    assert stored_env["ATE_ATELET_SUBNET"] == "10.250.0.0/16"
 
     before = applied(deployment)
     time.sleep(1.1)  # managed-fields times have a resolution of one second
@@ -157,7 +183,8 @@ def test_a_pool_becomes_a_deployment_that_follows_it(kube: client.ApiClient, nam
 
 
 def test_a_pool_the_schema_lets_through_but_ate_refuses_gets_a_condition_and_no_deployment(
-        kube: client.ApiClient, namespace: str) -> None:
+    kube: client.ApiClient, namespace: str
+) -> None:
     custom, apps = client.CustomObjectsApi(kube), client.AppsV1Api(kube)
     reconciler = PoolReconciler(apps, custom, ControllerSettings())
     too_big = workerpool("big", capacity={"cpu": "4"}, template={"resources": {"limits": {"cpu": "2"}}})

@@ -212,6 +212,7 @@ class FakeApi:
         self.app.get("/v1/atespaces/{atespace}/templates/{template}")(self.template)
         self.app.get("/v1/atespaces/{atespace}/actors/{name}")(self.actor)
         self.app.post("/v1/accessreviews")(self.review)
+        self.app.get("/healthz")(self.healthz)
 
     def script(self, key: str, *steps: Step) -> None:
         """Answer resumes of ``key`` with ``steps`` in order, repeating the last one."""
@@ -258,6 +259,9 @@ class FakeApi:
             return JSONResponse({"reason": "NotFound", "message": f"actor {atespace}/{name} not found",
                                  "details": {}}, status_code=404)
         return JSONResponse({"atespace": atespace, "name": name, "template": "web", "state": "SUSPENDED"})
+
+    async def healthz(self) -> JSONResponse:
+        return JSONResponse({"status": "ok"})
 
     async def review(self, request: Request) -> JSONResponse:
         body = await request.json()
