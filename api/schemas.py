@@ -204,6 +204,9 @@ class WorkerRegistrationBody(Tolerant):
     cpu_millis: int = Field(gt=0, le=MAX_CPU_MILLIS)
     memory_bytes: int = Field(gt=0, le=MAX_MEMORY_BYTES)
     actor: ActorRefBody | None = None
+    sandbox_state: Literal["idle", "running", "exited"] | None = Field(
+        default=None, description="how `actor`'s sandbox is: running, or exited on its own (still there, stopped)"
+    )
 
     @field_validator("name")
     @classmethod

@@ -1,6 +1,7 @@
 """The Postgres store: named SQL queries, migrations, and the `Store` that runs them (see `store`)."""
 
 from activities.store.errors import (
+    ActorUnreachable,
     AlreadyExists,
     FailedPrecondition,
     InvalidArgument,
@@ -16,6 +17,7 @@ from activities.store.migrations import migrate
 from activities.store.store import Store
 
 __all__ = [
+    "ActorUnreachable",
     "AlreadyExists",
     "FailedPrecondition",
     "InvalidArgument",

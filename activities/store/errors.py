@@ -74,6 +74,14 @@ class PinnedNodeFull(NoCapacity):
     reason = "PinnedNodeFull"
 
 
+class ActorUnreachable(StoreError):
+    """The actor is UNREACHABLE: its node stopped answering and the grace has not run out. Not
+    final: it is RUNNING again when the node returns, CRASHED when the grace ends (the router
+    parks its requests meanwhile)."""
+
+    reason = "Unreachable"
+
+
 def refused(transition: Transition, actor: str, state: str) -> FailedPrecondition:
     """The error of an operation asked of an actor in a state the state table does not start it
     from (`domain.states.TRANSITIONS`); the details carry the state found."""

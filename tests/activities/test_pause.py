@@ -196,14 +196,14 @@ async def test_paused_actor_on_a_dead_node_says_how_to_get_out(two_nodes: Store)
     await pause(store, ref, "p1")
     async with store.pool.acquire() as connection:
         await connection.execute("UPDATE nodes SET last_heartbeat = now() - interval '1 minute' WHERE name = $1", node)
-    assert await store.nodes.mark_lost() == [node]  # the API's sweeper: its workers become UNAVAILABLE
+    assert await store.liveness.mark_lost() == [node]  # the API's sweeper: its workers become UNAVAILABLE
 
     with pytest.raises(NoCapacity) as refused:
         await store.resumes.begin(ref, "r3")
     assert not isinstance(refused.value, PinnedNodeFull)
     assert refused.value.message == (
         f"actor demo/a1 is PAUSED and its paused state lies on node {node}, which is not available (no heartbeat "
-        "for 15 s); resume it when the node is back, or drop the paused state and go back to its last uploaded "
+        "for 60 s); resume it when the node is back, or drop the paused state and go back to its last uploaded "
         "snapshot (generation 1) with 'ate revert actor a1 -a demo'"
     )
     with pytest.raises(FailedPrecondition, match=rf"is PAUSED on node {node}, which is not available"):
