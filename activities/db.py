@@ -161,7 +161,7 @@ class DbActivities:
     async def finish_revert(self, request: FinishRevertInput) -> None:
         """REVERTING -> SUSPENDED with the last COMPLETED snapshot."""
         await failpoint("RevertActor.before_finalize")
-        await self.store.reverts.finish(request.actor, request.operation_id, request.note)
+        await self.store.reverts.finish(request.actor, request.operation_id, request.note, request.recovery_of)
 
     # ---- EvictionDeadline -------------------------------------------------------------------
 

@@ -1,4 +1,5 @@
-"""The FastAPI application: routers, error handlers, /healthz, /metrics, lifespan (store, Temporal)."""
+"""The FastAPI application: routers, error handlers, /healthz, /metrics, lifespan (store, Temporal,
+the liveness watcher and the automatic recovery sweep)."""
 
 from __future__ import annotations
 
@@ -21,27 +22,14 @@ from api.access.oidc import OidcVerifier
 from api.deps import StoreDep
 from api.errors import install_error_handlers
 from api.limits import BodySizeLimit
+from api.liveness import LivenessWatcher
 from api.metrics import WORKERS
 from api.names import check_request_names
+from api.recovery import run_recovery
 from api.routes import actors, atespaces, operations, templates, tokens, workers
 from api.settings import ApiSettings
 
 log = logging.getLogger("ate.api")
-
-
-async def watch_node_liveness(store: Store, every_seconds: float = 5.0) -> None:
-    """Every few seconds, mark nodes without a recent heartbeat lost (their RUNNING actors CRASHED).
-
-    Detects a dead node within NODE_LIVENESS_SECONDS + `every_seconds` (the reference system
-    took 43-51 s). Idempotent, so several api-servers may run it at once.
-    """
-    while True:
-        try:
-            for node in await store.nodes.mark_lost():
-                log.warning("node %s is lost: no heartbeat; its workers are UNAVAILABLE", node)
-        except Exception:
-            log.exception("node liveness check failed; trying again")
-        await asyncio.sleep(every_seconds)
 
 
 def authenticator_for(settings: ApiSettings, store: Store) -> Authenticator:
@@ -83,11 +71,19 @@ def create_app(settings: ApiSettings) -> FastAPI:
         app.state.authenticator = authenticator_for(settings, store)
         app.state.temporal = await Client.connect(settings.temporal_address, namespace=settings.temporal_namespace)
         app.state.settings = settings
-        reaper = asyncio.create_task(watch_node_liveness(store))
+        watcher = LivenessWatcher(
+            store,
+            lease_seconds=settings.node_lease_seconds,
+            grace_seconds=settings.unreachable_grace_seconds,
+            every_seconds=settings.liveness_check_seconds,
+        )
+        background = [asyncio.create_task(watcher.run()), asyncio.create_task(run_recovery(store, app.state.temporal))]
         try:
             yield
         finally:
-            reaper.cancel()
+            for task in background:
+                task.cancel()
+            await asyncio.gather(*background, return_exceptions=True)
             await store.close()
 
     app = FastAPI(

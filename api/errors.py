@@ -31,6 +31,7 @@ STATUS_BY_REASON = {
     "FailedPrecondition": 409,
     "VersionConflict": 409,
     "NoCapacity": 503,
+    "Unreachable": 503,
     "NoMatchingWorker": 409,
     "NodeRetired": 410,
     "Timeout": 504,

@@ -35,6 +35,18 @@ def main(argv: list[str] | None = None) -> None:
         dest="other_snapshot_locations",
         help="a further location templates may choose (repeatable; env ATE_OTHER_SNAPSHOT_LOCATIONS, a JSON list)",
     )
+    parser.add_argument(
+        "--node-lease-seconds",
+        type=float,
+        help="a node without a heartbeat for this long is lost: its workers UNAVAILABLE, its running actors "
+        "UNREACHABLE (env ATE_NODE_LEASE_SECONDS, default 4)",
+    )
+    parser.add_argument(
+        "--unreachable-grace-seconds",
+        type=float,
+        help="how long an UNREACHABLE actor waits for its node before it is CRASHED "
+        "(env ATE_UNREACHABLE_GRACE_SECONDS, default 60)",
+    )
     args = parser.parse_args(argv)
     overrides = {
         k: v
@@ -46,8 +58,10 @@ def main(argv: list[str] | None = None) -> None:
             "temporal_namespace": args.namespace,
             "snapshot_location": args.snapshot_location,
             "other_snapshot_locations": args.other_snapshot_locations,
+            "node_lease_seconds": args.node_lease_seconds,
+            "unreachable_grace_seconds": args.unreachable_grace_seconds,
         }.items()
-        if v
+        if v is not None and v != [] and v != ""
     }
     settings = ApiSettings(**overrides)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")

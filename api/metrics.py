@@ -31,3 +31,15 @@ def timed(operation: str) -> Iterator[None]:
     finally:
         OPERATIONS.labels(operation, outcome).inc()
         OPERATION_SECONDS.labels(operation, outcome).observe(time.perf_counter() - started)
+
+
+RECOVERIES = Counter(
+    "ate_actor_recoveries_total",
+    "CRASHED actors the api-server started reverting by itself because their template says onCrash: <action>",
+    ["action"],
+)
+NODES_LOST = Counter("ate_nodes_lost_total", "Nodes found silent past their lease (workers UNAVAILABLE)")
+UNREACHABLE_EXPIRED = Counter(
+    "ate_unreachable_actors_crashed_total",
+    "UNREACHABLE actors CRASHED because their node did not answer within the grace",
+)

@@ -33,7 +33,9 @@ CLOSING_GRACE_SECONDS = 3.0
 already shows no operation in flight on the actor (see `start_or_attach`)."""
 
 # Workflow failure types that are a user-facing reason of their own; anything else is Internal.
-_REASONS = {"NotFound", "FailedPrecondition", "NoCapacity", "NoMatchingWorker", "InvalidArgument", "AlreadyExists"}
+_REASONS = {
+    "NotFound", "FailedPrecondition", "NoCapacity", "NoMatchingWorker", "InvalidArgument", "AlreadyExists", "Unreachable",
+}  # fmt: skip
 
 
 def search_attributes(atespace: str, name: str, operation: Operation) -> TypedSearchAttributes:

@@ -9,6 +9,7 @@ from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from api.limits import DEFAULT_MAX_REQUEST_BYTES
 from domain.access import Grant, Role
+from domain.liveness import LIVENESS_CHECK_SECONDS, NODE_LEASE_SECONDS, UNREACHABLE_GRACE_SECONDS
 from domain.locations import check_storage_location
 from serving.protocol import DEFAULT_HEAD_TIMEOUT_SECONDS, DEFAULT_MAX_HEAD_BYTES
 
@@ -28,6 +29,14 @@ class ApiSettings(BaseSettings):
     az://... (domain.locations)."""
     other_snapshot_locations: list[str] = []
     """Further locations a template's own storageLocation may lie in (besides snapshot_location)."""
+    node_lease_seconds: float = Field(default=NODE_LEASE_SECONDS, gt=0)
+    """A node without a heartbeat for this long is lost: its workers UNAVAILABLE, its RUNNING actors
+    UNREACHABLE (domain/liveness.py). Keep it a few of the atelets' heartbeat intervals."""
+    unreachable_grace_seconds: float = Field(default=UNREACHABLE_GRACE_SECONDS, ge=0)
+    """How long an UNREACHABLE actor waits for its node to answer again (then RUNNING, memory
+    intact) before it is CRASHED."""
+    liveness_check_seconds: float = Field(default=LIVENESS_CHECK_SECONDS, gt=0)
+    """How often silent nodes and expired graces are looked for."""
     resume_timeout_seconds: float = 30.0
     suspend_timeout_seconds: float = 60.0
     max_request_bytes: int = Field(default=DEFAULT_MAX_REQUEST_BYTES, ge=1024)

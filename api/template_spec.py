@@ -201,6 +201,11 @@ class TemplateSpec(Strict):
     volumes: list[Volume] = Field(default_factory=list)
     snapshotConfig: SnapshotConfig = Field(default_factory=SnapshotConfig)  # noqa: N815
     access: Access = Field(default_factory=Access)
+    onCrash: Literal["Revert"] | None = Field(  # noqa: N815
+        default=None,
+        description="what ate does by itself with a CRASHED actor: Revert (back to its last completed snapshot; "
+        "it resumes at its next request); unset: nothing",
+    )
 
     @field_validator("workerSelector")
     @classmethod

@@ -152,7 +152,9 @@ def parse_args(argv: list[str] | None = None) -> AteletSettings:
     parser.add_argument("--advertise-worker-ip", help="a worker pod's IP, forwarded into its one worker's namespace")
     parser.add_argument("--workers", type=int)
     parser.add_argument("--api-server")
-    parser.add_argument("--heartbeat-seconds", type=float)
+    parser.add_argument("--heartbeat-seconds", type=float,
+                        help="interval of the heartbeats to the API server (default 1; keep it well under "
+                             "the api-server's --node-lease-seconds, default 4)")
     parser.add_argument("--subnet")
     parser.add_argument("--hollow", action="store_true", default=None)
     parser.add_argument("--drain-on-sigterm", action="store_true", default=None,

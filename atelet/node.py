@@ -238,7 +238,11 @@ class Node:
                 return False
             if not self.settings.hollow:
                 await self.runner.stop(worker)
-                shutil.rmtree(self.layout.actor_dir(actor), ignore_errors=True)
+                # The actor's dir is the node's, not the worker's: when the actor was meanwhile
+                # placed on another worker here (its old sandbox exited, it was reverted and
+                # resumed), that sandbox owns it now.
+                if not any(other.actor == actor for other in self.workers.values() if other is not worker):
+                    shutil.rmtree(self.layout.actor_dir(actor), ignore_errors=True)
             self.table.free(worker)
             self.table.update_metrics()
         log.warning("fenced: terminated %s/%s on %s at the control plane's request", *actor, worker_name)

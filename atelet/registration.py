@@ -2,12 +2,16 @@
 
 When ``api_server`` is set: ``PUT {api_server}/v1/nodes/{node}`` with JSON ``{"address",
 "runsc_version", "workers": [{"name", "pool", "ip", "sandbox_class", "labels", "places",
-"cpu_millis", "memory_bytes", "actor"}]}`` and the node's bearer token (``atelet.node_identity``) at start and every ``heartbeat_seconds``; ``actor`` is
-``{"atespace", "name"}`` of the sandbox on the worker (running or exited) or null.
+"cpu_millis", "memory_bytes", "actor", "sandbox_state"}]}`` and the node's bearer token
+(``atelet.node_identity``) at start and every ``heartbeat_seconds`` (on a fixed cadence: a slow
+answer or a long fence does not delay the next beat, so the control plane's lease of this node,
+domain/liveness.py, is renewed on time); ``actor`` is ``{"atespace", "name"}`` of the sandbox on
+the worker (running or exited) or null, ``sandbox_state`` ``idle``, ``running`` or ``exited``.
 
 The API answers ``{"node", "workers", "terminate": [{"worker", "actor": {"atespace", "name"}}]}``:
-sandboxes the control plane no longer places here. Each is fenced (``Node.fence``: terminated only
-if that actor is still on that worker and no operation is in flight there). An answer without
+sandboxes the control plane no longer places here (e.g. an actor reverted while this node was
+silent). Each is fenced in the background (``Node.fence``: terminated only if that actor is still
+on that worker and no operation is in flight there; one fence per worker at a time). An answer without
 ``terminate`` (an older API) or with a body that is not JSON fences nothing.
 
 Failures are logged and retried at the next beat; this loop never raises (except on cancellation).
@@ -42,6 +46,7 @@ def node_document(node: Node) -> dict[str, Any]:
                 "cpu_millis": w.pool.cpu_millis,
                 "memory_bytes": w.pool.memory_bytes,
                 "actor": {"atespace": w.actor[0], "name": w.actor[1]} if w.actor else None,
+                "sandbox_state": w.state,
             }
             for w in node.workers.values()
         ],
@@ -83,21 +88,55 @@ def fence_requests(answer: dict[str, Any]) -> list[tuple[str, tuple[str, str]]]:
     return requests
 
 
+class Fences:
+    """The fences the heartbeat answers ask for, each run as a task of its own (one per worker at
+    a time), so that terminating a sandbox never holds up the next heartbeat."""
+
+    def __init__(self, node: Node) -> None:
+        self.node = node
+        self.running: dict[str, asyncio.Task[None]] = {}
+
+    def start(self, worker: str, actor: tuple[str, str]) -> None:
+        """Fence ``actor`` on ``worker`` unless a fence of that worker is under way (the next
+        heartbeat asks again if it is still needed)."""
+        task = self.running.get(worker)
+        if task is not None and not task.done():
+            return
+        self.running[worker] = asyncio.create_task(self._fence(worker, actor))
+
+    async def _fence(self, worker: str, actor: tuple[str, str]) -> None:
+        try:
+            await self.node.fence(worker, actor)
+        except Exception:  # one failed fence must not stop the others; asked again next beat
+            log.exception("fence of %s/%s on %s failed", *actor, worker)
+
+    def cancel(self) -> None:
+        """Cancel the fences under way (at shutdown)."""
+        for task in self.running.values():
+            task.cancel()
+
+
 async def heartbeat_loop(node: Node, auth: httpx.Auth) -> None:
     """Registers now and then every ``heartbeat_seconds`` until cancelled; fences what it is told to.
 
-    ``auth`` proves the node's identity on each request (``atelet.node_identity``).
+    Beats keep a fixed cadence: the wait after a beat is the interval less the time the beat
+    took (none when it took longer). ``auth`` proves the node's identity on each request
+    (``atelet.node_identity``).
     """
     registered = False
-    async with httpx.AsyncClient(timeout=httpx.Timeout(5.0), auth=auth) as client:
-        while True:
-            answer = await register_once(client, node)
-            if answer is not None and not registered:
-                log.info("registered node %s with %s", node.settings.node, node.settings.api_server)
-            registered = answer is not None
-            for worker, actor in fence_requests(answer or {}):
-                try:
-                    await node.fence(worker, actor)
-                except Exception:  # one failed fence must not stop the heartbeats
-                    log.exception("fence of %s/%s on %s failed", *actor, worker)
-            await asyncio.sleep(node.settings.heartbeat_seconds)
+    interval = node.settings.heartbeat_seconds
+    fences = Fences(node)
+    loop = asyncio.get_running_loop()
+    try:
+        async with httpx.AsyncClient(timeout=httpx.Timeout(5.0), auth=auth) as client:
+            while True:
+                started = loop.time()
+                answer = await register_once(client, node)
+                if answer is not None and not registered:
+                    log.info("registered node %s with %s", node.settings.node, node.settings.api_server)
+                registered = answer is not None
+                for worker, actor in fence_requests(answer or {}):
+                    fences.start(worker, actor)
+                await asyncio.sleep(max(0.0, interval - (loop.time() - started)))
+    finally:
+        fences.cancel()

@@ -13,6 +13,8 @@ from pathlib import Path
 from pydantic import Field, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
+from domain.liveness import HEARTBEAT_SECONDS
+
 
 class AteletSettings(BaseSettings):
     """Everything the atelet needs to start.
@@ -43,7 +45,8 @@ class AteletSettings(BaseSettings):
       forwarded (every TCP port but the atelet's own) into the worker's network namespace
       (``atelet.forwarding``). Needs exactly one worker.
     - ``api_server``: URL of ate-api-server; when set, register and heartbeat every
-      ``heartbeat_seconds``.
+      ``heartbeat_seconds`` (default 1 s; the api-server's node lease, default 4 s, must be a
+      few of these: domain/liveness.py).
     - ``subnet``: IPv4 network the workers' /30 links are cut from (worker i gets the i-th /30).
     - ``hollow``: benchmark mode — accept calls, run no sandbox. Never the default.
     - ``runsc``: the runsc binary.
@@ -79,7 +82,7 @@ class AteletSettings(BaseSettings):
     advertise_worker_ip: str | None = None
     workers: int = Field(default=2, ge=0, le=1000)
     api_server: str | None = None
-    heartbeat_seconds: float = Field(default=5.0, gt=0)
+    heartbeat_seconds: float = Field(default=HEARTBEAT_SECONDS, gt=0)
     subnet: str = "10.88.0.0/16"
     hollow: bool = False
     runsc: str = "runsc"

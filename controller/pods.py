@@ -7,12 +7,12 @@ A worker pod (label `ate.dev/pool`) hosts one atelet and one worker; its ate nod
   deletionTimestamp is set): its node is drained through the API (`POST /v1/nodes/{pod}/drain`,
   the EvictionDeadline workflow), so its actor is suspended, not lost; the deadline is the pod's
   grace period.
-- It is gone: every actor it hosted goes back to SUSPENDED with its last COMPLETED snapshot (a
-  CRASHED one stays CRASHED) and the node is retired; a late heartbeat of its atelet cannot bring
-  it back.
+- It is gone: the actor that ran there (RUNNING, or UNREACHABLE waiting for it) is CRASHED, its
+  memory gone; any other actor it hosted goes back to SUSPENDED with its last COMPLETED snapshot;
+  the node is retired, and a late heartbeat of its atelet cannot bring it back.
 The atelet's heartbeat and the syncer agree: whichever first says a worker is gone wins (a
-silent atelet's actors are CRASHED by the lease; a deleted pod's are released), and neither
-brings back a deleted worker.
+silent atelet's actors are UNREACHABLE after the lease and CRASHED after the grace; a deleted
+pod's are CRASHED at once: the node is known gone), and neither brings back a deleted worker.
 """
 
 from __future__ import annotations
@@ -69,9 +69,7 @@ class PodSyncer:
         if not node or not pool_name:
             return
         if kind == "DELETED":
-            released = await self.store.nodes.retire(
-                node, f"worker pod {meta.get('namespace')}/{node} was deleted; back to its last completed snapshot"
-            )
+            released = await self.store.nodes.retire(node, f"worker pod {meta.get('namespace')}/{node} was deleted")
             self.draining.discard(node)
             if released:
                 log.info("pod %s deleted: released %s", node, ", ".join(f"{a.key} ({s})" for a, s in released))

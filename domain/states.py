@@ -7,6 +7,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from enum import StrEnum
 
+from domain.liveness import NODE_LEASE_SECONDS, UNREACHABLE_GRACE_SECONDS
+
 
 class ActorState(StrEnum):
     """Actor states (ARCHITECTURE.md, "Actor states")."""
@@ -14,6 +16,9 @@ class ActorState(StrEnum):
     SUSPENDED = "SUSPENDED"
     RESUMING = "RESUMING"
     RUNNING = "RUNNING"
+    UNREACHABLE = "UNREACHABLE"
+    """Its node stopped answering: the actor keeps its worker (and, if the node returns within
+    the grace, its sandbox and memory); it takes no traffic and no operation but a revert."""
     SUSPENDING = "SUSPENDING"
     PAUSING = "PAUSING"
     PAUSED = "PAUSED"
@@ -94,10 +99,17 @@ class Transition:
         Returns:
             e.g. `actor demo/c1 cannot be resumed from state RUNNING (ResumeActor wants SUSPENDED or PAUSED)`.
         """
-        return (
+        refusal = (
             f"actor {actor} cannot be {self.participle} from state {state} "
             f"({self.operation.value} wants {self.wanted()})"
         )
+        if state == ActorState.UNREACHABLE:
+            atespace, _, name = actor.partition("/")
+            refusal += (
+                "; its node stopped answering: wait for the node to return (the actor is RUNNING again, its "
+                f"memory intact) or go back to its last completed snapshot with 'ate revert actor {name} -a {atespace}'"
+            )
+        return refusal
 
 
 TRANSITIONS: dict[Operation, Transition] = {
@@ -125,6 +137,7 @@ TRANSITIONS: dict[Operation, Transition] = {
             frozenset(
                 {
                     ActorState.RUNNING,
+                    ActorState.UNREACHABLE,
                     ActorState.PAUSED,
                     ActorState.CRASHED,
                     ActorState.RESUMING,
@@ -143,7 +156,19 @@ TRANSITIONS: dict[Operation, Transition] = {
 
 EVENTS: tuple[tuple[str, str, str], ...] = (
     ("SUSPENDED, its async upload not landed", "RevertActor (drops the local copy, unpins)", "SUSPENDED"),
-    ("RUNNING", "its sandbox exited, its node was lost, or an eviction deadline passed", "CRASHED"),
+    ("RUNNING", f"its node sent no heartbeat for the lease (default {NODE_LEASE_SECONDS:g} s)", "UNREACHABLE"),
+    (
+        "UNREACHABLE",
+        f"its node answers again within the grace (default {UNREACHABLE_GRACE_SECONDS:g} s), still running its sandbox",
+        "RUNNING",
+    ),
+    (
+        "UNREACHABLE",
+        "the grace passed, its node came back without its sandbox, or its node is known gone (worker pod deleted)",
+        "CRASHED",
+    ),
+    ("RUNNING", "its sandbox exited, its worker pod was deleted, or an eviction deadline passed", "CRASHED"),
+    ("CRASHED, its template says onCrash: Revert", "RevertActor, started by the api-server", "SUSPENDED"),
     ("SUSPENDED", "Delete (any state with --force)", "gone"),
     ("(created)", "Create", "SUSPENDED"),
 )

@@ -5,7 +5,8 @@ pydantic schema and stores the validated document; `ActorTemplateSpec.from_docum
 stored document into this type (the store does it when it reads a template), and `document`
 turns it back (what the API shows). Placement reads `sandbox_class`, `worker_selector` and the
 limits in millicores and bytes; the atelet call is built from `containers` and `volumes`; the
-router reads `serving_port`; snapshots take `snapshot_config`'s scopes and storage location.
+router reads `serving_port`; snapshots take `snapshot_config`'s scopes and storage location; the
+api-server's recovery reads `on_crash`.
 """
 
 from __future__ import annotations
@@ -113,6 +114,14 @@ class ActorAccess:
     pass_credential: bool = False
 
 
+class CrashAction(StrEnum):
+    """What the control plane does by itself with a CRASHED actor of the template (`onCrash`):
+    `Revert` starts RevertActor (back to its last COMPLETED snapshot; it resumes at its next
+    request). Unset: nothing; the actor waits for an operator's revert."""
+
+    REVERT = "Revert"
+
+
 @dataclass
 class ActorTemplateSpec:
     """An actor template's spec (ARCHITECTURE.md, "actor template"), validated."""
@@ -124,6 +133,7 @@ class ActorTemplateSpec:
     volumes: list[Volume] = field(default_factory=list)
     snapshot_config: SnapshotConfig = field(default_factory=SnapshotConfig)
     access: ActorAccess = field(default_factory=ActorAccess)
+    on_crash: CrashAction | None = None
 
     @property
     def serving_port(self) -> int:
@@ -143,7 +153,8 @@ class ActorTemplateSpec:
             document: {sandboxClass, workerSelector, containers[{name, image, command, env, port,
                 wakeupProbe{httpGet{path, port}}, volumeMounts[{name, mountPath}]}],
                 resources{limits{cpu, memory}}, volumes[{name, durableDir}],
-                snapshotConfig{onPause, onCommit, storageLocation}, access{mode, passCredential}}.
+                snapshotConfig{onPause, onCommit, storageLocation}, access{mode, passCredential},
+                onCrash}.
 
         Raises:
             ValueError: the document is not a template spec (a key is missing or has the wrong
@@ -168,6 +179,7 @@ class ActorTemplateSpec:
                     mode=AccessMode(str(access.get("mode") or "public")),
                     pass_credential=bool(access.get("passCredential", False)),
                 ),
+                on_crash=CrashAction(str(document["onCrash"])) if document.get("onCrash") else None,
             )
         except (KeyError, TypeError, AttributeError, IndexError) as error:
             raise ValueError(f"not an actor template spec: {error!r}") from error
@@ -181,7 +193,7 @@ class ActorTemplateSpec:
         }
         if self.snapshot_config.storage_location:
             snapshots["storageLocation"] = self.snapshot_config.storage_location
-        return {
+        document: dict[str, Any] = {
             "sandboxClass": self.sandbox_class,
             "workerSelector": dict(self.worker_selector),
             "containers": [_container_document(c) for c in self.containers],
@@ -190,6 +202,9 @@ class ActorTemplateSpec:
             "snapshotConfig": snapshots,
             "access": {"mode": self.access.mode.value, "passCredential": self.access.pass_credential},
         }
+        if self.on_crash is not None:
+            document["onCrash"] = self.on_crash.value
+        return document
 
 
 def _text(value: Any) -> str | None:

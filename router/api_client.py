@@ -29,9 +29,12 @@ FAILED_PRECONDITION = "failed_precondition"  # 409 FailedPrecondition (e.g. CRAS
 TIMEOUT = "timeout"  # 504 Timeout: the resume keeps running
 BAD_REQUEST = "bad_request"  # 400 InvalidArgument
 UNREACHABLE = "unreachable"  # transport failure talking to the API
+# 503 Unreachable: the actor's node stopped answering; it is RUNNING again if the node returns
+# within the grace, CRASHED after it (the API's message says how long it has waited and may wait).
+ACTOR_UNREACHABLE = "actor_unreachable"
 ERROR = "error"  # anything else (500 Internal, unexpected answers)
 
-RETRYABLE = frozenset({BUSY, NO_CAPACITY, TIMEOUT, UNREACHABLE, ERROR})
+RETRYABLE = frozenset({BUSY, NO_CAPACITY, TIMEOUT, UNREACHABLE, ACTOR_UNREACHABLE, ERROR})
 
 @dataclass(frozen=True, slots=True)
 class ResumeReply:
@@ -244,6 +247,8 @@ def classify(status: int, body: dict[str, Any]) -> ResumeReply:
         return ResumeReply(FAILED_PRECONDITION, message, details=details)
     if status == 503 and reason == "NoCapacity":
         return ResumeReply(NO_CAPACITY, message, details=details)
+    if status == 503 and reason == "Unreachable":
+        return ResumeReply(ACTOR_UNREACHABLE, message, details=details)
     if status == 504:
         return ResumeReply(TIMEOUT, message, details=details)
     if status == 400:

@@ -3,8 +3,9 @@
 ``Resumer.wait_running`` parks a request until its actor is RUNNING or the request's budget
 runs out. Per actor key at most one resume call to the API is in flight; every parked request
 for that actor waits on it (20 concurrent requests to a suspended actor cause one restore).
-Busy actors (409 OperationInProgress), no capacity (503 NoCapacity), API timeouts and an
-unreachable API are retried with backoff (50 ms, times 1.5, capped at 500 ms) within the budget.
+Busy actors (409 OperationInProgress), no capacity (503 NoCapacity), actors whose node stopped
+answering (503 Unreachable: it may return within its grace), API timeouts and an unreachable API
+are retried with backoff (50 ms, times 1.5, capped at 500 ms) within the budget.
 A request that gives up never cancels the call in flight: the resume carries on. Failures no
 retry fixes (unknown actor, FailedPrecondition such as CRASHED, no worker with the selected
 labels or sandbox class) are answered at once, without ``Retry-After``; transient 503/504
@@ -94,8 +95,9 @@ class Resumer:
 
         Raises:
             RouteError: 404 unknown actor or atespace; 503 failed precondition or no matching
-                worker (at once), parking lot full, no capacity or API unreachable; 504 still
-                resuming when the budget ran out.
+                worker (at once), parking lot full, no capacity, the actor's node silent
+                (UNREACHABLE, with the API's reason) or API unreachable; 504 still resuming when
+                the budget ran out.
         """
         if self.parked >= self.max_parked:
             raise RouteError(
@@ -199,6 +201,9 @@ class Resumer:
                 "retry later or free a worker"
             )
             return RouteError(503, NO_ROOM, message, RETRY_CAPACITY_SECONDS)
+        if last.kind == api.ACTOR_UNREACHABLE:
+            message = last.message if target.key in last.message else f"actor {target}: {last.message}"
+            return RouteError(503, UNAVAILABLE, f"{message}; retry later", RETRY_RESUMING_SECONDS)
         if last.kind == api.UNREACHABLE:
             message = (
                 f"control plane at {self.api_url} is unreachable ({last.message}); "

@@ -1,6 +1,8 @@
-"""RevertActor: RUNNING | PAUSED | CRASHED | stuck RESUMING/SUSPENDING -> REVERTING -> SUSPENDED.
+"""RevertActor: RUNNING | UNREACHABLE | PAUSED | CRASHED | stuck RESUMING/SUSPENDING -> REVERTING -> SUSPENDED.
 
-The actor goes back to its last COMPLETED snapshot; a PENDING snapshot is discarded. Steps:
+The actor goes back to its last COMPLETED snapshot; a PENDING snapshot is discarded. Started by
+a user, by a forced delete, or by the api-server for a CRASHED actor whose template says
+`onCrash: Revert` (`recovery_of` set; api.recovery). Steps:
 1. mark: `begin_revert` marks REVERTING and says which worker held the actor and whether its
    node is alive.
 2. terminate: the atelet stops the sandbox. When the node is gone (or does not answer), the
@@ -77,6 +79,11 @@ class RevertActorWorkflow:
                 )
         show_step("finalize")
         note = f"reverted from {plan.from_state}" + (" (old worker fenced: its node was unreachable)" if fenced else "")
-        await db_step("finish_revert", FinishRevertInput(actor=actor, operation_id=operation_id, note=note))
+        if request.recovery_of is not None:
+            note = f"{note} automatically (its template says onCrash: Revert)"
+        await db_step(
+            "finish_revert",
+            FinishRevertInput(actor=actor, operation_id=operation_id, note=note, recovery_of=request.recovery_of),
+        )
         show_step("done")
         return RevertActorResult(actor=actor, from_state=plan.from_state, fenced=fenced)

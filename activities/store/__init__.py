@@ -1,8 +1,10 @@
 """The Postgres store: named SQL queries, migrations, and the `Store` that runs them (see `store`)."""
 
 from activities.store.errors import (
+    ActorUnreachable,
     AlreadyExists,
     FailedPrecondition,
+    InvalidArgument,
     NoCapacity,
     NodeRetired,
     NoMatchingWorker,
@@ -15,8 +17,10 @@ from activities.store.migrations import migrate
 from activities.store.store import Store
 
 __all__ = [
+    "ActorUnreachable",
     "AlreadyExists",
     "FailedPrecondition",
+    "InvalidArgument",
     "NoCapacity",
     "NoMatchingWorker",
     "NodeRetired",

@@ -18,6 +18,13 @@ class StoreError(Exception):
         self.details = details or {}
 
 
+class InvalidArgument(StoreError):
+    """The request itself is wrong (e.g. a registration a worker could not honour); the message
+    names the field."""
+
+    reason = "InvalidArgument"
+
+
 class NotFound(StoreError):
     """The named atespace, template, actor or node does not exist."""
 
@@ -65,6 +72,14 @@ class PinnedNodeFull(NoCapacity):
     it and place it elsewhere (ARCHITECTURE.md, "Placement": the pinned node is full)."""
 
     reason = "PinnedNodeFull"
+
+
+class ActorUnreachable(StoreError):
+    """The actor is UNREACHABLE: its node stopped answering and the grace has not run out. Not
+    final: it is RUNNING again when the node returns, CRASHED when the grace ends (the router
+    parks its requests meanwhile)."""
+
+    reason = "Unreachable"
 
 
 def refused(transition: Transition, actor: str, state: str) -> FailedPrecondition:

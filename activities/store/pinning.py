@@ -7,11 +7,11 @@ from __future__ import annotations
 import asyncpg
 
 from activities.store.errors import FailedPrecondition, NoCapacity, PinnedNodeFull
-from activities.store.nodes import NODE_LIVENESS_SECONDS, Nodes
+from activities.store.nodes import Nodes, NodeStatus
 from activities.store.placement import Placement
-from activities.store.records import spec_of
 from activities.store.snapshots import Snapshots
 from domain.operations.suspend import SuspendPlan
+from domain.placement import Demand
 from domain.refs import ActorRef, SnapshotRef
 from domain.states import ActorState
 
@@ -25,14 +25,16 @@ class Pinning:
         self.snapshots = snapshots
 
     async def no_room(
-        self, connection: asyncpg.Connection, ref: ActorRef, actor: asyncpg.Record, node: str, error: NoCapacity
+        self, connection: asyncpg.Connection, ref: ActorRef, actor: asyncpg.Record, demand: Demand, error: NoCapacity
     ) -> NoCapacity:
-        """Why a pinned actor cannot go back to its node, as the error to raise.
+        """Why a pinned actor cannot go back to its node (`demand.node`), as the error to raise.
 
         PinnedNodeFull when the node is alive and another node has room (the resume uploads the
         local snapshot and places the actor elsewhere); otherwise NoCapacity saying what to do.
         """
-        if await self.nodes.atelet_address(connection, node) is None:
+        node = str(demand.node)
+        status = await self.nodes.status(connection, node)
+        if status is None or not status.alive:
             latest = actor["latest_snapshot_id"] or actor["golden_snapshot_id"]
             fallback = await self.snapshots.ref(connection, latest) if latest else None
             back_to = f"generation {fallback.generation}" if fallback else "its template's golden snapshot"
@@ -41,12 +43,12 @@ class Pinning:
             drop = "the paused state" if paused else "that snapshot"
             return NoCapacity(
                 f"actor {ref.key} is {actor['state']} and its {what} lies on node {node}, which is not "
-                f"available (no heartbeat for {NODE_LIVENESS_SECONDS:g} s); resume it when the node is back, or "
+                f"available ({_silence(status)}); resume it when the node is back, or "
                 f"drop {drop} and go back to its last uploaded snapshot ({back_to}) with "
                 f"'ate revert actor {ref.name} -a {ref.atespace}'",
                 {"state": actor["state"], "pinned_node": node},
             )
-        if await self.placement.candidates(connection, spec_of(actor), actor["worker_selector"], sample=1):
+        if await self.placement.elsewhere(demand):
             return PinnedNodeFull(
                 f"{error.message}; other nodes have room: the paused snapshot is uploaded and the actor placed there",
                 {"pinned_node": node},
@@ -59,15 +61,15 @@ class Pinning:
         Raises:
             FailedPrecondition: that node is not alive (nothing can read the paused snapshot).
         """
-        address = await self.nodes.atelet_address(connection, local.node)
-        if address is None:
+        status = await self.nodes.status(connection, local.node)
+        if status is None or not status.alive:
             raise FailedPrecondition(
-                f"actor {ref.key} is PAUSED on node {local.node}, which is not available (no heartbeat for "
-                f"{NODE_LIVENESS_SECONDS:g} s), so its paused snapshot cannot be uploaded; retry when the node is "
+                f"actor {ref.key} is PAUSED on node {local.node}, which is not available ({_silence(status)}), "
+                "so its paused snapshot cannot be uploaded; retry when the node is "
                 f"back, or drop the paused state with 'ate revert actor {ref.name} -a {ref.atespace}'",
                 {"state": ActorState.PAUSED.value, "pinned_node": local.node},
             )
-        return address
+        return status.address
 
     async def upload_plan(
         self, connection: asyncpg.Connection, ref: ActorRef, local_id: int, destination: SnapshotRef
@@ -76,3 +78,8 @@ class Pinning:
         local = await self.snapshots.ref(connection, local_id)
         address = await self.atelet_of(connection, ref, local)
         return SuspendPlan(already_suspended=False, snapshot=destination, upload_from=local, atelet_address=address)
+
+
+def _silence(status: NodeStatus | None) -> str:
+    """`no heartbeat for 63 s` (or `not registered` for a node the store does not know)."""
+    return "not registered" if status is None else f"no heartbeat for {status.silent_seconds:.0f} s"

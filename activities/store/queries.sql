@@ -131,7 +131,7 @@ FOR UPDATE OF a;
 
 -- get_snapshot --
 -- One snapshot by id.
-SELECT id, owner, generation, scope, storage, state, uri, node, sandbox_class, manifest, size_bytes
+SELECT id, owner, generation, scope, storage, state, uri, node, sandbox_class, manifest, size_bytes, runsc_version
 FROM snapshots WHERE id = $1;
 
 -- get_worker_ref --
@@ -140,56 +140,40 @@ SELECT w.id, w.pool, w.name, w.node, w.ip, n.address AS atelet_address
 FROM workers w JOIN nodes n ON n.name = w.node
 WHERE w.id = $1;
 
--- placement_candidates --
--- Up to $7 random workers passing every placement check: ACTIVE, sandbox class $1, on node $8
--- when the actor is pinned there (NULL: any node), labels containing both selectors $2 and $3,
--- room for one more place, $4 millicores and $5 bytes; excluding ids in $6. Load is the fullest of the three dimensions after this placement.
-SELECT w.id,
-       GREATEST((u.places + 1)::float8 / w.places,
-                (u.cpu + $4)::float8 / w.cpu_millis,
-                (u.memory + $5)::float8 / w.memory_bytes) AS load
+-- view_workers --
+-- Every worker with its node's runsc build and what its places hold: the worker view's full load
+-- (activities/store/worker_view.py; at start, after its LISTEN connection is re-made, and at each
+-- periodic resync).
+SELECT w.id, w.node, w.name, w.state, w.sandbox_class, w.labels, w.places, w.cpu_millis, w.memory_bytes,
+       n.runsc_version, COALESCE(u.places, 0) AS used_places, COALESCE(u.cpu, 0) AS used_cpu,
+       COALESCE(u.memory, 0) AS used_memory
 FROM workers w
+JOIN nodes n ON n.name = w.node
+LEFT JOIN (
+    SELECT worker_id, count(*) AS places, sum(cpu_millis) AS cpu, sum(memory_bytes) AS memory
+    FROM placements GROUP BY worker_id
+) u ON u.worker_id = w.id;
+
+-- view_some_workers --
+-- The same for the workers with ids $1 and the workers of the nodes $2 (what notifications named):
+-- index lookups only.
+SELECT w.id, w.node, w.name, w.state, w.sandbox_class, w.labels, w.places, w.cpu_millis, w.memory_bytes,
+       n.runsc_version, u.places AS used_places, u.cpu AS used_cpu, u.memory AS used_memory
+FROM workers w
+JOIN nodes n ON n.name = w.node
 CROSS JOIN LATERAL (
-    SELECT count(*) AS places, COALESCE(sum(p.cpu_millis), 0) AS cpu,
-           COALESCE(sum(p.memory_bytes), 0) AS memory
+    SELECT count(*) AS places, COALESCE(sum(p.cpu_millis), 0) AS cpu, COALESCE(sum(p.memory_bytes), 0) AS memory
     FROM placements p WHERE p.worker_id = w.id
 ) u
-WHERE w.state = 'ACTIVE' AND w.sandbox_class = $1
-  AND ($8::text IS NULL OR w.node = $8)
-  AND w.labels @> $2 AND w.labels @> $3
-  AND NOT (w.id = ANY($6::bigint[]))
-  AND u.places + 1 <= w.places AND u.cpu + $4 <= w.cpu_millis AND u.memory + $5 <= w.memory_bytes
-ORDER BY random()
-LIMIT $7;
-
--- placement_diagnosis --
--- How many workers survive each placement check, in order, for the "no room" message
--- ($5: the node the actor is pinned to, or NULL).
-SELECT count(*) AS total,
-       count(*) FILTER (WHERE w.state = 'ACTIVE') AS active,
-       count(*) FILTER (WHERE w.state = 'ACTIVE' AND w.sandbox_class = $1) AS class_ok,
-       count(*) FILTER (WHERE w.state = 'ACTIVE' AND w.sandbox_class = $1
-                          AND ($5::text IS NULL OR w.node = $5)) AS node_ok,
-       count(*) FILTER (WHERE w.state = 'ACTIVE' AND w.sandbox_class = $1
-                          AND ($5::text IS NULL OR w.node = $5)
-                          AND w.labels @> $2 AND w.labels @> $3) AS labels_ok,
-       count(*) FILTER (WHERE w.state = 'ACTIVE' AND w.sandbox_class = $1
-                          AND ($5::text IS NULL OR w.node = $5)
-                          AND w.labels @> $2 AND w.labels @> $3
-                          AND u.places + 1 <= w.places) AS places_ok,
-       count(*) FILTER (WHERE w.state = 'ACTIVE' AND w.sandbox_class = $1
-                          AND ($5::text IS NULL OR w.node = $5)
-                          AND w.labels @> $2 AND w.labels @> $3
-                          AND u.places + 1 <= w.places AND u.cpu + $4 <= w.cpu_millis) AS cpu_ok
-FROM workers w
-CROSS JOIN LATERAL (
-    SELECT count(*) AS places, COALESCE(sum(p.cpu_millis), 0) AS cpu
-    FROM placements p WHERE p.worker_id = w.id
-) u;
+WHERE w.id = ANY($1::bigint[]) OR w.node = ANY($2::text[]);
 
 -- lock_worker --
--- Lock a worker row (binds to one worker are serialized on it) and return its capacity.
-SELECT id, state, places, cpu_millis, memory_bytes FROM workers WHERE id = $1 FOR UPDATE;
+-- Lock a worker row (binds to one worker are serialized on it) and return what the placement
+-- checks read of it: the bind checks again what the worker view saw (the view may be stale).
+SELECT w.id, w.node, w.state, w.sandbox_class, w.labels, w.places, w.cpu_millis, w.memory_bytes, n.runsc_version
+FROM workers w JOIN nodes n ON n.name = w.node
+WHERE w.id = $1
+FOR UPDATE OF w;
 
 -- worker_usage --
 -- What a worker's placements use. Run as its own statement after `lock_worker`: under READ
@@ -250,8 +234,10 @@ VALUES ($1, $2, $3, $4, $5, $6, $7, $8)
 RETURNING id;
 
 -- complete_snapshot --
--- PENDING -> COMPLETED, with the manifest the atelet wrote and verified.
-UPDATE snapshots SET state = 'COMPLETED', manifest = $2, size_bytes = $3, completed_at = now()
+-- PENDING -> COMPLETED, with the manifest the atelet wrote and verified; a FULL snapshot keeps the
+-- runsc build that wrote it (placement check 4: only that build restores it).
+UPDATE snapshots SET state = 'COMPLETED', manifest = $2, size_bytes = $3, completed_at = now(),
+                     runsc_version = CASE WHEN scope = 'FULL' THEN NULLIF($2::jsonb ->> 'runsc_version', '') END
 WHERE id = $1 AND state = 'PENDING'
 RETURNING id;
 
@@ -286,20 +272,21 @@ WHERE atespace = $1 AND name = $2 AND state IN ('SUSPENDING', 'PAUSING') AND ope
 RETURNING version;
 
 -- upsert_node --
--- Register an atelet (or refresh its heartbeat).
+-- Register an atelet (or refresh its heartbeat): a lost node is alive again.
 INSERT INTO nodes (name, address, runsc_version, last_heartbeat) VALUES ($1, $2, $3, now())
 ON CONFLICT (name) DO UPDATE
-SET address = EXCLUDED.address, runsc_version = EXCLUDED.runsc_version, last_heartbeat = now()
+SET address = EXCLUDED.address, runsc_version = EXCLUDED.runsc_version, last_heartbeat = now(), lost_at = NULL
 RETURNING name, address, runsc_version, last_heartbeat;
 
 -- upsert_worker --
--- Register a worker of a node as ACTIVE (or refresh it).
+-- Register a worker of a node as ACTIVE (or refresh it; a worker of a lost node takes actors
+-- again at once).
 INSERT INTO workers (node, name, pool, ip, sandbox_class, labels, places, cpu_millis, memory_bytes, state)
 VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, 'ACTIVE')
 ON CONFLICT (node, name) DO UPDATE
 SET pool = EXCLUDED.pool, ip = EXCLUDED.ip, sandbox_class = EXCLUDED.sandbox_class,
     labels = EXCLUDED.labels, places = EXCLUDED.places, cpu_millis = EXCLUDED.cpu_millis,
-    memory_bytes = EXCLUDED.memory_bytes, state = 'ACTIVE', updated_at = now()
+    memory_bytes = EXCLUDED.memory_bytes, state = 'ACTIVE', state_reason = NULL, updated_at = now()
 WHERE (workers.pool, workers.ip, workers.sandbox_class, workers.labels, workers.places,
        workers.cpu_millis, workers.memory_bytes, workers.state)
       IS DISTINCT FROM
@@ -335,7 +322,7 @@ DELETE FROM snapshots WHERE owner = $1 AND operation_id = $2 AND state = 'PENDIN
 -- Any revertable state -> REVERTING under this operation; the in-progress snapshot is dropped
 -- and a paused actor's local snapshot released (the GC deletes it from its node).
 UPDATE actors SET state = 'REVERTING', operation = 'RevertActor', operation_id = $3,
-                  in_progress_snapshot_id = NULL, local_snapshot_id = NULL, pending_upload_snapshot_id = NULL,
+                  in_progress_snapshot_id = NULL, unreachable_until = NULL, local_snapshot_id = NULL, pending_upload_snapshot_id = NULL,
                   pinned_node = NULL, version = version + 1, updated_at = now()
 WHERE atespace = $1 AND name = $2
 RETURNING version;
@@ -349,18 +336,26 @@ WHERE atespace = $1 AND name = $2 AND state = 'REVERTING' AND operation_id = $3
 RETURNING version;
 
 -- node_alive --
--- Whether a node sent a heartbeat within $2 seconds.
-SELECT last_heartbeat > now() - make_interval(secs => $2) FROM nodes WHERE name = $1;
+-- Whether a node is alive: neither lost (silent past its lease) nor retired.
+SELECT lost_at IS NULL AND retired_at IS NULL FROM nodes WHERE name = $1;
 
 -- fence_worker --
 -- Take a worker out of placement until its atelet reports it idle (its sandbox may still run).
 UPDATE workers SET state = 'UNAVAILABLE', state_reason = $2, updated_at = now() WHERE id = $1;
 
 -- crash_actor_on_worker --
--- RUNNING on this worker -> CRASHED with the reason; unbound (the sandbox is gone).
+-- RUNNING or UNREACHABLE on this worker -> CRASHED with the reason; unbound (the sandbox is gone,
+-- or is terminated when its node answers again).
 UPDATE actors SET state = 'CRASHED', worker_id = NULL, operation = NULL, last_error = $4,
+                  unreachable_until = NULL, version = version + 1, updated_at = now()
+WHERE atespace = $1 AND name = $2 AND state IN ('RUNNING', 'UNREACHABLE') AND worker_id = $3
+RETURNING version;
+
+-- mark_actor_reachable --
+-- UNREACHABLE on this worker -> RUNNING: its node answers again and still runs its sandbox.
+UPDATE actors SET state = 'RUNNING', unreachable_until = NULL, last_error = NULL,
                   version = version + 1, updated_at = now()
-WHERE atespace = $1 AND name = $2 AND state = 'RUNNING' AND worker_id = $3
+WHERE atespace = $1 AND name = $2 AND state = 'UNREACHABLE' AND worker_id = $3
 RETURNING version;
 
 -- worker_by_name --
@@ -396,11 +391,75 @@ FROM actors a JOIN workers w ON w.id = a.worker_id
 WHERE w.node = $1;
 
 -- lost_nodes --
--- Nodes whose heartbeat is older than $1 seconds and whose workers are not yet marked lost.
+-- Nodes whose heartbeat is older than $1 seconds (the lease), not retired, and not yet marked
+-- lost, or lost with a worker ACTIVE or an actor RUNNING there for the lease all the same (a
+-- worker a pod syncer added, a restore that finished as the node fell silent).
 SELECT n.name, n.last_heartbeat FROM nodes n
 WHERE n.last_heartbeat < now() - make_interval(secs => $1) AND n.retired_at IS NULL
-  AND EXISTS (SELECT 1 FROM workers w WHERE w.node = n.name
-              AND (w.state = 'ACTIVE' OR w.state_reason IS DISTINCT FROM 'node lost'));
+  AND (n.lost_at IS NULL
+       OR EXISTS (SELECT 1 FROM workers w WHERE w.node = n.name AND w.state = 'ACTIVE')
+       OR EXISTS (SELECT 1 FROM workers w JOIN actors a ON a.worker_id = w.id
+                  WHERE w.node = n.name AND a.state = 'RUNNING'
+                    AND a.updated_at < now() - make_interval(secs => $1)))
+ORDER BY n.name;
+
+-- mark_node_lost --
+-- Record when a node was found lost (kept from the first time until a heartbeat clears it).
+UPDATE nodes SET lost_at = COALESCE(lost_at, now()) WHERE name = $1;
+
+-- mark_node_actors_unreachable --
+-- The RUNNING actors of lost node $1 -> UNREACHABLE for the grace ($2 seconds), keeping their
+-- worker and place, with reason $3; each gets a NodeLost record (outcome waiting) in its history.
+WITH marked AS (
+    UPDATE actors a SET state = 'UNREACHABLE', unreachable_until = now() + make_interval(secs => $2),
+                        last_error = $3, version = a.version + 1, updated_at = now()
+    FROM workers w
+    WHERE w.id = a.worker_id AND w.node = $1 AND a.state = 'RUNNING'
+    RETURNING a.atespace, a.name, a.version, w.pool, w.name AS worker
+)
+INSERT INTO operations (operation_id, atespace, actor, operation, worker, outcome, error)
+SELECT 'node-lost/' || atespace || '/' || name || '/' || version, atespace, name, 'NodeLost',
+       pool || '/' || worker, 'waiting', $3
+FROM marked
+RETURNING atespace, actor;
+
+-- expired_unreachable_actors --
+-- UNREACHABLE actors whose grace ran out, locked (up to $1), with their node and its last heartbeat.
+SELECT a.atespace, a.name, a.worker_id, w.node, n.last_heartbeat,
+       extract(epoch FROM now() - n.last_heartbeat)::float8 AS silent_seconds
+FROM actors a
+LEFT JOIN workers w ON w.id = a.worker_id
+LEFT JOIN nodes n ON n.name = w.node
+WHERE a.state = 'UNREACHABLE' AND a.unreachable_until < now()
+ORDER BY a.atespace, a.name
+LIMIT $1
+FOR UPDATE OF a SKIP LOCKED;
+
+-- crash_unreachable_actor --
+-- UNREACHABLE -> CRASHED with the reason (its grace ran out); unbound.
+UPDATE actors SET state = 'CRASHED', worker_id = NULL, operation = NULL, last_error = $3,
+                  unreachable_until = NULL, version = version + 1, updated_at = now()
+WHERE atespace = $1 AND name = $2 AND state = 'UNREACHABLE'
+RETURNING version;
+
+-- actor_unreachable --
+-- Why an UNREACHABLE actor waits: its node, how long it has been silent and how much of the
+-- grace is left, in seconds.
+SELECT w.node, extract(epoch FROM now() - n.last_heartbeat)::float8 AS silent_seconds,
+       extract(epoch FROM a.unreachable_until - now())::float8 AS remaining_seconds
+FROM actors a
+JOIN workers w ON w.id = a.worker_id
+JOIN nodes n ON n.name = w.node
+WHERE a.atespace = $1 AND a.name = $2 AND a.state = 'UNREACHABLE';
+
+-- crashed_actors_to_revert --
+-- CRASHED actors whose template says onCrash: Revert, the longest crashed first (up to $1).
+SELECT a.atespace, a.name, a.last_error
+FROM actor_templates t
+JOIN actors a ON a.atespace = t.atespace AND a.template = t.name AND a.state = 'CRASHED'
+WHERE t.spec ->> 'onCrash' = 'Revert'
+ORDER BY a.updated_at
+LIMIT $1;
 
 -- insert_operation --
 -- Record an operation as started.
@@ -473,8 +532,8 @@ LIMIT $1;
 DELETE FROM snapshots WHERE id = $1;
 
 -- any_live_atelet --
--- The node name and address of an atelet that sent a heartbeat recently (for snapshot deletion).
-SELECT name, address FROM nodes WHERE last_heartbeat > now() - make_interval(secs => $1)
+-- The node name and address of a live atelet, the most recently heard first (for snapshot deletion).
+SELECT name, address FROM nodes WHERE lost_at IS NULL AND retired_at IS NULL
 ORDER BY last_heartbeat DESC LIMIT 1;
 
 -- crash_actor_after_deadline --
@@ -509,8 +568,11 @@ WHERE atespace = $1 AND name = $2 AND state = 'PAUSING' AND operation_id = $3
 RETURNING version;
 
 -- node_address --
--- A node's atelet address and whether it sent a heartbeat within $2 seconds.
-SELECT address, last_heartbeat > now() - make_interval(secs => $2) AS alive FROM nodes WHERE name = $1;
+-- A node's atelet address, whether it is alive (neither lost nor retired), and for how many
+-- seconds it has been silent.
+SELECT address, lost_at IS NULL AND retired_at IS NULL AS alive,
+       extract(epoch FROM now() - last_heartbeat)::float8 AS silent_seconds
+FROM nodes WHERE name = $1;
 
 -- actors_pinned_to_node --
 -- Actors whose local (paused) snapshot lies on a node.
@@ -589,13 +651,16 @@ WHERE node = $1 AND state = 'UNAVAILABLE' AND state_reason = 'pod not Ready';
 
 -- release_actors_of_node --
 -- A node is gone for good (its pod was deleted): every actor bound to its workers or pinned to it
--- goes back to SUSPENDED with its last COMPLETED snapshot (a CRASHED one stays CRASHED); the
--- caller drops the PENDING snapshots of operations in flight (lock_actors_of_node lists them).
+-- goes back to SUSPENDED with its last COMPLETED snapshot and reason $2, except one that ran there
+-- (RUNNING or UNREACHABLE: its memory is gone), which is CRASHED with reason $3 (a CRASHED one
+-- stays CRASHED); the caller drops the PENDING snapshots of operations in flight
+-- (lock_actors_of_node lists them).
 UPDATE actors a SET
-    state = CASE WHEN a.state = 'CRASHED' THEN 'CRASHED' ELSE 'SUSPENDED' END,
+    state = CASE WHEN a.state IN ('CRASHED', 'RUNNING', 'UNREACHABLE') THEN 'CRASHED' ELSE 'SUSPENDED' END,
     worker_id = NULL, operation = NULL, local_snapshot_id = NULL, pending_upload_snapshot_id = NULL,
-    pinned_node = NULL, in_progress_snapshot_id = NULL,
-    last_error = CASE WHEN a.state = 'CRASHED' THEN a.last_error ELSE $2 END,
+    pinned_node = NULL, in_progress_snapshot_id = NULL, unreachable_until = NULL,
+    last_error = CASE WHEN a.state = 'CRASHED' THEN a.last_error
+                      WHEN a.state IN ('RUNNING', 'UNREACHABLE') THEN $3 ELSE $2 END,
     version = a.version + 1, updated_at = now()
 WHERE a.worker_id IN (SELECT id FROM workers WHERE node = $1) OR a.pinned_node = $1
 RETURNING a.atespace, a.name, a.state;

@@ -11,12 +11,20 @@ from __future__ import annotations
 
 import asyncpg
 
-from activities.store.errors import FailedPrecondition, NoCapacity, NotFound, VersionConflict, refused
+from activities.store.errors import (
+    ActorUnreachable,
+    FailedPrecondition,
+    NoCapacity,
+    NotFound,
+    VersionConflict,
+    refused,
+)
 from activities.store.pinning import Pinning
-from activities.store.placement import Placement
+from activities.store.placement import Placement, demand_of
 from activities.store.records import spec_of
 from activities.store.snapshots import Snapshots
 from activities.store.sql import QUERIES as Q
+from domain.liveness import unreachable_message
 from domain.operations.resume import ResumePlan
 from domain.refs import ActorRef
 from domain.states import TRANSITIONS, ActorState, Operation
@@ -41,6 +49,7 @@ class Resumes:
             FailedPrecondition: the actor's state does not allow a resume, or its template has
                 no golden snapshot yet.
             NoCapacity: no worker has room (PinnedNodeFull: its pinned node is full, others are not).
+            ActorUnreachable: the actor waits for its node to answer again (not final).
         """
         async with self.pool.acquire() as connection, connection.transaction():
             actor = await connection.fetchrow(Q["lock_actor"], ref.atespace, ref.name)
@@ -66,6 +75,8 @@ class Resumes:
                     f"to its last completed snapshot with 'ate revert actor {ref.name} -a {ref.atespace}'",
                     {"state": state},
                 )
+            if state == ActorState.UNREACHABLE:
+                raise await unreachable(connection, ref)
             if not RESUME.allows(state):
                 raise refused(RESUME, ref.key, state)
             if snapshot_id is None:
@@ -78,20 +89,16 @@ class Resumes:
             stale = await connection.fetchrow(Q["get_placement"], holder)
             if stale is not None:  # left by an operation that died before rolling back
                 await connection.execute(Q["delete_placement"], holder)
+            snapshot = await self.snapshots.ref(connection, snapshot_id)
+            demand = demand_of(f"the actor {ref.key}", spec, actor["worker_selector"], snapshot, pinned)
             try:
                 worker_id = await self.placement.place(
-                    connection,
-                    holder=holder,
-                    operation_id=operation_id,
-                    label=f"the actor {ref.key}",
-                    spec=spec,
-                    actor_selector=actor["worker_selector"],
-                    node=pinned,
+                    connection, holder=holder, operation_id=operation_id, demand=demand
                 )
             except NoCapacity as error:
                 if pinned is None:
                     raise
-                why = await self.pinning.no_room(connection, ref, actor, pinned, error)
+                why = await self.pinning.no_room(connection, ref, actor, demand, error)
                 if why is error:  # no room anywhere: the placement's own message says it
                     raise
                 raise why from error
@@ -101,7 +108,6 @@ class Resumes:
             if updated is None:
                 raise VersionConflict("concurrent update conflict, please retry")
             worker = await self.placement.worker_ref(connection, worker_id)
-            snapshot = await self.snapshots.ref(connection, snapshot_id)
             await connection.execute(
                 Q["insert_operation"],
                 operation_id,
@@ -140,3 +146,19 @@ class Resumes:
             if placement is not None and (updated is not None or placement["operation_id"] == operation_id):
                 await connection.execute(Q["delete_placement"], ref.workflow_id)
             await connection.execute(Q["finish_operation"], operation_id, "failed", error, None)
+
+
+async def unreachable(connection: asyncpg.Connection, ref: ActorRef) -> ActorUnreachable:
+    """The error for a request to an UNREACHABLE actor: its node, how long it has been silent,
+    how much of the grace is left (`domain.liveness.unreachable_message`)."""
+    row = await connection.fetchrow(Q["actor_unreachable"], ref.atespace, ref.name)
+    if row is None:  # it left UNREACHABLE meanwhile: the caller's retry finds where it went
+        return ActorUnreachable(f"actor {ref.key} was UNREACHABLE; retry", {"state": ActorState.UNREACHABLE.value})
+    return ActorUnreachable(
+        unreachable_message(ref.key, row["node"], row["silent_seconds"], row["remaining_seconds"]),
+        {
+            "state": ActorState.UNREACHABLE.value,
+            "node": row["node"],
+            "grace_left_seconds": round(row["remaining_seconds"]),
+        },
+    )

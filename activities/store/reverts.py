@@ -57,7 +57,7 @@ class Reverts:
             else:
                 raise FailedPrecondition(
                     f"actor {ref.key} is not in a revertable state (state: {state}); RevertActor takes "
-                    "RUNNING, PAUSED, CRASHED, or a stuck RESUMING/SUSPENDING/PAUSING actor",
+                    "RUNNING, UNREACHABLE, PAUSED, CRASHED, or a stuck RESUMING/SUSPENDING/PAUSING actor",
                     {"state": state},
                 )
             worker = None
@@ -67,8 +67,13 @@ class Reverts:
                 alive = await self.nodes.alive(connection, worker.node)
             return RevertPlan(from_state=from_state, worker=worker, node_alive=alive)
 
-    async def finish(self, ref: ActorRef, operation_id: str, note: str) -> None:
+    async def finish(self, ref: ActorRef, operation_id: str, note: str, recovery_of: str | None = None) -> None:
         """REVERTING -> SUSPENDED with the last COMPLETED snapshot; place freed (idempotent).
+
+        Args:
+            note: recorded as the actor's last error (the error before it kept in brackets).
+            recovery_of: an automatic recovery's crash reason: recorded with the operation, so
+                the actor's history says what was lost and why.
 
         Raises:
             FailedPrecondition: the actor is no longer reverting under this operation.
@@ -82,4 +87,10 @@ class Reverts:
                 row = await connection.fetchrow(Q["get_actor"], ref.atespace, ref.name)
                 if row is None or row["state"] != ActorState.SUSPENDED:
                     raise FailedPrecondition(f"actor {ref.key} is no longer reverting under operation {operation_id}")
-            await connection.execute(Q["finish_operation"], operation_id, "ok", None, None)
+            recorded = None
+            if recovery_of is not None:
+                recorded = (
+                    f"automatic recovery (onCrash: Revert) from the crash: {recovery_of}; what the actor did since "
+                    "its last completed snapshot is lost"
+                )
+            await connection.execute(Q["finish_operation"], operation_id, "ok", recorded, None)

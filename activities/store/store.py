@@ -3,10 +3,12 @@ concern; named queries in (`queries.sql`), dataclasses and store errors out.
 
 - the catalog: `atespaces`, `templates`, `actors`, `tags`, `history` (operations of an actor);
 - access: `tokens` (the bearer tokens ate issues);
-- the nodes: `nodes` (registration, heartbeats, reconciliation, crashes, lost nodes, fencing);
+- the nodes: `nodes` (registration, heartbeats, reconciliation, crashes, fencing), `liveness`
+  (lost nodes, UNREACHABLE actors and their grace, CRASHED actors to recover);
 - the operations' transitions, one class per workflow: `resumes`, `suspends`, `pauses`,
   `uploads`, `golden_snapshots`, `reverts`, `drains`;
-- what those share inside their transactions: `placement`, `snapshots`, `pinning`.
+- what those share inside their transactions: `placement` (with its in-memory worker view,
+  started by the first placement or by `Placement.view.ready()`), `snapshots`, `pinning`.
 """
 
 from __future__ import annotations
@@ -20,6 +22,7 @@ from activities.store.atespaces import Atespaces
 from activities.store.drains import Drains
 from activities.store.golden_snapshots import GoldenSnapshots
 from activities.store.history import OperationHistory
+from activities.store.liveness import Liveness
 from activities.store.nodes import Nodes
 from activities.store.pauses import Pauses
 from activities.store.pinning import Pinning
@@ -53,6 +56,7 @@ class Store:
         self.tags = Tags(pool)
         self.history = OperationHistory(pool)
         self.nodes = Nodes(pool)
+        self.liveness = Liveness(pool)
         self.placement = Placement(pool)
         self.snapshots = Snapshots(pool)
         self.pinning = Pinning(self.nodes, self.placement, self.snapshots)
@@ -77,7 +81,8 @@ class Store:
         return cls(pool)
 
     async def close(self) -> None:
-        """Close every connection."""
+        """Stop the worker view (if placement started it) and close every connection."""
+        await self.placement.view.close()
         await self.pool.close()
 
     async def ping(self) -> None:

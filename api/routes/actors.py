@@ -2,7 +2,10 @@
 
 Operations run as workflows under the actor's workflow-ID lock (api.operations). Resuming a
 RUNNING actor, suspending a SUSPENDED one and pausing a PAUSED one answer from Postgres at
-once: the router relies on the first.
+once: the router relies on the first. So does every operation but a revert of an UNREACHABLE
+actor: a resume answers 503 Unreachable (the router parks and retries: the node may return), a
+suspend or pause 409 FailedPrecondition (both need the node), each saying how long the node has
+been silent and how much of the grace is left.
 """
 
 from __future__ import annotations
@@ -29,12 +32,13 @@ from api.schemas import (
 )
 from api.views import actor_view, decode_page_token, encode_page_token, operation_view, tag_view
 from domain.access import Permission
+from domain.liveness import unreachable_message, unreachable_refusal
 from domain.operations.pause import PauseActorInput, PauseActorResult
 from domain.operations.resume import ResumeActorInput, ResumeActorResult
 from domain.operations.revert import RevertActorInput, RevertActorResult
 from domain.operations.suspend import SuspendActorInput, SuspendActorResult
 from domain.refs import ActorRef
-from domain.states import ActorState, Operation
+from domain.states import TRANSITIONS, ActorState, Operation
 
 router = APIRouter(tags=["actors"])
 PREFIX = "/v1/atespaces/{atespace}/actors"
@@ -153,9 +157,10 @@ async def revert_actor(
 ) -> ActorPublic:
     """Revert the actor to SUSPENDED with its last COMPLETED snapshot.
 
-    From RUNNING, PAUSED, CRASHED, or a RESUMING/SUSPENDING that is stuck: an operation in
-    flight on the actor is stopped first (a resume blocked on a dead node does not block the
-    way out). Refused from SUSPENDED with `actor is not in a revertable state (state: X)`,
+    From RUNNING, UNREACHABLE, PAUSED, CRASHED, or a RESUMING/SUSPENDING that is stuck: an
+    operation in flight on the actor is stopped first (a resume blocked on a dead node does not
+    block the way out). An UNREACHABLE actor's sandbox is left to its node's next heartbeat,
+    which has it terminated (nothing is placed there for it any more). Refused from SUSPENDED with `actor is not in a revertable state (state: X)`,
     unless an async suspend's snapshot still waits for its upload (a revert drops it).
     """
     ref = ActorRef(atespace, name)
@@ -215,6 +220,8 @@ async def _operate(
     actor = await store.actors.get(ref)
     if actor.state == resting:
         return actor_view(actor)
+    if actor.state == ActorState.UNREACHABLE:
+        raise await _unreachable(store, ref, operation)
     handle = await start_or_attach(
         temporal,
         operation,
@@ -228,6 +235,25 @@ async def _operate(
     )
     await wait_result(handle, timeout, f"actor {ref.key}", _verb(operation))
     return actor_view(await store.actors.get(ref))
+
+
+async def _unreachable(store: StoreDep, ref: ActorRef, operation: Operation) -> ApiError:
+    """The answer to `operation` asked of an UNREACHABLE actor: 503 Unreachable for a resume (not
+    final: the router retries), 409 FailedPrecondition for the others (they need its node)."""
+    why = await store.liveness.unreachable(ref)
+    if why is None:  # it left UNREACHABLE meanwhile
+        return ApiError(f"actor {ref.key} was UNREACHABLE a moment ago; retry", reason="Unreachable")
+    details = {
+        "state": ActorState.UNREACHABLE.value,
+        "node": why.node,
+        "grace_left_seconds": round(why.remaining_seconds),
+    }
+    if operation == Operation.RESUME:
+        message = unreachable_message(ref.key, why.node, why.silent_seconds, why.remaining_seconds)
+        return ApiError(message, details, reason="Unreachable")
+    participle = TRANSITIONS[operation].participle
+    refusal = unreachable_refusal(ref.key, participle, why.node, why.silent_seconds, why.remaining_seconds)
+    return ApiError(refusal, details, reason="FailedPrecondition")
 
 
 def _verb(operation: Operation) -> str:

@@ -28,9 +28,11 @@ async def list_workers(store: StoreDep) -> dict[str, list[WorkerPublic]]:
 async def register_node(node: str, body: NodeRegistration, store: StoreDep) -> dict[str, object]:
     """Register an atelet and its workers, or refresh them (idempotent; sent as a heartbeat).
 
-    When the atelet says what runs on each worker, the node is reconciled: RUNNING actors whose
-    sandbox is gone become CRASHED, and `terminate` lists the sandboxes the atelet must stop
-    because nothing is placed there for them any more (fencing).
+    A lost node is alive again and its workers ACTIVE. When the atelet says what runs on each
+    worker, the node is reconciled: an UNREACHABLE actor whose sandbox still runs is RUNNING
+    again, RUNNING or UNREACHABLE actors whose sandbox is gone (or exited) become CRASHED, and
+    `terminate` lists the sandboxes the atelet must stop because nothing is placed there for
+    them any more (fencing: an actor reverted or moved while its node was silent).
     """
     reports_actors = any("actor" in w.model_fields_set for w in body.workers)
     running = (
@@ -38,6 +40,7 @@ async def register_node(node: str, body: NodeRegistration, store: StoreDep) -> d
         if reports_actors
         else None
     )
+    exited = frozenset(w.name for w in body.workers if w.actor and w.sandbox_state == "exited")
     orders = await store.nodes.register(
         node,
         body.address,
@@ -56,6 +59,7 @@ async def register_node(node: str, body: NodeRegistration, store: StoreDep) -> d
             for w in body.workers
         ],
         running,
+        exited,
     )
     return {
         "node": node,
@@ -66,7 +70,8 @@ async def register_node(node: str, body: NodeRegistration, store: StoreDep) -> d
 
 @router.post("/v1/nodes/{node}/events", **needs(Permission.NODES_REGISTER))
 async def node_event(node: str, body: NodeEvent, store: StoreDep) -> dict[str, bool]:
-    """An atelet reports that a sandbox exited on its own: its RUNNING actor becomes CRASHED."""
+    """An atelet reports that a sandbox exited on its own: its RUNNING (or UNREACHABLE) actor
+    becomes CRASHED."""
     accepted = await store.nodes.record_sandbox_exit(
         node, body.worker, ActorRef(body.actor.atespace, body.actor.name), body.reason or "no reason given"
     )

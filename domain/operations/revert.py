@@ -9,9 +9,15 @@ from domain.refs import ActorRef, WorkerRef
 
 @dataclass
 class RevertActorInput:
-    """Input of the RevertActor workflow."""
+    """Input of the RevertActor workflow.
+
+    `recovery_of`: set when the api-server started it on its own because the actor is CRASHED
+    and its template says `onCrash: Revert`; the crash's reason, recorded with the revert in the
+    actor's history.
+    """
 
     actor: ActorRef
+    recovery_of: str | None = None
 
 
 @dataclass
@@ -34,11 +40,13 @@ class RevertActorResult:
 
 @dataclass
 class FinishRevertInput:
-    """Input of finish_revert: settle SUSPENDED, with a note recorded as the actor's last error."""
+    """Input of finish_revert: settle SUSPENDED, with a note recorded as the actor's last error;
+    `recovery_of` (an automatic recovery's crash) also goes into the operation's record."""
 
     actor: ActorRef
     operation_id: str
     note: str
+    recovery_of: str | None = None
 
 
 @dataclass

@@ -103,7 +103,7 @@ async def test_a_pending_upload_on_a_dead_node_can_be_reverted(two_nodes: Store)
     local = await async_suspend(store, ref, "s2")
     async with store.pool.acquire() as connection:
         await connection.execute("UPDATE nodes SET last_heartbeat = now() - interval '1 minute' WHERE name = $1", node)
-    assert await store.nodes.mark_lost() == [node]
+    assert await store.liveness.mark_lost() == [node]
 
     with pytest.raises(FailedPrecondition, match=rf"node {node} holding actor demo/a1's snapshot is not available"):
         await store.uploads.begin(ref, "u1", local)

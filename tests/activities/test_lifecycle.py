@@ -1,8 +1,8 @@
 """Revert, crash, node reconciliation, drain, tags, history and GC transitions on real Postgres.
 
 Expected states follow ARCHITECTURE.md's state table: RUNNING|PAUSED|CRASHED|stuck
-RESUMING/SUSPENDING --Revert--> SUSPENDED with the last COMPLETED snapshot; RUNNING --worker
-lost--> CRASHED.
+RESUMING/SUSPENDING --Revert--> SUSPENDED with the last COMPLETED snapshot; RUNNING --sandbox
+lost--> CRASHED (a lost node: tests/activities/test_node_loss.py).
 """
 
 from __future__ import annotations
@@ -124,27 +124,13 @@ async def test_reconcile_crashes_lost_sandboxes_and_fences_strays(stage: Store) 
     assert {w.state for w in await stage.nodes.list_workers()} == {"ACTIVE"}
 
 
-async def test_lost_node_crashes_running_actors(stage: Store) -> None:
-    ref = await running_actor(stage)
-    assert await stage.nodes.mark_lost() == []
-    async with stage.pool.acquire() as connection:
-        await connection.execute("UPDATE nodes SET last_heartbeat = now() - interval '1 minute'")
-    assert await stage.nodes.mark_lost() == ["n1"]
-    assert await stage.nodes.mark_lost() == []  # once
-    actor = await stage.actors.get(ref)
-    assert actor.state == "CRASHED" and actor.last_error is not None and "node n1 sent no heartbeat" in actor.last_error
-    assert {(w.state, tuple(w.holders)) for w in await stage.nodes.list_workers()} == {("UNAVAILABLE", ())}
-    plan = await stage.reverts.begin(ref, "v")
-    assert plan.worker is None  # nothing left to terminate: the revert needs no dead node
-
-
 async def test_drain_lists_actors_and_blocks_placement(stage: Store) -> None:
     ref = await running_actor(stage)
     plan = await stage.drains.begin("n1", datetime.now(UTC) + timedelta(minutes=30))
     assert (plan.running, plan.other) == ([ref], [])
     idle = ActorRef("demo", "idle")
     await stage.actors.create(idle, "counter", {})
-    with pytest.raises(Exception, match="none of the 2 workers is ACTIVE"):
+    with pytest.raises(Exception, match=r"no worker has room for the actor demo/idle: 2 workers: 2 UNAVAILABLE$"):
         await stage.resumes.begin(idle, "r-idle")
     await stage.nodes.register("n1", "127.0.0.1:1", "v", [worker("w0"), worker("w1")], {"w0": None, "w1": None})
     assert {w.state for w in await stage.nodes.list_workers()} == {"UNAVAILABLE"}  # a heartbeat does not undo a drain

@@ -105,6 +105,56 @@ async def test_terminate_list_fences_the_running_actor_only(
     assert fenced == ["fenced: terminated demo/c1 on default-0 at the control plane's request"]
 
 
+@pytest.mark.runsc
+async def test_fencing_an_old_sandbox_leaves_the_actors_new_one_its_durable_dir(
+        short_tmp: Path, counter_image: str) -> None:
+    # c1's sandbox on default-0 exited; c1 was reverted and resumed on default-1 of the same node
+    # before the heartbeat's answer fenced the old one: the fence must not delete the dir (the
+    # durable /data) the new sandbox uses. The counter answers 500 once /data is gone.
+    reason = runsc_missing()
+    if reason:
+        pytest.skip(reason)
+    with fake_api() as api:
+        settings = make_settings(short_tmp, api_server=api.url, heartbeat_seconds=0.2)
+        try:
+            async with running_atelet(settings) as a:
+                c1 = pb.ActorRef(atespace="demo", name="c1")
+                spec = counter_spec(counter_image)
+                await a.stub.Run(pb.RunRequest(operation_id=op(), worker="default-0", actor=c1, spec=spec,
+                                               probe_timeout_seconds=20))
+                root = Path(settings.state_dir).resolve() / "runsc"
+                [old] = [c for c in subprocess.run(["runsc", f"--root={root}", "list", "-quiet"], capture_output=True,
+                                                   text=True).stdout.split() if c.startswith("default-0-")]
+                subprocess.run(["runsc", f"--root={root}", "kill", old, "KILL"], check=True)
+
+                async def state_of(worker: int) -> str:
+                    return (await a.stub.Health(pb.HealthRequest())).workers[worker].sandbox_state
+
+                for _ in range(250):
+                    if await state_of(0) == "exited":
+                        break
+                    await asyncio.sleep(0.02)
+                assert await state_of(0) == "exited"
+                await a.stub.Run(pb.RunRequest(operation_id=op(), worker="default-1", actor=c1, spec=spec,
+                                               probe_timeout_seconds=20))
+                api.terminate = [{"worker": "default-0", "actor": ref("c1")}]
+                for _ in range(250):
+                    if await state_of(0) == "idle":
+                        break
+                    await asyncio.sleep(0.02)
+                api.terminate = []
+                assert [await state_of(0), await state_of(1)] == ["idle", "running"]
+                assert (Path(settings.state_dir).resolve() / "actors/demo/c1").exists()
+                ip1 = (await a.stub.Health(pb.HealthRequest())).workers[1].ip
+                async with httpx.AsyncClient(timeout=5) as client:
+                    reply = await client.get(f"http://{ip1}:8080/", headers={"Connection": "close"})
+                assert reply.status_code == 200, reply.text  # its /data is still there
+                assert reply.json()["file_count"] == 1
+            assert_nothing_left(settings)
+        finally:
+            force_cleanup(settings)
+
+
 async def test_fence_never_interrupts_an_operation(tmp_path: Path) -> None:
     settings = make_settings(tmp_path, hollow=True)
     node = Node(settings, [default_pool(1)])

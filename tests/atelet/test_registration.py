@@ -38,9 +38,11 @@ async def test_registers_and_heartbeats_with_what_runs(tmp_path: Path) -> None:
     assert first.body["address"] == settings.listen
     assert [w["name"] for w in first.body["workers"]] == ["default-0", "default-1"]
     assert set(first.body["workers"][0]) == {"name", "pool", "ip", "sandbox_class", "labels", "places",
-                                             "cpu_millis", "memory_bytes", "actor"}
+                                             "cpu_millis", "memory_bytes", "actor", "sandbox_state"}
     assert [w["actor"] for w in first.body["workers"]] == [None, None]
+    assert [w["sandbox_state"] for w in first.body["workers"]] == ["idle", "idle"]
     assert [w["actor"] for w in last.body["workers"]] == [None, {"atespace": "demo", "name": "c1"}]
+    assert [w["sandbox_state"] for w in last.body["workers"]] == ["idle", "running"]
 
 
 async def test_terminate_in_the_answer_fences_and_an_old_answer_does_not(tmp_path: Path) -> None:

@@ -10,8 +10,10 @@ def test_each_operation_starts_from_the_states_of_the_architecture() -> None:
     assert starts[Operation.RESUME] == {"SUSPENDED", "PAUSED"}
     assert starts[Operation.SUSPEND] == {"RUNNING", "PAUSED"}
     assert starts[Operation.PAUSE] == {"RUNNING"}
-    # RUNNING|PAUSED|CRASHED|stuck transitional --Revert-->; a revert that died is taken over
-    assert starts[Operation.REVERT] == {"RUNNING", "PAUSED", "CRASHED", "RESUMING", "SUSPENDING", "PAUSING", "REVERTING"}
+    # RUNNING|PAUSED|CRASHED|UNREACHABLE|stuck transitional --Revert-->; a revert that died is taken over
+    assert starts[Operation.REVERT] == {
+        "RUNNING", "UNREACHABLE", "PAUSED", "CRASHED", "RESUMING", "SUSPENDING", "PAUSING", "REVERTING",
+    }  # fmt: skip
     ends = {op: (t.via.value, t.target.value) for op, t in TRANSITIONS.items()}
     assert ends == {
         Operation.RESUME: ("RESUMING", "RUNNING"),
@@ -29,4 +31,14 @@ def test_a_refusal_names_the_state_found_and_the_states_wanted() -> None:
     )
     assert TRANSITIONS[Operation.PAUSE].refusal("demo/c1", "PAUSING") == (
         "actor demo/c1 cannot be paused from state PAUSING (PauseActor wants RUNNING)"
+    )
+
+
+def test_an_unreachable_actor_is_refused_with_the_ways_out() -> None:
+    # ARCHITECTURE.md: UNREACHABLE --node back--> RUNNING, --Revert--> REVERTING; nothing else starts from it
+    assert [op for op, t in TRANSITIONS.items() if t.allows(ActorState.UNREACHABLE)] == [Operation.REVERT]
+    assert TRANSITIONS[Operation.SUSPEND].refusal("demo/c1", "UNREACHABLE") == (
+        "actor demo/c1 cannot be suspended from state UNREACHABLE (SuspendActor wants RUNNING or PAUSED); "
+        "its node stopped answering: wait for the node to return (the actor is RUNNING again, its memory intact) "
+        "or go back to its last completed snapshot with 'ate revert actor c1 -a demo'"
     )

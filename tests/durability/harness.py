@@ -38,7 +38,7 @@ from ate.dev.certificates import ensure_local_certificates
 from ate.dev.temporal import dev_server_argv, server_ready, temporal_binary
 from atelet.proto import atelet_pb2 as pb
 from atelet.proto import atelet_pb2_grpc as pb_grpc
-from tests.credentials import BOOTSTRAP_ENV, BOOTSTRAP_HEADERS
+from tests.credentials import BOOTSTRAP_ENV, BOOTSTRAP_HEADERS, BOOTSTRAP_TOKEN
 from tests.durability.processes import REPO, Part, Postgres, fetch, http_ok, log_line
 
 HOST = "127.0.0.1"
@@ -49,6 +49,8 @@ PORTS = {
     "atelet": 48085,
     "worker_metrics": 49001,
     "atelet_metrics": 49085,
+    "router": 48000,
+    "router_metrics": 49002,
 }
 NODE = "dur"
 SUBNET = "10.91.0.0/16"
@@ -126,9 +128,19 @@ def labelled(spec: AteletSpec, **labels: str) -> AteletSpec:
 class Stack:
     """The running parts plus the probes the durability checks use."""
 
-    def __init__(self, base: Path, atelets: tuple[AteletSpec, ...] = (DEFAULT_ATELET,)) -> None:
+    def __init__(
+        self,
+        base: Path,
+        atelets: tuple[AteletSpec, ...] = (DEFAULT_ATELET,),
+        api_args: tuple[str, ...] = (),
+        router_args: tuple[str, ...] | None = None,
+    ) -> None:
+        """`api_args`: more flags of the api-server (e.g. `--unreachable-grace-seconds 30`);
+        `router_args` not None: a router (`ate router`, port 48000) runs too, with these flags."""
         assert atelets, "a stack needs at least one atelet"
         self.base = base
+        self.api_args = api_args
+        self.router_args = router_args
         self.failpoints = base / "failpoints"
         self.snapshots = base / "snapshots"
         self.atelets = {spec.node: spec for spec in atelets}
@@ -144,6 +156,7 @@ class Stack:
         self.postgres = Postgres(base / "postgres")
         self.api = f"http://{HOST}:{PORTS['api']}"
         self.temporal_address = f"{HOST}:{PORTS['temporal']}"
+        self.router = f"http://{HOST}:{PORTS['router']}"
         self.parts: dict[str, Part] = {}
 
     # ---- processes ---------------------------------------------------------------------------
@@ -178,7 +191,7 @@ class Stack:
             (
                 "api-server",
                 [*ate, "api-server", "--host", HOST, "--port", str(PORTS["api"]),
-                 "--snapshot-location", f"file://{self.snapshots}"],
+                 "--snapshot-location", f"file://{self.snapshots}", *self.api_args],
                 http_ok(f"{self.api}/healthz"),
             ),
             (
@@ -191,6 +204,16 @@ class Stack:
             ),
             *((spec.part, self._atelet_argv(spec), log_line("atelet: ready")) for spec in self.atelets.values()),
         ]  # fmt: skip
+        if self.router_args is not None:
+            token = self.base / "router.token"
+            token.write_text(BOOTSTRAP_TOKEN)
+            specs.append((
+                "router",
+                [*ate, "router", "--listen", f"{HOST}:{PORTS['router']}", "--api-server", self.api,
+                 "--api-token-file", str(token), "--database-url", self.postgres.dsn,
+                 "--metrics-listen", f"{HOST}:{PORTS['router_metrics']}", *self.router_args],
+                http_ok(f"http://{HOST}:{PORTS['router_metrics']}/metrics"),
+            ))  # fmt: skip
         for name, argv, ready in specs:
             part = Part(name, argv, self.logs / f"{name}.log", ready, env)
             self.parts[name] = part
@@ -211,7 +234,7 @@ class Stack:
                 "--state-dir", str(self.state_dir(spec.node)), "--snapshot-root", str(self.snapshots),
                 "--image-root", str(REPO), "--api-server", self.api,
                 "--metrics-listen", f"{HOST}:{spec.metrics_port}", "--subnet", spec.subnet,
-                *workers, "--heartbeat-seconds", "2"]  # fmt: skip
+                *workers, "--heartbeat-seconds", "1"]  # fmt: skip
 
     def state_dir(self, node: str = NODE) -> Path:
         """The state dir of `node`'s atelet (runsc root, local-snapshots, ...)."""
@@ -219,7 +242,7 @@ class Stack:
 
     def stop(self) -> None:
         atelets = [spec.part for spec in self.atelets.values()]
-        for name in (*atelets, "worker", "api-server", "temporal"):
+        for name in ("router", *atelets, "worker", "api-server", "temporal"):
             part = self.parts.get(name)
             if part is not None:
                 with contextlib.suppress(Exception):

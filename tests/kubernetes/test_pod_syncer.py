@@ -189,7 +189,7 @@ async def _state(store: Store, node: str, state: str) -> bool:
     return worker is not None and worker.state == state
 
 
-async def test_a_deleted_pod_releases_its_actor_and_is_never_brought_back(plane: Plane) -> None:
+async def test_a_deleted_pod_crashes_its_running_actor_and_is_never_brought_back(plane: Plane) -> None:
     store = plane.store
     create_pool(plane, "solo", 1)
     [pod] = await until(lambda: pods_of(plane, "solo"))
@@ -212,8 +212,9 @@ async def test_a_deleted_pod_releases_its_actor_and_is_never_brought_back(plane:
 
     client.CoreV1Api(plane.kube).delete_namespaced_pod(name, plane.namespace, grace_period_seconds=0)
     released = await until(lambda: _released(store, ref))
-    assert released.state == "SUSPENDED" and released.worker is None
-    assert f"worker pod {plane.namespace}/{name} was deleted" in (released.last_error or "")
+    # its sandbox went with the pod: CRASHED (ARCHITECTURE.md: node known gone), not silently reverted
+    assert released.state == "CRASHED" and released.worker is None
+    assert (released.last_error or "").startswith(f"worker pod {plane.namespace}/{name} was deleted while the actor ran")
     assert await worker_of(store, name) is None
     # its atelet's late heartbeat is refused: a deleted worker never comes back
     registration = WorkerRegistration(name="solo-0", pool="solo", ip="10.9.0.8", sandbox_class="gvisor",

@@ -146,6 +146,35 @@ async def test_no_capacity_is_503_with_api_message_after_budget(start_router) ->
     assert RESUMES.labels("no_capacity")._value.get() - before == calls
 
 
+UNREACHABLE = (
+    "actor demo/c1 is UNREACHABLE: node n1 stopped answering 12 s ago; waiting up to 48 s more for it to return "
+    "(then the actor is CRASHED)"
+)
+
+
+@pytest.mark.asyncio
+async def test_an_unreachable_actor_is_parked_then_503_with_the_reason(start_router) -> None:
+    env = await start_router(parked_request_budget_seconds=0.5)
+    env.api.script("demo/c1", Step(503, "Unreachable", UNREACHABLE, details={"state": "UNREACHABLE", "node": "n1"}))
+    resp = await env.client.get("/", headers=H)
+    assert resp.status_code == 503
+    assert resp.headers["content-type"].startswith("text/plain")
+    assert resp.text == f"{UNREACHABLE}; retry later\n"  # the API's reason, once, with what to do
+    assert resp.headers["retry-after"] == "2"
+    assert env.api.calls["demo/c1"] >= 2  # asked again while parked: its node may return
+
+
+@pytest.mark.asyncio
+async def test_an_unreachable_actor_whose_node_returns_is_served(start_router) -> None:
+    env = await start_router()
+    waiting = Step(503, "Unreachable", UNREACHABLE)
+    env.api.script("demo/c1", waiting, waiting, Step())  # the node answers again: RUNNING
+    resp = await env.client.get("/back", headers=H)
+    assert resp.status_code == 200, resp.text
+    assert resp.json()["path"] == "/back"
+    assert env.api.calls["demo/c1"] == 3
+
+
 @pytest.mark.asyncio
 async def test_no_capacity_then_room_succeeds(start_router) -> None:
     env = await start_router()
@@ -336,10 +365,11 @@ async def test_non_utf8_target_header_is_echoed_readably(start_router) -> None:
         (503, "NoCapacity", "all 3 matching workers have every place taken", api.NO_CAPACITY),
         (409, "FailedPrecondition", "actor a/b cannot be resumed", api.FAILED_PRECONDITION),
         (409, "OperationInProgress", "busy", api.BUSY),
+        (503, "Unreachable", "actor a/b is UNREACHABLE: node n1 stopped answering 3 s ago", api.ACTOR_UNREACHABLE),
     ],
 )
 def test_classify(status, reason, message, kind) -> None:
     reply = api.classify(status, {"reason": reason, "message": message})
     assert reply.kind == kind
     assert reply.message == message
-    assert (kind in api.RETRYABLE) == (kind in (api.NO_CAPACITY, api.BUSY))
+    assert (kind in api.RETRYABLE) == (kind in (api.NO_CAPACITY, api.BUSY, api.ACTOR_UNREACHABLE))

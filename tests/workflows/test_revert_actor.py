@@ -82,7 +82,7 @@ async def test_a_suspended_actor_is_not_revertable(ate: Ate) -> None:
     assert failure.type == "FailedPrecondition"
     assert failure.message == (
         "actor demo/c1 cannot be reverted from state SUSPENDED "
-        "(RevertActor wants RESUMING, RUNNING, SUSPENDING, PAUSING, PAUSED, REVERTING or CRASHED)"
+        "(RevertActor wants RESUMING, RUNNING, UNREACHABLE, SUSPENDING, PAUSING, PAUSED, REVERTING or CRASHED)"
     )
     assert ate.fakes.names() == ["begin_revert"]
 
@@ -95,3 +95,21 @@ async def test_a_terminate_that_fails_once_is_retried_and_nothing_is_fenced(ate:
     assert [c.attempt for c in ate.fakes.calls if c.name == "atelet_terminate"] == [1, 2]
     assert ate.fakes.names() == ["begin_revert", "atelet_terminate", "atelet_terminate", "finish_revert"]
     assert not result.fenced
+
+
+async def test_an_automatic_recovery_says_so_and_carries_the_crash_into_the_record(ate: Ate) -> None:
+    # the api-server starts it for a CRASHED actor of an `onCrash: Revert` template (api/recovery.py)
+    crash = "node dur did not answer within the grace"
+    ate.fakes.script("begin_revert", RevertPlan(from_state="CRASHED", worker=None, node_alive=False))
+    ate.fakes.script("finish_revert", None)
+    result = await ate.execute(RUN, RevertActorInput(actor=C1, recovery_of=crash), id=ID)
+    assert ate.fakes.names() == ["begin_revert", "finish_revert"]  # a CRASHED actor holds no worker
+    assert ate.fakes.inputs("finish_revert") == [
+        FinishRevertInput(
+            actor=C1,
+            operation_id=ate.run_id,
+            note="reverted from CRASHED automatically (its template says onCrash: Revert)",
+            recovery_of=crash,
+        )
+    ]
+    assert (result.from_state, result.fenced) == ("CRASHED", False)
