@@ -93,7 +93,7 @@ class ActorRouter:
         self.sessions = Sessions()
         self.websockets = WebSocketProxy(
             settings=settings, gate=self.gate, cache=self.cache, resumer=self.resumer, sessions=self.sessions,
-            recent=self.recent, unreachable=_unreachable, trusted=self.trusted,
+            recent=self.recent, unreachable=worker_unreachable, trusted=self.trusted,
         )  # fmt: skip
 
     async def start(self) -> None:
