@@ -41,6 +41,34 @@ def data_path() -> str:
     return "python"
 
 
+async def start_nginx(
+    stack: contextlib.AsyncExitStack, servers: list[Served], settings: RouterSettings, run_dir: Path
+) -> tuple[str, ControlService, Path]:
+    """Start the nginx data path in ``run_dir``: the control service (uvicorn on the test's loop,
+    an ephemeral port) and nginx (a real process on a free port).
+
+    Returns:
+        The router's URL, the control service and nginx's access log.
+    """
+    layout_probe = NginxLayout(run_dir, "")
+    control = ControlService(settings, str(layout_probe.admin_socket))
+    control_served = await stack.enter_async_context(serve(control, lifespan="on"))
+    servers.append(control_served)
+    port = free_port()
+    settings = settings.model_copy(update={"listen": f"127.0.0.1:{port}"})
+    layout = NginxLayout(
+        run_dir,
+        f"127.0.0.1:{control_served.port}",
+        access_log=str(run_dir / "access.log"),
+        user="root" if os.geteuid() == 0 else None,
+    )
+    nginx_config.write(settings, layout)
+    nginx = NginxProcess(layout)
+    await nginx.start()
+    stack.push_async_callback(nginx.stop)
+    return f"http://127.0.0.1:{port}", control, run_dir / "access.log"
+
+
 @pytest_asyncio.fixture
 async def start_router(data_path: str, tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[StartRouter]:
     """Factory: ``env = await start_router(**settings)`` starts worker, API and router; the
@@ -61,35 +89,17 @@ async def start_router(data_path: str, tmp_path_factory: pytest.TempPathFactory)
             **{"database_url": None, "parked_request_budget_seconds": 2.0, **overrides},
         )
         if data_path == "nginx":
-            return await _start_nginx(settings, api, worker, log)
+            url, control, access_log = await start_nginx(stack, servers, settings, tmp_path_factory.mktemp("nginx"))
+            client = httpx.AsyncClient(base_url=url, timeout=30)
+            stack.push_async_callback(client.aclose)
+            app = SimpleNamespace(state=SimpleNamespace(router=control))
+            return Env(url, api, worker, log, app, client, "nginx", access_log)
         app = create_app(settings)
         router = await stack.enter_async_context(serve(app, lifespan="on"))
         servers.append(router)
         client = httpx.AsyncClient(base_url=router.url, timeout=30)
         stack.push_async_callback(client.aclose)
         return Env(router.url, api, worker, log, app, client)
-
-    async def _start_nginx(settings: RouterSettings, api: FakeApi, worker: Served, log: WorkerLog) -> Env:
-        run_dir = tmp_path_factory.mktemp("nginx")
-        layout_probe = NginxLayout(run_dir, "")
-        control = ControlService(settings, str(layout_probe.admin_socket))
-        control_served = await stack.enter_async_context(serve(control, lifespan="on"))
-        servers.append(control_served)
-        port = free_port()
-        settings = settings.model_copy(update={"listen": f"127.0.0.1:{port}"})
-        layout = NginxLayout(
-            run_dir, f"127.0.0.1:{control_served.port}", access_log=str(run_dir / "access.log"),
-            user="root" if os.geteuid() == 0 else None,
-        )  # fmt: skip
-        nginx_config.write(settings, layout)
-        nginx = NginxProcess(layout)
-        await nginx.start()
-        stack.push_async_callback(nginx.stop)
-        url = f"http://127.0.0.1:{port}"
-        client = httpx.AsyncClient(base_url=url, timeout=30)
-        stack.push_async_callback(client.aclose)
-        app = SimpleNamespace(state=SimpleNamespace(router=control))
-        return Env(url, api, worker, log, app, client, "nginx", run_dir / "access.log")
 
     async with stack:
         yield start

@@ -12,6 +12,7 @@ import sys
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 import httpx
@@ -24,6 +25,7 @@ from router.app import create_app
 from router.metrics import REQUESTS
 from router.sessions import GOING_AWAY, SHUTDOWN_REASON
 from router.settings import RouterSettings
+from tests.router.conftest import start_nginx
 from tests.router.router_harness import DOMAIN, FakeApi, Step, free_port, serve
 from tests.router.stream_worker import REFUSAL, StreamLog, event, stream_worker
 
@@ -44,9 +46,13 @@ class StreamEnv:
     app: Any
 
 
+DATA_PATHS = ("python", "nginx")
+
+
 @pytest_asyncio.fixture
-async def env() -> AsyncIterator[StreamEnv]:
-    """Worker (tests/router/stream_worker.py), stand-in API and router, all real uvicorn."""
+async def env(data_path: str, tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[StreamEnv]:
+    """Worker (tests/router/stream_worker.py), stand-in API and router, all real uvicorn; or
+    with the nginx data path, nginx and the control service (tests/router/conftest.py)."""
     log = StreamLog()
     async with contextlib.AsyncExitStack() as stack:
         worker = await stack.enter_async_context(serve(stream_worker(log)))
@@ -55,6 +61,11 @@ async def env() -> AsyncIterator[StreamEnv]:
         settings = RouterSettings(
             api_server=api_served.url, domain=DOMAIN, database_url=None, parked_request_budget_seconds=2.0
         )
+        if data_path == "nginx":
+            url, control, _log = await start_nginx(stack, [], settings, tmp_path_factory.mktemp("nginx"))
+            app = SimpleNamespace(state=SimpleNamespace(router=control))
+            yield StreamEnv(url.replace("http://", "ws://"), url, api, log, app)
+            return
         app = create_app(settings)
         router = await stack.enter_async_context(serve(app, lifespan="on"))
         yield StreamEnv(f"ws://127.0.0.1:{router.port}", router.url, api, log, app)
@@ -159,6 +170,7 @@ async def test_worker_refusal_relayed(env: StreamEnv) -> None:
     assert refused.value.response.body == REFUSAL
 
 
+@pytest.mark.python_data_path  # nginx lists a WebSocket as the GET it began with (status 101)
 async def test_session_counted_and_listed_as_a_request(env: StreamEnv) -> None:
     # Without a database the router caches nothing: every request resumes its actor (parked).
     before = REQUESTS.labels("parked_ok")._value.get()
