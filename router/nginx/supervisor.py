@@ -1,8 +1,10 @@
 """Running nginx for the router: start it, wait until it serves, restart it when it dies, stop it.
 
-nginx runs in the foreground (``daemon off``) as a child of the router, which is asked to end
-with it: Linux sends it SIGTERM when the router dies (PR_SET_PDEATHSIG), so no nginx outlives
-its control service and serves from entries nobody invalidates any more.
+nginx runs in the foreground (``daemon off``) as a child of the router, in a session of its
+own, and is asked to end with it: Linux sends the master SIGTERM when the router dies
+(PR_SET_PDEATHSIG), so no nginx outlives its control service and serves from entries nobody
+invalidates any more. A master that dies leaves its workers serving: the supervisor kills its
+process group before starting a new one.
 """
 
 from __future__ import annotations
@@ -11,6 +13,7 @@ import asyncio
 import contextlib
 import ctypes
 import logging
+import os
 import shutil
 import signal
 import subprocess
@@ -18,12 +21,13 @@ from pathlib import Path
 
 import httpx
 
-from router.nginx.config import MODULES, NginxLayout
+from router.nginx.config import MODULES, SHUTDOWN_SECONDS, NginxLayout
 
 log = logging.getLogger(__name__)
 
-STOP_SECONDS = 10.0
-"""How long nginx may take to finish its requests after SIGQUIT before it is killed."""
+STOP_SECONDS = SHUTDOWN_SECONDS + 5.0
+"""How long nginx may take to stop after SIGQUIT (it closes what is left after
+``SHUTDOWN_SECONDS``) before it is killed."""
 
 
 class NginxError(RuntimeError):
@@ -97,7 +101,7 @@ class NginxProcess:
         self.process = subprocess.Popen(
             [self.binary, "-p", str(self.layout.run_dir), "-c", str(self.layout.conf),
              "-e", str(self.layout.run_dir / "error.log")],
-            preexec_fn=_die_with_parent, stdin=subprocess.DEVNULL,
+            preexec_fn=_die_with_parent, stdin=subprocess.DEVNULL, start_new_session=True,
         )  # fmt: skip
         loop = asyncio.get_running_loop()
         deadline = loop.time() + ready_seconds
@@ -127,6 +131,7 @@ class NginxProcess:
         while True:
             assert self.process is not None
             code = await asyncio.to_thread(self.process.wait)
+            self._kill_group()  # a master that was killed leaves its workers serving
             if self._stopping:
                 return
             log.error("nginx exited with %s: restarting in %.1fs (its caches start empty)", code, delay)
@@ -138,6 +143,12 @@ class NginxProcess:
             except NginxError as exc:
                 log.error("%s", exc)
 
+    def _kill_group(self) -> None:
+        """SIGKILL what is left of nginx's process group (its own session: the workers)."""
+        if self.process is not None:
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.killpg(self.process.pid, signal.SIGKILL)
+
     async def stop(self) -> None:
         """Stop nginx gracefully (SIGQUIT: requests in flight finish), killing it after
         ``STOP_SECONDS``."""
@@ -148,7 +159,7 @@ class NginxProcess:
             try:
                 await asyncio.wait_for(asyncio.to_thread(process.wait), STOP_SECONDS)
             except TimeoutError:
-                process.kill()
+                self._kill_group()
                 await asyncio.to_thread(process.wait)
         if self._watch is not None:
             self._watch.cancel()

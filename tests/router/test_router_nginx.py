@@ -130,3 +130,57 @@ async def test_a_worker_without_a_status_line_gets_the_connection_cut(start_rout
             await env.client.get("/", headers=H)
     finally:
         server.close()
+
+
+async def test_ate_router_with_the_nginx_data_path_serves_restarts_nginx_and_stops(tmp_path) -> None:
+    """A real `python -m router --data-path nginx`: it serves and exports the request counters;
+    nginx killed is started again; SIGTERM stops nginx and the router, exit 0."""
+    import os
+    import signal
+    import sys
+    from pathlib import Path
+
+    from tests.router.router_harness import DOMAIN, FakeApi, WorkerLog, free_port, serve, worker_app
+
+    root = Path(__file__).resolve().parents[2]
+    async with serve(worker_app(WorkerLog())) as worker, serve(FakeApi(worker.port).app) as api_served:
+        port, metrics = free_port(), free_port()
+        env = {**os.environ, "PYTHONPATH": str(root)}
+        env.pop("ATE_DATABASE_URL", None)
+        run_dir = tmp_path / "run"
+        proc = await asyncio.create_subprocess_exec(
+            sys.executable, "-m", "router", "--data-path", "nginx", "--listen", f"127.0.0.1:{port}",
+            "--metrics-listen", f"127.0.0.1:{metrics}", "--api-server", api_served.url, "--domain", DOMAIN,
+            "--nginx-run-dir", str(run_dir), cwd=root, env=env, stdout=asyncio.subprocess.PIPE,
+        )  # fmt: skip
+        try:
+            async with asyncio.timeout(60), httpx.AsyncClient(timeout=30) as client:
+                assert proc.stdout is not None
+                ready = (await proc.stdout.readline()).decode().strip()
+                assert ready == f"router: ready on 127.0.0.1:{port} (nginx data path, 1 workers)"
+                assert (await client.get(f"http://127.0.0.1:{port}/", headers=H)).status_code == 200
+                exported = (await client.get(f"http://127.0.0.1:{metrics}/metrics")).text
+                assert 'ate_router_requests_total{outcome="parked_ok"} 1.0' in exported
+                assert "ate_router_parked_requests 0.0" in exported  # the control service's own
+
+                first = int((run_dir / "nginx.pid").read_text())
+                os.kill(first, signal.SIGKILL)
+                answered = None
+                for _ in range(500):  # the router starts nginx again
+                    try:
+                        answered = (await client.get(f"http://127.0.0.1:{port}/", headers=H)).status_code
+                        break
+                    except httpx.TransportError:
+                        await asyncio.sleep(0.02)
+                assert answered == 200
+                second = int((run_dir / "nginx.pid").read_text())
+                assert second != first
+
+                proc.send_signal(signal.SIGTERM)
+                assert await proc.wait() == 0
+                with pytest.raises(ProcessLookupError):
+                    os.kill(second, 0)  # nginx went with it
+        finally:
+            if proc.returncode is None:
+                proc.kill()
+                await proc.wait()
