@@ -436,7 +436,7 @@ async def test_a_node_back_from_a_long_outage_takes_new_actors_at_once(store: St
     await store.nodes.register("n2", "127.0.0.2:1", "v", [worker(f"n2-w{i}") for i in range(4)])
     await ready_template(store)
     await store.pool.execute("UPDATE nodes SET last_heartbeat = now() - interval '1 hour' WHERE name = 'n2'")
-    assert await store.nodes.mark_lost() == ["n2"]
+    assert await store.liveness.mark_lost() == ["n2"]
     for i in range(3):
         plan = await store.resumes.begin(await demo_actor(store, name=f"a{i}"), f"r-a{i}")
         assert plan.worker is not None and plan.worker.node == "n1"
