@@ -23,7 +23,7 @@ from api.errors import install_error_handlers
 from api.limits import BodySizeLimit
 from api.metrics import WORKERS
 from api.names import check_request_names
-from api.routes import actors, atespaces, operations, templates, tokens, workers
+from api.routes import actors, atespaces, operations, routers, templates, tokens, workers
 from api.settings import ApiSettings
 
 log = logging.getLogger("ate.api")
@@ -99,7 +99,7 @@ def create_app(settings: ApiSettings) -> FastAPI:
     )
     install_error_handlers(app)
     app.add_middleware(BodySizeLimit, max_bytes=settings.max_request_bytes)
-    for module in (atespaces, templates, actors, workers, operations, tokens):
+    for module in (atespaces, templates, actors, workers, routers, operations, tokens):
         app.include_router(module.router)
 
     @app.get("/healthz", tags=["health"], **PUBLIC)
