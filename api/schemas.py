@@ -15,7 +15,7 @@ from api.template_spec import TemplateSpec
 from domain.documents import printable
 from domain.labels import DNS_LABEL, check_labels, check_selector
 from domain.names import check_host_port, check_ip, check_label_name, check_worker_name, shown
-from domain.quantities import MAX_CPU_MILLIS, MAX_MEMORY_BYTES, MAX_PLACES
+from domain.quantities import MAX_CPU_MILLIS, MAX_MEMORY_BYTES, WORKER_PLACES, check_worker_places
 
 MAX_WORKERS_PER_NODE = 1000
 """The most workers one node may register."""
@@ -196,7 +196,11 @@ class WorkerRegistrationBody(Tolerant):
     ip: str = Field(description="its IP address", json_schema_extra={"anyOf": [{"format": "ipv4"}, {"format": "ipv6"}]})
     sandbox_class: Literal["gvisor", "microvm"] = "gvisor"
     labels: dict[str, str] = Field(default_factory=dict)
-    places: int = Field(default=1, ge=1, le=MAX_PLACES)
+    places: int = Field(
+        default=WORKER_PLACES,
+        description="actors it hosts at once: always 1 (a worker is one sandbox with one address)",
+        json_schema_extra={"enum": [WORKER_PLACES]},
+    )
     cpu_millis: int = Field(gt=0, le=MAX_CPU_MILLIS)
     memory_bytes: int = Field(gt=0, le=MAX_MEMORY_BYTES)
     actor: ActorRefBody | None = None
@@ -210,6 +214,11 @@ class WorkerRegistrationBody(Tolerant):
     @classmethod
     def _pool(cls, value: str) -> str:
         return check_label_name(value, "pool name")
+
+    @field_validator("places", mode="before")
+    @classmethod
+    def _places(cls, value: object) -> int:
+        return check_worker_places(value)
 
     @field_validator("ip")
     @classmethod

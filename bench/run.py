@@ -39,7 +39,15 @@ def main(argv: list[str] | None = None) -> None:
     d.add_argument("--idle", type=int, default=200, help="more actors, resumed and suspended once each")
     d.add_argument("--concurrency", type=int, default=4, help="resumes/suspends in flight")
     d.add_argument("--cpu-seconds", type=float, default=20.0, help="idle CPU window, then the request window")
-    for sp in (a, o, t, p, s, d):
+    pl = sub.add_parser(
+        "placement", help="placement and whole-resume time with 10, 1,000 and 10,000 registered workers"
+    )
+    pl.add_argument("--sizes", default="10,1000,10000", help="registered workers, the first is the baseline")
+    pl.add_argument("--cycles", type=int, default=200)
+    x = sub.add_parser("proxy", help="the router's data path vs nginx vs direct, wrk at 1/8/64 connections")
+    x.add_argument("--seconds", type=float, default=8.0, help="length of each wrk run")
+    x.add_argument("--rounds", type=int, default=2, help="interleaved rounds; the best of each is reported")
+    for sp in (a, o, t, p, s, d, pl, x):
         sp.add_argument("--keep", action="store_true", help="keep the stack's data dir")
     args = parser.parse_args(argv)
     if args.name == "activation":
@@ -70,6 +78,10 @@ def main(argv: list[str] | None = None) -> None:
         from bench import scale
 
         scale.run(sizes=[int(x) for x in args.sizes.split(",")], cycles=args.cycles, keep=args.keep, log=log)
+    elif args.name == "placement":
+        from bench import placement
+
+        placement.run(sizes=[int(x) for x in args.sizes.split(",")], cycles=args.cycles, keep=args.keep, log=log)
     elif args.name == "density":
         from bench import density
 
@@ -81,3 +93,7 @@ def main(argv: list[str] | None = None) -> None:
             keep=args.keep,
             log=log,
         )
+    elif args.name == "proxy":
+        from bench import proxy
+
+        proxy.run(seconds=args.seconds, rounds=args.rounds, keep=args.keep, log=log)

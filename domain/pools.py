@@ -9,7 +9,7 @@ YAML file of `ate dev --pool` shares, parsed by one function::
     spec:
       replicas: 2
       sandboxClass: gvisor             # gvisor | microvm
-      capacity: {places: 1, cpu: "2", memory: 2Gi}   # per worker, what placement hands out
+      capacity: {places: 1, cpu: "2", memory: 2Gi}   # per worker, what placement hands out (places: 1 only)
       template:                        # Kubernetes only: the worker pods
         nodeSelector: {kubernetes.io/os: linux}
         tolerations: [...]
@@ -19,6 +19,8 @@ YAML file of `ate dev --pool` shares, parsed by one function::
           requests: {cpu: 500m, memory: 512Mi}   # what the Kubernetes scheduler packs by
           limits: {cpu: "2", memory: 2Gi}        # what a worker may use
 
+A worker is one sandbox with one address, so it hosts one actor at a time: `spec.capacity.places`
+may be left out or set to 1, nothing else (more actors at once take more workers: `spec.replicas`).
 A worker's capacity (cpu, memory) is `spec.capacity`, or when it is left out the pod's limits: a
 worker never advertises more than its pod may use, and requests may be lower than limits so the
 scheduler can pack nodes. `parse_worker_pool` validates one document (already parsed from YAML
@@ -31,7 +33,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from domain.labels import DNS_LABEL, check_labels
-from domain.quantities import MAX_PLACES, parse_cpu_millis, parse_memory_bytes
+from domain.quantities import WORKER_PLACES, check_worker_places, parse_cpu_millis, parse_memory_bytes
 
 API_GROUP = "ate.dev"
 API_VERSION = "ate.dev/v1alpha1"
@@ -61,8 +63,12 @@ class PodTemplate:
 class WorkerPoolSpec:
     """One worker pool: `replicas` identical workers of `sandbox_class` carrying `labels`.
 
-    Per worker: `places` actors at once, `cpu_millis` of CPU (millicores) and `memory_bytes` of
-    memory (bytes) that placement hands out. `namespace` is the resource's (Kubernetes only).
+    Per worker: `places` actors at once (always 1: `domain.quantities.WORKER_PLACES`), `cpu_millis`
+    of CPU (millicores) and `memory_bytes` of memory (bytes) that placement hands out. `namespace`
+    is the resource's (Kubernetes only).
+
+    Raises:
+        PoolError: `places` is not 1 (the worker could not honour it).
     """
 
     name: str
@@ -74,6 +80,12 @@ class WorkerPoolSpec:
     memory_bytes: int = 2 * 2**30
     namespace: str = ""
     pod: PodTemplate = field(default_factory=PodTemplate)
+
+    def __post_init__(self) -> None:
+        try:
+            check_worker_places(self.places)
+        except ValueError as error:
+            raise PoolError(f"pool {self.name!r}: spec.capacity.places {error}") from None
 
 
 def _mapping(value: Any, where: str) -> dict[str, Any]:
@@ -191,7 +203,10 @@ def parse_worker_pool(doc: Any, where: str = "pool") -> WorkerPoolSpec:
     if sandbox_class not in SANDBOX_CLASSES:
         raise PoolError(f"{where}: spec.sandboxClass must be one of {SANDBOX_CLASSES}, got {sandbox_class!r}")
     capacity = _mapping(spec.get("capacity"), f"{where}: spec.capacity")
-    places = _count(capacity.get("places", 1), f"{where}: spec.capacity.places", 1, MAX_PLACES)
+    try:
+        places = check_worker_places(capacity.get("places", WORKER_PLACES))
+    except ValueError as error:
+        raise PoolError(f"{where}: spec.capacity.places {error}") from None
     pod = _pod_template(spec.get("template"), f"{where}: spec.template")
     return WorkerPoolSpec(
         name=name,

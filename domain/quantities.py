@@ -16,8 +16,9 @@ machine, and far inside PostgreSQL's bigint."""
 MAX_MEMORY_BYTES = 2**50
 """The most memory one worker or actor can have, in bytes (1 PiB)."""
 
-MAX_PLACES = 10_000
-"""The most actors one worker can hold at once."""
+WORKER_PLACES = 1
+"""The actors one worker hosts at once: a worker is one sandbox with one address (the atelet runs
+one sandbox per worker), so one. A pool that wants more actors at once has more workers (replicas)."""
 
 _MEMORY_FACTORS = {
     None: 1,
@@ -79,3 +80,32 @@ def parse_memory_bytes(value: str | int) -> int:
     if int(number) <= 0:
         raise ValueError(f"{shown(value)} must be positive")
     return int(number)
+
+
+def check_worker_places(value: object) -> int:
+    """A worker's `places`, which must be WORKER_PLACES.
+
+    Raises:
+        ValueError: it is anything but 1; the message (to follow the field's name, e.g.
+            `workers[0].places must be 1, got 4: ...`) says what to do instead.
+    """
+    if value != WORKER_PLACES or isinstance(value, bool):
+        raise ValueError(
+            f"must be {WORKER_PLACES}, got {shown(value)}: a worker is one sandbox with one address and hosts "
+            "one actor at a time; for more actors at once, run more workers (a pool's spec.replicas)"
+        )
+    return WORKER_PLACES
+
+
+def format_cpu(millis: int) -> str:
+    """Millicores as a CPU quantity: 500 -> "500m", 2000 -> "2"."""
+    return str(millis // 1000) if millis % 1000 == 0 else f"{millis}m"
+
+
+def format_memory(value: int) -> str:
+    """Bytes as the largest binary unit that divides them: 268435456 -> "256Mi", 1000 -> "1000"."""
+    for suffix in ("Ti", "Gi", "Mi", "Ki"):
+        factor = _MEMORY_FACTORS[suffix]
+        if value and value % factor == 0:
+            return f"{value // factor}{suffix}"
+    return str(value)

@@ -50,3 +50,6 @@ class SnapshotRef:
     storage: SnapshotStorage = SnapshotStorage.EXTERNAL
     node: str | None = None
     """The node holding a LOCAL snapshot (None for EXTERNAL ones)."""
+    runsc_version: str | None = None
+    """The runsc build that wrote a FULL snapshot, the only one that restores it (None: DATA
+    scope, or not recorded)."""

@@ -16,7 +16,7 @@ from collections.abc import AsyncIterator
 from typing import Any
 
 from starlette.applications import Starlette
-from starlette.routing import Route
+from starlette.routing import Route, WebSocketRoute
 
 from domain.operations.router_drain import ROUTER_HEARTBEAT_SECONDS, ROUTER_LEASE_SECONDS
 from router import errors, statusz
@@ -29,6 +29,7 @@ from router.metrics import REQUEST_DURATION, REQUESTS
 from router.proxy import BodyStream, open_upstream, relay
 from router.registration import DRAIN_CHANNEL, Registration, default_replica_name
 from router.resume import Resumer
+from router.sessions import Sessions
 from router.settings import RouterSettings
 from router.target import TARGET_HEADER, Target, TargetError, target_from_headers
 from router.types import Upstream
@@ -40,6 +41,7 @@ from router.upstream_client import (
     UpstreamResponse,
     new_upstream_client,
 )
+from router.websocket import WebSocketProxy
 
 log = logging.getLogger(__name__)
 
@@ -47,7 +49,8 @@ _TARGET_HEADER = TARGET_HEADER.encode()
 
 
 class ActorRouter:
-    """Routes one HTTP request to its actor; an ASGI app for ``scope["type"] == "http"``.
+    """Routes one HTTP or WebSocket request to its actor; an ASGI app for ``scope["type"]``
+    ``"http"`` and ``"websocket"`` (the latter served by ``router.websocket``).
 
     Args:
         settings: Router settings.
@@ -59,7 +62,8 @@ class ActorRouter:
         gate: Who may reach which actor (router.access).
         resumer: Single-flight resumer with the parking lot.
         invalidator: LISTEN/NOTIFY loop, or None without a database URL (no caching).
-        gate: Who may send to which worker, and the drains before a checkpoint (router.drain).
+        sessions: Open WebSockets and event streams, ended by ``sessions.end_all`` at shutdown.
+        drains: Who may send to which worker, and the drains before a checkpoint (router.drain).
         registration: This replica's heartbeat, lease and drains (router.registration), or
             None when ``settings.register_replica`` is off.
     """
@@ -92,12 +96,18 @@ class ActorRouter:
         self.invalidator = (
             CacheInvalidator(settings.database_url, self.cache) if settings.database_url else None
         )
+        self.sessions = Sessions()
+        self.websockets = WebSocketProxy(
+            settings=settings, gate=self.gate, cache=self.cache, resumer=self.resumer, sessions=self.sessions,
+            recent=self.recent, unreachable=_unreachable, trusted=self.trusted,
+        )  # fmt: skip
         self.drains = DrainGate(
             self.cache,
             self.resumer,
             self.upstream_client,
             settings.drain_timeout_seconds,
             settle_seconds=settings.upstream_connect_timeout_seconds + 1.0,
+            end_sessions=self.sessions.end_actor,
         )
         self.registration: Registration | None = None
         if settings.register_replica:
@@ -132,7 +142,11 @@ class ActorRouter:
 
     async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
         """Handle one HTTP request (ASGI): with its `X-Request-Id` (the client's, or a new one),
-        sent to the actor, returned to the client and logged."""
+        sent to the actor, returned to the client and logged. A WebSocket goes to ``router.websocket``."""
+        if scope["type"] == "websocket":
+            scope, request_id = with_request_id(scope)
+            await self.websockets.serve(scope, receive, send, request_id, target_of(scope))
+            return
         loop = asyncio.get_running_loop()
         started = loop.time()
         outcome = errors.OK
@@ -220,7 +234,7 @@ class ActorRouter:
         except ClientGone:
             return errors.CLIENT_GONE
         try:
-            outcome = await relay(response, receive, send, body)
+            outcome = await relay(response, receive, send, body, self.sessions, target.key)
         finally:
             self.drains.leave(flight)
         return errors.PARKED_OK if outcome == errors.OK and parked else outcome
@@ -393,6 +407,7 @@ def create_app(
         finally:
             await router.stop()
 
-    app = Starlette(routes=[Route("/{path:path}", endpoint=router)], lifespan=lifespan)
+    routes = [Route("/{path:path}", endpoint=router), WebSocketRoute("/{path:path}", endpoint=router)]
+    app = Starlette(routes=routes, lifespan=lifespan)
     app.state.router = router
     return app

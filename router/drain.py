@@ -40,6 +40,9 @@ log = logging.getLogger(__name__)
 CLEAN = "clean"
 CUT = "cut"
 
+DRAIN_REASON = "the actor is being suspended; connect again"
+"""The close reason of a WebSocket (or why an event stream ended) at a drain (at most 123 bytes)."""
+
 MAX_REMEMBERED_DRAINS = 100_000
 """Actors whose last drain is remembered; past them the oldest is forgotten and every token
 from before it is refused (a lookup again, never a wrong delivery)."""
@@ -83,6 +86,8 @@ class DrainGate:
         settle_seconds: How long cut requests may take to leave (a connect in progress ends
             within the connect timeout).
         leased: Whether this replica may send at all (its lease runs); always True by default.
+        end_sessions: Ends the actor's open WebSockets and event streams at once, cleanly, with
+            a reason (``Sessions.end_actor``): they never finish on their own.
     """
 
     def __init__(
@@ -93,6 +98,7 @@ class DrainGate:
         drain_timeout_seconds: float,
         settle_seconds: float,
         leased: Callable[[], bool] = lambda: True,
+        end_sessions: Callable[[str, str], int] = lambda _key, _reason: 0,
     ) -> None:
         self.cache = cache
         self.resumer = resumer
@@ -100,6 +106,7 @@ class DrainGate:
         self.drain_timeout_seconds = drain_timeout_seconds
         self.settle_seconds = settle_seconds
         self.leased = leased
+        self.end_sessions = end_sessions
         self._clock = 0
         self._drained_at: dict[str, int] = {}
         self._floor = -1
@@ -181,6 +188,9 @@ class DrainGate:
         self._released.setdefault(key, asyncio.Event())
         self.cache.drop(key)
         self.resumer.unshare(key)
+        ended = self.end_sessions(key, DRAIN_REASON)
+        if ended:
+            log.info("drain %d of actor %s: %d WebSockets or event streams ended", drain_id, key, ended)
         waited_for = self.in_flight(key)
         cut = 0
         try:

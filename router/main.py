@@ -6,22 +6,41 @@ import argparse
 import asyncio
 import logging
 import signal
+import socket
 import sys
 from pathlib import Path
 from types import FrameType
 
 import uvicorn
+from starlette.applications import Starlette
 
 from router.app import create_app
 from router.metrics import serve_metrics
+from router.sessions import Sessions
 from router.settings import RouterSettings, split_host_port
+from router.websocket import MAX_MESSAGE_BYTES
 from serving.protocol import guarded_http
 
 log = logging.getLogger("router")
 
+SESSIONS_END_SECONDS = 5.0
+"""At shutdown, how long the open WebSockets and event streams get to finish closing."""
+GRACEFUL_SHUTDOWN_SECONDS = 10
+"""At shutdown, how long other requests in flight get to finish before they are cut off."""
+
 
 class _Server(uvicorn.Server):
-    """uvicorn server that drains on SIGTERM/SIGINT and then exits 0 (no re-raised signal)."""
+    """uvicorn server that drains on SIGTERM/SIGINT and then exits 0 (no re-raised signal).
+
+    At shutdown it stops listening, then ends the open WebSockets (close 1001 to both sides)
+    and event streams (clean end of the body) itself, and only then lets uvicorn wait for the
+    other requests: uvicorn alone would wait ``GRACEFUL_SHUTDOWN_SECONDS`` for exchanges that
+    never end and then cut them off (its own WebSocket close says 1012, with no reason).
+    """
+
+    def __init__(self, config: uvicorn.Config, sessions: Sessions | None = None) -> None:
+        super().__init__(config)
+        self.sessions = sessions
 
     def handle_exit(self, sig: int, frame: FrameType | None) -> None:
         """Start a graceful stop; a second SIGINT forces it."""
@@ -30,6 +49,18 @@ class _Server(uvicorn.Server):
         else:
             log.info("signal %s: draining", signal.Signals(sig).name)
             self.should_exit = True
+
+    async def shutdown(self, sockets: list[socket.socket] | None = None) -> None:
+        """Stop listening, end the long-lived exchanges (bounded), then uvicorn's shutdown."""
+        for server in self.servers:
+            server.close()
+        if self.sessions is not None and not self.force_exit:
+            count = len(self.sessions)
+            if not await self.sessions.end_all(SESSIONS_END_SECONDS):
+                log.warning("%d WebSockets or event streams did not close in time", len(self.sessions))
+            elif count:
+                log.info("closed %d WebSockets and event streams", count)
+        await super().shutdown(sockets)
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
@@ -137,7 +168,8 @@ def uvicorn_config(settings: RouterSettings) -> uvicorn.Config:
 
     Returns:
         The config (uvloop when installed, httptools with the request-head limits of
-        `serving.protocol`, no Server/Date headers of its own, no trust in incoming
+        `serving.protocol`, WebSockets served by the `websockets` library's sans-I/O
+        implementation, no Server/Date headers of its own, no trust in incoming
         X-Forwarded-For: the proxy appends the real peer itself).
     """
     host, port = split_host_port(settings.listen)
@@ -146,11 +178,13 @@ def uvicorn_config(settings: RouterSettings) -> uvicorn.Config:
         host=host,
         port=port,
         http=guarded_http(settings.head_timeout_seconds, settings.max_head_bytes),
+        ws="websockets-sansio",  # "websockets" is that library's legacy API, deprecated since its 14.0
+        ws_max_size=MAX_MESSAGE_BYTES,
         log_level="warning",
         access_log=False,
         server_header=False,
         date_header=False,
-        timeout_graceful_shutdown=10,
+        timeout_graceful_shutdown=GRACEFUL_SHUTDOWN_SECONDS,
         lifespan="on",
         proxy_headers=False,
     )
@@ -168,7 +202,8 @@ async def serve(settings: RouterSettings, config: uvicorn.Config) -> None:
     """
     metrics_host, metrics_port = split_host_port(settings.metrics_listen)
     metrics_server = serve_metrics(metrics_host, metrics_port)
-    server = _Server(config)
+    app = config.app
+    server = _Server(config, app.state.router.sessions if isinstance(app, Starlette) else None)
     task = asyncio.create_task(server.serve())
     try:
         while not server.started and not task.done():

@@ -26,6 +26,7 @@ import anyio
 
 from router.errors import CLIENT_GONE, ERROR, OK, TIMEOUT, RouteError
 from router.metrics import RECEIVED_BYTES, SENT_BYTES
+from router.sessions import Sessions
 from router.target import TARGET_HEADER
 from router.types import Upstream
 from router.upstream_client import (
@@ -287,18 +288,32 @@ def _upstream_failed(actor: str, upstream: Upstream, exc: Exception) -> RouteErr
     )
 
 
-async def relay(response: UpstreamResponse, receive: Receive, send: Send, body: BodyStream) -> str:
+async def relay(
+    response: UpstreamResponse,
+    receive: Receive,
+    send: Send,
+    body: BodyStream,
+    sessions: Sessions | None = None,
+    actor: str = "",
+) -> str:
     """Stream the worker's response to the client, then close the upstream connection.
 
     A long response (no Content-Length, or more than ``WATCH_THRESHOLD_BYTES``) is streamed
     while watching for the client's disconnect (when the request body was fully read), which
-    stops the transfer and closes the worker connection early.
+    stops the transfer and closes the worker connection early. Every chunk is sent on as it
+    arrives (an event stream reaches the client event by event).
+
+    An event stream (``text/event-stream``) so watched is also a session in ``sessions``: when
+    the router ends it (shutdown, drain), its body is ended cleanly at once; the client's
+    EventSource then reconnects (a partial last event is dropped by it, as the format says).
 
     Args:
         response: From ``open_upstream``.
         receive: ASGI receive callable.
         send: ASGI send callable.
         body: The request body stream (tells whether ``receive`` is free to watch).
+        sessions: Where to register an event stream (None: not registered).
+        actor: Key of the actor, for ``sessions``.
 
     Returns:
         The outcome: ``ok`` when the response was relayed completely; ``error`` when the
@@ -325,7 +340,10 @@ async def relay(response: UpstreamResponse, receive: Receive, send: Send, body: 
         if _small(response) or (body.started and not body.done):
             await _relay_rest(chunks, send)
             return OK
-        return OK if await _relay_watched(chunks, receive, send) else CLIENT_GONE
+        if sessions is None or not _is_event_stream(response):
+            return OK if await _relay_watched(chunks, receive, send) else CLIENT_GONE
+        with sessions.open(actor) as session:
+            return OK if await _relay_watched(chunks, receive, send, session.ended) else CLIENT_GONE
     except UpstreamTimeout as exc:
         log.warning("worker response cut off: no %s", exc.what)
         return TIMEOUT
@@ -347,6 +365,13 @@ def _small(response: UpstreamResponse) -> bool:
     return False
 
 
+def _is_event_stream(response: UpstreamResponse) -> bool:
+    for key, value in response.headers:
+        if key == b"content-type":
+            return value.split(b";")[0].strip().lower() == b"text/event-stream"
+    return False
+
+
 async def _relay_rest(chunks: AsyncIterator[bytes], send: Send) -> bool:
     async for chunk in chunks:
         SENT_BYTES.inc(len(chunk))
@@ -355,8 +380,11 @@ async def _relay_rest(chunks: AsyncIterator[bytes], send: Send) -> bool:
     return True
 
 
-async def _relay_watched(chunks: AsyncIterator[bytes], receive: Receive, send: Send) -> bool:
-    finished = False
+async def _relay_watched(
+    chunks: AsyncIterator[bytes], receive: Receive, send: Send, ended: asyncio.Event | None = None
+) -> bool:
+    """Relay until the end, the client's disconnect, or ``ended`` (then end the body cleanly)."""
+    finished = stopped = False
 
     async def watch(scope: anyio.CancelScope) -> None:
         while True:
@@ -366,9 +394,18 @@ async def _relay_watched(chunks: AsyncIterator[bytes], receive: Receive, send: S
         if not finished:
             scope.cancel()
 
+    async def stop(scope: anyio.CancelScope, ended: asyncio.Event) -> None:
+        nonlocal stopped
+        await ended.wait()
+        if not finished:
+            stopped = True
+            scope.cancel()
+
     failure: UpstreamBroken | ClientGone | None = None
     async with anyio.create_task_group() as group:
         group.start_soon(watch, group.cancel_scope)
+        if ended is not None:
+            group.start_soon(stop, group.cancel_scope, ended)
         try:
             finished = await _relay_rest(chunks, send)
         except (UpstreamBroken, ClientGone) as exc:  # raised as itself, not in an exception group
@@ -376,6 +413,10 @@ async def _relay_watched(chunks: AsyncIterator[bytes], receive: Receive, send: S
         group.cancel_scope.cancel()
     if failure is not None:
         raise failure
+    if stopped and not finished:
+        await send({"type": "http.response.body", "body": b"", "more_body": False})
+        log.info("event stream ended by the router; upstream connection closed")
+        return True
     if not finished:
         log.info("client left during the response; upstream connection closed")
     return finished

@@ -16,6 +16,9 @@ command -v curl >/dev/null 2>&1 || need_apt+=(curl)
 command -v busybox >/dev/null 2>&1 || need_apt+=(busybox-static)
 command -v go >/dev/null 2>&1 || need_apt+=(golang-go)
 command -v chromium >/dev/null 2>&1 || need_apt+=(chromium)  # a real headless browser for the router's /statusz test
+command -v wrk >/dev/null 2>&1 || need_apt+=(wrk)  # `python -m bench proxy`: the load generator
+command -v nginx >/dev/null 2>&1 || need_apt+=(nginx)  # `python -m bench proxy`: the reverse proxy the router is compared with
+[ -e /usr/lib/nginx/modules/ngx_http_lua_module.so ] || need_apt+=(libnginx-mod-http-lua)  # the router's nginx data path
 
 if [ "$runsc_ok" = 0 ] || [ "${#need_apt[@]}" -gt 0 ]; then
   if [ "$(id -u)" != 0 ]; then
@@ -36,7 +39,13 @@ Signed-By: /usr/share/keyrings/debian-archive-keyring.gpg
 SRC
   fi
   apt-get update -qq
-  if [ "${#need_apt[@]}" -gt 0 ]; then apt-get install -y -qq "${need_apt[@]}" >/dev/null; fi
+  if [ "${#need_apt[@]}" -gt 0 ]; then
+    # no package may start a service (nginx's would take port 80): the benchmarks run their own
+    no_services=0
+    if [ ! -e /usr/sbin/policy-rc.d ]; then printf '#!/bin/sh\nexit 101\n' > /usr/sbin/policy-rc.d; chmod +x /usr/sbin/policy-rc.d; no_services=1; fi
+    apt-get install -y -qq "${need_apt[@]}" >/dev/null
+    if [ "$no_services" = 1 ]; then rm -f /usr/sbin/policy-rc.d; fi
+  fi
   if [ "$runsc_ok" = 0 ]; then apt-get install -y -qq -t bookworm-backports runsc >/dev/null; fi
 fi
 if ! runsc --version 2>/dev/null | grep '20240729' >/dev/null; then

@@ -3,6 +3,7 @@
 from activities.store.errors import (
     AlreadyExists,
     FailedPrecondition,
+    InvalidArgument,
     NoCapacity,
     NodeRetired,
     NoMatchingWorker,
@@ -17,6 +18,7 @@ from activities.store.store import Store
 __all__ = [
     "AlreadyExists",
     "FailedPrecondition",
+    "InvalidArgument",
     "NoCapacity",
     "NoMatchingWorker",
     "NodeRetired",

@@ -18,6 +18,13 @@ class StoreError(Exception):
         self.details = details or {}
 
 
+class InvalidArgument(StoreError):
+    """The request itself is wrong (e.g. a registration a worker could not honour); the message
+    names the field."""
+
+    reason = "InvalidArgument"
+
+
 class NotFound(StoreError):
     """The named atespace, template, actor or node does not exist."""
 

@@ -11,7 +11,7 @@ from typing import Any
 import asyncpg
 
 from activities.store.errors import NotFound
-from activities.store.placement import Placement
+from activities.store.placement import Placement, demand_of
 from activities.store.records import spec_of
 from activities.store.snapshots import Snapshots
 from activities.store.sql import QUERIES as Q
@@ -49,13 +49,11 @@ class GoldenSnapshots:
                 return GoldenPlan(worker=worker, snapshot=snapshot, spec=spec)
             if placement is not None:
                 await connection.execute(Q["delete_placement"], owner)
-            worker_id = await self.placement.place(
+            worker_id = await self.placement.place(  # a fresh boot: no snapshot, any runsc build
                 connection,
                 holder=owner,
                 operation_id=operation_id,
-                label=f"the golden boot of template {atespace}/{template}",
-                spec=spec,
-                actor_selector={},
+                demand=demand_of(f"the golden boot of template {atespace}/{template}", spec, {}),
             )
             if existing is not None:
                 snapshot = await self.snapshots.ref(connection, existing["id"])

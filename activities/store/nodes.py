@@ -7,9 +7,10 @@ from dataclasses import dataclass
 
 import asyncpg
 
-from activities.store.errors import NodeRetired, NotFound
+from activities.store.errors import InvalidArgument, NodeRetired, NotFound
 from activities.store.records import WorkerRecord, WorkerRegistration
 from activities.store.sql import QUERIES as Q
+from domain.quantities import check_worker_places
 from domain.refs import ActorRef
 from domain.states import ActorState
 from domain.temporal import template_workflow_id
@@ -38,6 +39,20 @@ def _held_by(holder: str, atespace: str, name: str) -> bool:
     return name.startswith("golden-") and holder == template_workflow_id(atespace, name.removeprefix("golden-"))
 
 
+def check_registrations(node: str, workers: list[WorkerRegistration]) -> None:
+    """Refuse a registration a worker could not honour (before anything is written).
+
+    Raises:
+        InvalidArgument: a worker claims places other than 1 (a worker is one sandbox with one
+            address); the message names the worker and the field.
+    """
+    for w in workers:
+        try:
+            check_worker_places(w.places)
+        except ValueError as error:
+            raise InvalidArgument(f"worker {w.name} of node {node}: places {error}", {"field": "places"}) from None
+
+
 class Nodes:
     """The nodes and workers tables, as the atelets report them."""
 
@@ -63,7 +78,9 @@ class Nodes:
 
         Raises:
             NodeRetired: the node was retired (its worker pod deleted); it never comes back.
+            InvalidArgument: a worker claims places other than 1; nothing is written.
         """
+        check_registrations(node, workers)
         async with self.pool.acquire() as connection, connection.transaction():
             if await connection.fetchval(Q["node_retired"], node) is not None:
                 raise NodeRetired(
@@ -96,7 +113,11 @@ class Nodes:
 
         Returns:
             False when the node was retired (a deleted pod is never brought back): nothing changes.
+
+        Raises:
+            InvalidArgument: the worker claims places other than 1; nothing is written.
         """
+        check_registrations(node, [worker])
         async with self.pool.acquire() as connection, connection.transaction():
             if await connection.fetchval(Q["node_retired"], node) is not None:
                 return False
@@ -257,7 +278,9 @@ class Nodes:
                             f"worker lost: node {name} sent no heartbeat since "
                             f"{node['last_heartbeat']:%Y-%m-%d %H:%M:%S} UTC",
                         )
-                        await connection.execute(Q["delete_placement"], ActorRef(actor["atespace"], actor["name"]).workflow_id)
+                        await connection.execute(
+                            Q["delete_placement"], ActorRef(actor["atespace"], actor["name"]).workflow_id
+                        )
                 lost.append(name)
         return lost
 

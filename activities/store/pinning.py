@@ -9,9 +9,9 @@ import asyncpg
 from activities.store.errors import FailedPrecondition, NoCapacity, PinnedNodeFull
 from activities.store.nodes import NODE_LIVENESS_SECONDS, Nodes
 from activities.store.placement import Placement
-from activities.store.records import spec_of
 from activities.store.snapshots import Snapshots
 from domain.operations.suspend import SuspendPlan
+from domain.placement import Demand
 from domain.refs import ActorRef, SnapshotRef
 from domain.states import ActorState
 
@@ -25,13 +25,14 @@ class Pinning:
         self.snapshots = snapshots
 
     async def no_room(
-        self, connection: asyncpg.Connection, ref: ActorRef, actor: asyncpg.Record, node: str, error: NoCapacity
+        self, connection: asyncpg.Connection, ref: ActorRef, actor: asyncpg.Record, demand: Demand, error: NoCapacity
     ) -> NoCapacity:
-        """Why a pinned actor cannot go back to its node, as the error to raise.
+        """Why a pinned actor cannot go back to its node (`demand.node`), as the error to raise.
 
         PinnedNodeFull when the node is alive and another node has room (the resume uploads the
         local snapshot and places the actor elsewhere); otherwise NoCapacity saying what to do.
         """
+        node = str(demand.node)
         if await self.nodes.atelet_address(connection, node) is None:
             latest = actor["latest_snapshot_id"] or actor["golden_snapshot_id"]
             fallback = await self.snapshots.ref(connection, latest) if latest else None
@@ -46,7 +47,7 @@ class Pinning:
                 f"'ate revert actor {ref.name} -a {ref.atespace}'",
                 {"state": actor["state"], "pinned_node": node},
             )
-        if await self.placement.candidates(connection, spec_of(actor), actor["worker_selector"], sample=1):
+        if await self.placement.elsewhere(demand):
             return PinnedNodeFull(
                 f"{error.message}; other nodes have room: the paused snapshot is uploaded and the actor placed there",
                 {"pinned_node": node},

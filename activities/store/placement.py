@@ -1,27 +1,66 @@
 """Placement: the checks, the less loaded of two candidates, the bind in one transaction
-(ARCHITECTURE.md, "Placement"), and the "no room" message naming the check that removed the last
-candidates. Its methods run inside the caller's transaction (the caller holds the actor's or
-template's row lock).
+(ARCHITECTURE.md, "Placement"), and the "no room" message naming, for each check that removed
+workers, how many it removed. The rules are `domain.placement`; the candidates come from the
+in-memory `WorkerView`; the bind locks the worker row and checks it again, so a stale view never
+overbooks a worker or binds one that left. `place` runs inside the caller's transaction (the
+caller holds the actor's or template's row lock).
 """
 
 from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import replace
 
 import asyncpg
 
 from activities.store.errors import NoCapacity, NoMatchingWorker, NotFound
 from activities.store.sql import QUERIES as Q
-from domain.refs import WorkerRef
+from activities.store.worker_view import WorkerView
+from domain.placement import Demand, Usage, WorkerShape, no_room_message, refusal
+from domain.refs import SnapshotRef, WorkerRef
+from domain.states import SnapshotScope
 from domain.templates import ActorTemplateSpec
 
 PLACEMENT_ATTEMPTS = 5
-"""Binding attempts before giving up when other resumes keep taking the chosen workers."""
+"""Binds that may fail (another placement took the worker, or the view was stale) before giving up."""
+
+
+def demand_of(
+    label: str,
+    spec: ActorTemplateSpec,
+    actor_selector: Mapping[str, str],
+    snapshot: SnapshotRef | None = None,
+    node: str | None = None,
+) -> Demand:
+    """What placing `label` asks for.
+
+    Args:
+        label: names the holder in messages ("the actor demo/c1").
+        spec: the template (sandbox class, workerSelector, limits).
+        actor_selector: the actor's worker_selector.
+        snapshot: what the resume restores (None: a fresh boot); a FULL one needs the runsc build
+            that wrote it (check 4), when its row records one.
+        node: the node the actor's LOCAL snapshot pins it to (check 3).
+    """
+    needs = snapshot.runsc_version if snapshot is not None and snapshot.scope == SnapshotScope.FULL else None
+    return Demand.of(
+        label=label,
+        sandbox_class=spec.sandbox_class,
+        selectors=(spec.worker_selector, actor_selector),
+        cpu_millis=spec.limits.cpu_millis,
+        memory_bytes=spec.limits.memory_bytes,
+        runsc_version=needs,
+        node=node,
+    )
 
 
 class Placement:
-    """Chooses and binds workers; `pool` serves the reads made outside a transaction."""
+    """Chooses and binds workers; `pool` serves the reads made outside a transaction, `view` the
+    choice (see `WorkerView`)."""
 
-    def __init__(self, pool: asyncpg.Pool) -> None:
+    def __init__(self, pool: asyncpg.Pool, view: WorkerView | None = None) -> None:
         self.pool = pool
+        self.view = view or WorkerView(pool)
 
     async def worker_ref(self, connection: asyncpg.Connection, worker_id: int) -> WorkerRef:
         """The worker with that id and its atelet's address.
@@ -41,119 +80,83 @@ class Placement:
             atelet_address=row["atelet_address"],
         )
 
-    async def place(
-        self,
-        connection: asyncpg.Connection,
-        *,
-        holder: str,
-        operation_id: str,
-        label: str,
-        spec: ActorTemplateSpec,
-        actor_selector: dict[str, str],
-        node: str | None = None,
-    ) -> int:
+    async def place(self, connection: asyncpg.Connection, *, holder: str, operation_id: str, demand: Demand) -> int:
         """Choose a worker and bind `holder` to it inside the caller's transaction.
 
-        `node`: the node holding the actor's LOCAL snapshot, when one pins it (check 3).
-        The checks (ACTIVE, class, pinned node, labels x2, places, cpu, memory) filter the
-        workers; of two random candidates the less loaded wins (power of two choices,
-        ARCHITECTURE.md "Placement"); the chosen worker row is locked and its room checked
-        again before binding.
+        Of two random candidates from the view (every check passed), the one whose node is less
+        loaded wins (power of two choices); its row is locked and every check made again on what
+        the row says; a worker that fails is left out and another pair drawn.
 
         Returns:
             The bound worker's id.
 
         Raises:
-            NoCapacity: no worker passes; the message names the check that removed the last.
-            NoMatchingWorker: the same, when configuration (class, labels) rules every worker out.
+            NoCapacity: no worker passes; the message names, per check, how many it removed.
+            NoMatchingWorker: the same, when configuration (class, runtime, labels) rules out
+                every registered worker: waiting will not help.
+            TimeoutError: the view could not be loaded (Postgres unreachable); retry.
         """
-        cpu, memory = spec.limits.cpu_millis, spec.limits.memory_bytes
-        excluded: list[int] = []
-        for _ in range(PLACEMENT_ATTEMPTS):
-            candidates = await self.candidates(connection, spec, actor_selector, excluded=excluded, node=node)
-            if not candidates:
-                break
-            chosen = min(candidates, key=lambda r: r["load"])["id"]
-            room = await connection.fetchrow(Q["lock_worker"], chosen)
-            used = await connection.fetchrow(Q["worker_usage"], chosen)  # after the lock: sees every bind
-            if (
-                room["state"] == "ACTIVE"
-                and used["used_places"] + 1 <= room["places"]
-                and used["used_cpu"] + cpu <= room["cpu_millis"]
-                and used["used_memory"] + memory <= room["memory_bytes"]
-            ):
-                await connection.execute(Q["insert_placement"], holder, chosen, operation_id, cpu, memory)
-                return int(chosen)
-            excluded.append(chosen)
-        message, permanent = await self.no_room_message(connection, label, spec, actor_selector, node)
-        raise (NoMatchingWorker if permanent else NoCapacity)(message)
+        view = self.view
+        await view.ready()
+        excluded: set[int] = set()
+        failed = 0
+        synced = False
+        while failed < PLACEMENT_ATTEMPTS:
+            picks = view.sample(demand, excluded)
+            if not picks:
+                if synced:
+                    break
+                await view.sync()  # the view may not have seen a worker that left a place free
+                synced = True
+                continue
+            chosen = min(picks, key=lambda w: view.load(w, demand))
+            if await self._bind(connection, chosen.worker_id, holder, operation_id, demand):
+                view.hold(chosen.worker_id, demand.usage, holder)
+                return chosen.worker_id
+            excluded.add(chosen.worker_id)
+            view.refresh(chosen.worker_id)
+            failed += 1
+        if not synced:
+            await view.sync()
+        tally = view.tally(demand)
+        raise (NoMatchingWorker if tally.permanent else NoCapacity)(no_room_message(tally, demand))
 
-    async def candidates(
-        self,
-        connection: asyncpg.Connection,
-        spec: ActorTemplateSpec,
-        actor_selector: dict[str, str],
-        *,
-        excluded: list[int] | None = None,
-        node: str | None = None,
-        sample: int = 2,
-    ) -> list[asyncpg.Record]:
-        """Up to `sample` random workers passing every check (rows with `id` and `load`)."""
-        return list(
-            await connection.fetch(
-                Q["placement_candidates"],
-                spec.sandbox_class,
-                spec.worker_selector,
-                actor_selector,
-                spec.limits.cpu_millis,
-                spec.limits.memory_bytes,
-                excluded or [],
-                sample,
-                node,
-            )
+    async def _bind(
+        self, connection: asyncpg.Connection, worker_id: int, holder: str, operation_id: str, demand: Demand
+    ) -> bool:
+        """Lock the worker, check it again from its row, and bind: whether it was bound."""
+        row = await connection.fetchrow(Q["lock_worker"], worker_id)
+        if row is None:  # the worker left (its node was retired)
+            return False
+        # Its own statement, after the lock: under READ COMMITTED a statement sees what was
+        # committed when it started, so counting in the locking statement would miss a bind
+        # committed while it waited for the lock (and overbook).
+        used = await connection.fetchrow(Q["worker_usage"], worker_id)
+        shape = WorkerShape.of(
+            state=row["state"],
+            sandbox_class=row["sandbox_class"],
+            labels=row["labels"] or {},
+            runsc_version=row["runsc_version"],
+            places=row["places"],
+            cpu_millis=row["cpu_millis"],
+            memory_bytes=row["memory_bytes"],
         )
+        usage = Usage(int(used["used_places"]), int(used["used_cpu"]), int(used["used_memory"]))
+        if refusal(shape, demand.node is None or row["node"] == demand.node, usage, demand) is not None:
+            return False
+        await connection.execute(
+            Q["insert_placement"], holder, worker_id, operation_id, demand.cpu_millis, demand.memory_bytes
+        )
+        return True
 
-    async def no_room_message(
-        self,
-        connection: asyncpg.Connection,
-        label: str,
-        spec: ActorTemplateSpec,
-        actor_selector: dict[str, str],
-        node: str | None = None,
-    ) -> tuple[str, bool]:
-        """The "no room" message naming the check that removed the last candidates, and whether
-        the cause is configuration (class, labels) rather than a momentary shortage."""
-        sandbox_class, template_selector = spec.sandbox_class, spec.worker_selector
-        cpu, memory = spec.limits.cpu_millis, spec.limits.memory_bytes
-        d = await connection.fetchrow(
-            Q["placement_diagnosis"], sandbox_class, template_selector, actor_selector, cpu, node
-        )
-        head = f"no worker has room for {label}"
-        permanent = False
-        if d["total"] == 0:
-            why = "no worker is registered (is an atelet running?)"
-        elif d["active"] == 0:
-            why = f"none of the {d['total']} workers is ACTIVE"
-        elif d["class_ok"] == 0:
-            why = f"no ACTIVE worker has sandbox class {sandbox_class}; add a worker pool of that class"
-            permanent = True
-        elif d["node_ok"] == 0:
-            why = f"no ACTIVE {sandbox_class} worker is on node {node}, which holds the actor's paused (local) snapshot"
-        elif d["labels_ok"] == 0:
-            selectors = {**template_selector, **actor_selector}
-            why = (
-                f"no ACTIVE {sandbox_class} worker has the labels {selectors} the template and actor select; "
-                "change the actor's worker_selector or label a worker pool"
-            )
-            permanent = True
-        elif d["places_ok"] == 0:
-            where = f" on node {node} (the actor is pinned there by its paused snapshot)" if node else ""
-            why = f"all {d['labels_ok']} matching workers{where} have every place taken"
-        elif d["cpu_ok"] == 0:
-            why = f"no matching worker with a free place has {cpu}m of CPU free"
-        else:
-            why = f"no matching worker with a free place and CPU has {memory} bytes of memory free"
-        return f"{head}: {why}", permanent
+    async def has_candidate(self, demand: Demand) -> bool:
+        """Whether some worker passes every check for `demand` now (as the view sees it)."""
+        await self.view.ready()
+        return bool(self.view.sample(demand, set(), k=1))
+
+    async def elsewhere(self, demand: Demand) -> bool:
+        """Whether a worker on any node passes every check (the pinned node set aside)."""
+        return await self.has_candidate(replace(demand, node=None))
 
     async def held(self, holder: str, worker_id: int, operation_id: str) -> bool:
         """Whether the operation `operation_id` still acts on `holder`'s place on the worker.

@@ -131,7 +131,7 @@ FOR UPDATE OF a;
 
 -- get_snapshot --
 -- One snapshot by id.
-SELECT id, owner, generation, scope, storage, state, uri, node, sandbox_class, manifest, size_bytes
+SELECT id, owner, generation, scope, storage, state, uri, node, sandbox_class, manifest, size_bytes, runsc_version
 FROM snapshots WHERE id = $1;
 
 -- get_worker_ref --
@@ -140,56 +140,40 @@ SELECT w.id, w.pool, w.name, w.node, w.ip, n.address AS atelet_address
 FROM workers w JOIN nodes n ON n.name = w.node
 WHERE w.id = $1;
 
--- placement_candidates --
--- Up to $7 random workers passing every placement check: ACTIVE, sandbox class $1, on node $8
--- when the actor is pinned there (NULL: any node), labels containing both selectors $2 and $3,
--- room for one more place, $4 millicores and $5 bytes; excluding ids in $6. Load is the fullest of the three dimensions after this placement.
-SELECT w.id,
-       GREATEST((u.places + 1)::float8 / w.places,
-                (u.cpu + $4)::float8 / w.cpu_millis,
-                (u.memory + $5)::float8 / w.memory_bytes) AS load
+-- view_workers --
+-- Every worker with its node's runsc build and what its places hold: the worker view's full load
+-- (activities/store/worker_view.py; at start, after its LISTEN connection is re-made, and at each
+-- periodic resync).
+SELECT w.id, w.node, w.name, w.state, w.sandbox_class, w.labels, w.places, w.cpu_millis, w.memory_bytes,
+       n.runsc_version, COALESCE(u.places, 0) AS used_places, COALESCE(u.cpu, 0) AS used_cpu,
+       COALESCE(u.memory, 0) AS used_memory
 FROM workers w
+JOIN nodes n ON n.name = w.node
+LEFT JOIN (
+    SELECT worker_id, count(*) AS places, sum(cpu_millis) AS cpu, sum(memory_bytes) AS memory
+    FROM placements GROUP BY worker_id
+) u ON u.worker_id = w.id;
+
+-- view_some_workers --
+-- The same for the workers with ids $1 and the workers of the nodes $2 (what notifications named):
+-- index lookups only.
+SELECT w.id, w.node, w.name, w.state, w.sandbox_class, w.labels, w.places, w.cpu_millis, w.memory_bytes,
+       n.runsc_version, u.places AS used_places, u.cpu AS used_cpu, u.memory AS used_memory
+FROM workers w
+JOIN nodes n ON n.name = w.node
 CROSS JOIN LATERAL (
-    SELECT count(*) AS places, COALESCE(sum(p.cpu_millis), 0) AS cpu,
-           COALESCE(sum(p.memory_bytes), 0) AS memory
+    SELECT count(*) AS places, COALESCE(sum(p.cpu_millis), 0) AS cpu, COALESCE(sum(p.memory_bytes), 0) AS memory
     FROM placements p WHERE p.worker_id = w.id
 ) u
-WHERE w.state = 'ACTIVE' AND w.sandbox_class = $1
-  AND ($8::text IS NULL OR w.node = $8)
-  AND w.labels @> $2 AND w.labels @> $3
-  AND NOT (w.id = ANY($6::bigint[]))
-  AND u.places + 1 <= w.places AND u.cpu + $4 <= w.cpu_millis AND u.memory + $5 <= w.memory_bytes
-ORDER BY random()
-LIMIT $7;
-
--- placement_diagnosis --
--- How many workers survive each placement check, in order, for the "no room" message
--- ($5: the node the actor is pinned to, or NULL).
-SELECT count(*) AS total,
-       count(*) FILTER (WHERE w.state = 'ACTIVE') AS active,
-       count(*) FILTER (WHERE w.state = 'ACTIVE' AND w.sandbox_class = $1) AS class_ok,
-       count(*) FILTER (WHERE w.state = 'ACTIVE' AND w.sandbox_class = $1
-                          AND ($5::text IS NULL OR w.node = $5)) AS node_ok,
-       count(*) FILTER (WHERE w.state = 'ACTIVE' AND w.sandbox_class = $1
-                          AND ($5::text IS NULL OR w.node = $5)
-                          AND w.labels @> $2 AND w.labels @> $3) AS labels_ok,
-       count(*) FILTER (WHERE w.state = 'ACTIVE' AND w.sandbox_class = $1
-                          AND ($5::text IS NULL OR w.node = $5)
-                          AND w.labels @> $2 AND w.labels @> $3
-                          AND u.places + 1 <= w.places) AS places_ok,
-       count(*) FILTER (WHERE w.state = 'ACTIVE' AND w.sandbox_class = $1
-                          AND ($5::text IS NULL OR w.node = $5)
-                          AND w.labels @> $2 AND w.labels @> $3
-                          AND u.places + 1 <= w.places AND u.cpu + $4 <= w.cpu_millis) AS cpu_ok
-FROM workers w
-CROSS JOIN LATERAL (
-    SELECT count(*) AS places, COALESCE(sum(p.cpu_millis), 0) AS cpu
-    FROM placements p WHERE p.worker_id = w.id
-) u;
+WHERE w.id = ANY($1::bigint[]) OR w.node = ANY($2::text[]);
 
 -- lock_worker --
--- Lock a worker row (binds to one worker are serialized on it) and return its capacity.
-SELECT id, state, places, cpu_millis, memory_bytes FROM workers WHERE id = $1 FOR UPDATE;
+-- Lock a worker row (binds to one worker are serialized on it) and return what the placement
+-- checks read of it: the bind checks again what the worker view saw (the view may be stale).
+SELECT w.id, w.node, w.state, w.sandbox_class, w.labels, w.places, w.cpu_millis, w.memory_bytes, n.runsc_version
+FROM workers w JOIN nodes n ON n.name = w.node
+WHERE w.id = $1
+FOR UPDATE OF w;
 
 -- worker_usage --
 -- What a worker's placements use. Run as its own statement after `lock_worker`: under READ
@@ -250,8 +234,10 @@ VALUES ($1, $2, $3, $4, $5, $6, $7, $8)
 RETURNING id;
 
 -- complete_snapshot --
--- PENDING -> COMPLETED, with the manifest the atelet wrote and verified.
-UPDATE snapshots SET state = 'COMPLETED', manifest = $2, size_bytes = $3, completed_at = now()
+-- PENDING -> COMPLETED, with the manifest the atelet wrote and verified; a FULL snapshot keeps the
+-- runsc build that wrote it (placement check 4: only that build restores it).
+UPDATE snapshots SET state = 'COMPLETED', manifest = $2, size_bytes = $3, completed_at = now(),
+                     runsc_version = CASE WHEN scope = 'FULL' THEN NULLIF($2::jsonb ->> 'runsc_version', '') END
 WHERE id = $1 AND state = 'PENDING'
 RETURNING id;
 

@@ -13,7 +13,7 @@ import asyncpg
 
 from activities.store.errors import FailedPrecondition, NoCapacity, NotFound, VersionConflict, refused
 from activities.store.pinning import Pinning
-from activities.store.placement import Placement
+from activities.store.placement import Placement, demand_of
 from activities.store.records import spec_of
 from activities.store.snapshots import Snapshots
 from activities.store.sql import QUERIES as Q
@@ -78,20 +78,16 @@ class Resumes:
             stale = await connection.fetchrow(Q["get_placement"], holder)
             if stale is not None:  # left by an operation that died before rolling back
                 await connection.execute(Q["delete_placement"], holder)
+            snapshot = await self.snapshots.ref(connection, snapshot_id)
+            demand = demand_of(f"the actor {ref.key}", spec, actor["worker_selector"], snapshot, pinned)
             try:
                 worker_id = await self.placement.place(
-                    connection,
-                    holder=holder,
-                    operation_id=operation_id,
-                    label=f"the actor {ref.key}",
-                    spec=spec,
-                    actor_selector=actor["worker_selector"],
-                    node=pinned,
+                    connection, holder=holder, operation_id=operation_id, demand=demand
                 )
             except NoCapacity as error:
                 if pinned is None:
                     raise
-                why = await self.pinning.no_room(connection, ref, actor, pinned, error)
+                why = await self.pinning.no_room(connection, ref, actor, demand, error)
                 if why is error:  # no room anywhere: the placement's own message says it
                     raise
                 raise why from error
@@ -101,7 +97,6 @@ class Resumes:
             if updated is None:
                 raise VersionConflict("concurrent update conflict, please retry")
             worker = await self.placement.worker_ref(connection, worker_id)
-            snapshot = await self.snapshots.ref(connection, snapshot_id)
             await connection.execute(
                 Q["insert_operation"],
                 operation_id,

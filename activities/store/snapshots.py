@@ -37,6 +37,7 @@ class Snapshots:
             manifest=row["manifest"],
             storage=SnapshotStorage(row["storage"]),
             node=row["node"],
+            runsc_version=row["runsc_version"],
         )
 
     async def reserve(

@@ -7,7 +7,8 @@ concern; named queries in (`queries.sql`), dataclasses and store errors out.
 - the nodes: `nodes` (registration, heartbeats, reconciliation, crashes, lost nodes, fencing);
 - the operations' transitions, one class per workflow: `resumes`, `suspends`, `pauses`,
   `uploads`, `golden_snapshots`, `reverts`, `drains`;
-- what those share inside their transactions: `placement`, `snapshots`, `pinning`.
+- what those share inside their transactions: `placement` (with its in-memory worker view,
+  started by the first placement or by `Placement.view.ready()`), `snapshots`, `pinning`.
 """
 
 from __future__ import annotations
@@ -80,7 +81,8 @@ class Store:
         return cls(pool)
 
     async def close(self) -> None:
-        """Close every connection."""
+        """Stop the worker view (if placement started it) and close every connection."""
+        await self.placement.view.close()
         await self.pool.close()
 
     async def ping(self) -> None:

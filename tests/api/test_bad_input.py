@@ -44,10 +44,24 @@ async def test_places_and_memory_beyond_the_limits_are_refused(api: httpx.AsyncC
     response = await api.put("/v1/nodes/n2", json={"address": "127.0.0.1:8085", "workers": [worker]})
     assert response.status_code == 400
     assert fields_of(response) == {
-        "workers[0].places": "Input should be less than or equal to 10000",
+        "workers[0].places": "must be 1, got 23434755860462: a worker is one sandbox with one address and hosts one actor at a time; for more actors at once, run more workers (a pool's spec.replicas)",
         "workers[0].memory_bytes": "Input should be less than or equal to 1125899906842624",
     }
     assert await stored_state(api_store) == before
+
+
+async def test_a_worker_that_claims_more_than_one_place_is_refused(api: httpx.AsyncClient, api_store: Store) -> None:
+    # A worker is one sandbox: the atelet runs one actor on it, whatever a registration claims.
+    before = await stored_state(api_store)
+    response = await api.put("/v1/nodes/n2", json={"address": "127.0.0.1:8085", "workers": [{**WORKER, "places": 2}]})
+    assert response.status_code == 400
+    assert response.json()["reason"] == "InvalidArgument"
+    assert fields_of(response) == {
+        "workers[0].places": "must be 1, got 2: a worker is one sandbox with one address and hosts one actor at a time; for more actors at once, run more workers (a pool's spec.replicas)"
+    }
+    assert await stored_state(api_store) == before
+    ok = await api.put("/v1/nodes/n2", json={"address": "127.0.0.1:8085", "workers": [{**WORKER, "places": 1}]})
+    assert ok.status_code == 200
 
 
 async def test_a_node_without_pool_name_or_address_is_refused(api: httpx.AsyncClient, api_store: Store) -> None:

@@ -118,7 +118,7 @@ CASES: list[tuple[str, str, str, Any, str, str]] = [
     ("worker-labels", "PUT", "/v1/nodes/n9", worker(labels={"tier": "a b"}), "workers[0].labels",
      "is not a valid label value"),
     ("worker-places", "PUT", "/v1/nodes/n9", worker(places=2**31), "workers[0].places",
-     "less than or equal to 10000"),
+     "must be 1, got 2147483648"),
     ("node-path-nul", "PUT", "/v1/nodes/n9%00", node(), "path parameter node", "is not a valid node name"),
 ]  # fmt: skip
 

@@ -22,7 +22,7 @@ kind: WorkerPool
 metadata: {name: big, labels: {tier: big}}
 spec:
   replicas: 1
-  capacity: {places: 4, cpu: 1500m, memory: 512Mi}
+  capacity: {cpu: 1500m, memory: 512Mi}
 """
 
 
@@ -36,7 +36,7 @@ def test_loads_several_pools(tmp_path: Path) -> None:
     default, big = load_pools(write(tmp_path, GOOD))
     assert (default.name, default.replicas, default.cpu_millis, default.memory_bytes) == ("default", 2, 2000, 2 << 30)
     assert (big.name, big.places, big.cpu_millis, big.memory_bytes, big.labels) == (
-        "big", 4, 1500, 512 << 20, {"tier": "big"})
+        "big", 1, 1500, 512 << 20, {"tier": "big"})
     assert big.sandbox_class == "gvisor"
 
 
@@ -47,6 +47,7 @@ def test_loads_several_pools(tmp_path: Path) -> None:
     ('cpu: "2"', "cpu: lots", "spec.capacity.cpu"),
     ("memory: 2Gi", "memory: 2GB", "spec.capacity.memory"),
     ("places: 1", "places: 0", "spec.capacity.places"),
+    ("places: 1", "places: 4", "spec.capacity.places must be 1"),
     ("{name: default,", "{name: Default_Pool,", "metadata.name"),
     ("{name: big,", "{name: default,", "metadata.name"),
     ("kind: WorkerPool\nmetadata: {name: default", "kind: Pool\nmetadata: {name: default", "kind"),

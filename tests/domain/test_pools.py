@@ -53,9 +53,20 @@ def test_the_scheduling_fields_pass_through() -> None:
         ({"template": {"image": "x"}}, "unknown field 'image'"),
         ({"template": {"resources": {"limits": {"cpu": "lots"}}}}, "spec.template.resources.limits.cpu"),
         ({"labels": {"a": "b"}}, "spec.labels: a pool's labels are its metadata.labels"),
+        ({"capacity": {"places": 4}}, "pool 'gpu': spec.capacity.places must be 1, got 4: a worker is one sandbox with one address and hosts one actor at a time; for more actors at once, run more workers (a pool's spec.replicas)"),
+        ({"capacity": {"places": 0}}, "pool 'gpu': spec.capacity.places must be 1, got 0"),
     ],
 )  # fmt: skip
 def test_a_bad_pool_names_the_field(spec: dict[str, Any], message: str) -> None:
     with pytest.raises(PoolError) as err:
         parse_worker_pool(pool(spec))
     assert message in str(err.value)
+
+
+def test_a_pool_spec_with_more_than_one_place_cannot_be_made() -> None:
+    """No half state: code that builds a spec by hand is held to one place as the parser is."""
+    from domain.pools import WorkerPoolSpec
+
+    assert WorkerPoolSpec(name="p", replicas=1).places == 1
+    with pytest.raises(PoolError, match=r"pool 'p': spec\.capacity\.places must be 1, got 2"):
+        WorkerPoolSpec(name="p", replicas=1, places=2)

@@ -557,6 +557,11 @@ def test_the_rendered_objects_apply_and_the_worker_pool_passes_its_crd(cluster: 
     assert (
         "spec.capacity.places in body should be greater than or equal to 1" in json.loads(refused.value.body)["message"]
     )
+    broken["spec"]["capacity"]["places"] = 2  # a worker pod hosts one actor: the CRD says so too
+    with pytest.raises(ApiException) as refused:
+        client.CustomObjectsApi(kube).create_namespaced_custom_object("ate.dev", "v1alpha1", NS, "workerpools", broken)
+    assert refused.value.status == 422
+    assert "spec.capacity.places in body should be less than or equal to 1" in json.loads(refused.value.body)["message"]
     # the scale subresource the HPA drives answers with the pool's replicas
     scale = client.CustomObjectsApi(kube).get_namespaced_custom_object_scale(
         "ate.dev", "v1alpha1", NS, "workerpools", "general"

@@ -1,0 +1,503 @@
+"""WebSocket proxying: an ASGI ``websocket`` request routed like HTTP and relayed to the worker.
+
+The request is routed exactly as an HTTP one is (target from ``ate-target-actor`` or Host, the
+access gate, the RUNNING cache or a parked resume, the same error texts); only then is a
+WebSocket opened to the worker (the ``websockets`` library's asyncio client) and the client's
+handshake accepted, with the subprotocol the worker chose. Text and binary messages are relayed
+both ways as whole messages; a close code and reason are relayed from either side to the other.
+
+A request the router refuses (unknown actor, no access, no capacity...) is refused before the
+handshake with the HTTP answer an HTTP request would get, when the server supports the ASGI
+``websocket.http.response`` extension (uvicorn does); otherwise the handshake is accepted and
+closed at once with code ``4000 + status`` and the text as reason. A worker that refuses the
+upgrade has its own HTTP answer relayed the same way.
+
+Each open WebSocket is a ``router.sessions.Session``: when the router stops (or an actor is
+drained), both sides are closed with 1001 "going away". Pings are answered on each hop by its
+own endpoint, not relayed.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import socket
+import time
+from collections.abc import Callable, Sequence
+from ipaddress import IPv4Network, IPv6Network
+from typing import Any
+
+from websockets.asyncio.client import ClientConnection, connect
+from websockets.exceptions import ConnectionClosed, InvalidHandshake, InvalidStatus
+from websockets.frames import EXTERNAL_CLOSE_CODES
+
+from router import errors, statusz
+from router.access import AccessGate
+from router.cache import ActorCache
+from router.errors import RouteError
+from router.metrics import REQUEST_DURATION, REQUESTS
+from router.proxy import HOP_BY_HOP, Receive, Scope, Send, request_headers
+from router.resume import Resumer
+from router.sessions import GOING_AWAY, Session, Sessions
+from router.settings import RouterSettings
+from router.target import TARGET_HEADER, Target, TargetError, target_from_headers
+from router.types import Upstream
+
+log = logging.getLogger(__name__)
+
+MAX_MESSAGE_BYTES = 16 * 1024 * 1024
+"""Largest message relayed either way (uvicorn's default for the client side, used for both)."""
+CLOSE_TIMEOUT_SECONDS = 2.0
+"""How long a close waits for the worker's closing handshake before dropping the connection."""
+
+NORMAL = 1000
+NO_STATUS = 1005  # received without a code; cannot be sent on
+ABNORMAL = 1006  # the connection dropped without a close frame; cannot be sent on
+BAD_GATEWAY = 1014  # a gateway's upstream failed (RFC 6455 registry)
+
+_HANDSHAKE_HEADERS = frozenset(
+    {
+        b"sec-websocket-key",
+        b"sec-websocket-version",
+        b"sec-websocket-extensions",
+        b"sec-websocket-protocol",
+        b"sec-websocket-accept",
+        b"connection",
+    }
+)
+_DROP_RESPONSE = HOP_BY_HOP | _HANDSHAKE_HEADERS | {b"date", b"server", b"content-length"}
+_TARGET_HEADER = TARGET_HEADER.encode()
+
+Unreachable = Callable[[Target, Upstream], RouteError]
+"""Builds the error for a RUNNING actor whose worker refuses connections (the HTTP path's)."""
+
+
+class _ConnectFailed(Exception):
+    """No TCP connection could be made to the worker (refused, unreachable, timed out)."""
+
+
+class _ClientLeft(Exception):
+    """The client went away before its WebSocket was accepted (while parked, say)."""
+
+
+class _WorkerRefused(Exception):
+    """The worker answered the handshake with an HTTP response instead of 101."""
+
+    def __init__(self, status: int, headers: list[tuple[bytes, bytes]], body: bytes, parked: bool) -> None:
+        super().__init__(f"HTTP {status}")
+        self.status = status
+        self.headers = headers
+        self.body = body
+        self.parked = parked
+
+
+class WebSocketProxy:
+    """Serves ASGI ``websocket`` requests: routes each to its actor and relays it.
+
+    Args:
+        settings: Router settings (domain, parking budget, worker connect and response-head
+            timeouts; the idle and whole-request timeouts do not apply: a WebSocket may stay
+            quiet and open for as long as both ends want, each hop keeping it alive with pings).
+        gate: The access gate of the HTTP path.
+        cache: The RUNNING-actor cache.
+        resumer: The resumer with its parking lot.
+        sessions: Where open WebSockets are registered (ended at shutdown).
+        recent: The /statusz list of recent requests.
+        unreachable: Error for a RUNNING actor whose worker does not answer.
+        trusted: Networks of trusted proxies (their X-Forwarded-For is kept).
+    """
+
+    def __init__(
+        self,
+        *,
+        settings: RouterSettings,
+        gate: AccessGate,
+        cache: ActorCache,
+        resumer: Resumer,
+        sessions: Sessions,
+        recent: statusz.RecentRequests,
+        unreachable: Unreachable,
+        trusted: Sequence[IPv4Network | IPv6Network] = (),
+    ) -> None:
+        self.settings = settings
+        self.gate = gate
+        self.cache = cache
+        self.resumer = resumer
+        self.sessions = sessions
+        self.recent = recent
+        self.unreachable = unreachable
+        self.trusted = trusted
+
+    async def serve(self, scope: Scope, receive: Receive, send: Send, request_id: bytes, target_label: str) -> None:
+        """Handle one WebSocket request to its end; count, list and log it as a request.
+
+        Args:
+            scope: ASGI websocket scope, with its one ``X-Request-Id`` header.
+            receive: ASGI receive.
+            send: ASGI send.
+            request_id: The request's id (returned in the handshake answer).
+            target_label: The ``ate-target-actor`` header as given, for the log.
+        """
+        loop = asyncio.get_running_loop()
+        started = loop.time()
+        outcome, status = errors.ERROR, 0
+        try:
+            outcome, status = await self._session(scope, receive, send, request_id, started)
+        finally:
+            elapsed = loop.time() - started
+            REQUESTS.labels(outcome).inc()
+            REQUEST_DURATION.labels(outcome).observe(elapsed)
+            self.recent.add(
+                statusz.RecentRequest(
+                    time.time(), request_id.decode(), target_label, "WEBSOCKET", scope["path"][:200],
+                    status, outcome, round(elapsed * 1000, 1),
+                )
+            )  # fmt: skip
+            log.info(
+                "websocket %s %s %s %d %s %.1f ms",
+                request_id.decode(), target_label, scope["path"], status, outcome, elapsed * 1000,
+            )  # fmt: skip
+
+    async def _session(
+        self, scope: Scope, receive: Receive, send: Send, request_id: bytes, started: float
+    ) -> tuple[str, int]:
+        """Route, open, relay; returns (outcome, status: 101 when accepted)."""
+        if (await receive())["type"] != "websocket.connect":
+            return errors.CLIENT_GONE, 0
+        headers: list[bytes] = []
+        host: bytes | None = None
+        for key, value in scope["headers"]:
+            if key == _TARGET_HEADER:
+                headers.append(value)
+            elif key == b"host":
+                host = value
+        deny = _Denier(scope, send, request_id)
+        try:
+            target = target_from_headers(headers, host, self.settings.domain)
+            if self.sessions.closing:
+                raise RouteError(
+                    503, errors.UNAVAILABLE, "the router is restarting; connect again", errors.RETRY_CAPACITY_SECONDS
+                )
+            worker, parked = await self._open(
+                scope, receive, target, started + self.settings.parked_request_budget_seconds
+            )
+        except TargetError as exc:
+            await deny.text(400, str(exc))
+            return errors.BAD_TARGET, 400
+        except RouteError as exc:
+            await deny.text(exc.status, exc.message, exc.retry_after)
+            return exc.outcome, exc.status
+        except _WorkerRefused as exc:
+            await deny.relay(exc)
+            return (errors.PARKED_OK if exc.parked else errors.OK), exc.status
+        except _ClientLeft:
+            return errors.CLIENT_GONE, 0
+        try:
+            await send(
+                {
+                    "type": "websocket.accept",
+                    "subprotocol": worker.subprotocol,
+                    "headers": [*_accept_headers(worker), (b"x-request-id", request_id)],
+                }
+            )
+            with self.sessions.open(target.key) as session:
+                clean = await _relay(worker, receive, send, session)
+        finally:
+            await worker.close(GOING_AWAY, "the client went away")
+        if not clean:
+            return errors.ERROR, 101
+        return (errors.PARKED_OK if parked else errors.OK), 101
+
+    async def _open(
+        self, scope: Scope, receive: Receive, target: Target, deadline: float
+    ) -> tuple[ClientConnection, bool]:
+        """Find the actor's worker (as for HTTP) and open the WebSocket to it.
+
+        Returns:
+            The connection, and whether the request was parked for a resume.
+
+        Raises:
+            RouteError: From the gate or resuming; 502 when the worker cannot be reached or
+                fails the handshake, 504 when it does not answer the handshake in time.
+            _WorkerRefused: The worker answered with HTTP instead of accepting.
+            _ClientLeft: The client went away while parked.
+        """
+        admission = await self.gate.admit(target, scope["headers"], deadline)
+        headers = upstream_headers({**scope, "headers": admission.headers}, self.trusted)
+        upstream = self.cache.get(target.key)
+        parked = upstream is None
+        if upstream is None:
+            upstream = await self._park(target, deadline, receive)
+        try:
+            return await self._connect(scope, headers, upstream, target, parked), parked
+        except _ConnectFailed as exc:
+            if parked:
+                raise self.unreachable(target, upstream) from exc
+            log.info("cached actor %s unreachable at %s: resuming again", target, upstream)
+        self.cache.drop(target.key)
+        upstream = await self._park(target, deadline, receive)
+        try:
+            return await self._connect(scope, headers, upstream, target, True), True
+        except _ConnectFailed as exc:
+            raise self.unreachable(target, upstream) from exc
+
+    async def _park(self, target: Target, deadline: float, receive: Receive) -> Upstream:
+        """Wait for the actor to be RUNNING while watching the client: one that leaves frees its
+        place in the parking lot at once (the resume it started goes on).
+
+        Raises:
+            RouteError: From ``Resumer.wait_running``.
+            _ClientLeft: The client went away first.
+        """
+        waiting = asyncio.create_task(self.resumer.wait_running(target, deadline))
+        leaving = asyncio.create_task(_next(receive))  # before the accept, only a disconnect can come
+        try:
+            await asyncio.wait({waiting, leaving}, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            for task in (waiting, leaving):
+                if not task.done():
+                    task.cancel()
+            await asyncio.wait({waiting, leaving})
+        if waiting.cancelled():
+            raise _ClientLeft(f"client left while its WebSocket waited for actor {target}")
+        return waiting.result()
+
+    async def _connect(
+        self, scope: Scope, headers: list[tuple[str, str]], upstream: Upstream, target: Target, parked: bool
+    ) -> ClientConnection:
+        """Open the WebSocket: TCP within the connect timeout, the handshake within the
+        response-head timeout.
+
+        Raises:
+            _ConnectFailed: No TCP connection (nothing was sent: another try is safe).
+            _WorkerRefused: The worker answered the handshake with HTTP.
+            RouteError: 502 for a failed handshake, 504 for one not answered in time.
+        """
+        sock = await _tcp_connect(upstream, self.settings.upstream_connect_timeout_seconds)
+        head_timeout = self.settings.response_head_timeout_seconds
+        raw_path = (scope.get("raw_path") or scope["path"].encode()).decode("latin-1")
+        query = (scope.get("query_string") or b"").decode("latin-1")
+        uri = f"ws://{upstream}{raw_path}" + (f"?{query}" if query else "")
+        try:
+            return await connect(
+                uri,
+                additional_headers=headers,
+                subprotocols=scope.get("subprotocols") or None,
+                compression=None,  # per hop: the worker is near, its bytes cost no bandwidth
+                user_agent_header=None,  # the client's own User-Agent is forwarded
+                proxy=None,
+                sock=sock,
+                open_timeout=head_timeout,
+                close_timeout=CLOSE_TIMEOUT_SECONDS,
+                max_size=MAX_MESSAGE_BYTES,
+            )
+        except InvalidStatus as exc:
+            response = exc.response
+            kept = [(k.lower().encode(), v.encode("latin-1")) for k, v in response.headers.raw_items()]
+            raise _WorkerRefused(response.status_code, kept, bytes(response.body or b""), parked) from exc
+        except TimeoutError as exc:
+            sock.close()
+            raise RouteError(
+                504,
+                errors.TIMEOUT,
+                f"actor {target} at {upstream} sent no WebSocket handshake answer within {head_timeout:g}s; "
+                "retry, or raise the router's --response-head-timeout if it needs longer",
+            ) from exc
+        except (InvalidHandshake, OSError) as exc:
+            sock.close()
+            raise RouteError(
+                502,
+                errors.ERROR,
+                f"actor {target} at {upstream} failed the WebSocket handshake: {exc or type(exc).__name__}",
+            ) from exc
+
+
+async def _tcp_connect(upstream: Upstream, timeout_seconds: float) -> socket.socket:
+    """A connected TCP socket to the worker (TCP_NODELAY).
+
+    Raises:
+        _ConnectFailed: Refused, unreachable, or not connected within ``timeout_seconds``.
+    """
+    loop = asyncio.get_running_loop()
+    sock: socket.socket | None = None
+    try:
+        infos = await loop.getaddrinfo(upstream.ip, upstream.port, type=socket.SOCK_STREAM, proto=socket.IPPROTO_TCP)
+        family, _, proto, _, address = infos[0]
+        sock = socket.socket(family, socket.SOCK_STREAM, proto)
+        sock.setblocking(False)
+        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        await asyncio.wait_for(loop.sock_connect(sock, address), timeout_seconds)
+    except OSError as exc:  # TimeoutError included
+        if sock is not None:
+            sock.close()
+        raise _ConnectFailed(str(exc) or type(exc).__name__) from exc
+    return sock
+
+
+async def _next(receive: Receive) -> dict[str, Any]:
+    return await receive()
+
+
+def upstream_headers(scope: Scope, trusted: Sequence[IPv4Network | IPv6Network] = ()) -> list[tuple[str, str]]:
+    """Headers to send the worker with the WebSocket handshake.
+
+    Args:
+        scope: ASGI websocket scope (lower-case header names).
+        trusted: Networks of trusted proxies.
+
+    Returns:
+        What ``router.proxy.request_headers`` sends for HTTP (X-Request-Id, X-Forwarded-*
+        with the proto ``http`` or ``https``, no hop-by-hop or target header), without the client's own handshake headers
+        (``Sec-WebSocket-*``: the upstream client makes its own, and the subprotocols offered
+        are passed on by it) and without ``Connection: close``; as (name, value) strings.
+    """
+    scheme = "https" if scope.get("scheme") in ("wss", "https") else "http"  # X-Forwarded-Proto names HTTP's
+    return [
+        (k.decode("latin-1"), v.decode("latin-1"))
+        for k, v in request_headers({**scope, "scheme": scheme}, trusted)
+        if k not in _HANDSHAKE_HEADERS
+    ]
+
+
+def _accept_headers(worker: ClientConnection) -> list[tuple[bytes, bytes]]:
+    """The worker's handshake answer headers worth relaying (cookies, its own), no framing."""
+    response = worker.response
+    if response is None:
+        return []
+    out = [(k.lower().encode(), v.encode("latin-1")) for k, v in response.headers.raw_items()]
+    return [(k, v) for k, v in out if k not in _DROP_RESPONSE and k != b"x-request-id"]
+
+
+class _Denier:
+    """Refuses a WebSocket request before its handshake: with an HTTP answer when the server
+    has the ``websocket.http.response`` extension, else accept-then-close with 4000 + status."""
+
+    def __init__(self, scope: Scope, send: Send, request_id: bytes) -> None:
+        self.http = "websocket.http.response" in (scope.get("extensions") or {})
+        self.send = send
+        self.request_id = request_id
+
+    async def text(self, status: int, message: str, retry_after: int | None = None) -> None:
+        """Refuse with the router's one-line text (as the HTTP path answers)."""
+        data = (" ".join(message.split()) + "\n").encode()
+        headers = [(b"content-type", b"text/plain; charset=utf-8")]
+        if retry_after is not None:
+            headers.append((b"retry-after", str(retry_after).encode()))
+        await self._refuse(status, headers, data, message)
+
+    async def relay(self, refused: _WorkerRefused) -> None:
+        """Refuse with the worker's own HTTP answer."""
+        headers = [(k, v) for k, v in refused.headers if k not in _DROP_RESPONSE and k != b"x-request-id"]
+        reason = f"the actor refused the WebSocket with HTTP {refused.status}"
+        await self._refuse(refused.status, headers, refused.body, reason)
+
+    async def _refuse(self, status: int, headers: list[tuple[bytes, bytes]], body: bytes, reason: str) -> None:
+        with contextlib.suppress(OSError):  # the client left meanwhile
+            if self.http:
+                headers = [
+                    *headers,
+                    (b"content-length", str(len(body)).encode()),
+                    (b"x-request-id", self.request_id),
+                ]
+                await self.send({"type": "websocket.http.response.start", "status": status, "headers": headers})
+                await self.send({"type": "websocket.http.response.body", "body": body})
+            else:
+                await self.send({"type": "websocket.accept", "headers": [(b"x-request-id", self.request_id)]})
+                await self.send({"type": "websocket.close", "code": 4000 + status, "reason": _reason(reason)})
+
+
+async def _relay(worker: ClientConnection, receive: Receive, send: Send, session: Session) -> bool:
+    """Relay messages both ways until one side closes or the router ends the session; then
+    close the other side with the same code and reason (1001 to both when the router ends it).
+
+    Returns:
+        False when the worker's connection broke off without a close frame.
+    """
+    upward = asyncio.create_task(_client_to_worker(worker, receive))
+    downward = asyncio.create_task(_worker_to_client(worker, send))
+    ended = asyncio.create_task(session.ended.wait())
+    try:
+        await asyncio.wait({upward, downward, ended}, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        for task in (upward, downward, ended):
+            task.cancel()
+        await asyncio.gather(upward, downward, ended, return_exceptions=True)
+    if session.ended.is_set():
+        reason = _reason(session.reason)
+        await asyncio.gather(
+            _close_client(send, GOING_AWAY, reason), worker.close(GOING_AWAY, reason), return_exceptions=True
+        )
+        return True
+    closed_by_client = _result(upward)
+    if closed_by_client is not None:
+        code, reason = closed_by_client
+        if code in (NO_STATUS, ABNORMAL):
+            code, reason = (NORMAL, "") if code == NO_STATUS else (GOING_AWAY, "the client went away")
+        await worker.close(code, reason)
+        return True
+    if downward.done() and not downward.cancelled() and downward.exception() is not None:
+        await worker.close(GOING_AWAY, "the client went away")  # sending to the client failed
+        return True
+    await worker.wait_closed()  # the worker closed (or broke off): tell the client the same
+    received = worker.protocol.close_rcvd
+    if received is None:
+        await _close_client(send, BAD_GATEWAY, "the connection to the actor broke off")
+        return False
+    code, reason = received.code, received.reason
+    if not _sendable(code):
+        code, reason = NORMAL, ""
+    await _close_client(send, code, reason)
+    return True
+
+
+def _result(task: asyncio.Task[tuple[int, str] | None]) -> tuple[int, str] | None:
+    """The task's result when it finished by itself without an exception, else None."""
+    if task.done() and not task.cancelled() and task.exception() is None:
+        return task.result()
+    return None
+
+
+async def _client_to_worker(worker: ClientConnection, receive: Receive) -> tuple[int, str] | None:
+    """Relay the client's messages; returns its close (code, reason), or None when the worker
+    closed first."""
+    while True:
+        message = await receive()
+        if message["type"] == "websocket.disconnect":
+            return int(message.get("code", NORMAL)), str(message.get("reason") or "")
+        if message["type"] != "websocket.receive":
+            continue
+        text = message.get("text")
+        try:
+            await worker.send(text if text is not None else (message.get("bytes") or b""))
+        except ConnectionClosed:
+            return None
+
+
+async def _worker_to_client(worker: ClientConnection, send: Send) -> None:
+    """Relay the worker's messages until it closes (the client leaving shows on receive)."""
+    while True:
+        try:
+            message = await worker.recv()
+        except ConnectionClosed:
+            return
+        if isinstance(message, str):
+            await send({"type": "websocket.send", "text": message})
+        else:
+            await send({"type": "websocket.send", "bytes": message})
+
+
+async def _close_client(send: Send, code: int, reason: str) -> None:
+    with contextlib.suppress(OSError, RuntimeError):  # the client is gone, or already closed
+        await send({"type": "websocket.close", "code": code, "reason": reason})
+
+
+def _sendable(code: int) -> bool:
+    """Whether a close code may be put in a close frame (RFC 6455 7.4; 3000-4999 registered/private)."""
+    return code in EXTERNAL_CLOSE_CODES or 3000 <= code < 5000
+
+
+def _reason(text: str) -> str:
+    """A close reason: one line, at most 123 bytes of UTF-8 (what a close frame holds)."""
+    data = " ".join(text.split()).encode()[:123]
+    return data.decode(errors="ignore")
