@@ -115,6 +115,16 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         type=float,
         help="seconds a whole request may last, parking included, before it is cut off (default 3600)",
     )
+    parser.add_argument(
+        "--drain-timeout",
+        type=float,
+        help="seconds the requests in flight to an actor may take to finish when the control plane drains it "
+        "before a checkpoint; then they are cut off (default 10)",
+    )
+    parser.add_argument(
+        "--replica-name",
+        help="this router replica's name towards the control plane (a DNS label; default router-<host>-<pid>-<hex>)",
+    )
     parser.add_argument("--log-level", default="info", help="log level (default info)")
     return parser.parse_args(argv)
 
@@ -143,6 +153,8 @@ def build_settings(args: argparse.Namespace) -> RouterSettings:
         "response_head_timeout_seconds": args.response_head_timeout,
         "idle_timeout_seconds": args.idle_timeout,
         "request_timeout_seconds": args.request_timeout,
+        "drain_timeout_seconds": args.drain_timeout,
+        "replica_name": args.replica_name,
     }
     base = RouterSettings()
     return base.model_copy(update={k: v for k, v in overrides.items() if v is not None})

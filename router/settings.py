@@ -37,6 +37,12 @@ class RouterSettings(BaseSettings):
             and headers) from opening its connection or starting the head; a slower one is
             disconnected (slowloris).
         max_head_bytes: Bytes a request head may have; a larger one gets 431 and is disconnected.
+        drain_timeout_seconds: When the control plane drains an actor before its checkpoint, how
+            long its requests in flight may take to finish before they are cut off, in seconds.
+        replica_name: This replica's name towards the control plane (a DNS label); None makes
+            one unique to the process (``router-<host>-<pid>-<hex>``).
+        register_replica: Whether to register with the API and take part in drains (off only for tests
+            and tools that run a router without an API).
     """
 
     model_config = SettingsConfigDict(env_prefix="ATE_ROUTER_", extra="ignore")
@@ -75,6 +81,9 @@ class RouterSettings(BaseSettings):
         return tuple(ip_network(value, strict=False) for value in self.trusted_proxies)
     head_timeout_seconds: float = Field(default=10.0, gt=0)
     max_head_bytes: int = Field(default=32 * 1024, ge=1024)
+    drain_timeout_seconds: float = Field(default=10.0, ge=0, le=240)
+    replica_name: str | None = Field(default=None, pattern=r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$")
+    register_replica: bool = True
 
     def read_api_token(self) -> str | None:
         """The API token, from ``api_token`` or ``api_token_file``.
