@@ -97,10 +97,6 @@ class ActorRouter:
             CacheInvalidator(settings.database_url, self.cache) if settings.database_url else None
         )
         self.sessions = Sessions()
-        self.websockets = WebSocketProxy(
-            settings=settings, gate=self.gate, cache=self.cache, resumer=self.resumer, sessions=self.sessions,
-            recent=self.recent, unreachable=_unreachable, trusted=self.trusted,
-        )  # fmt: skip
         self.drains = DrainGate(
             self.cache,
             self.resumer,
@@ -109,6 +105,11 @@ class ActorRouter:
             settle_seconds=settings.upstream_connect_timeout_seconds + 1.0,
             end_sessions=self.sessions.end_actor,
         )
+        self.websockets = WebSocketProxy(
+            settings=settings, gate=self.gate, cache=self.cache, resumer=self.resumer, sessions=self.sessions,
+            recent=self.recent, unreachable=_unreachable, drains=self.drains, wait_running=self._wait_running,
+            no_lease=self._no_lease, trusted=self.trusted,
+        )  # fmt: skip
         self.registration: Registration | None = None
         if settings.register_replica:
             self.registration = Registration(
