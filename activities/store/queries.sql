@@ -453,13 +453,30 @@ JOIN nodes n ON n.name = w.node
 WHERE a.atespace = $1 AND a.name = $2 AND a.state = 'UNREACHABLE';
 
 -- crashed_actors_to_revert --
--- CRASHED actors whose template says onCrash: Revert, the longest crashed first (up to $1).
+-- CRASHED actors whose template says onCrash: Revert, the longest crashed first (up to $1),
+-- except those automatically recovered $3 times or more in the last $2 seconds (a crash loop).
 SELECT a.atespace, a.name, a.last_error
 FROM actor_templates t
 JOIN actors a ON a.atespace = t.atespace AND a.template = t.name AND a.state = 'CRASHED'
 WHERE t.spec ->> 'onCrash' = 'Revert'
+  AND (SELECT count(*) FROM operations o
+       WHERE o.atespace = a.atespace AND o.actor = a.name AND o.operation = 'RevertActor'
+         AND o.error LIKE 'automatic recovery%' AND o.started_at > now() - make_interval(secs => $2)) < $3
 ORDER BY a.updated_at
 LIMIT $1;
+
+-- stop_crash_loop_recoveries --
+-- CRASHED actors of onCrash: Revert templates recovered $2 times or more in the last $1 seconds:
+-- their last error gets the notice $3 (once), and they stay CRASHED.
+UPDATE actors a SET last_error = coalesce(a.last_error, 'crashed') || $3
+FROM actor_templates t
+WHERE a.atespace = t.atespace AND a.template = t.name AND a.state = 'CRASHED'
+  AND t.spec ->> 'onCrash' = 'Revert'
+  AND position($3 IN coalesce(a.last_error, '')) = 0
+  AND (SELECT count(*) FROM operations o
+       WHERE o.atespace = a.atespace AND o.actor = a.name AND o.operation = 'RevertActor'
+         AND o.error LIKE 'automatic recovery%' AND o.started_at > now() - make_interval(secs => $1)) >= $2
+RETURNING a.atespace, a.name;
 
 -- insert_operation --
 -- Record an operation as started.
