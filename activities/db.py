@@ -7,6 +7,9 @@ point finds the earlier write and returns the same plan. Failures are translated
 
 from __future__ import annotations
 
+import asyncio
+import logging
+import time
 from datetime import UTC, datetime, timedelta
 
 from temporalio import activity
@@ -20,9 +23,20 @@ from domain.operations.golden import GoldenPlan, GoldenSnapshotInput
 from domain.operations.pause import PausePlan
 from domain.operations.resume import BeginResumeInput, ResumePlan
 from domain.operations.revert import FenceInput, FinishRevertInput, RevertPlan
+from domain.operations.router_drain import (
+    DRAIN_ACK_MARGIN_SECONDS,
+    MAX_DRAIN_WAIT_SECONDS,
+    RouterDrainInput,
+    RouterDrainResult,
+)
 from domain.operations.snapshot_gc import GarbageSnapshot, SnapshotGcInput
 from domain.operations.suspend import BeginSuspendInput, CompleteSnapshotInput, SuspendPlan
 from domain.operations.upload import CompleteUploadInput, UploadInput, UploadPlan
+
+log = logging.getLogger(__name__)
+
+DRAIN_POLL_SECONDS = 0.05
+"""How often `drain_routers` looks for the replicas' acknowledgements."""
 
 
 class DbActivities:
@@ -92,6 +106,36 @@ class DbActivities:
         await failpoint("PauseActor.before_finalize")
         await self.store.pauses.complete(
             request.actor, request.operation_id, request.snapshot_id, request.manifest, request.size_bytes
+        )
+
+    @activity_defn("drain_routers")
+    async def drain_routers(self, request: RouterDrainInput) -> RouterDrainResult:
+        """Before a checkpoint: record the drain of the actor's traffic (NOTIFY to the router
+        replicas) and wait until every live replica acknowledged it, or the longest drain timeout
+        of those still missing plus `DRAIN_ACK_MARGIN_SECONDS` passed (at most
+        `MAX_DRAIN_WAIT_SECONDS`); the checkpoint then goes ahead, the missing ones named."""
+        await failpoint(f"{activity.info().workflow_type}.router_drain")
+        drain_id = await self.store.router_drains.request(request.actor, request.operation_id)
+        started = time.monotonic()
+        while True:
+            progress = await self.store.router_drains.waiting(drain_id)
+            waited = time.monotonic() - started
+            bound = min(progress.longest_timeout_seconds + DRAIN_ACK_MARGIN_SECONDS, MAX_DRAIN_WAIT_SECONDS)
+            if not progress.missing or waited >= bound:
+                break
+            await asyncio.sleep(DRAIN_POLL_SECONDS)
+        if progress.missing:
+            log.warning(
+                "drain %d of actor %s: router replicas %s did not acknowledge within %.1fs; checkpointing anyway",
+                drain_id, request.actor.key, ", ".join(progress.missing), waited,
+            )  # fmt: skip
+        else:
+            log.info(
+                "drain %d of actor %s acknowledged by %d router replicas in %.3fs",
+                drain_id, request.actor.key, len(progress.acknowledged), waited,
+            )  # fmt: skip
+        return RouterDrainResult(
+            drain_id=drain_id, acknowledged=progress.acknowledged, missing=progress.missing, waited_seconds=waited
         )
 
     # ---- UploadSnapshot ---------------------------------------------------------------------

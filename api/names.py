@@ -27,6 +27,7 @@ _PATH_NAMES: dict[str, Callable[[str], str]] = {
     "atespace": lambda v: check_label_name(v, "atespace name"),
     "name": lambda v: check_label_name(v, "name"),
     "node": check_node_name,
+    "replica": lambda v: check_label_name(v, "router replica name"),
 }
 """The path parameters of the API's routes that are names, and the rule of each."""
 

@@ -5,6 +5,9 @@ actor then resumes at its next request.
 A sweep every `every_seconds` lists such actors (`Store.liveness.crashed_to_recover`) and starts
 RevertActor under each one's workflow ID, carrying the crash's reason (recorded with the revert
 in the actor's history, `ate describe actor`), and counts it in `ate_actor_recoveries_total`.
+An actor reverted MAX_RECOVERIES_PER_WINDOW times within RECOVERY_WINDOW_SECONDS (3 in 10
+minutes) that crashed again is left CRASHED, its last error saying so
+(`ate_actor_recoveries_total{action="stopped"}`).
 Durable and idempotent without a record of its own: what needs recovery is the actor's state in
 PostgreSQL, a started workflow runs to its end whatever happens to this process, and the
 workflow-ID lock admits one operation per actor (an actor whose ID is held, by a revert already
@@ -44,6 +47,9 @@ async def recover_crashed(store: Store, temporal: Client, limit: int = 100) -> i
         How many reverts this call started (an actor whose workflow ID is held is skipped).
     """
     started = 0
+    for ref in await store.liveness.stop_crash_loops():
+        RECOVERIES.labels("stopped").inc()
+        log.warning("actor %s keeps crashing after its automatic reverts: it stays CRASHED", ref.key)
     for crashed in await store.liveness.crashed_to_recover(limit):
         ref = crashed.actor
         try:

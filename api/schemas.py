@@ -261,6 +261,39 @@ class NodeRegistration(Tolerant):
         return value
 
 
+class RouterHeartbeat(Tolerant):
+    """PUT body of a router replica: its registration and heartbeat (unknown fields ignored)."""
+
+    lease_seconds: float = Field(
+        default=10.0, ge=1.0, le=300.0, description="how long the replica counts as live after this heartbeat"
+    )
+    drain_timeout_seconds: float = Field(
+        default=10.0,
+        ge=0.0,
+        le=240.0,
+        description="how long it lets requests in flight finish when told to drain an actor",
+    )
+
+
+class RouterDrainPublic(BaseModel):
+    """A drain a router replica must carry out, then acknowledge."""
+
+    id: int
+    atespace: str
+    name: str
+
+
+class RouterReplicaPublic(BaseModel):
+    """A registered router replica; `live` while its lease runs."""
+
+    name: str
+    started_at: datetime
+    last_seen_at: datetime
+    lease_seconds: float
+    drain_timeout_seconds: float
+    live: bool
+
+
 class WorkerPublic(BaseModel):
     """A worker as the API shows it."""
 

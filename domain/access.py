@@ -8,8 +8,9 @@ actors and tokens of that atespace; `user` only reaches actors (of the atespace,
 roles: `cluster-viewer` reads everything (workers and nodes too); `cluster-operator` also drains
 nodes and operates every actor; `cluster-admin` may do everything, atespaces included. `node` is
 an atelet's own, proved by its node certificate (never issued as a token): it may register,
-report and drain only its own node. `router` reads templates and actors, resumes actors, and
-reviews tokens (the router asks the API whether a caller may reach an actor).
+report and drain only its own node. `router` reads templates and actors, resumes actors,
+reviews tokens (the router asks the API whether a caller may reach an actor), and registers its
+replica and acknowledges the drains of actors being checkpointed.
 """
 
 from __future__ import annotations
@@ -40,6 +41,7 @@ class Permission(StrEnum):
     WORKERS_READ = "workers.read"
     NODES_DRAIN = "nodes.drain"
     NODES_REGISTER = "nodes.register"
+    ROUTERS_REGISTER = "routers.register"
 
 
 class Role(StrEnum):
@@ -68,10 +70,22 @@ ROLE_PERMISSIONS: dict[Role, frozenset[Permission]] = {
     Role.CLUSTER_VIEWER: _VIEW | {Permission.WORKERS_READ},
     Role.CLUSTER_OPERATOR: _OPERATE | {Permission.WORKERS_READ, Permission.NODES_DRAIN},
     Role.CLUSTER_ADMIN: _ADMIN
-    | {Permission.WORKERS_READ, Permission.NODES_DRAIN, Permission.ATESPACES_MANAGE, Permission.TOKENS_REVIEW},
+    | {
+        Permission.WORKERS_READ,
+        Permission.NODES_DRAIN,
+        Permission.ATESPACES_MANAGE,
+        Permission.TOKENS_REVIEW,
+        Permission.ROUTERS_REGISTER,
+    },
     Role.NODE: frozenset({Permission.NODES_REGISTER, Permission.NODES_DRAIN}),
     Role.ROUTER: frozenset(
-        {Permission.TOKENS_REVIEW, Permission.ACTORS_READ, Permission.ACTORS_RESUME, Permission.TEMPLATES_READ}
+        {
+            Permission.TOKENS_REVIEW,
+            Permission.ACTORS_READ,
+            Permission.ACTORS_RESUME,
+            Permission.TEMPLATES_READ,
+            Permission.ROUTERS_REGISTER,
+        }
     ),
 }
 """What each role may do."""

@@ -1,5 +1,6 @@
 """The router's calls to the ate REST API: resume an actor, read a template's serving port and
-access rule, read an actor's template, review a caller's token.
+access rule, read an actor's template, review a caller's token, send this replica's heartbeat
+and acknowledge a drain.
 
 Each resume call is classified into a ``ResumeReply`` (never raises for API answers), so the
 parking logic in ``router.resume`` can decide between answering, retrying and giving up.
@@ -214,6 +215,48 @@ class ApiClient:
         if resp.status_code != 200:
             raise LookupFailed(f"cannot review access to {atespace}/{name}: {body.get('message') or resp.status_code}")
         return AccessReview(authenticated=bool(body.get("authenticated")), allowed=bool(body.get("allowed")))
+
+    async def heartbeat(
+        self, replica: str, lease_seconds: float, drain_timeout_seconds: float
+    ) -> list[tuple[int, str]]:
+        """Register this router replica or refresh its lease; return the drains it must carry
+        out, as ``(drain id, "<atespace>/<name>")``.
+
+        Raises:
+            LookupFailed: The API is unreachable or did not take the heartbeat.
+        """
+        url = f"{self.base_url}/v1/routers/{replica}"
+        body = {"lease_seconds": lease_seconds, "drain_timeout_seconds": drain_timeout_seconds}
+        try:
+            resp = await self._client.put(url, json=body, timeout=httpx.Timeout(lease_seconds / 2, connect=2.0))
+        except httpx.TransportError as exc:
+            raise LookupFailed(f"cannot send the heartbeat of router replica {replica}: {exc!r}") from exc
+        answer = _json(resp)
+        if resp.status_code != 200:
+            raise LookupFailed(
+                f"the API refused the heartbeat of router replica {replica}: {answer.get('message') or resp.status_code}"
+            )
+        listed = answer.get("drains")
+        drains: list[Any] = listed if isinstance(listed, list) else []
+        return [
+            (int(d["id"]), f"{d['atespace']}/{d['name']}")
+            for d in drains
+            if isinstance(d, dict) and {"id", "atespace", "name"} <= d.keys()
+        ]
+
+    async def ack_drain(self, replica: str, drain_id: int) -> None:
+        """Tell the API that this replica has drained ``drain_id``.
+
+        Raises:
+            LookupFailed: The API is unreachable or did not take it.
+        """
+        url = f"{self.base_url}/v1/routers/{replica}/drains/{drain_id}/ack"
+        try:
+            resp = await self._client.post(url)
+        except httpx.TransportError as exc:
+            raise LookupFailed(f"cannot acknowledge drain {drain_id}: {exc!r}") from exc
+        if resp.status_code != 200:
+            raise LookupFailed(f"cannot acknowledge drain {drain_id}: {_json(resp).get('message') or resp.status_code}")
 
 
 def classify(status: int, body: dict[str, Any]) -> ResumeReply:

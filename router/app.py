@@ -18,13 +18,16 @@ from typing import Any
 from starlette.applications import Starlette
 from starlette.routing import Route, WebSocketRoute
 
+from domain.operations.router_drain import ROUTER_HEARTBEAT_SECONDS, ROUTER_LEASE_SECONDS
 from router import errors, statusz
 from router.access import AccessGate
 from router.api_client import ApiClient
 from router.cache import ActorCache, CacheInvalidator
-from router.errors import RouteError
+from router.drain import DrainGate, Flight
+from router.errors import RETRY_RESUMING_SECONDS, RouteError
 from router.metrics import REQUEST_DURATION, REQUESTS
 from router.proxy import BodyStream, open_upstream, relay
+from router.registration import DRAIN_CHANNEL, Registration, default_replica_name
 from router.resume import Resumer
 from router.sessions import Sessions
 from router.settings import RouterSettings
@@ -60,6 +63,9 @@ class ActorRouter:
         resumer: Single-flight resumer with the parking lot.
         invalidator: LISTEN/NOTIFY loop, or None without a database URL (no caching).
         sessions: Open WebSockets and event streams, ended by ``sessions.end_all`` at shutdown.
+        drains: Who may send to which worker, and the drains before a checkpoint (router.drain).
+        registration: This replica's heartbeat, lease and drains (router.registration), or
+            None when ``settings.register_replica`` is off.
     """
 
     def __init__(
@@ -91,18 +97,45 @@ class ActorRouter:
             CacheInvalidator(settings.database_url, self.cache) if settings.database_url else None
         )
         self.sessions = Sessions()
+        self.drains = DrainGate(
+            self.cache,
+            self.resumer,
+            self.upstream_client,
+            settings.drain_timeout_seconds,
+            settle_seconds=settings.upstream_connect_timeout_seconds + 1.0,
+            end_sessions=self.sessions.end_actor,
+        )
         self.websockets = WebSocketProxy(
             settings=settings, gate=self.gate, cache=self.cache, resumer=self.resumer, sessions=self.sessions,
-            recent=self.recent, unreachable=worker_unreachable, trusted=self.trusted,
+            recent=self.recent, unreachable=worker_unreachable, drains=self.drains, wait_running=self._wait_running,
+            no_lease=self._no_lease, trusted=self.trusted,
         )  # fmt: skip
+        self.registration: Registration | None = None
+        if settings.register_replica:
+            self.registration = Registration(
+                self.api,
+                self.drains,
+                self.cache,
+                settings.replica_name or default_replica_name(),
+                ROUTER_LEASE_SECONDS,
+                ROUTER_HEARTBEAT_SECONDS,
+            )
+            self.drains.leased = self.registration.leased
+            self.cache.usable = self.registration.leased
+            if self.invalidator is not None:
+                self.invalidator.channels[DRAIN_CHANNEL] = self.registration.on_notification
 
     async def start(self) -> None:
-        """Start cache invalidation (when a database URL is set)."""
+        """Start cache invalidation (when a database URL is set) and the registration."""
         if self.invalidator is not None:
             self.invalidator.start()
+        if self.registration is not None:
+            await self.registration.start()
 
     async def stop(self) -> None:
-        """Stop invalidation and close the HTTP clients."""
+        """Stop the registration and invalidation, and close the HTTP clients."""
+        if self.registration is not None:
+            await self.registration.stop()
         if self.invalidator is not None:
             await self.invalidator.stop()
         await self.upstream_client.aclose()
@@ -189,7 +222,7 @@ class ActorRouter:
         try:
             target = target_from_headers(headers, host, self.settings.domain)
             deadline = started + self.settings.parked_request_budget_seconds
-            response, parked = await self._open(scope, body, target, deadline, started)
+            response, parked, flight = await self._open(scope, body, target, deadline, started)
         except TargetError as exc:
             await _answer(send, 400, str(exc))
             return errors.BAD_TARGET
@@ -201,47 +234,72 @@ class ActorRouter:
             return errors.TIMEOUT
         except ClientGone:
             return errors.CLIENT_GONE
-        outcome = await relay(response, receive, send, body, self.sessions, target.key)
+        try:
+            outcome = await relay(response, receive, send, body, self.sessions, target.key)
+        finally:
+            self.drains.leave(flight)
         return errors.PARKED_OK if outcome == errors.OK and parked else outcome
 
     async def _open(
         self, scope: dict[str, Any], body: BodyStream, target: Target, deadline: float, started: float
-    ) -> tuple[UpstreamResponse, bool]:
-        """Find the actor's upstream and open the proxied request to it.
+    ) -> tuple[UpstreamResponse, bool, Flight]:
+        """Find the actor's upstream and open the proxied request to it, inside a drain
+        ``Flight`` (router.drain): an upstream looked up before a drain of the actor is never used.
 
         Returns:
-            The response (head received), and whether the request was parked for a resume.
+            The response (head received), whether the request was parked for a resume, and
+            its flight (``self.drains.leave`` it when the response ends).
 
         Raises:
             RouteError: From resuming, 502 when the worker cannot be reached, 504 when it does
-                not start answering in time.
+                not start answering in time, 503 when this replica has no lease.
             ClientGone: The client left while parked or while sending its body.
         """
         admission = await self.gate.admit(target, scope["headers"], deadline)
         scope = {**scope, "headers": admission.headers}
         request_deadline = started + self.settings.request_timeout_seconds
-        upstream = self.cache.get(target.key)
+        key = target.key
+        token = self.drains.token()
+        upstream = self.cache.get(key)
         cached = upstream is not None
-        if upstream is None:
-            upstream = await self._park(target, deadline, body)
-        try:
-            response = await open_upstream(
-                self.upstream_client, scope, body, upstream, target.key, self.trusted, request_deadline
-            )
-            return response, not cached
-        except UpstreamConnectError as exc:
-            if not cached:
-                raise worker_unreachable(target, upstream) from exc
-            log.info("cached actor %s unreachable at %s: resuming again", target, upstream)
-        self.cache.drop(target.key)
-        upstream = await self._park(target, deadline, body)
-        try:
-            response = await open_upstream(
-                self.upstream_client, scope, body, upstream, target.key, self.trusted, request_deadline
-            )
-            return response, True
-        except UpstreamConnectError as exc:
-            raise worker_unreachable(target, upstream) from exc
+        parked = False
+        while True:
+            if upstream is None:
+                token = self.drains.token()
+                upstream = await self._park(target, deadline, body)
+                parked = True
+            flight = self.drains.enter(key, token, upstream)
+            if flight is None:  # drained since it was looked up, or no lease: look it up again
+                if not self.drains.leased():
+                    raise self._no_lease(target)
+                upstream, cached = None, False
+                continue
+            try:
+                response = await open_upstream(
+                    self.upstream_client, scope, body, upstream, key, self.trusted, request_deadline, flight
+                )
+                return response, parked, flight
+            except UpstreamConnectError as exc:
+                self.drains.leave(flight)
+                if not cached:
+                    raise worker_unreachable(target, upstream) from exc
+                log.info("cached actor %s unreachable at %s: resuming again", target, upstream)
+            except BaseException:
+                self.drains.leave(flight)
+                raise
+            self.cache.drop(key)
+            upstream, cached = None, False
+
+    def _no_lease(self, target: Target) -> RouteError:
+        """503 for a replica whose heartbeats the API has not answered for a lease."""
+        name = self.registration.replica if self.registration is not None else "-"
+        return RouteError(
+            503,
+            errors.UNAVAILABLE,
+            f"router replica {name} has no lease with the control plane at {self.settings.api_server} (its "
+            f"heartbeats are not answered), so it sends no request to actor {target}; retry shortly",
+            RETRY_RESUMING_SECONDS,
+        )
 
     async def _park(self, target: Target, deadline: float, body: BodyStream) -> Upstream:
         """Wait for the actor to be RUNNING (``Resumer.wait_running``) while watching the client:
@@ -252,8 +310,8 @@ class ActorRouter:
             ClientGone: The client disconnected while parked.
         """
         if body.started:  # its body is streaming upstream already: receive is not ours to watch
-            return await self.resumer.wait_running(target, deadline)
-        waiting = asyncio.create_task(self.resumer.wait_running(target, deadline))
+            return await self._wait_running(target, deadline)
+        waiting = asyncio.create_task(self._wait_running(target, deadline))
         leaving = asyncio.create_task(body.wait_disconnect())
         try:
             await asyncio.wait({waiting, leaving}, return_when=asyncio.FIRST_COMPLETED)
@@ -265,6 +323,15 @@ class ActorRouter:
         if waiting.cancelled():  # the client left first
             raise ClientGone(f"client left while its request waited for actor {target}")
         return waiting.result()
+
+    async def _wait_running(self, target: Target, deadline: float) -> Upstream:
+        """``Resumer.wait_running``, after holding the request while its actor is being drained
+        (its budget then starts again when the drain ends: it waits for the resume after the
+        checkpoint, as when parked)."""
+        if self.drains.draining(target.key):
+            await self.drains.hold(target.key)
+            deadline = max(deadline, asyncio.get_running_loop().time() + self.settings.parked_request_budget_seconds)
+        return await self.resumer.wait_running(target, deadline)
 
 
 REQUEST_ID_HEADER = b"x-request-id"

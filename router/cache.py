@@ -58,6 +58,9 @@ class ActorCache:
         self._tickets: dict[str, list[Ticket]] = {}
         self._epoch = 0
         self._max = max_entries
+        self.usable: Callable[[], bool] = lambda: True
+        """Whether entries may be read and put besides ``enabled`` (the replica holds a lease
+        with the control plane: router.registration)."""
         self.on_change: list[Callable[[str | None], None]] = []
         """Called with an actor's key when a notification names it, with None when everything
         is forgotten (the access gate forgets the actor's template)."""
@@ -67,7 +70,8 @@ class ActorCache:
 
     def get(self, key: str) -> Upstream | None:
         """Return the cached upstream of an actor, or None."""
-        return self._entries.get(key)
+        entry = self._entries.get(key)
+        return entry if entry is None or self.usable() else None
 
     def begin(self, key: str) -> Ticket:
         """Take a ticket before asking the API about ``key``; pair with ``end``."""
@@ -95,7 +99,7 @@ class ActorCache:
         Returns:
             True when cached.
         """
-        if not self.enabled or ticket.stale or ticket.epoch != self._epoch:
+        if not self.enabled or ticket.stale or ticket.epoch != self._epoch or not self.usable():
             return False
         if ticket.key not in self._entries and len(self._entries) >= self._max:
             self._entries.pop(next(iter(self._entries)))
@@ -147,6 +151,9 @@ class CacheInvalidator:
         self.connected = asyncio.Event()
         self._task: asyncio.Task[None] | None = None
         self._conn: Any = None
+        self.channels: dict[str, Callable[[str], None]] = {}
+        """More channels to LISTEN on over the same connection, each with its payload handler
+        (the router's drains); set before ``start``."""
 
     def start(self) -> None:
         """Start the background LISTEN loop."""
@@ -176,6 +183,8 @@ class CacheInvalidator:
                 conn = await asyncpg.connect(self.dsn, timeout=5.0)
                 conn.add_termination_listener(_setter(lost))
                 await conn.add_listener(CHANNEL, self._notified)
+                for channel, handler in self.channels.items():
+                    await conn.add_listener(channel, _payload_to(handler))
                 self._conn = conn
                 self.cache.clear()
                 self.cache.enabled = True
@@ -203,6 +212,11 @@ class CacheInvalidator:
 
     def _notified(self, _conn: object, _pid: int, _channel: str, payload: str) -> None:
         self.cache.on_notification(payload)
+
+
+def _payload_to(handler: Callable[[str], None]) -> Any:
+    """Return an asyncpg listener that passes the payload to ``handler``."""
+    return lambda _conn, _pid, _channel, payload: handler(payload)
 
 
 def _setter(event: asyncio.Event) -> Any:

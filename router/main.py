@@ -123,6 +123,16 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     )
     parser.add_argument("--nginx-workers", type=int, help="nginx worker processes with --data-path nginx (default 1)")
     parser.add_argument("--nginx-run-dir", type=Path, help="directory for nginx's config, sockets and temp files")
+    parser.add_argument(
+        "--drain-timeout",
+        type=float,
+        help="seconds the requests in flight to an actor may take to finish when the control plane drains it "
+        "before a checkpoint; then they are cut off (default 10)",
+    )
+    parser.add_argument(
+        "--replica-name",
+        help="this router replica's name towards the control plane (a DNS label; default router-<host>-<pid>-<hex>)",
+    )
     parser.add_argument("--log-level", default="info", help="log level (default info)")
     return parser.parse_args(argv)
 
@@ -154,6 +164,8 @@ def build_settings(args: argparse.Namespace) -> RouterSettings:
         "data_path": args.data_path,
         "nginx_workers": args.nginx_workers,
         "nginx_run_dir": args.nginx_run_dir,
+        "drain_timeout_seconds": args.drain_timeout,
+        "replica_name": args.replica_name,
     }
     base = RouterSettings()
     return base.model_copy(update={k: v for k, v in overrides.items() if v is not None})

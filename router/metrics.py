@@ -46,6 +46,26 @@ PARKED = Gauge(
     "Requests currently waiting for their actor to be RUNNING.",
 )
 
+DRAINS = Counter(
+    "ate_router_drains_total",
+    "Drains of an actor before its checkpoint carried out, by result: clean (every request in flight "
+    "finished within --drain-timeout) or cut (some were cut off at it).",
+    ["result"],
+)
+DRAIN_DURATION = Histogram(
+    "ate_router_drain_duration_seconds",
+    "Time from a drain's arrival to its acknowledgement being ready (requests in flight finishing).",
+    buckets=(0.001, 0.01, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60),
+)
+DRAIN_CUT_REQUESTS = Counter(
+    "ate_router_drain_cut_requests_total",
+    "Requests in flight cut off because they outlasted --drain-timeout when their actor was drained.",
+)
+DRAIN_HELD = Gauge(
+    "ate_router_drain_held_requests",
+    "Requests currently held because their actor is being drained (served after its resume).",
+)
+
 
 def serve_metrics(host: str, port: int, registry: CollectorRegistry = REGISTRY) -> object:
     """Serve ``/metrics`` on its own port in a background thread.

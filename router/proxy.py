@@ -32,6 +32,7 @@ from router.types import Upstream
 from router.upstream_client import (
     ClientGone,
     ClientIdle,
+    Cuttable,
     UpstreamBroken,
     UpstreamClient,
     UpstreamResponse,
@@ -237,6 +238,7 @@ async def open_upstream(
     actor: str,
     trusted: Sequence[IPv4Network | IPv6Network] = (),
     deadline: float | None = None,
+    tag: Cuttable | None = None,
 ) -> UpstreamResponse:
     """Send the request to the worker and return once its response head arrived.
 
@@ -248,6 +250,7 @@ async def open_upstream(
         actor: Actor key, for error messages.
         trusted: Networks of trusted proxies (see ``request_headers``).
         deadline: ``loop.time()`` by which the whole response must be read (request timeout).
+        tag: The request's drain ``Flight`` (``UpstreamClient.cut`` finds its connection by it).
 
     Returns:
         The streaming response; the caller must ``relay`` it (which closes it).
@@ -268,7 +271,7 @@ async def open_upstream(
         headers.append(framing)
     method = scope["method"].encode()
     try:
-        return await client.open(upstream, method, target, headers, body if has_body else None, deadline)
+        return await client.open(upstream, method, target, headers, body if has_body else None, deadline, tag)
     except UpstreamTimeout as exc:
         raise response_head_timeout(actor, upstream, exc.what) from exc
     except UpstreamBroken as exc:

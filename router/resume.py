@@ -83,6 +83,12 @@ class Resumer:
         """Tell whether a resume call for actor ``key`` is running."""
         return key in self._inflight
 
+    def unshare(self, key: str) -> None:
+        """Let requests from now on start a resume call of their own for actor ``key`` (its
+        actor is being drained: an answer to the call in flight may name its old worker). The
+        call in flight goes on for those already waiting on it."""
+        self._inflight.pop(key, None)
+
     async def wait_running(self, target: Target, deadline: float) -> Upstream:
         """Park until ``target`` is RUNNING and return where it serves.
 

@@ -44,6 +44,12 @@ class RouterSettings(BaseSettings):
         nginx_workers: nginx worker processes (``--data-path nginx``).
         nginx_binary: The nginx program (``--data-path nginx``).
         nginx_run_dir: Directory for nginx.conf, sockets and temp files (None: a new temporary one).
+        drain_timeout_seconds: When the control plane drains an actor before its checkpoint, how
+            long its requests in flight may take to finish before they are cut off, in seconds.
+        replica_name: This replica's name towards the control plane (a DNS label); None makes
+            one unique to the process (``router-<host>-<pid>-<hex>``).
+        register_replica: Whether to register with the API and take part in drains (off only for tests
+            and tools that run a router without an API).
     """
 
     model_config = SettingsConfigDict(env_prefix="ATE_ROUTER_", extra="ignore")
@@ -86,6 +92,9 @@ class RouterSettings(BaseSettings):
     nginx_workers: int = Field(default=1, ge=1, le=64)
     nginx_binary: str = "nginx"
     nginx_run_dir: Path | None = None
+    drain_timeout_seconds: float = Field(default=10.0, ge=0, le=240)
+    replica_name: str | None = Field(default=None, pattern=r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$")
+    register_replica: bool = True
 
     def read_api_token(self) -> str | None:
         """The API token, from ``api_token`` or ``api_token_file``.

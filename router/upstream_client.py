@@ -19,7 +19,7 @@ import ipaddress
 import logging
 import socket
 from collections.abc import AsyncIterable, AsyncIterator
-from typing import Any
+from typing import Any, Protocol
 
 import h11
 
@@ -61,6 +61,13 @@ class UpstreamTimeout(UpstreamBroken):
     def __init__(self, what: str) -> None:
         super().__init__(f"no {what}")
         self.what = what
+
+
+class Cuttable(Protocol):
+    """What a connection may be tagged with so that ``UpstreamClient.cut`` finds it (the router's
+    ``Flight``): ``cut`` is set once the connection must go."""
+
+    cut: bool
 
 
 class UpstreamConnectError(Exception):
@@ -112,9 +119,12 @@ class _Connection:
     write error, which loses a worker's early answer.)
     """
 
-    def __init__(self, sock: socket.socket, owner: UpstreamClient, deadline: float | None = None) -> None:
+    def __init__(
+        self, sock: socket.socket, owner: UpstreamClient, deadline: float | None = None, tag: Cuttable | None = None
+    ) -> None:
         self.sock = sock
         self.owner = owner
+        self.tag = tag
         self.deadline = deadline
         self.head_deadline: float | None = None
         self.h11 = h11.Connection(h11.CLIENT)
@@ -202,6 +212,12 @@ class _Connection:
             if isinstance(event, h11.ConnectionClosed):
                 raise UpstreamBroken("connection closed before a response")
 
+    def shut(self) -> None:
+        """Shut the socket down both ways: the reader sees the worker's end at once (a response
+        not complete breaks off), the writer stops; ``aclose`` still closes it."""
+        with contextlib.suppress(OSError):
+            self.sock.shutdown(socket.SHUT_RDWR)
+
     async def aclose(self) -> None:
         """Stop the request body (if still sending) and close the socket."""
         if self.closed:
@@ -278,6 +294,7 @@ class UpstreamClient:
         headers: list[tuple[bytes, bytes]],
         body: AsyncIterable[bytes] | None,
         deadline: float | None = None,
+        tag: Cuttable | None = None,
     ) -> UpstreamResponse:
         """Send a request and return when the response head arrived (body not read).
 
@@ -290,6 +307,8 @@ class UpstreamClient:
             body: The request body, or None; it may raise ``ClientGone`` to abort.
             deadline: ``loop.time()`` by which the whole response must have been read (the
                 request timeout), or None.
+            tag: What ``cut`` finds the connection by; one whose ``cut`` is set when the
+                connection is made is closed at once (``UpstreamBroken``).
 
         Returns:
             The response; ``aclose()`` it to stop the body and close the connection.
@@ -305,9 +324,11 @@ class UpstreamClient:
             sock = await self._connect(upstream)
         except (OSError, TimeoutError) as exc:
             raise UpstreamConnectError(f"cannot connect to {upstream}: {exc!r}") from exc
-        conn = _Connection(sock, self, deadline)
+        conn = _Connection(sock, self, deadline, tag)
         self._live.add(conn)
         try:
+            if tag is not None and tag.cut:
+                raise UpstreamBroken("cut off: the actor is being checkpointed (router drain)")
             try:
                 await conn.send_head(h11.Request(method=method, target=target, headers=headers))
             except OSError:
@@ -331,6 +352,13 @@ class UpstreamClient:
         except BaseException:
             await conn.aclose()
             raise
+
+    def cut(self, tag: Cuttable) -> int:
+        """Shut down the connections tagged ``tag`` (their responses break off); return how many."""
+        found = [conn for conn in self._live if conn.tag is tag]
+        for conn in found:
+            conn.shut()
+        return len(found)
 
     async def aclose(self) -> None:
         """Close every connection still open."""

@@ -24,7 +24,7 @@ import contextlib
 import logging
 import socket
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Coroutine, Sequence
 from ipaddress import IPv4Network, IPv6Network
 from typing import Any
 
@@ -35,6 +35,7 @@ from websockets.frames import EXTERNAL_CLOSE_CODES
 from router import errors, statusz
 from router.access import AccessGate
 from router.cache import ActorCache
+from router.drain import DRAIN_REASON, DrainGate, Flight
 from router.errors import RouteError
 from router.metrics import REQUEST_DURATION, REQUESTS
 from router.proxy import HOP_BY_HOP, Receive, Scope, Send, request_headers
@@ -106,6 +107,10 @@ class WebSocketProxy:
         recent: The /statusz list of recent requests.
         unreachable: Error for a RUNNING actor whose worker does not answer.
         trusted: Networks of trusted proxies (their X-Forwarded-For is kept).
+        drains: The drain gate of the HTTP path (router.drain): a worker address looked up before
+            a drain of the actor is never used, and a WebSocket is one flight for its whole life.
+        wait_running: How a request waits for its actor (held while it is drained, then parked).
+        no_lease: The 503 of a replica without a lease.
     """
 
     def __init__(
@@ -118,6 +123,9 @@ class WebSocketProxy:
         sessions: Sessions,
         recent: statusz.RecentRequests,
         unreachable: Unreachable,
+        drains: DrainGate,
+        wait_running: Callable[[Target, float], Coroutine[Any, Any, Upstream]],
+        no_lease: Callable[[Target], RouteError],
         trusted: Sequence[IPv4Network | IPv6Network] = (),
     ) -> None:
         self.settings = settings
@@ -127,6 +135,9 @@ class WebSocketProxy:
         self.sessions = sessions
         self.recent = recent
         self.unreachable = unreachable
+        self.drains = drains
+        self.wait_running = wait_running
+        self.no_lease = no_lease
         self.trusted = trusted
 
     async def serve(self, scope: Scope, receive: Receive, send: Send, request_id: bytes, target_label: str) -> None:
@@ -179,7 +190,7 @@ class WebSocketProxy:
                 raise RouteError(
                     503, errors.UNAVAILABLE, "the router is restarting; connect again", errors.RETRY_CAPACITY_SECONDS
                 )
-            worker, parked = await self._open(
+            worker, parked, flight = await self._open(
                 scope, receive, target, started + self.settings.parked_request_budget_seconds
             )
         except TargetError as exc:
@@ -202,45 +213,62 @@ class WebSocketProxy:
                 }
             )
             with self.sessions.open(target.key) as session:
+                if self.drains.draining(target.key):  # a drain began during the handshake: it missed this one
+                    session.end(DRAIN_REASON)
                 clean = await _relay(worker, receive, send, session)
         finally:
             await worker.close(GOING_AWAY, "the client went away")
+            self.drains.leave(flight)
         if not clean:
             return errors.ERROR, 101
         return (errors.PARKED_OK if parked else errors.OK), 101
 
     async def _open(
         self, scope: Scope, receive: Receive, target: Target, deadline: float
-    ) -> tuple[ClientConnection, bool]:
-        """Find the actor's worker (as for HTTP) and open the WebSocket to it.
+    ) -> tuple[ClientConnection, bool, Flight]:
+        """Find the actor's worker (as for HTTP, inside a drain flight) and open the WebSocket to it.
 
         Returns:
-            The connection, and whether the request was parked for a resume.
+            The connection, whether the request was parked for a resume, and its flight
+            (``self.drains.leave`` it when the WebSocket ends).
 
         Raises:
             RouteError: From the gate or resuming; 502 when the worker cannot be reached or
-                fails the handshake, 504 when it does not answer the handshake in time.
+                fails the handshake, 504 when it does not answer the handshake in time, 503
+                when this replica has no lease.
             _WorkerRefused: The worker answered with HTTP instead of accepting.
             _ClientLeft: The client went away while parked.
         """
         admission = await self.gate.admit(target, scope["headers"], deadline)
         headers = upstream_headers({**scope, "headers": admission.headers}, self.trusted)
-        upstream = self.cache.get(target.key)
-        parked = upstream is None
-        if upstream is None:
-            upstream = await self._park(target, deadline, receive)
-        try:
-            return await self._connect(scope, headers, upstream, target, parked), parked
-        except _ConnectFailed as exc:
-            if parked:
-                raise self.unreachable(target, upstream) from exc
-            log.info("cached actor %s unreachable at %s: resuming again", target, upstream)
-        self.cache.drop(target.key)
-        upstream = await self._park(target, deadline, receive)
-        try:
-            return await self._connect(scope, headers, upstream, target, True), True
-        except _ConnectFailed as exc:
-            raise self.unreachable(target, upstream) from exc
+        key = target.key
+        token = self.drains.token()
+        upstream = self.cache.get(key)
+        cached = upstream is not None
+        parked = False
+        while True:
+            if upstream is None:
+                token = self.drains.token()
+                upstream = await self._park(target, deadline, receive)
+                parked = True
+            flight = self.drains.enter(key, token, upstream)
+            if flight is None:  # drained since it was looked up, or no lease: look it up again
+                if not self.drains.leased():
+                    raise self.no_lease(target)
+                upstream, cached = None, False
+                continue
+            try:
+                return await self._connect(scope, headers, upstream, target, parked), parked, flight
+            except _ConnectFailed as exc:
+                self.drains.leave(flight)
+                if not cached:
+                    raise self.unreachable(target, upstream) from exc
+                log.info("cached actor %s unreachable at %s: resuming again", target, upstream)
+            except BaseException:
+                self.drains.leave(flight)
+                raise
+            self.cache.drop(key)
+            upstream, cached = None, False
 
     async def _park(self, target: Target, deadline: float, receive: Receive) -> Upstream:
         """Wait for the actor to be RUNNING while watching the client: one that leaves frees its
@@ -250,7 +278,7 @@ class WebSocketProxy:
             RouteError: From ``Resumer.wait_running``.
             _ClientLeft: The client went away first.
         """
-        waiting = asyncio.create_task(self.resumer.wait_running(target, deadline))
+        waiting = asyncio.create_task(self.wait_running(target, deadline))
         leaving = asyncio.create_task(_next(receive))  # before the accept, only a disconnect can come
         try:
             await asyncio.wait({waiting, leaving}, return_when=asyncio.FIRST_COMPLETED)

@@ -101,6 +101,7 @@ def activities(db: DbActivities, atelets: AteletActivities) -> list[Callable[...
         db.finish_resume,
         db.rollback_resume,
         db.begin_suspend,
+        db.drain_routers,
         db.complete_suspend,
         db.rollback_suspend,
         db.begin_pause,

@@ -9,9 +9,11 @@ revert returns to.
 Steps (idempotent local activities, operation ID = this run's ID):
 1. mark: `begin_pause` marks PAUSING and reserves the next generation as a PENDING LOCAL
    snapshot at `local:///<atespace>/actors/<name>/<gen>-<op>` on the worker's node.
-2. checkpoint: `atelet_checkpoint` writes it with the template's onPause scope; the atelet stops
+2. drain: `drain_routers` has every live router replica stop sending the actor new requests,
+   finish or cut those in flight and close its worker connections (see SuspendActor).
+3. checkpoint: `atelet_checkpoint` writes it with the template's onPause scope; the atelet stops
    the sandbox and frees the worker.
-3. finalize: `complete_pause` marks the snapshot COMPLETED (with the manifest) and the actor
+4. finalize: `complete_pause` marks the snapshot COMPLETED (with the manifest) and the actor
    PAUSED, pinned to the node, its place freed, in one transaction.
 If the checkpoint fails for good, the actor goes back to RUNNING and the PENDING row is dropped.
 """
@@ -25,6 +27,7 @@ from workflows.steps import (
     atelet_step,
     counted,
     db_step,
+    drain_routers,
     drop_snapshot,
     reraise,
     settle_snapshot,
@@ -66,9 +69,13 @@ class PauseActorWorkflow:
         if plan.already_paused:
             return PauseActorResult(actor=actor, already_paused=True, timings=timings)
         assert plan.worker is not None and plan.snapshot is not None
-        show_step(f"local checkpoint {plan.snapshot.scope.value} on worker {plan.worker.pool}/{plan.worker.name}")
         started = workflow.time()
         try:
+            drained = await drain_routers(actor, operation_id)
+            if drained is not None:
+                timings["drain"] = drained.waited_seconds
+            started = workflow.time()
+            show_step(f"local checkpoint {plan.snapshot.scope.value} on worker {plan.worker.pool}/{plan.worker.name}")
             done: AteletCheckpointResult = await atelet_step(
                 "atelet_checkpoint",
                 AteletCheckpointInput(

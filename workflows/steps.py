@@ -16,6 +16,7 @@ from temporalio.exceptions import TimeoutError as ActivityTimeout
 
 with workflow.unsafe.imports_passed_through():
     from domain.operations.atelet_calls import AteletCheckpointResult
+    from domain.operations.router_drain import MAX_DRAIN_WAIT_SECONDS, RouterDrainInput, RouterDrainResult
     from domain.operations.suspend import CompleteSnapshotInput
     from domain.refs import ActorRef
 
@@ -92,6 +93,35 @@ async def atelet_step(
             start_to_close_timeout=timeout,
             heartbeat_timeout=ATELET_HEARTBEAT_TIMEOUT,
             retry_policy=_ATELET_RETRY,
+        )
+    except ACTIVITY_FAILURES as error:
+        raise reraise(error) from error
+    return result
+
+
+ROUTER_DRAIN_PATCH = "router-drain"
+"""The `workflow.patched` ID of the drain step: runs recorded before it replay without it."""
+
+
+async def drain_routers(actor: ActorRef, operation_id: str) -> RouterDrainResult | None:
+    """`drain_routers` before a checkpoint: every live router replica stops sending the actor
+    new requests, lets those in flight finish (or cuts them at its drain timeout) and closes its
+    connections to the worker. A local activity that waits at most `MAX_DRAIN_WAIT_SECONDS`
+    (domain.operations.router_drain); None for a run from before this step (replay).
+
+    Raises:
+        ApplicationError: the step failed for good (the database stayed down), in the user's terms.
+    """
+    if not workflow.patched(ROUTER_DRAIN_PATCH):
+        return None
+    show_step("drain the routers")
+    try:
+        result: RouterDrainResult = await workflow.execute_local_activity(
+            "drain_routers",
+            RouterDrainInput(actor=actor, operation_id=operation_id),
+            result_type=RouterDrainResult,
+            start_to_close_timeout=timedelta(seconds=MAX_DRAIN_WAIT_SECONDS + 30),
+            retry_policy=_DB_RETRY,
         )
     except ACTIVITY_FAILURES as error:
         raise reraise(error) from error

@@ -7,11 +7,15 @@ started to upload it in the background; a resume meanwhile restores the local co
 
 Steps (idempotent local activities, operation ID = this run's ID):
 1. mark: `begin_suspend` marks SUSPENDING and reserves the next snapshot generation (PENDING).
-2. checkpoint: `atelet_checkpoint` writes the snapshot with the template's onCommit scope to its
+2. drain: `drain_routers` (from RUNNING) has every live router replica stop sending the actor
+   new requests (they wait and are served after the next resume), finish or cut those in
+   flight and close its worker connections, so no response is cut short by the checkpoint and
+   no socket is connected when it runs.
+3. checkpoint: `atelet_checkpoint` writes the snapshot with the template's onCommit scope to its
    storage location; the atelet stops the sandbox and frees the worker. From PAUSED there is
    no sandbox: `atelet_copy_snapshot` uploads the local snapshot instead (the atelet of the node
    holding it copies it, verified, to the storage location).
-3. finalize: `complete_suspend` marks the snapshot COMPLETED (with the manifest), the actor
+4. finalize: `complete_suspend` marks the snapshot COMPLETED (with the manifest), the actor
    SUSPENDED with it as latest, and frees the place, in one transaction. A snapshot is never
    promoted without its data: only the manifest returned by a finished checkpoint completes it.
 If the checkpoint fails for good, the actor goes back to RUNNING (its sandbox still runs), or
@@ -29,6 +33,7 @@ from workflows.steps import (
     atelet_step,
     counted,
     db_step,
+    drain_routers,
     drop_snapshot,
     reraise,
     settle_snapshot,
@@ -92,6 +97,10 @@ class SuspendActorWorkflow:
                 )
             else:
                 assert plan.worker is not None
+                drained = await drain_routers(actor, operation_id)
+                if drained is not None:
+                    timings["drain"] = drained.waited_seconds
+                started = workflow.time()
                 show_step(f"checkpoint {plan.snapshot.scope.value} on worker {plan.worker.pool}/{plan.worker.name}")
                 done = await atelet_step(
                     "atelet_checkpoint",

@@ -28,6 +28,11 @@ class Unreachability:
     remaining_seconds: float
 
 
+MAX_RECOVERIES_PER_WINDOW = 3
+"""Automatic recoveries (onCrash: Revert) of one actor within RECOVERY_WINDOW_SECONDS before they stop."""
+RECOVERY_WINDOW_SECONDS = 600.0
+
+
 @dataclass(frozen=True)
 class CrashedActor:
     """A CRASHED actor whose template asks for automatic recovery, and why it crashed."""
@@ -104,7 +109,36 @@ class Liveness:
             node=row["node"], silent_seconds=row["silent_seconds"], remaining_seconds=row["remaining_seconds"]
         )
 
-    async def crashed_to_recover(self, limit: int = 100) -> list[CrashedActor]:
-        """CRASHED actors whose template says `onCrash: Revert`, the longest crashed first."""
-        rows = await self.pool.fetch(Q["crashed_actors_to_revert"], limit)
+    async def crashed_to_recover(
+        self,
+        limit: int = 100,
+        window_seconds: float = RECOVERY_WINDOW_SECONDS,
+        max_recoveries: int = MAX_RECOVERIES_PER_WINDOW,
+    ) -> list[CrashedActor]:
+        """CRASHED actors whose template says `onCrash: Revert`, the longest crashed first; not
+        those automatically recovered `max_recoveries` times within the last `window_seconds`
+        (a crash loop: see `stop_crash_loops`)."""
+        rows = await self.pool.fetch(Q["crashed_actors_to_revert"], limit, window_seconds, max_recoveries)
         return [CrashedActor(ActorRef(r["atespace"], r["name"]), r["last_error"]) for r in rows]
+
+    async def stop_crash_loops(
+        self, window_seconds: float = RECOVERY_WINDOW_SECONDS, max_recoveries: int = MAX_RECOVERIES_PER_WINDOW
+    ) -> list[ActorRef]:
+        """CRASHED actors in a crash loop (recovered `max_recoveries` times within `window_seconds`)
+        stay CRASHED: their last error says so once, with what to do (Kubernetes' CrashLoopBackOff,
+        without the automatic retry: a snapshot that crashes every time is not retried forever).
+
+        Returns:
+            The actors given the notice now.
+        """
+        notice = crash_loop_notice(window_seconds, max_recoveries)
+        rows = await self.pool.fetch(Q["stop_crash_loop_recoveries"], window_seconds, max_recoveries, notice)
+        return [ActorRef(r["atespace"], r["name"]) for r in rows]
+
+
+def crash_loop_notice(window_seconds: float, max_recoveries: int) -> str:
+    """What a crash-looping actor's last error gains (appended to the crash's reason)."""
+    return (
+        f"; automatic recovery stopped: {max_recoveries} reverts (onCrash: Revert) within {window_seconds:g} s did "
+        "not keep it running; find the cause with 'ate describe actor', then revert it with 'ate revert actor'"
+    )

@@ -453,13 +453,30 @@ JOIN nodes n ON n.name = w.node
 WHERE a.atespace = $1 AND a.name = $2 AND a.state = 'UNREACHABLE';
 
 -- crashed_actors_to_revert --
--- CRASHED actors whose template says onCrash: Revert, the longest crashed first (up to $1).
+-- CRASHED actors whose template says onCrash: Revert, the longest crashed first (up to $1),
+-- except those automatically recovered $3 times or more in the last $2 seconds (a crash loop).
 SELECT a.atespace, a.name, a.last_error
 FROM actor_templates t
 JOIN actors a ON a.atespace = t.atespace AND a.template = t.name AND a.state = 'CRASHED'
 WHERE t.spec ->> 'onCrash' = 'Revert'
+  AND (SELECT count(*) FROM operations o
+       WHERE o.atespace = a.atespace AND o.actor = a.name AND o.operation = 'RevertActor'
+         AND o.error LIKE 'automatic recovery%' AND o.started_at > now() - make_interval(secs => $2)) < $3
 ORDER BY a.updated_at
 LIMIT $1;
+
+-- stop_crash_loop_recoveries --
+-- CRASHED actors of onCrash: Revert templates recovered $2 times or more in the last $1 seconds:
+-- their last error gets the notice $3 (once), and they stay CRASHED.
+UPDATE actors a SET last_error = coalesce(a.last_error, 'crashed') || $3
+FROM actor_templates t
+WHERE a.atespace = t.atespace AND a.template = t.name AND a.state = 'CRASHED'
+  AND t.spec ->> 'onCrash' = 'Revert'
+  AND position($3 IN coalesce(a.last_error, '')) = 0
+  AND (SELECT count(*) FROM operations o
+       WHERE o.atespace = a.atespace AND o.actor = a.name AND o.operation = 'RevertActor'
+         AND o.error LIKE 'automatic recovery%' AND o.started_at > now() - make_interval(secs => $1)) >= $2
+RETURNING a.atespace, a.name;
 
 -- insert_operation --
 -- Record an operation as started.
@@ -700,3 +717,60 @@ WHERE revoked_at IS NULL ORDER BY created_at DESC;
 -- revoke_token --
 -- Revoke a token (idempotent: a revoked one keeps its first revocation time).
 UPDATE tokens SET revoked_at = COALESCE(revoked_at, now()) WHERE id = $1 RETURNING id;
+
+-- heartbeat_router --
+-- Register a router replica or refresh its lease ($1 name, $2 lease seconds, $3 drain timeout seconds).
+INSERT INTO router_replicas (name, lease_seconds, drain_timeout_seconds) VALUES ($1, $2, $3)
+ON CONFLICT (name) DO UPDATE
+SET last_seen_at = now(), lease_seconds = EXCLUDED.lease_seconds, drain_timeout_seconds = EXCLUDED.drain_timeout_seconds
+RETURNING started_at;
+
+-- forget_silent_routers --
+-- Drop replicas silent for an hour past their lease (a stopped replica's row is kept that long, for `GET /v1/routers`).
+DELETE FROM router_replicas WHERE last_seen_at < now() - make_interval(secs => lease_seconds) - interval '1 hour';
+
+-- list_routers --
+-- Every registered replica and whether its lease still runs.
+SELECT r.name, r.started_at, r.last_seen_at, r.lease_seconds, r.drain_timeout_seconds,
+       r.last_seen_at > now() - make_interval(secs => r.lease_seconds) AS live
+FROM router_replicas r ORDER BY r.name;
+
+-- pending_router_drains --
+-- The drains of the last 5 minutes replica $1 has not acknowledged, oldest first.
+SELECT d.id, d.atespace, d.name FROM router_drains d
+WHERE d.requested_at > now() - interval '5 minutes'
+  AND NOT EXISTS (SELECT 1 FROM router_drain_acks a WHERE a.drain_id = d.id AND a.replica = $1)
+ORDER BY d.id LIMIT 1000;
+
+-- record_router_drain --
+-- The drain of actor ($2, $3) for operation $1 (the same row for a retry of that operation).
+INSERT INTO router_drains (operation_id, atespace, name) VALUES ($1, $2, $3)
+ON CONFLICT (operation_id) DO UPDATE SET operation_id = EXCLUDED.operation_id
+RETURNING id;
+
+-- notify_router_drain --
+-- Tell the listening replicas at once ($1 payload "<id> <atespace>/<name>").
+SELECT pg_notify('ate_router_drains', $1);
+
+-- prune_router_drains --
+-- Forget drains older than an hour (with their acknowledgements).
+DELETE FROM router_drains WHERE requested_at < now() - interval '1 hour';
+
+-- router_drain_waiting --
+-- Live replicas (heard from within their lease) that have not acknowledged drain $1, with their drain timeouts; and those that have.
+SELECT r.name, r.drain_timeout_seconds, (a.drain_id IS NOT NULL) AS acked
+FROM router_replicas r
+LEFT JOIN router_drain_acks a ON a.drain_id = $1 AND a.replica = r.name
+WHERE r.last_seen_at > now() - make_interval(secs => r.lease_seconds) OR a.drain_id IS NOT NULL
+ORDER BY r.name;
+
+-- ack_router_drain --
+-- Replica $2 has drained drain $1 (idempotent); NULL when no such drain.
+INSERT INTO router_drain_acks (drain_id, replica)
+SELECT id, $2 FROM router_drains WHERE id = $1
+ON CONFLICT DO NOTHING
+RETURNING drain_id;
+
+-- router_drain_exists --
+-- Whether drain $1 exists.
+SELECT EXISTS (SELECT 1 FROM router_drains WHERE id = $1);

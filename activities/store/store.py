@@ -3,6 +3,7 @@ concern; named queries in (`queries.sql`), dataclasses and store errors out.
 
 - the catalog: `atespaces`, `templates`, `actors`, `tags`, `history` (operations of an actor);
 - access: `tokens` (the bearer tokens ate issues);
+- the router replicas: `router_drains` (their leases, and the drains of an actor before its checkpoint);
 - the nodes: `nodes` (registration, heartbeats, reconciliation, crashes, fencing), `liveness`
   (lost nodes, UNREACHABLE actors and their grace, CRASHED actors to recover);
 - the operations' transitions, one class per workflow: `resumes`, `suspends`, `pauses`,
@@ -29,6 +30,7 @@ from activities.store.pinning import Pinning
 from activities.store.placement import Placement
 from activities.store.resumes import Resumes
 from activities.store.reverts import Reverts
+from activities.store.router_drains import RouterDrains
 from activities.store.snapshots import Snapshots
 from activities.store.suspends import Suspends
 from activities.store.tags import Tags
@@ -68,6 +70,7 @@ class Store:
         self.reverts = Reverts(pool, self.placement, self.nodes)
         self.drains = Drains(pool, self.placement)
         self.tokens = AccessTokens(pool)
+        self.router_drains = RouterDrains(pool)
 
     @classmethod
     async def connect(cls, dsn: str, *, min_size: int = 2, max_size: int = 10) -> Store:

@@ -2,6 +2,7 @@
 // snapshot kept. GET / increments an in-memory counter and a counter kept in
 // $DATA_DIR/count.txt and answers {"ip": ..., "memory_count": N, "file_count": M}, where ip is
 // the local address the request arrived on. /readyz answers 200 once the data dir is writable.
+// /slow?ms=N answers after N ms and /whoami answers {"who": $WHO}; neither counts.
 //
 // Idle keep-alive connections are closed after ~1 s: gVisor cannot checkpoint a connected
 // socket cleanly, so a suspended actor should hold none.
@@ -70,6 +71,24 @@ func (s *server) root(w http.ResponseWriter, r *http.Request) {
 	_ = json.NewEncoder(w).Encode(map[string]any{"ip": ip, "memory_count": mem, "file_count": file})
 }
 
+// slow answers {"slept_ms": N} after sleeping ?ms=N milliseconds (at most 60000), without
+// counting: a request that stays in flight, for drains before a checkpoint.
+func (s *server) slow(w http.ResponseWriter, r *http.Request) {
+	ms, _ := strconv.Atoi(r.URL.Query().Get("ms"))
+	if ms < 0 || ms > 60000 {
+		ms = 0
+	}
+	time.Sleep(time.Duration(ms) * time.Millisecond)
+	w.Header().Set("Content-Type", "application/json")
+	_ = json.NewEncoder(w).Encode(map[string]any{"slept_ms": ms})
+}
+
+// whoami answers {"who": $WHO} (the template's env), without counting: which actor answered.
+func (s *server) whoami(w http.ResponseWriter, _ *http.Request) {
+	w.Header().Set("Content-Type", "application/json")
+	_ = json.NewEncoder(w).Encode(map[string]any{"who": os.Getenv("WHO")})
+}
+
 func (s *server) readyz(w http.ResponseWriter, _ *http.Request) {
 	if !s.ready.Load() {
 		http.Error(w, "not ready", http.StatusServiceUnavailable)
@@ -105,6 +124,8 @@ func main() {
 	mux := http.NewServeMux()
 	mux.HandleFunc("/", s.root)
 	mux.HandleFunc("/readyz", s.readyz)
+	mux.HandleFunc("/slow", s.slow)
+	mux.HandleFunc("/whoami", s.whoami)
 	srv := &http.Server{
 		Addr:              "0.0.0.0:" + port,
 		Handler:           mux,

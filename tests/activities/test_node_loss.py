@@ -249,3 +249,45 @@ async def test_crashed_actors_of_templates_with_on_crash_revert_are_listed_for_r
     [only] = await stage.liveness.crashed_to_recover()
     assert (only.actor, only.last_error) == (healing, "sandbox exited: exit status 3")
     assert (await stage.templates.get("demo", "healing")).spec.document()["onCrash"] == "Revert"
+
+
+async def test_an_actor_that_keeps_crashing_after_its_automatic_reverts_is_left_crashed_once_told(stage: Store) -> None:
+    """Three automatic recoveries within ten minutes and a fourth crash: no fourth revert; its last
+    error says why, once. Recoveries older than the window do not count."""
+    recovering: dict[str, Any] = {**SPEC, "onCrash": "Revert"}
+    await stage.templates.create("demo", "healing", ActorTemplateSpec.from_document(recovering))
+    async with stage.pool.acquire() as connection:
+        golden = await connection.fetchval("SELECT golden_snapshot_id FROM actor_templates WHERE name = 'counter'")
+    await stage.templates.set_phase("demo", "healing", "Ready", None, golden)
+    ref = ActorRef("demo", "loop")
+    await stage.actors.create(ref, "healing", {})
+    await stage.resumes.begin(ref, "r1")
+    await stage.resumes.finish(ref, "r1")
+    worker_id = (await stage.actors.get(ref)).worker.worker_id  # type: ignore[union-attr]
+    assert await stage.nodes.crash_actor(ref, worker_id, "sandbox exited: exit status 3")
+
+    async def recoveries(ages_seconds: list[int]) -> None:  # as RevertActor records them (activities/store/reverts.py)
+        async with stage.pool.acquire() as connection:
+            for i, age in enumerate(ages_seconds):
+                await connection.execute(
+                    "INSERT INTO operations (operation_id, atespace, actor, operation, outcome, error, started_at) "
+                    "VALUES ($1, 'demo', 'loop', 'RevertActor', 'ok', 'automatic recovery (onCrash: Revert) from the "
+                    "crash: sandbox exited', now() - make_interval(secs => $2))",
+                    f"rev-{age}-{i}", age,
+                )
+
+    await recoveries([700, 650, 620])  # three, but all older than the 600 s window
+    assert [c.actor for c in await stage.liveness.crashed_to_recover()] == [ref]
+    assert await stage.liveness.stop_crash_loops() == []
+    await recoveries([300, 200])  # two within the window: still recovered
+    assert [c.actor for c in await stage.liveness.crashed_to_recover()] == [ref]
+    await recoveries([100])  # the third within the window
+    assert await stage.liveness.crashed_to_recover() == []
+    assert await stage.liveness.stop_crash_loops() == [ref]
+    assert await stage.liveness.stop_crash_loops() == []  # told once
+    actor = await stage.actors.get(ref)
+    assert actor.state == "CRASHED"
+    assert actor.last_error == (
+        "sandbox exited: exit status 3; automatic recovery stopped: 3 reverts (onCrash: Revert) within 600 s did not "
+        "keep it running; find the cause with 'ate describe actor', then revert it with 'ate revert actor'"
+    )

@@ -409,9 +409,13 @@ async def test_the_view_follows_other_processes_and_survives_a_lost_connection(s
         plan = await store.resumes.begin(await demo_actor(store, name="a1"), "r1")
         assert plan.worker is not None and plan.worker.name == "w2"
         loads = view.loads
-        assert view.listener_pid is not None
-        assert await other.pool.fetchval("SELECT pg_terminate_backend($1)", view.listener_pid)
+        killed = view.listener_pid
+        assert killed is not None
+        assert await other.pool.fetchval("SELECT pg_terminate_backend($1)", killed)
         await other.nodes.register("n3", "127.0.0.3:1", "v", [worker("w3")])
+        async with asyncio.timeout(30):  # the view notices the lost connection (at once when idle, later under load)
+            while view.listener_pid == killed:
+                await asyncio.sleep(0.01)
         await view.ready()  # waits for the view to listen and load again
         assert view.loads > loads
         plan = await store.resumes.begin(await demo_actor(store, name="a2"), "r2")
@@ -436,7 +440,7 @@ async def test_a_node_back_from_a_long_outage_takes_new_actors_at_once(store: St
     await store.nodes.register("n2", "127.0.0.2:1", "v", [worker(f"n2-w{i}") for i in range(4)])
     await ready_template(store)
     await store.pool.execute("UPDATE nodes SET last_heartbeat = now() - interval '1 hour' WHERE name = 'n2'")
-    assert await store.nodes.mark_lost() == ["n2"]
+    assert await store.liveness.mark_lost() == ["n2"]
     for i in range(3):
         plan = await store.resumes.begin(await demo_actor(store, name=f"a{i}"), f"r-a{i}")
         assert plan.worker is not None and plan.worker.node == "n1"

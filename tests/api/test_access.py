@@ -66,6 +66,9 @@ ROUTES: dict[tuple[str, str], str] = {
     ("POST", "/v1/tokens"): "admin",
     ("DELETE", "/v1/tokens/{token_id}"): "admin",
     ("POST", "/v1/accessreviews"): "router",
+    ("GET", "/v1/routers"): "cluster-viewer",
+    ("PUT", "/v1/routers/{replica}"): "router",
+    ("POST", "/v1/routers/{replica}/drains/{drain_id}/ack"): "router",
     ("GET", "/v1/whoami"): "authenticated",
     ("GET", "/healthz"): "public",
 }
@@ -83,18 +86,26 @@ ROUTER_ROUTES = {
     ("GET", "/v1/operations"),
     ("POST", "/v1/atespaces/{atespace}/actors/{name}/resume"),
     ("POST", "/v1/accessreviews"),
+    ("PUT", "/v1/routers/{replica}"),
+    ("POST", "/v1/routers/{replica}/drains/{drain_id}/ack"),
 }
-"""What the router role may call: reading actors and templates, resuming, access reviews."""
+"""What the router role may call: reading actors and templates, resuming, access reviews, its
+replica's heartbeat and drain acknowledgements."""
 
-PATH_VALUES = {"atespace": "walk", "name": "c1", "node": "n1", "token_id": "0123456789ab"}
+PATH_VALUES = {
+    "atespace": "walk",
+    "name": "c1",
+    "node": "n1",
+    "token_id": "0123456789ab",
+    "replica": "walk-router",
+    "drain_id": "1",
+}
 """Path parameters of the walk: atespace `walk` (granted, then deleted, so nothing is changed by
 the requests that pass), names that do not exist."""
 
 
 @pytest.fixture(scope="module")
-def api(
-    tmp_path_factory: pytest.TempPathFactory, api_database_url: str, temporal_address: str
-) -> Iterator[ApiProcess]:
+def api(tmp_path_factory: pytest.TempPathFactory, api_database_url: str, temporal_address: str) -> Iterator[ApiProcess]:
     """An api-server process for this module (ApiProcess: its URL, a client per token)."""
     with api_process(tmp_path_factory.mktemp("api"), api_database_url, temporal_address) as running:
         yield running

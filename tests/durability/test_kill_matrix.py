@@ -57,6 +57,7 @@ snapshot destination is `<gen>-<12 hex of sha256(run id)>`, unique per operation
 | ResumeActor | finalize `finish_resume` (before_finalize) | `mark_actor_running` only WHERE state RESUMING AND operation_id = this run; a repeat finds RUNNING with its own operation_id and returns |
 | ResumeActor | rollback `rollback_resume` | guarded by operation_id; deletes the placement only if it is this run's |
 | SuspendActor | mark `begin_suspend` (before_mark, after_mark) | actor row lock; guard RUNNING; a repeat finds SUSPENDING with its own operation_id and returns the same PENDING snapshot (`in_progress_snapshot_id`); generation = max+1 under the row lock, UNIQUE (owner, generation) |
+| SuspendActor | drain `drain_routers` (router_drain) | the drain row is keyed by the operation ID (`record_router_drain` returns the same row to a retry, which NOTIFYs again); acknowledgements are idempotent per (drain, replica); the step only waits, so a retry waits again; the actor stays SUSPENDING with its sandbox running |
 | SuspendActor | checkpoint `atelet_checkpoint` (atelet_checkpoint) | OperationLog `<run>/checkpoint`; the destination must not exist (or hold this operation's own completed checkpoint, manifest `created_by_operation`); data is staged, hashed, manifest.json written last, then renamed onto the destination |
 | SuspendActor | finalize `complete_suspend` (before_finalize) | one transaction: `complete_snapshot` only WHERE state PENDING, `mark_actor_suspended` only WHERE SUSPENDING AND operation_id = this run; a repeat finds SUSPENDED with this snapshot |
 | SuspendActor | rollback `rollback_suspend` | guarded by operation_id; deletes the snapshot only while PENDING |
@@ -64,6 +65,7 @@ snapshot destination is `<gen>-<12 hex of sha256(run id)>`, unique per operation
 | RevertActor | terminate `atelet_terminate` / `fence_worker` | Terminate succeeds when nothing runs (OperationLog `<run>/terminate`); fencing sets the worker UNAVAILABLE, an idempotent write |
 | RevertActor | finalize `finish_revert` (before_finalize) | `mark_actor_reverted` only WHERE REVERTING AND operation_id = this run; placement delete idempotent; a repeat finds SUSPENDED and returns |
 | PauseActor | mark `begin_pause` (before_mark, after_mark) | actor row lock; guard RUNNING (PAUSED answers "already paused"); a repeat finds PAUSING with its own operation_id and returns the same worker and PENDING snapshot (`in_progress_snapshot_id`); the reserved snapshot is LOCAL, `local:///<atespace>/actors/<name>/<gen>-...` on the worker's node, generation max+1 under the row lock; `mark_actor_pausing` guarded by the actor version |
+| PauseActor | drain `drain_routers` (router_drain) | as SuspendActor's drain |
 | PauseActor | checkpoint `atelet_checkpoint` (atelet_checkpoint) | as SuspendActor's checkpoint (OperationLog `<run>/checkpoint`, own completed checkpoint answered again, staged then renamed), into the atelet's `local-snapshots` dir; the activity first checks that this run still holds the actor's worker (`_still_placed`); a staging dir a killed atelet left there is removed at its next start |
 | PauseActor | finalize `complete_pause` (before_finalize) | one transaction: `complete_snapshot` only WHERE PENDING, `mark_actor_paused` (local snapshot, pinned to its node, worker freed) only WHERE PAUSING AND operation_id = this run, placement deleted; a repeat finds PAUSED with this local snapshot and returns |
 | PauseActor | rollback `rollback_suspend` | PAUSING -> RUNNING guarded by operation_id (no local snapshot is kept yet); deletes the snapshot only while PENDING |
@@ -117,10 +119,10 @@ PROCESSES = ("worker", "api-server", "temporal", "atelet")
 
 FAILPOINTS = {
     "ResumeActor": ("before_placement", "after_bind", "atelet_call", "before_finalize"),
-    "SuspendActor": ("before_mark", "after_mark", "atelet_checkpoint", "before_finalize"),
+    "SuspendActor": ("before_mark", "after_mark", "router_drain", "atelet_checkpoint", "before_finalize"),
     "GoldenSnapshot": ("before_placement", "after_bind", "atelet_call", "atelet_checkpoint", "before_finalize"),
     "RevertActor": ("before_mark", "after_mark", "before_finalize"),
-    "PauseActor": ("before_mark", "after_mark", "atelet_checkpoint", "before_finalize"),
+    "PauseActor": ("before_mark", "after_mark", "router_drain", "atelet_checkpoint", "before_finalize"),
     "UploadSnapshot": ("before_reserve", "atelet_copy", "before_finalize"),
 }
 POSTGRES_CASES = (

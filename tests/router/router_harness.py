@@ -206,8 +206,8 @@ class Step:
 
 
 class FakeApi:
-    """Stand-in for the ate REST API: resume (scripted, counted), template, actor and access
-    review endpoints. Every actor exists (its template `web`) unless its key is in `missing`;
+    """Stand-in for the ate REST API: resume (scripted, counted), template, actor, access review
+    and router replica (heartbeat listing `drains`, acknowledgements in `acks`) endpoints. Every actor exists (its template `web`) unless its key is in `missing`;
     template `web`'s access rule is `access`; `grants` maps a token to the actor keys it reaches."""
 
     def __init__(self, worker_port: int) -> None:
@@ -225,12 +225,18 @@ class FakeApi:
         self.grants: dict[str, set[str]] = {}
         self.reviews: list[dict[str, Any]] = []
         self.actor_calls = 0
+        self.drains: list[tuple[int, str]] = []
+        self.acks: list[tuple[str, int]] = []
+        self.heartbeats: Counter[str] = Counter()
+        self.refuse_heartbeats = False
         self.app = FastAPI()
         self.app.post("/v1/atespaces/{atespace}/actors/{name}/resume")(self.resume)
         self.app.get("/v1/atespaces/{atespace}/templates/{template}")(self.template)
         self.app.get("/v1/atespaces/{atespace}/actors/{name}")(self.actor)
         self.app.post("/v1/accessreviews")(self.review)
         self.app.get("/healthz")(self.healthz)
+        self.app.put("/v1/routers/{replica}")(self.heartbeat)
+        self.app.post("/v1/routers/{replica}/drains/{drain_id}/ack")(self.ack)
 
     def script(self, key: str, *steps: Step) -> None:
         """Answer resumes of ``key`` with ``steps`` in order, repeating the last one."""
@@ -277,6 +283,19 @@ class FakeApi:
             return JSONResponse({"reason": "NotFound", "message": f"actor {atespace}/{name} not found",
                                  "details": {}}, status_code=404)
         return JSONResponse({"atespace": atespace, "name": name, "template": "web", "state": "SUSPENDED"})
+
+    async def heartbeat(self, replica: str) -> JSONResponse:
+        """A router replica's heartbeat: the drains of `drains` it has not acknowledged."""
+        if self.refuse_heartbeats:
+            return JSONResponse({"reason": "Unavailable", "message": "down", "details": {}}, status_code=503)
+        self.heartbeats[replica] += 1
+        pending = [(i, k) for i, k in self.drains if (replica, i) not in self.acks]
+        drains = [{"id": i, "atespace": k.split("/")[0], "name": k.split("/")[1]} for i, k in pending]
+        return JSONResponse({"replica": replica, "lease_seconds": 10.0, "drains": drains})
+
+    async def ack(self, replica: str, drain_id: int) -> JSONResponse:
+        self.acks.append((replica, drain_id))
+        return JSONResponse({"replica": replica, "drain_id": drain_id, "acknowledged": True})
 
     async def healthz(self) -> JSONResponse:
         return JSONResponse({"status": "ok"})

@@ -22,6 +22,7 @@ from websockets.asyncio.client import ClientConnection, connect
 from websockets.exceptions import ConnectionClosed, InvalidStatus
 
 from router.app import create_app
+from router.drain import DRAIN_REASON
 from router.metrics import REQUESTS
 from router.sessions import GOING_AWAY, SHUTDOWN_REASON
 from router.settings import RouterSettings
@@ -286,3 +287,26 @@ async def _stop_while_open(address: str, proc: asyncio.subprocess.Process, log: 
             with pytest.raises(httpx.RemoteProtocolError):  # cut off: the client sees it incomplete
                 await anext(chunks)
             await log.held_ended.wait()
+
+
+async def test_a_drain_ends_the_actors_websocket_and_counts_it_as_in_flight(env: StreamEnv) -> None:
+    """A WebSocket is a flight of the drain gate for its whole life: a drain of its actor ends it
+    (1001 with the drain's reason) and finishes clean once it is gone; a new WebSocket after the
+    drain reaches the actor again through a resume."""
+    router = env.app.state.router
+    async with ws(env.ws_url) as socket:
+        await socket.send("ping")
+        assert await socket.recv() == "ping"
+        assert router.drains.in_flight("demo/c1") == 1
+        calls = env.api.calls["demo/c1"]
+        outcome = await asyncio.wait_for(router.drains.drain(9, "demo/c1"), HANG_GUARD_SECONDS)
+        with pytest.raises(ConnectionClosed) as closed:
+            await socket.recv()
+    assert closed.value.rcvd is not None
+    assert (closed.value.rcvd.code, closed.value.rcvd.reason) == (GOING_AWAY, DRAIN_REASON)
+    assert (outcome.result, outcome.cut) == ("clean", 0)
+    assert router.drains.in_flight("demo/c1") == 0
+    async with ws(env.ws_url) as socket:  # a new one after the drain
+        await socket.send("again")
+        assert await socket.recv() == "again"
+    assert env.api.calls["demo/c1"] == calls + 1

@@ -36,7 +36,7 @@ from domain.operations.upload import UploadPlan, UploadSnapshotInput
 from domain.temporal import SNAPSHOT_GC_WORKFLOW_ID, template_workflow_id, upload_workflow_id
 from tests.workflows.fakes import Fakes, atelet_failure, store_failure
 from tests.workflows.harness import Ate, running, start_test_server
-from tests.workflows.samples import ATELET, C1, MANIFEST, NODE, SPEC, actor, snapshot, worker
+from tests.workflows.samples import ATELET, C1, DRAINED, MANIFEST, NODE, SPEC, actor, snapshot, worker
 from workflows.eviction_deadline import EvictionDeadlineWorkflow
 from workflows.golden_snapshot import GoldenSnapshotWorkflow
 from workflows.pause_actor import PauseActorWorkflow
@@ -98,14 +98,18 @@ async def resume_detached_from_full_node(ate: Ate) -> Handle:
 
 async def suspend_sync(ate: Ate) -> Handle:
     ate.fakes.script("begin_suspend", SuspendPlan(already_suspended=False, worker=worker(1), snapshot=snapshot(4)))
-    ate.fakes.script("atelet_checkpoint", CHECKPOINTED).script("complete_suspend", None)
+    ate.fakes.script("drain_routers", DRAINED).script("atelet_checkpoint", CHECKPOINTED).script(
+        "complete_suspend", None
+    )
     return await settled(await ate.start(SuspendActorWorkflow.run, SuspendActorInput(actor=C1), id=C1.workflow_id))
 
 
 async def suspend_async_with_upload(ate: Ate) -> Handle:
     local = snapshot(4, local=True)
     ate.fakes.script("begin_suspend", SuspendPlan(already_suspended=False, worker=worker(1), snapshot=local))
-    ate.fakes.script("atelet_checkpoint", CHECKPOINTED).script("complete_suspend", None)
+    ate.fakes.script("drain_routers", DRAINED).script("atelet_checkpoint", CHECKPOINTED).script(
+        "complete_suspend", None
+    )
     plan = UploadPlan(needed=True, source=LOCAL, destination=snapshot(4), atelet_address=ATELET)
     ate.fakes.script("begin_upload", plan).script("atelet_copy_snapshot", CHECKPOINTED).script("complete_upload", True)
     handle = await ate.start(SuspendActorWorkflow.run, SuspendActorInput(actor=C1, mode="async"), id=C1.workflow_id)
@@ -123,13 +127,17 @@ async def suspend_from_paused_rolled_back(ate: Ate) -> Handle:
 
 async def pause(ate: Ate) -> Handle:
     ate.fakes.script("begin_pause", PausePlan(already_paused=False, worker=worker(1), snapshot=snapshot(5, local=True)))
-    ate.fakes.script("atelet_checkpoint", UNAVAILABLE, CHECKPOINTED).script("complete_pause", None)
+    ate.fakes.script("drain_routers", DRAINED).script("atelet_checkpoint", UNAVAILABLE, CHECKPOINTED).script(
+        "complete_pause", None
+    )
     return await settled(await ate.start(PauseActorWorkflow.run, PauseActorInput(actor=C1), id=C1.workflow_id))
 
 
 async def pause_rolled_back(ate: Ate) -> Handle:
     ate.fakes.script("begin_pause", PausePlan(already_paused=False, worker=worker(1), snapshot=snapshot(5, local=True)))
-    ate.fakes.script("atelet_checkpoint", atelet_failure(grpc.StatusCode.FAILED_PRECONDITION, "no space left"))
+    ate.fakes.script("drain_routers", DRAINED).script(
+        "atelet_checkpoint", atelet_failure(grpc.StatusCode.FAILED_PRECONDITION, "no space left")
+    )
     ate.fakes.script("rollback_suspend", None)
     return await settled(await ate.start(PauseActorWorkflow.run, PauseActorInput(actor=C1), id=C1.workflow_id))
 
@@ -170,7 +178,7 @@ GOLDEN_PLAN = GoldenPlan(worker=worker(1), snapshot=snapshot(1, owner="demo/temp
 async def golden_after_waiting_for_a_worker(ate: Ate) -> Handle:
     busy = store_failure(NoCapacity("no worker has room for the template demo/counter"))
     ate.fakes.script("begin_golden", busy, busy, GOLDEN_PLAN).script("atelet_start", RESTORED)
-    ate.fakes.script("atelet_checkpoint", CHECKPOINTED).script("complete_golden", None)
+    ate.fakes.script("drain_routers", DRAINED).script("atelet_checkpoint", CHECKPOINTED).script("complete_golden", None)
     return await settled(
         await ate.start(GoldenSnapshotWorkflow.run, GOLDEN, id=template_workflow_id("demo", "counter"))
     )
@@ -188,7 +196,9 @@ async def eviction_deadline(ate: Ate) -> Handle:
     def suspend_plan(request: BeginSuspendInput) -> SuspendPlan:
         return SuspendPlan(already_suspended=False, worker=worker(1), snapshot=snapshot(2, owner=request.actor.key))
 
-    ate.fakes.script("begin_suspend", suspend_plan).script("atelet_checkpoint", CHECKPOINTED)
+    ate.fakes.script("begin_suspend", suspend_plan).script("drain_routers", DRAINED).script(
+        "atelet_checkpoint", CHECKPOINTED
+    )
     ate.fakes.script("complete_suspend", None)
     left = [Leftover(actor=actor("a2"), worker=worker(2)), Leftover(actor=actor("p1"), worker=None)]
     ate.fakes.script("begin_drain", DrainPlan(running=[actor("a1")])).script("drain_leftovers", left)

@@ -6,6 +6,7 @@ All real `domain` dataclasses, shaped as the store would return them for the REA
 
 from __future__ import annotations
 
+from domain.operations.router_drain import RouterDrainResult
 from domain.refs import ActorRef, SnapshotRef, WorkerRef
 from domain.states import SnapshotScope, SnapshotStorage
 from domain.templates import ActorTemplateSpec, Container, HttpGetProbe, ResourceLimits, Volume, VolumeMount
@@ -79,3 +80,7 @@ def snapshot(
         uri=f"file:///snapshots/{owner}/{generation}",
         manifest=manifest,
     )
+
+
+DRAINED = RouterDrainResult(drain_id=1, acknowledged=["router-a"], waited_seconds=0.01)
+"""What `drain_routers` answers: one router replica acknowledged the drain."""

@@ -15,7 +15,7 @@ from domain.operations.snapshot_gc import SnapshotGcInput
 from domain.operations.suspend import BeginSuspendInput, SuspendPlan
 from tests.workflows.fakes import atelet_failure
 from tests.workflows.harness import Ate
-from tests.workflows.samples import MANIFEST, NODE, actor, snapshot, worker
+from tests.workflows.samples import DRAINED, MANIFEST, NODE, actor, snapshot, worker
 from workflows.eviction_deadline import EvictionDeadlineWorkflow
 from workflows.snapshot_gc import SnapshotGarbageCollectionWorkflow
 
@@ -34,7 +34,9 @@ def suspend_plan(request: BeginSuspendInput) -> SuspendPlan:
 
 def script_suspends(ate: Ate) -> None:
     ate.fakes.script("begin_suspend", suspend_plan)
-    ate.fakes.script("atelet_checkpoint", AteletCheckpointResult(manifest=MANIFEST, size_bytes=1024))
+    ate.fakes.script("drain_routers", DRAINED).script(
+        "atelet_checkpoint", AteletCheckpointResult(manifest=MANIFEST, size_bytes=1024)
+    )
     ate.fakes.script("complete_suspend", None)
 
 
@@ -112,7 +114,7 @@ async def test_an_actor_busy_with_another_operation_is_left_to_it_and_checked_ag
 
 async def test_a_failed_child_suspend_leaves_the_actor_to_the_deadline(ate: Ate) -> None:
     ate.fakes.script("begin_suspend", suspend_plan).script("rollback_suspend", None)
-    ate.fakes.script(
+    ate.fakes.script("drain_routers", DRAINED).script(
         "atelet_checkpoint", atelet_failure(grpc.StatusCode.FAILED_PRECONDITION, "open connection", "Checkpoint")
     )
     ate.fakes.script("begin_drain", DrainPlan(running=[A1]))
@@ -120,4 +122,10 @@ async def test_a_failed_child_suspend_leaves_the_actor_to_the_deadline(ate: Ate)
     ate.fakes.script("atelet_terminate", True).script("crash_after_deadline", None)
     result = await ate.execute(RUN, EvictionDeadlineInput(node=NODE, deadline_seconds=60.0), id=ID)
     assert (result.suspended, result.crashed) == ([], ["demo/a1"])
-    assert ate.fakes.names()[:4] == ["begin_drain", "begin_suspend", "atelet_checkpoint", "rollback_suspend"]
+    assert ate.fakes.names()[:5] == [
+        "begin_drain",
+        "begin_suspend",
+        "drain_routers",
+        "atelet_checkpoint",
+        "rollback_suspend",
+    ]

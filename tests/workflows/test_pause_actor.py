@@ -13,7 +13,7 @@ from domain.operations.suspend import BeginSuspendInput, CompleteSnapshotInput
 from domain.states import TRANSITIONS, Operation
 from tests.workflows.fakes import atelet_failure, store_failure
 from tests.workflows.harness import Ate
-from tests.workflows.samples import C1, MANIFEST, NODE, snapshot, worker
+from tests.workflows.samples import C1, DRAINED, MANIFEST, NODE, snapshot, worker
 from workflows.pause_actor import PauseActorWorkflow
 
 RUN = PauseActorWorkflow.run
@@ -24,10 +24,12 @@ CHECKPOINTED = AteletCheckpointResult(manifest=MANIFEST, size_bytes=2048, timing
 
 
 async def test_a_pause_checkpoints_onto_the_node_and_finalizes(ate: Ate) -> None:
-    ate.fakes.script("begin_pause", PLAN).script("atelet_checkpoint", CHECKPOINTED).script("complete_pause", None)
+    ate.fakes.script("begin_pause", PLAN).script("drain_routers", DRAINED).script(
+        "atelet_checkpoint", CHECKPOINTED
+    ).script("complete_pause", None)
     result = await ate.execute(RUN, PauseActorInput(actor=C1), id=ID)
     op = ate.run_id
-    assert ate.fakes.names() == ["begin_pause", "atelet_checkpoint", "complete_pause"]
+    assert ate.fakes.names() == ["begin_pause", "drain_routers", "atelet_checkpoint", "complete_pause"]
     assert ate.fakes.inputs("begin_pause") == [BeginSuspendInput(actor=C1, operation_id=op)]
     assert ate.fakes.inputs("atelet_checkpoint") == [
         AteletCheckpointInput(operation_id=op, worker=worker(1), holder=C1, snapshot=LOCAL)
@@ -65,12 +67,14 @@ async def test_a_suspended_actor_cannot_be_paused(ate: Ate) -> None:
 async def test_a_failed_checkpoint_drops_the_local_snapshot_and_the_actor_keeps_running(ate: Ate) -> None:
     ate.fakes.script("begin_pause", PLAN).script("rollback_suspend", None)
     full = "no space left on device"
-    ate.fakes.script("atelet_checkpoint", atelet_failure(grpc.StatusCode.FAILED_PRECONDITION, full, "Checkpoint"))
+    ate.fakes.script("drain_routers", DRAINED).script(
+        "atelet_checkpoint", atelet_failure(grpc.StatusCode.FAILED_PRECONDITION, full, "Checkpoint")
+    )
     failure = await ate.failure(RUN, PauseActorInput(actor=C1), id=ID)
     cause = f"while calling atelet Checkpoint on 127.0.0.1:8085: {full}"
     assert failure.type == "AteletFailedPrecondition"
     assert failure.message == f"pause of actor demo/c1 failed; it keeps running: {cause}"
-    assert ate.fakes.names() == ["begin_pause", "atelet_checkpoint", "rollback_suspend"]
+    assert ate.fakes.names() == ["begin_pause", "drain_routers", "atelet_checkpoint", "rollback_suspend"]
     assert ate.fakes.inputs("rollback_suspend") == [
         CompleteSnapshotInput(
             actor=C1, operation_id=ate.run_id, snapshot_id=LOCAL.snapshot_id, manifest={"error": cause}, size_bytes=0
@@ -80,9 +84,17 @@ async def test_a_failed_checkpoint_drops_the_local_snapshot_and_the_actor_keeps_
 
 async def test_a_checkpoint_that_fails_once_is_retried_and_the_pause_succeeds(ate: Ate) -> None:
     unavailable = atelet_failure(grpc.StatusCode.UNAVAILABLE, "atelet restarting", "Checkpoint")
-    ate.fakes.script("begin_pause", PLAN).script("atelet_checkpoint", unavailable, CHECKPOINTED)
+    ate.fakes.script("begin_pause", PLAN).script("drain_routers", DRAINED).script(
+        "atelet_checkpoint", unavailable, CHECKPOINTED
+    )
     ate.fakes.script("complete_pause", None)
     result = await ate.execute(RUN, PauseActorInput(actor=C1), id=ID)
     assert [c.attempt for c in ate.fakes.calls if c.name == "atelet_checkpoint"] == [1, 2]
-    assert ate.fakes.names() == ["begin_pause", "atelet_checkpoint", "atelet_checkpoint", "complete_pause"]
+    assert ate.fakes.names() == [
+        "begin_pause",
+        "drain_routers",
+        "atelet_checkpoint",
+        "atelet_checkpoint",
+        "complete_pause",
+    ]
     assert result.generation == 5

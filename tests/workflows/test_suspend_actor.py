@@ -9,16 +9,17 @@ import asyncio
 import grpc
 import pytest
 
-from activities.store import NotFound
+from activities.store import NotFound, StoreError
 from activities.store.errors import refused
 from domain.operations.atelet_calls import AteletCheckpointInput, AteletCheckpointResult, AteletCopyInput
+from domain.operations.router_drain import RouterDrainInput
 from domain.operations.suspend import BeginSuspendInput, CompleteSnapshotInput, SuspendActorInput, SuspendPlan
 from domain.operations.upload import CompleteUploadInput, UploadInput, UploadPlan, UploadSnapshotInput
 from domain.states import TRANSITIONS, Operation
 from domain.temporal import upload_workflow_id
 from tests.workflows.fakes import atelet_failure, store_failure
 from tests.workflows.harness import Ate
-from tests.workflows.samples import ATELET, C1, MANIFEST, snapshot, worker
+from tests.workflows.samples import ATELET, C1, DRAINED, MANIFEST, snapshot, worker
 from workflows.suspend_actor import SuspendActorWorkflow
 from workflows.upload_snapshot import UploadSnapshotWorkflow
 
@@ -38,15 +39,18 @@ FROM_PAUSED = SuspendPlan(
 
 
 def script_happy(ate: Ate) -> None:
-    ate.fakes.script("begin_suspend", PLAN).script("atelet_checkpoint", CHECKPOINTED).script("complete_suspend", None)
+    ate.fakes.script("begin_suspend", PLAN).script("drain_routers", DRAINED).script(
+        "atelet_checkpoint", CHECKPOINTED
+    ).script("complete_suspend", None)
 
 
 async def test_a_sync_suspend_checkpoints_to_the_storage_location_and_finalizes(ate: Ate) -> None:
     script_happy(ate)
     result = await ate.execute(RUN, SuspendActorInput(actor=C1), id=ID)
     op = ate.run_id
-    assert ate.fakes.names() == ["begin_suspend", "atelet_checkpoint", "complete_suspend"]
+    assert ate.fakes.names() == ["begin_suspend", "drain_routers", "atelet_checkpoint", "complete_suspend"]
     assert ate.fakes.inputs("begin_suspend") == [BeginSuspendInput(actor=C1, operation_id=op, mode="sync")]
+    assert ate.fakes.inputs("drain_routers") == [RouterDrainInput(actor=C1, operation_id=op)]
     assert ate.fakes.inputs("atelet_checkpoint") == [
         AteletCheckpointInput(operation_id=op, worker=worker(1), holder=C1, snapshot=RESERVED)
     ]
@@ -58,6 +62,16 @@ async def test_a_sync_suspend_checkpoints_to_the_storage_location_and_finalizes(
     assert result.actor == C1 and result.generation == 4 and not result.already_suspended
     assert result.upload_workflow_id is None
     assert result.timings["atelet_checkpoint"] == 0.4
+    assert result.timings["drain"] == DRAINED.waited_seconds  # how long the step waited for the replicas
+
+
+async def test_a_drain_that_fails_for_good_rolls_back_before_any_checkpoint(ate: Ate) -> None:
+    down = StoreError("the database is down")
+    ate.fakes.script("begin_suspend", PLAN).script("drain_routers", store_failure(down))
+    ate.fakes.script("rollback_suspend", None)
+    failure = await ate.failure(RUN, SuspendActorInput(actor=C1), id=ID)
+    assert failure.message == "suspend of actor demo/c1 failed; it keeps running: the database is down"
+    assert ate.fakes.names() == ["begin_suspend", "drain_routers", "rollback_suspend"]
 
 
 async def test_a_suspended_actor_returns_at_once(ate: Ate) -> None:
@@ -88,12 +102,14 @@ async def test_a_state_that_allows_no_suspend_is_refused_naming_both_states(ate:
 async def test_a_failed_checkpoint_drops_the_snapshot_and_the_actor_keeps_running(ate: Ate) -> None:
     ate.fakes.script("begin_suspend", PLAN).script("rollback_suspend", None)
     refusal = "cannot checkpoint: the sandbox has an open TCP connection"
-    ate.fakes.script("atelet_checkpoint", atelet_failure(grpc.StatusCode.FAILED_PRECONDITION, refusal, "Checkpoint"))
+    ate.fakes.script("drain_routers", DRAINED).script(
+        "atelet_checkpoint", atelet_failure(grpc.StatusCode.FAILED_PRECONDITION, refusal, "Checkpoint")
+    )
     failure = await ate.failure(RUN, SuspendActorInput(actor=C1), id=ID)
     cause = f"while calling atelet Checkpoint on 127.0.0.1:8085: {refusal}"
     assert failure.type == "AteletFailedPrecondition"
     assert failure.message == f"suspend of actor demo/c1 failed; it keeps running: {cause}"
-    assert ate.fakes.names() == ["begin_suspend", "atelet_checkpoint", "rollback_suspend"]
+    assert ate.fakes.names() == ["begin_suspend", "drain_routers", "atelet_checkpoint", "rollback_suspend"]
     assert ate.fakes.inputs("rollback_suspend") == [
         CompleteSnapshotInput(
             actor=C1, operation_id=ate.run_id, snapshot_id=RESERVED.snapshot_id, manifest={"error": cause}, size_bytes=0
@@ -104,10 +120,16 @@ async def test_a_failed_checkpoint_drops_the_snapshot_and_the_actor_keeps_runnin
 async def test_a_checkpoint_that_fails_once_is_retried_and_the_suspend_succeeds(ate: Ate) -> None:
     script_happy(ate)
     unavailable = atelet_failure(grpc.StatusCode.UNAVAILABLE, "atelet restarting", "Checkpoint")
-    ate.fakes.script("atelet_checkpoint", unavailable, CHECKPOINTED)
+    ate.fakes.script("drain_routers", DRAINED).script("atelet_checkpoint", unavailable, CHECKPOINTED)
     result = await ate.execute(RUN, SuspendActorInput(actor=C1), id=ID)
     assert [c.attempt for c in ate.fakes.calls if c.name == "atelet_checkpoint"] == [1, 2]
-    assert ate.fakes.names() == ["begin_suspend", "atelet_checkpoint", "atelet_checkpoint", "complete_suspend"]
+    assert ate.fakes.names() == [
+        "begin_suspend",
+        "drain_routers",
+        "atelet_checkpoint",
+        "atelet_checkpoint",
+        "complete_suspend",
+    ]
     assert result.generation == 4
 
 
@@ -145,9 +167,9 @@ UPLOAD_PLAN = UploadPlan(
 
 @pytest.mark.private_test_server  # its UploadSnapshot child outlives it
 async def test_an_async_suspend_keeps_the_checkpoint_on_the_node_and_uploads_it_in_the_background(ate: Ate) -> None:
-    ate.fakes.script("begin_suspend", ASYNC_PLAN).script("atelet_checkpoint", CHECKPOINTED).script(
-        "complete_suspend", None
-    )
+    ate.fakes.script("begin_suspend", ASYNC_PLAN).script("drain_routers", DRAINED).script(
+        "atelet_checkpoint", CHECKPOINTED
+    ).script("complete_suspend", None)
     ate.fakes.script("begin_upload", UPLOAD_PLAN).script("atelet_copy_snapshot", CHECKPOINTED)
     ate.fakes.script("complete_upload", True)
     result = await ate.execute(RUN, SuspendActorInput(actor=C1, mode="async"), id=ID)
@@ -163,6 +185,7 @@ async def test_an_async_suspend_keeps_the_checkpoint_on_the_node_and_uploads_it_
     assert uploaded.generation == 4 and uploaded.skipped is None
     assert ate.fakes.names() == [
         "begin_suspend",
+        "drain_routers",
         "atelet_checkpoint",
         "complete_suspend",
         "begin_upload",
@@ -198,9 +221,9 @@ async def test_an_async_suspend_whose_upload_already_runs_attaches_to_it(ate: At
         UploadSnapshotWorkflow.run, UploadSnapshotInput(actor=C1, local_snapshot_id=LOCAL.snapshot_id), id=upload_id
     )
     await ate.fakes.wait_for("begin_upload")
-    ate.fakes.script("begin_suspend", ASYNC_PLAN).script("atelet_checkpoint", CHECKPOINTED).script(
-        "complete_suspend", None
-    )
+    ate.fakes.script("begin_suspend", ASYNC_PLAN).script("drain_routers", DRAINED).script(
+        "atelet_checkpoint", CHECKPOINTED
+    ).script("complete_suspend", None)
     result = await ate.execute(RUN, SuspendActorInput(actor=C1, mode="async"), id=ID)
     assert result.upload_workflow_id == upload_id
     release.set()

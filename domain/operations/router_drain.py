@@ -1,0 +1,49 @@
+"""The drain of an actor's traffic on every router replica before its checkpoint: the input and
+result of the `drain_routers` step of SuspendActor and PauseActor.
+
+Before the atelet checkpoints a RUNNING actor, every live router replica is told to drain it:
+it stops sending new requests to the actor's worker (they wait, as when parked, and are served
+after the resume), lets its requests in flight finish within its `--drain-timeout`, closes the
+connections still open, and acknowledges. A replica silent past its lease is not waited for (it
+stops using its cache on its own once its lease runs out).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from domain.refs import ActorRef
+
+ROUTER_LEASE_SECONDS = 10.0
+"""How long a router replica counts as live after its last heartbeat (it sends one every
+`ROUTER_HEARTBEAT_SECONDS`); a replica whose lease ran out is not waited for, and uses no cache
+until it has a lease again."""
+
+ROUTER_HEARTBEAT_SECONDS = 2.0
+"""How often a router replica sends its heartbeat."""
+
+DRAIN_ACK_MARGIN_SECONDS = 5.0
+"""What the step waits beyond the longest `--drain-timeout` of the live replicas for their
+acknowledgements (the cut of what is left and the acknowledgement's own round trip)."""
+
+MAX_DRAIN_WAIT_SECONDS = 300.0
+"""The step never waits longer than this, whatever the replicas' drain timeouts."""
+
+
+@dataclass
+class RouterDrainInput:
+    """Input of `drain_routers`: the actor, about to be checkpointed by operation `operation_id`."""
+
+    actor: ActorRef
+    operation_id: str
+
+
+@dataclass
+class RouterDrainResult:
+    """What `drain_routers` saw: the drain's ID, the live replicas that acknowledged it, and
+    those that did not within the bound (the checkpoint goes ahead without them)."""
+
+    drain_id: int
+    acknowledged: list[str] = field(default_factory=list)
+    missing: list[str] = field(default_factory=list)
+    waited_seconds: float = 0.0

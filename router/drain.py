@@ -1,0 +1,229 @@
+"""The drain of an actor's traffic before its checkpoint, on this router replica.
+
+SuspendActor and PauseActor tell every router replica to drain an actor before the atelet
+checkpoints it (``router.registration`` brings the drain in and acknowledges it). ``DrainGate``
+carries it out:
+
+1. the actor is dropped from the cache, the resume call in flight for it is no longer shared
+   with new requests, and every upstream address obtained before this moment becomes unusable;
+2. requests for it that arrive meanwhile are held (``hold``) and then park as usual: they are
+   served after the resume;
+3. the requests in flight to its worker get ``drain_timeout_seconds`` to finish; then the
+   connections still open are shut (those responses break off) and the step waits a little
+   more (``settle_seconds``) for their requests to leave;
+4. only then is the drain acknowledged.
+
+The guarantee that no request of an actor that left RUNNING reaches its old worker (which may
+host another actor by then) rests on ``enter``: a request may send to an upstream only through a
+``Flight`` entered with a ``token`` taken before the upstream was looked up (the cache read, or
+the resume call it joined). A drain of the actor since that token makes ``enter`` refuse, and a
+drain waits for every flight entered before it. A replica whose lease with the control plane ran
+out (``leased`` false) is not waited for by the control plane, so it enters no flight at all
+until it has a lease again.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from router.cache import ActorCache
+from router.metrics import DRAIN_CUT_REQUESTS, DRAIN_DURATION, DRAIN_HELD, DRAINS
+from router.resume import Resumer
+from router.types import Upstream
+from router.upstream_client import UpstreamClient
+
+log = logging.getLogger(__name__)
+
+CLEAN = "clean"
+CUT = "cut"
+
+DRAIN_REASON = "the actor is being suspended; connect again"
+"""The close reason of a WebSocket (or why an event stream ended) at a drain (at most 123 bytes)."""
+
+MAX_REMEMBERED_DRAINS = 100_000
+"""Actors whose last drain is remembered; past them the oldest is forgotten and every token
+from before it is refused (a lookup again, never a wrong delivery)."""
+
+
+@dataclass(eq=False)
+class Flight:
+    """One request allowed to send to an actor's worker, from ``enter`` to ``leave``.
+
+    Attributes:
+        key: Actor key ``"<atespace>/<name>"``.
+        upstream: Where it sends.
+        cut: Set when a drain cut it off (its connection is shut; a connection made later is
+            closed at once).
+    """
+
+    key: str
+    upstream: Upstream
+    cut: bool = field(default=False)
+
+
+@dataclass(frozen=True)
+class DrainOutcome:
+    """What one drain did: its result (``clean`` or ``cut``), the requests it waited for and
+    those it cut, and how long it took (seconds)."""
+
+    result: str
+    waited_for: int
+    cut: int
+    seconds: float
+
+
+class DrainGate:
+    """Who may send to which actor's worker, and the drains that stop it.
+
+    Args:
+        cache: The RUNNING-actor cache (a drain drops the actor).
+        resumer: The resumer (a drain unshares the actor's resume call in flight).
+        upstream_client: The worker client (a drain shuts the connections it cuts).
+        drain_timeout_seconds: How long requests in flight may take to finish once drained.
+        settle_seconds: How long cut requests may take to leave (a connect in progress ends
+            within the connect timeout).
+        leased: Whether this replica may send at all (its lease runs); always True by default.
+        end_sessions: Ends the actor's open WebSockets and event streams at once, cleanly, with
+            a reason (``Sessions.end_actor``): they never finish on their own.
+    """
+
+    def __init__(
+        self,
+        cache: ActorCache,
+        resumer: Resumer,
+        upstream_client: UpstreamClient,
+        drain_timeout_seconds: float,
+        settle_seconds: float,
+        leased: Callable[[], bool] = lambda: True,
+        end_sessions: Callable[[str, str], int] = lambda _key, _reason: 0,
+    ) -> None:
+        self.cache = cache
+        self.resumer = resumer
+        self.upstream_client = upstream_client
+        self.drain_timeout_seconds = drain_timeout_seconds
+        self.settle_seconds = settle_seconds
+        self.leased = leased
+        self.end_sessions = end_sessions
+        self._clock = 0
+        self._drained_at: dict[str, int] = {}
+        self._floor = -1
+        self._flights: dict[str, set[Flight]] = {}
+        self._emptied: dict[str, asyncio.Event] = {}
+        self._draining: dict[str, int] = {}
+        self._released: dict[str, asyncio.Event] = {}
+        self._running: dict[int, asyncio.Task[DrainOutcome]] = {}
+
+    def token(self) -> int:
+        """A token to take before looking up an actor's upstream; give it to ``enter``."""
+        return self._clock
+
+    def in_flight(self, key: str) -> int:
+        """How many requests are sending to actor ``key``'s worker now."""
+        return len(self._flights.get(key, ()))
+
+    def enter(self, key: str, token: int, upstream: Upstream) -> Flight | None:
+        """Let one request send to ``upstream`` for actor ``key``, unless the actor was drained
+        since ``token`` was taken, is being drained, or this replica has no lease.
+
+        Returns:
+            The flight (``leave`` it when the response ends), or None: look the upstream up again.
+        """
+        stale = token < self._floor or self._drained_at.get(key, -1) > token
+        if stale or key in self._draining or not self.leased():
+            return None
+        flight = Flight(key, upstream)
+        self._flights.setdefault(key, set()).add(flight)
+        return flight
+
+    def leave(self, flight: Flight) -> None:
+        """The flight's request is over (its worker connection is closed)."""
+        flights = self._flights.get(flight.key)
+        if flights is None:
+            return
+        flights.discard(flight)
+        if not flights:
+            del self._flights[flight.key]
+            emptied = self._emptied.pop(flight.key, None)
+            if emptied is not None:
+                emptied.set()
+
+    def draining(self, key: str) -> bool:
+        """Whether a drain of actor ``key`` runs now."""
+        return key in self._draining
+
+    async def hold(self, key: str) -> None:
+        """Wait while actor ``key`` is being drained (counted in ``ate_router_drain_held_requests``)."""
+        released = self._released.get(key)
+        if released is None:
+            return
+        DRAIN_HELD.inc()
+        try:
+            await released.wait()
+        finally:
+            DRAIN_HELD.dec()
+
+    async def drain(self, drain_id: int, key: str) -> DrainOutcome:
+        """Carry out drain ``drain_id`` of actor ``key`` (see the module docstring); a second
+        call for the same drain while it runs waits for the first."""
+        task = self._running.get(drain_id)
+        if task is None:
+            task = asyncio.create_task(self._drain(drain_id, key), name=f"ate-router-drain-{drain_id}")
+            self._running[drain_id] = task
+            task.add_done_callback(lambda _t: self._running.pop(drain_id, None))
+        return await asyncio.shield(task)
+
+    async def _drain(self, drain_id: int, key: str) -> DrainOutcome:
+        loop = asyncio.get_running_loop()
+        started = loop.time()
+        self._clock += 1
+        self._drained_at.pop(key, None)
+        self._drained_at[key] = self._clock  # insertion order = drain order
+        if len(self._drained_at) > MAX_REMEMBERED_DRAINS:
+            oldest = next(iter(self._drained_at))
+            self._floor = max(self._floor, self._drained_at.pop(oldest))
+        self._draining[key] = self._draining.get(key, 0) + 1
+        self._released.setdefault(key, asyncio.Event())
+        self.cache.drop(key)
+        self.resumer.unshare(key)
+        ended = self.end_sessions(key, DRAIN_REASON)
+        if ended:
+            log.info("drain %d of actor %s: %d WebSockets or event streams ended", drain_id, key, ended)
+        waited_for = self.in_flight(key)
+        cut = 0
+        try:
+            if not await self._emptied_within(key, self.drain_timeout_seconds):
+                flights = list(self._flights.get(key, ()))
+                for flight in flights:
+                    flight.cut = True
+                    self.upstream_client.cut(flight)
+                cut = len(flights)
+                DRAIN_CUT_REQUESTS.inc(cut)
+                if not await self._emptied_within(key, self.settle_seconds):
+                    log.warning("drain %d of actor %s: %d cut requests still open", drain_id, key, self.in_flight(key))
+        finally:
+            self._draining[key] -= 1
+            if not self._draining[key]:
+                del self._draining[key]
+                self._released.pop(key).set()
+        outcome = DrainOutcome(CUT if cut else CLEAN, waited_for, cut, loop.time() - started)
+        DRAINS.labels(outcome.result).inc()
+        DRAIN_DURATION.observe(outcome.seconds)
+        log.info(
+            "drain %d of actor %s: %s, %d requests in flight waited for, %d cut at --drain-timeout %gs, %.3fs",
+            drain_id, key, outcome.result, waited_for, cut, self.drain_timeout_seconds, outcome.seconds,
+        )  # fmt: skip
+        return outcome
+
+    async def _emptied_within(self, key: str, seconds: float) -> bool:
+        """Whether the flights of ``key`` all left within ``seconds``."""
+        if not self._flights.get(key):
+            return True
+        emptied = self._emptied.setdefault(key, asyncio.Event())
+        try:
+            await asyncio.wait_for(emptied.wait(), seconds)
+        except TimeoutError:
+            return not self._flights.get(key)
+        return True

@@ -1,0 +1,160 @@
+"""This router replica's registration with the control plane: its heartbeat and lease, and the
+drains it is told to carry out and acknowledge.
+
+Every ``heartbeat_seconds`` the replica sends ``PUT /v1/routers/<replica>``; the answer lists the
+drains it has not acknowledged. Drains also arrive at once by NOTIFY on ``ate_router_drains``
+(payload ``"<id> <atespace>/<name>"``) through the cache's LISTEN connection; the heartbeat
+brings any that a lost connection missed. Each drain is carried out by ``DrainGate.drain`` and
+then acknowledged (``POST /v1/routers/<replica>/drains/<id>/ack``); a failed acknowledgement is
+sent again when the next heartbeat lists the drain.
+
+The lease: the control plane waits only for replicas heard from within their lease. So the
+replica holds a lease only until ``lease_seconds - LEASE_MARGIN_SECONDS`` after it *sent* its
+last heartbeat that was answered, which ends before the control plane stops waiting for it;
+without a lease it uses no cache and sends no request to a worker (``DrainGate.enter``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import os
+import re
+import socket
+import uuid
+
+from router.api_client import ApiClient, LookupFailed
+from router.cache import ActorCache
+from router.drain import DrainGate
+
+log = logging.getLogger(__name__)
+
+DRAIN_CHANNEL = "ate_router_drains"
+"""The NOTIFY channel of drains (activities.store.router_drains)."""
+
+LEASE_MARGIN_SECONDS = 1.0
+"""How much earlier than the control plane the replica considers its own lease over."""
+
+DONE_REMEMBERED = 10_000
+"""Drains acknowledged that are remembered (a drain listed again is acknowledged, not re-run)."""
+
+
+def default_replica_name() -> str:
+    """``router-<host>-<pid>-<4 hex>``, cut to a DNS label (unique per process)."""
+    host = re.sub(r"[^a-z0-9-]+", "-", socket.gethostname().lower()).strip("-")[:30] or "host"
+    return f"router-{host}-{os.getpid()}-{uuid.uuid4().hex[:4]}"[:63].strip("-")
+
+
+class Registration:
+    """Heartbeats, the lease, and the drains of this replica.
+
+    Args:
+        api: The API client.
+        gate: Where drains are carried out.
+        cache: The RUNNING-actor cache (cleared when the lease ends).
+        replica: This replica's name (a DNS label).
+        lease_seconds: The lease the heartbeat asks for.
+        heartbeat_seconds: Time between heartbeats.
+    """
+
+    def __init__(
+        self,
+        api: ApiClient,
+        gate: DrainGate,
+        cache: ActorCache,
+        replica: str,
+        lease_seconds: float,
+        heartbeat_seconds: float,
+    ) -> None:
+        self.api = api
+        self.gate = gate
+        self.cache = cache
+        self.replica = replica
+        self.lease_seconds = lease_seconds
+        self.heartbeat_seconds = heartbeat_seconds
+        self.lease_until = float("-inf")
+        self._task: asyncio.Task[None] | None = None
+        self._drains: dict[int, asyncio.Task[None]] = {}
+        self._done: dict[int, None] = {}
+        self._was_leased = False
+
+    def leased(self) -> bool:
+        """Whether this replica's lease runs now (it may use its cache and send to workers)."""
+        leased = asyncio.get_running_loop().time() < self.lease_until
+        if not leased and self._was_leased:
+            log.warning(
+                "router replica %s: no answered heartbeat for %gs, lease over: cache cleared, no request is sent "
+                "to a worker until the API answers again",
+                self.replica, self.lease_seconds,
+            )  # fmt: skip
+            self.cache.clear()
+        self._was_leased = leased
+        return leased
+
+    async def start(self) -> None:
+        """Send the first heartbeat (waiting for it, so a lease is there before traffic when
+        the API answers), then keep sending them in the background."""
+        await self._beat()
+        self._task = asyncio.create_task(self._run(), name="ate-router-heartbeat")
+
+    async def stop(self) -> None:
+        """Stop the heartbeats and the drains in progress."""
+        tasks = [t for t in (self._task, *self._drains.values()) if t is not None]
+        for task in tasks:
+            task.cancel()
+        for task in tasks:
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+        self._task = None
+
+    def on_notification(self, payload: str) -> None:
+        """Apply one ``ate_router_drains`` payload ``"<id> <atespace>/<name>"``."""
+        drain_id, _, key = payload.strip().partition(" ")
+        if not drain_id.isdigit() or "/" not in key:
+            log.warning("unparsable ate_router_drains payload %r", payload)
+            return
+        self.dispatch(int(drain_id), key)
+
+    def dispatch(self, drain_id: int, key: str) -> None:
+        """Carry out drain ``drain_id`` of actor ``key`` and acknowledge it (once; a drain
+        already done is only acknowledged again)."""
+        if drain_id in self._drains:
+            return
+        task = asyncio.create_task(self._drain_and_ack(drain_id, key), name=f"ate-router-ack-{drain_id}")
+        self._drains[drain_id] = task
+        task.add_done_callback(lambda _t: self._drains.pop(drain_id, None))
+
+    async def _drain_and_ack(self, drain_id: int, key: str) -> None:
+        if drain_id not in self._done:
+            await self.gate.drain(drain_id, key)
+            self._done[drain_id] = None
+            if len(self._done) > DONE_REMEMBERED:
+                self._done.pop(next(iter(self._done)))
+        try:
+            await self.api.ack_drain(self.replica, drain_id)
+        except LookupFailed as exc:
+            log.warning("drain %d of actor %s done but not acknowledged (%s); again at the next heartbeat", drain_id, key, exc)
+
+    async def _run(self) -> None:
+        while True:
+            await asyncio.sleep(self.heartbeat_seconds)
+            await self._beat()
+
+    async def _beat(self) -> None:
+        loop = asyncio.get_running_loop()
+        sent = loop.time()
+        try:
+            drains = await self.api.heartbeat(self.replica, self.lease_seconds, self.gate.drain_timeout_seconds)
+        except LookupFailed as exc:
+            left = self.lease_until - loop.time()
+            log.warning("router replica %s: %s (lease %s)", self.replica, exc,
+                        f"ends in {left:.1f}s" if left > 0 else "over")  # fmt: skip
+            self.leased()
+            return
+        if self.lease_until == float("-inf"):
+            log.info("router replica %s registered (lease %gs)", self.replica, self.lease_seconds)
+        self.lease_until = sent + self.lease_seconds - LEASE_MARGIN_SECONDS
+        self.leased()
+        for drain_id, key in drains:
+            self.dispatch(drain_id, key)

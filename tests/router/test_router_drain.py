@@ -1,0 +1,152 @@
+"""The drain of an actor before its checkpoint, on one router replica (router.drain,
+router.registration): requests in flight finish (or are cut at --drain-timeout), new ones are
+held and served after the resume, an upstream looked up before the drain is never used, the
+drain is acknowledged to the API only after all that, and a replica without a lease sends
+nothing to workers."""
+
+from __future__ import annotations
+
+import asyncio
+
+import httpx
+import pytest
+
+from router.metrics import DRAIN_HELD
+from tests.router.router_harness import Step
+
+H = {"ate-target-actor": "demo/c1"}
+KEY = "demo/c1"
+
+
+async def until(predicate, seconds: float = 10.0) -> None:
+    for _ in range(int(seconds / 0.01)):
+        if predicate():
+            return
+        await asyncio.sleep(0.01)
+    raise AssertionError("condition not met in time")
+
+
+def outcomes(env) -> list[tuple[str, int, str]]:
+    return [(r.path, r.status, r.outcome) for r in reversed(env.router.recent.items())]
+
+
+@pytest.mark.asyncio
+async def test_requests_in_flight_finish_before_the_drain_is_acknowledged(start_router) -> None:
+    env = await start_router()
+    replica = env.router.registration.replica
+    assert env.api.heartbeats[replica] >= 1  # registered before serving
+    flying = [asyncio.create_task(env.client.get("/sleep", params={"s": "1"}, headers=H)) for _ in range(5)]
+    await until(lambda: env.router.drains.in_flight(KEY) == 5)
+    acks_at_end: list[list[tuple[str, int]]] = []
+
+    async def watch_responses() -> list[httpx.Response]:
+        done = await asyncio.gather(*flying)
+        acks_at_end.append(list(env.api.acks))  # what the API had heard when the last one ended
+        return done
+
+    responses = asyncio.create_task(watch_responses())
+    env.router.registration.on_notification(f"7 {KEY}")  # as NOTIFY ate_router_drains brings it
+    await until(lambda: (replica, 7) in env.api.acks)
+    assert [(r.status_code, r.text) for r in await responses] == [(200, "late\n")] * 5  # none cut short
+    assert acks_at_end == [[]]  # the acknowledgement came after every response ended
+    assert env.router.drains.in_flight(KEY) == 0
+
+
+@pytest.mark.asyncio
+async def test_a_drain_listed_by_the_heartbeat_is_carried_out_and_acknowledged_once(start_router) -> None:
+    env = await start_router()
+    replica = env.router.registration.replica
+    env.api.drains.append((3, KEY))
+    await env.router.registration._beat()  # the next heartbeat lists it
+    await until(lambda: (replica, 3) in env.api.acks)
+    await env.router.registration._beat()  # acknowledged: not listed again, nothing re-run
+    await asyncio.sleep(0.05)
+    assert env.api.acks == [(replica, 3)]
+
+
+@pytest.mark.asyncio
+async def test_a_request_outlasting_the_drain_timeout_is_cut_off(start_router) -> None:
+    env = await start_router(drain_timeout_seconds=0.3)
+    received = b""
+
+    async def stalled() -> None:
+        nonlocal received
+        async with env.client.stream("GET", "/stall", headers=H) as resp:
+            assert resp.status_code == 200
+            async for chunk in resp.aiter_raw():
+                received += chunk
+
+    request = asyncio.create_task(stalled())
+    await until(lambda: received == b"first\n")
+    outcome = await env.router.drains.drain(1, KEY)
+    assert (outcome.result, outcome.waited_for, outcome.cut) == ("cut", 1, 1)
+    with pytest.raises(httpx.RemoteProtocolError):  # truncated, never a wrong complete answer
+        await request
+    assert env.router.drains.in_flight(KEY) == 0  # its worker connection is closed
+    assert outcomes(env)[-1] == ("/stall", 200, "error")
+
+
+@pytest.mark.asyncio
+async def test_a_request_arriving_during_the_drain_is_held_then_served_after_the_resume(start_router) -> None:
+    env = await start_router()
+    slow = asyncio.create_task(env.client.get("/sleep", params={"s": "1"}, headers=H))
+    await until(lambda: env.router.drains.in_flight(KEY) == 1)
+    drain = asyncio.create_task(env.router.drains.drain(2, KEY))
+    await until(lambda: env.router.drains.draining(KEY))
+    calls_before = env.api.calls[KEY]
+    held = asyncio.create_task(env.client.get("/x", headers=H))
+    await until(lambda: DRAIN_HELD._value.get() == 1)
+    assert env.api.calls[KEY] == calls_before  # held: not even a resume call yet
+    assert (await slow).status_code == 200
+    assert (await drain).result == "clean"
+    answer = await held
+    assert answer.status_code == 200 and answer.json()["path"] == "/x"
+    assert env.api.calls[KEY] == calls_before + 1  # resumed after the drain
+    assert outcomes(env)[-1] == ("/x", 200, "parked_ok")
+
+
+@pytest.mark.asyncio
+async def test_a_resume_answer_obtained_before_the_drain_is_never_used(start_router) -> None:
+    env = await start_router()
+    # The first resume call answers (after 0.5 s) with the address the actor had before the
+    # drain; a request must look it up again rather than send there.
+    env.api.script(KEY, Step(delay=0.5), Step())
+    request = asyncio.create_task(env.client.get("/stale", headers=H))
+    await until(lambda: env.api.in_flight[KEY] == 1)
+    await env.router.drains.drain(4, KEY)  # nothing in flight to the worker yet: at once
+    answer = await request
+    assert answer.status_code == 200
+    assert env.api.calls[KEY] == 2  # the answer from before the drain was dropped, asked again
+    assert len(env.worker_log.client_ports) == 1  # and the worker got the request once
+
+
+@pytest.mark.asyncio
+async def test_a_token_from_before_a_drain_enters_no_flight(start_router) -> None:
+    env = await start_router()
+    gate = env.router.drains
+    before = gate.token()
+    await gate.drain(5, KEY)
+    upstream = env.router.resumer  # any object will do as the upstream of a refused flight
+    assert gate.enter(KEY, before, upstream) is None
+    flight = gate.enter(KEY, gate.token(), upstream)
+    assert flight is not None
+    assert gate.enter("demo/other", before, upstream) is not None  # another actor is untouched
+    gate.leave(flight)
+
+
+@pytest.mark.asyncio
+async def test_a_replica_without_a_lease_sends_nothing_to_workers(start_router) -> None:
+    env = await start_router()
+    env.api.refuse_heartbeats = True
+    env.router.registration.lease_until = 0.0  # as when no heartbeat was answered for a lease
+    answer = await env.client.get("/x", headers=H)
+    assert answer.status_code == 503
+    replica = env.router.registration.replica
+    assert answer.text == (
+        f"router replica {replica} has no lease with the control plane at {env.router.settings.api_server} "
+        "(its heartbeats are not answered), so it sends no request to actor demo/c1; retry shortly\n"
+    )
+    assert env.worker_log.client_ports == []
+    env.api.refuse_heartbeats = False
+    await env.router.registration._beat()  # answered again: a lease again
+    assert (await env.client.get("/x", headers=H)).status_code == 200
