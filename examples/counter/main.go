@@ -2,14 +2,22 @@
 // snapshot kept. GET / increments an in-memory counter and a counter kept in
 // $DATA_DIR/count.txt and answers {"ip": ..., "memory_count": N, "file_count": M}, where ip is
 // the local address the request arrived on. /readyz answers 200 once the data dir is writable.
-// /slow?ms=N answers after N ms and /whoami answers {"who": $WHO}; neither counts.
+// /slow?ms=N answers after N ms and /whoami answers {"who": $WHO}; neither counts. /ws is a
+// WebSocket (RFC 6455, written here with the standard library only): each text message counts
+// in memory and is answered {"echo": message, "memory_count": N}.
 //
 // Idle keep-alive connections are closed after ~1 s: gVisor cannot checkpoint a connected
 // socket cleanly, so a suspended actor should hold none.
 package main
 
 import (
+	"bufio"
+	"crypto/sha1"
+	"encoding/base64"
+	"encoding/binary"
 	"encoding/json"
+	"errors"
+	"io"
 	"log"
 	"net"
 	"net/http"
@@ -89,6 +97,120 @@ func (s *server) whoami(w http.ResponseWriter, _ *http.Request) {
 	_ = json.NewEncoder(w).Encode(map[string]any{"who": os.Getenv("WHO")})
 }
 
+const websocketGUID = "258EAFA5-E914-47DA-95CA-C5AB0DC85B11"
+
+// ws upgrades to a WebSocket and answers each text message with the echo and the in-memory
+// count after counting it; answers pings, and a close with a close.
+func (s *server) ws(w http.ResponseWriter, r *http.Request) {
+	key := r.Header.Get("Sec-WebSocket-Key")
+	if !strings.EqualFold(r.Header.Get("Upgrade"), "websocket") || key == "" {
+		http.Error(w, "a WebSocket upgrade is expected here", http.StatusBadRequest)
+		return
+	}
+	hijacker, ok := w.(http.Hijacker)
+	if !ok {
+		http.Error(w, "cannot upgrade", http.StatusInternalServerError)
+		return
+	}
+	conn, rw, err := hijacker.Hijack()
+	if err != nil {
+		return
+	}
+	defer conn.Close()
+	_ = conn.SetDeadline(time.Time{})
+	sum := sha1.Sum([]byte(key + websocketGUID))
+	accept := base64.StdEncoding.EncodeToString(sum[:])
+	_, _ = rw.WriteString("HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n" +
+		"Sec-WebSocket-Accept: " + accept + "\r\n\r\n")
+	if rw.Flush() != nil {
+		return
+	}
+	for {
+		opcode, payload, err := readFrame(rw.Reader)
+		if err != nil {
+			return
+		}
+		switch opcode {
+		case 1: // text
+			s.mu.Lock()
+			s.memoryCount++
+			mem := s.memoryCount
+			s.mu.Unlock()
+			answer, _ := json.Marshal(map[string]any{"echo": string(payload), "memory_count": mem})
+			if writeFrame(rw.Writer, 1, answer) != nil {
+				return
+			}
+		case 8: // close: answer with the same code
+			_ = writeFrame(rw.Writer, 8, payload)
+			return
+		case 9: // ping
+			if writeFrame(rw.Writer, 10, payload) != nil {
+				return
+			}
+		}
+	}
+}
+
+// readFrame reads one client frame (masked, unfragmented; at most 1 MiB).
+func readFrame(r *bufio.Reader) (byte, []byte, error) {
+	var head [2]byte
+	if _, err := io.ReadFull(r, head[:]); err != nil {
+		return 0, nil, err
+	}
+	opcode := head[0] & 0x0f
+	length := uint64(head[1] & 0x7f)
+	switch length {
+	case 126:
+		var ext [2]byte
+		if _, err := io.ReadFull(r, ext[:]); err != nil {
+			return 0, nil, err
+		}
+		length = uint64(binary.BigEndian.Uint16(ext[:]))
+	case 127:
+		var ext [8]byte
+		if _, err := io.ReadFull(r, ext[:]); err != nil {
+			return 0, nil, err
+		}
+		length = binary.BigEndian.Uint64(ext[:])
+	}
+	if length > 1<<20 {
+		return 0, nil, errors.New("frame too large")
+	}
+	var mask [4]byte
+	if head[1]&0x80 != 0 {
+		if _, err := io.ReadFull(r, mask[:]); err != nil {
+			return 0, nil, err
+		}
+	}
+	payload := make([]byte, length)
+	if _, err := io.ReadFull(r, payload); err != nil {
+		return 0, nil, err
+	}
+	if head[1]&0x80 != 0 {
+		for i := range payload {
+			payload[i] ^= mask[i%4]
+		}
+	}
+	return opcode, payload, nil
+}
+
+// writeFrame writes one unmasked server frame and flushes it.
+func writeFrame(w *bufio.Writer, opcode byte, payload []byte) error {
+	_ = w.WriteByte(0x80 | opcode)
+	switch n := len(payload); {
+	case n < 126:
+		_ = w.WriteByte(byte(n))
+	case n <= 0xffff:
+		_ = w.WriteByte(126)
+		_ = binary.Write(w, binary.BigEndian, uint16(n))
+	default:
+		_ = w.WriteByte(127)
+		_ = binary.Write(w, binary.BigEndian, uint64(n))
+	}
+	_, _ = w.Write(payload)
+	return w.Flush()
+}
+
 func (s *server) readyz(w http.ResponseWriter, _ *http.Request) {
 	if !s.ready.Load() {
 		http.Error(w, "not ready", http.StatusServiceUnavailable)
@@ -126,6 +248,7 @@ func main() {
 	mux.HandleFunc("/readyz", s.readyz)
 	mux.HandleFunc("/slow", s.slow)
 	mux.HandleFunc("/whoami", s.whoami)
+	mux.HandleFunc("/ws", s.ws)
 	srv := &http.Server{
 		Addr:              "0.0.0.0:" + port,
 		Handler:           mux,

@@ -23,7 +23,6 @@ worker IP, the snapshot files hashed here, `runsc list` per node, `ip netns list
 
 from __future__ import annotations
 
-import re
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -286,7 +285,11 @@ def test_paused_actor_on_a_full_node_is_uploaded_and_resumed_elsewhere(stack: St
     assert refused.status_code == 503, f"resume with no room anywhere: {refused.status_code} {refused.text}"
     error = refused.json()
     assert error["reason"] == "NoCapacity", error
-    assert re.search(rf"\bnode {NODE}\b", error["message"]) and "pinned" in error["message"], error
+    # 4 workers, 2 per node: dur2's 2 are not on the node of f1's paused state, dur's 2 host f2 and f3
+    assert error["message"] == (
+        f"no worker has room for the actor {ATESPACE}/{f1}: 4 workers: 2 not on node {NODE} (it holds the actor's "
+        "local snapshot), 2 busy (a worker hosts one actor)"
+    ), error
     assert settle_actor(stack, f1) == "PAUSED"
     after = get_actor(stack, f1)
     assert (after["state"], after["pinned_node"], after["worker"]) == ("PAUSED", NODE, None), after

@@ -217,7 +217,7 @@ def test_no_room_is_a_503_that_names_the_placement_check(stack: Stack) -> None:
     refused = httpx.get(stack.router + "/", headers={"ate-target-actor": "full/n3"}, timeout=60)
     parked = time.monotonic() - started
     assert refused.status_code == 503, refused.text
-    assert "no worker has room for the actor full/n3: all 2 matching workers have every place taken" in refused.text
+    assert "no worker has room for the actor full/n3: 2 workers: 2 busy (a worker hosts one actor)" in refused.text
     assert refused.headers.get("retry-after") is not None
     assert parked >= 4.5  # parked for its 5 s budget before giving up, as a worker might have freed up
     assert actor_json(stack, "n3", "full")["state"] == "SUSPENDED"  # the refusal changed nothing
