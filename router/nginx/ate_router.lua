@@ -18,6 +18,11 @@ local M = {}
 
 local routes = ngx.shared.ate_routes
 local stats = ngx.shared.ate_stats
+-- Drains and the lease (never flushed with the routes): "lease" (until, epoch seconds),
+-- "dseq" (drains so far), "d:<actor>" (the dseq of its last drain), "c:<actor>" (the dseq of
+-- its last cut), "fu:<actor>\t<upstream>" (requests proxied there now), "w:<pid>" (workers).
+local control = ngx.shared.ate_control
+local DRAIN_RETRIES = 5
 local cfg = {
   domain = "ate.local",
   buckets = {},
@@ -145,6 +150,32 @@ local function header_values(headers, name)
   return value
 end
 
+-- Whether this replica's lease with the control plane runs (else no cached entry is used and
+-- the control service answers, 503 when it has no lease either).
+local function leased()
+  return (control:get("lease") or 0) > ngx.now()
+end
+
+-- Count the request in its actor's in-flight requests (before its upstream is chosen: a drain
+-- that starts later waits for it), remembering the drain sequence at that moment.
+local function count(actor)
+  stats:incr("f:" .. actor, 1, 0)
+  ngx.var.ate_counted = "1"
+  ngx.var.ate_actor = actor
+  ngx.var.ate_seq = tostring(control:get("dseq") or 0)
+end
+
+local function uncount()
+  if ngx.var.ate_counted == "1" then
+    stats:incr("f:" .. ngx.var.ate_actor, -1, 0)
+    ngx.var.ate_counted = "0"
+  end
+end
+
+local function drained_since(actor, seq)
+  return (control:get("d:" .. actor) or 0) > seq
+end
+
 -- Ask the control service where the request goes; nil after answering the client itself.
 local function ask_control(key, headers, unreachable)
   local epoch = routes:get("epoch") or 0
@@ -180,6 +211,11 @@ local function ask_control(key, headers, unreachable)
     cached = reply["x-ate-parked"] ~= "1",
     actor = reply["x-ate-actor"],
   }
+  local lease = tonumber(reply["x-ate-lease"])
+  if lease then
+    ngx.update_time()
+    control:set("lease", ngx.now() + lease)
+  end
   local scope = reply["x-ate-cache"]
   if key and key == found.actor and (scope == "public" or scope == "token") then
     local entry = table.concat({ epoch, gen, found.upstream, found.host, found.strip and "1" or "0" }, " ")
@@ -193,6 +229,26 @@ local function ask_control(key, headers, unreachable)
     end
   end
   return found
+end
+
+-- Ask the control service (the request not counted meanwhile: parked requests hold no drain),
+-- then count the request for the actor named; an answer given before a drain of that actor
+-- began is never used: asked again (the control service holds the request while it drains).
+local function ask_counted(key, headers, unreachable)
+  uncount()
+  for _ = 1, DRAIN_RETRIES do
+    local seq = control:get("dseq") or 0
+    local found = ask_control(key, headers, unreachable)
+    count(found.actor)
+    if not drained_since(found.actor, seq) then
+      ngx.var.ate_seq = tostring(seq)
+      return found
+    end
+    uncount()
+    unreachable = nil
+  end
+  return answer(503, "the actor was drained again and again while this request waited for it; retry shortly\n",
+    "2", "unavailable")
 end
 
 local function without_token_cookie(value)
@@ -261,9 +317,13 @@ local function route(found, headers)
     ngx.var.ate_upgrade = upgrade
     ngx.var.ate_connection = "upgrade"
   end
-  if ngx.var.ate_counted ~= "1" then
-    stats:incr("f:" .. found.actor, 1, 0)
-    ngx.var.ate_counted = "1"
+  local upstream_key = "fu:" .. found.actor .. "\t" .. found.upstream
+  if ngx.var.ate_upstream_counted ~= upstream_key then
+    if ngx.var.ate_upstream_counted ~= "" then
+      control:incr(ngx.var.ate_upstream_counted, -1, 0)
+    end
+    control:incr(upstream_key, 1, 0)
+    ngx.var.ate_upstream_counted = upstream_key
   end
 end
 
@@ -277,9 +337,13 @@ function M.access()
   end
   ngx.var.ate_request_id = request_id
   local key = target_key(headers)
-  local found = key and lookup(key, headers)
+  local found
+  if key and leased() then
+    count(key)
+    found = lookup(key, headers)  -- after counting: a drain since voids the entry
+  end
   if not found then
-    found = ask_control(key, headers)
+    found = ask_counted(key, headers)
   end
   route(found, headers)
 end
@@ -300,7 +364,7 @@ function M.failed()
     routes:delete("p:" .. actor)
     routes:incr("g:" .. actor, 1, 0)
     local headers = ngx.req.get_headers(200)
-    local found = ask_control(actor, headers, upstream)
+    local found = ask_counted(actor, headers, upstream)
     found.parked = true
     found.cached = false
     route(found, headers)
@@ -352,6 +416,16 @@ function M.log()
   local outcome = ngx.var.ate_outcome
   if ngx.var.ate_counted == "1" then
     stats:incr("f:" .. ngx.var.ate_actor, -1, 0)
+    if (control:get("c:" .. ngx.var.ate_actor) or 0) > (tonumber(ngx.var.ate_seq) or 0) then
+      outcome = "error"  -- cut off by a drain at --drain-timeout
+      ngx.var.ate_outcome = outcome
+    end
+  end
+  local upstream_counted = ngx.var.ate_upstream_counted
+  if upstream_counted ~= nil and upstream_counted ~= "" then
+    if (control:incr(upstream_counted, -1, 0) or 1) <= 0 then
+      control:delete(upstream_counted)
+    end
   end
   if outcome == "statusz" or outcome == nil or outcome == "" then
     return
@@ -394,6 +468,70 @@ function M.invalidate()
   routes:delete("p:" .. key)
   routes:incr("g:" .. key, 1, 0)
   ngx.say("ok")
+end
+
+--- POST /drain?key=<atespace>/<name>: a drain of that actor begins: every entry of it is void,
+--- and a control service answer about it given before now is never used (its requests ask again).
+function M.drain()
+  local key = ngx.var.arg_key
+  if not key then
+    return ngx.exit(400)
+  end
+  key = ngx.unescape_uri(key)
+  local seq = control:incr("dseq", 1, 0)
+  control:set("d:" .. key, seq)
+  routes:delete("p:" .. key)
+  routes:incr("g:" .. key, 1, 0)
+  ngx.say(seq)
+end
+
+--- POST /cut?key=<atespace>/<name>: the requests of that actor in flight now are being cut
+--- (their outcome is "error"); answers the upstreams they use, "<upstream>\t<count>" a line.
+function M.cut()
+  local key = ngx.var.arg_key
+  if not key then
+    return ngx.exit(400)
+  end
+  key = ngx.unescape_uri(key)
+  control:set("c:" .. key, control:get("dseq") or 0)
+  local prefix = "fu:" .. key .. "\t"
+  local lines = {}
+  for _, name in ipairs(control:get_keys(0)) do
+    if name:sub(1, #prefix) == prefix then
+      local value = control:get(name)
+      if value and value > 0 then
+        lines[#lines + 1] = name:sub(#prefix + 1) .. "\t" .. tostring(value)
+      end
+    end
+  end
+  ngx.print(table.concat(lines, "\n"))
+end
+
+--- POST /lease?seconds=<s>: this replica's lease runs that much longer (0: it is over).
+function M.lease()
+  local seconds = tonumber(ngx.var.arg_seconds)
+  if not seconds then
+    return ngx.exit(400)
+  end
+  ngx.update_time()
+  control:set("lease", ngx.now() + seconds)
+  ngx.say("ok")
+end
+
+--- GET /workers: the process ids of nginx's workers (ever started under this dict), one a line.
+function M.workers()
+  local lines = {}
+  for _, name in ipairs(control:get_keys(0)) do
+    if name:sub(1, 2) == "w:" then
+      lines[#lines + 1] = name:sub(3)
+    end
+  end
+  ngx.print(table.concat(lines, "\n"))
+end
+
+--- init_worker_by_lua: note this worker's process id (a drain cuts only nginx's connections).
+function M.init_worker()
+  control:set("w:" .. tostring(ngx.worker.pid()), 1)
 end
 
 --- POST /flush: forget every actor (the control service lost its LISTEN, or reconnected).

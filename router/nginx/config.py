@@ -152,11 +152,13 @@ http {{
   lua_package_path "{LUA_DIR}/?.lua;;";
   lua_shared_dict ate_routes 32m;
   lua_shared_dict ate_stats 8m;
+  lua_shared_dict ate_control 8m;
   init_by_lua_block {{
     ate = require("ate_router")
     ate.configure({{ domain = {_lua_string(settings.domain)}, buckets = {{ {buckets} }},
                     token_seconds = {REVIEW_SECONDS:g} }})
   }}
+  init_worker_by_lua_block {{ ate.init_worker() }}
   client_body_temp_path {run}/body;
   proxy_temp_path {run}/proxy;
   fastcgi_temp_path {run}/fastcgi;
@@ -200,6 +202,8 @@ http {{
     set $ate_cached "0";
     set $ate_retried "0";
     set $ate_counted "0";
+    set $ate_seq "0";
+    set $ate_upstream_counted "";
     set $ate_outcome "";
     set $ate_upgrade "";
     set $ate_connection "close";
@@ -254,6 +258,10 @@ http {{
     location = /stats {{ content_by_lua_block {{ ate.stats() }} }}
     location = /recent {{ content_by_lua_block {{ ate.recent() }} }}
     location = /inflight {{ content_by_lua_block {{ ate.inflight() }} }}
+    location = /drain {{ content_by_lua_block {{ ate.drain() }} }}
+    location = /cut {{ content_by_lua_block {{ ate.cut() }} }}
+    location = /lease {{ content_by_lua_block {{ ate.lease() }} }}
+    location = /workers {{ content_by_lua_block {{ ate.workers() }} }}
     location / {{ return 404; }}
   }}
 }}

@@ -29,14 +29,17 @@ import httpx
 from prometheus_client.core import CounterMetricFamily, HistogramMetricFamily
 from prometheus_client.registry import REGISTRY, Collector, CollectorRegistry
 
+from domain.operations.router_drain import ROUTER_HEARTBEAT_SECONDS, ROUTER_LEASE_SECONDS
 from router import errors, statusz
 from router.access import AccessGate
 from router.api_client import ApiClient
 from router.app import worker_unreachable
 from router.cache import ActorCache, CacheInvalidator
-from router.errors import RouteError
+from router.errors import RETRY_RESUMING_SECONDS, RouteError
 from router.metrics import DURATION_BUCKETS
+from router.nginx.drain import NginxDrainGate
 from router.proxy import response_head_timeout, upstream_failed
+from router.registration import DRAIN_CHANNEL, Registration, default_replica_name
 from router.resume import Resumer
 from router.settings import RouterSettings
 from router.target import Target, TargetError, is_label, target_from_headers
@@ -112,6 +115,51 @@ class NginxAdmin:
         resp = await self._client.get(f"/inflight?key={quote(key, safe='')}", timeout=5)
         resp.raise_for_status()
         return int(resp.text or 0)
+
+    async def drain(self, key: str) -> None:
+        """A drain of actor ``key`` begins in nginx: its entries are void and no answer of the
+        control service about it given before now is used (its requests ask again).
+
+        Raises:
+            httpx.HTTPError: nginx's admin server did not answer.
+        """
+        (await self._client.post(f"/drain?key={quote(key, safe='')}", timeout=5)).raise_for_status()
+
+    async def cut(self, key: str) -> list[tuple[str, int]]:
+        """Mark the requests of actor ``key`` in flight now as cut (outcome ``error``).
+
+        Returns:
+            The upstreams (``host:port``) they use, with how many use each.
+
+        Raises:
+            httpx.HTTPError: nginx's admin server did not answer.
+        """
+        resp = await self._client.post(f"/cut?key={quote(key, safe='')}", timeout=5)
+        resp.raise_for_status()
+        found = []
+        for line in resp.text.splitlines():
+            upstream, _, count = line.rpartition("\t")
+            if upstream:
+                found.append((upstream, int(count)))
+        return found
+
+    async def lease(self, seconds: float) -> None:
+        """Tell nginx this replica's lease runs ``seconds`` longer (0: over; it then uses no entry).
+
+        Raises:
+            httpx.HTTPError: nginx's admin server did not answer.
+        """
+        (await self._client.post(f"/lease?seconds={max(seconds, 0.0):.3f}", timeout=5)).raise_for_status()
+
+    async def workers(self) -> set[int]:
+        """The process ids of nginx's worker processes.
+
+        Raises:
+            httpx.HTTPError: nginx's admin server did not answer.
+        """
+        resp = await self._client.get("/workers", timeout=5)
+        resp.raise_for_status()
+        return {int(line) for line in resp.text.split() if line.isdigit()}
 
     async def recent(self) -> list[statusz.RecentRequest]:
         """The last 100 requests nginx finished, newest first (empty when nginx does not answer)."""
@@ -233,6 +281,13 @@ def _upstream_host(upstream: Upstream) -> str:
     return text if upstream.port != 80 else text.rsplit(":", 1)[0]
 
 
+LEASE_TELL_SECONDS = 0.2
+"""How often nginx is told how long the lease runs (a lease nginx was told ends on its own)."""
+
+LEASE_UNREGISTERED_SECONDS = 3600.0
+"""The lease nginx is told when the replica does not register (``register_replica`` off)."""
+
+
 class ControlService:
     """The control path answering nginx; an ASGI app (``/route``, ``/failed``, ``/statusz``).
 
@@ -248,6 +303,9 @@ class ControlService:
         invalidator: LISTEN loop, or None without a database URL (nothing cached anywhere).
         admin: The nginx admin client.
         metrics: nginx's request counters as Prometheus families.
+        drains: The drains before a checkpoint, carried out in nginx (router.nginx.drain).
+        registration: This replica's heartbeat, lease and drains (router.registration), or
+            None when ``settings.register_replica`` is off.
     """
 
     def __init__(self, settings: RouterSettings, admin_socket: str, api_client: ApiClient | None = None) -> None:
@@ -262,19 +320,68 @@ class ControlService:
         )
         self.invalidator = CacheInvalidator(settings.database_url, self.cache) if settings.database_url else None
         self.metrics = NginxRequestMetrics(self.admin)
+        self.drains = NginxDrainGate(
+            self.admin,
+            self.cache,
+            self.resumer,
+            None,  # no worker client here: nginx's connections are cut in nginx.drain
+            settings.drain_timeout_seconds,
+            settle_seconds=settings.upstream_connect_timeout_seconds + 1.0,
+        )
+        self.registration: Registration | None = None
+        if settings.register_replica:
+            self.registration = Registration(
+                self.api,
+                self.drains,
+                self.cache,
+                settings.replica_name or default_replica_name(),
+                ROUTER_LEASE_SECONDS,
+                ROUTER_HEARTBEAT_SECONDS,
+            )
+            self.drains.leased = self.registration.leased
+            self.cache.usable = self.registration.leased
+            if self.invalidator is not None:
+                self.invalidator.channels[DRAIN_CHANNEL] = self.registration.on_notification
+        self._lease_task: asyncio.Task[None] | None = None
 
     async def start(self) -> None:
-        """Start pushing invalidations to nginx and the LISTEN loop."""
+        """Start pushing invalidations to nginx, the LISTEN loop, the registration (its first
+        heartbeat waited for) and telling nginx how long the lease runs."""
         self.admin.start()
         if self.invalidator is not None:
             self.invalidator.start()
+        if self.registration is not None:
+            await self.registration.start()
+        self._lease_task = asyncio.create_task(self._tell_lease(), name="ate-router-nginx-lease")
 
     async def stop(self) -> None:
-        """Stop the LISTEN loop and close the clients."""
+        """Stop the lease, the registration, the LISTEN loop and close the clients."""
+        if self._lease_task is not None:
+            self._lease_task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._lease_task
+        if self.registration is not None:
+            await self.registration.stop()
         if self.invalidator is not None:
             await self.invalidator.stop()
         await self.admin.stop()
         await self.api.aclose()
+
+    def lease_left(self) -> float:
+        """Seconds this replica's lease runs still (0 when over; unbounded without registration)."""
+        if self.registration is None:
+            return LEASE_UNREGISTERED_SECONDS
+        if not self.registration.leased():  # also clears the caches when it just ended
+            return 0.0
+        return self.registration.lease_until - asyncio.get_running_loop().time()
+
+    async def _tell_lease(self) -> None:
+        """Tell nginx the lease (every ``LEASE_TELL_SECONDS``, and so again after a restart of
+        nginx): it uses its entries only while the lease runs, asking the control service otherwise."""
+        while True:
+            with contextlib.suppress(httpx.HTTPError):
+                await self.admin.lease(min(self.lease_left(), LEASE_UNREGISTERED_SECONDS))
+            await asyncio.sleep(LEASE_TELL_SECONDS)
 
     async def in_flight(self, key: str) -> int:
         """Requests of actor ``key`` being proxied by nginx now (the hook for drain)."""
@@ -325,10 +432,7 @@ class ControlService:
                 log.info("cached actor %s unreachable at %s: resuming again", target, unreachable)
                 if str(self.cache.get(target.key)) == unreachable:
                     self.cache.drop(target.key)
-            upstream = self.cache.get(target.key)
-            parked = upstream is None
-            if upstream is None:
-                upstream = await self._park(target, deadline, receive)
+            upstream, parked = await self._upstream(target, deadline, receive)
         except TargetError as exc:
             await _answer(send, 400, str(exc), errors.BAD_TARGET)
             return
@@ -347,13 +451,56 @@ class ControlService:
             "X-Ate-Strip": "1" if admission.strips_credential else "0",
             "X-Ate-Parked": "1" if parked else "0",
             "X-Ate-Cache": scope_of_entry,
+            "X-Ate-Lease": f"{min(self.lease_left(), LEASE_UNREGISTERED_SECONDS):.3f}",
         }
         await _send(send, 200, headers, b"")
 
+    async def _upstream(self, target: Target, deadline: float, receive: Any) -> tuple[Upstream, bool]:
+        """Where actor ``target`` serves, looked up after any drain of it began (held while it
+        runs, then parked for the resume), and whether the request was parked.
+
+        Raises:
+            RouteError: From resuming; 503 when this replica has no lease.
+            _NginxGone: nginx dropped the request while it was parked.
+        """
+        key = target.key
+        while True:
+            if not self.drains.leased():
+                raise self._no_lease(target)
+            token = self.drains.token()
+            upstream = self.cache.get(key)
+            parked = upstream is None
+            if upstream is None:
+                upstream = await self._park(target, deadline, receive)
+            flight = self.drains.enter(key, token, upstream)
+            if flight is not None:  # no drain since the lookup: nginx counts it from here
+                self.drains.leave(flight)
+                return upstream, parked
+
+    def _no_lease(self, target: Target) -> RouteError:
+        """503 for a replica whose heartbeats the API has not answered for a lease (the Python
+        data path's text)."""
+        name = self.registration.replica if self.registration is not None else "-"
+        return RouteError(
+            503,
+            errors.UNAVAILABLE,
+            f"router replica {name} has no lease with the control plane at {self.settings.api_server} (its "
+            f"heartbeats are not answered), so it sends no request to actor {target}; retry shortly",
+            RETRY_RESUMING_SECONDS,
+        )
+
+    async def _wait_running(self, target: Target, deadline: float) -> Upstream:
+        """``Resumer.wait_running``, after holding the request while its actor is being drained
+        (its budget then starts again, as on the Python data path)."""
+        if self.drains.draining(target.key):
+            await self.drains.hold(target.key)
+            deadline = max(deadline, asyncio.get_running_loop().time() + self.settings.parked_request_budget_seconds)
+        return await self.resumer.wait_running(target, deadline)
+
     async def _park(self, target: Target, deadline: float, receive: Any) -> Upstream:
-        """``Resumer.wait_running``, given up at once when nginx drops the request (its client
+        """``_wait_running``, given up at once when nginx drops the request (its client
         left: nginx closes the subrequest); the resume goes on."""
-        waiting = asyncio.create_task(self.resumer.wait_running(target, deadline))
+        waiting = asyncio.create_task(self._wait_running(target, deadline))
         leaving = asyncio.create_task(_disconnect(receive))
         try:
             await asyncio.wait({waiting, leaving}, return_when=asyncio.FIRST_COMPLETED)
