@@ -19,8 +19,9 @@ local M = {}
 local routes = ngx.shared.ate_routes
 local stats = ngx.shared.ate_stats
 -- Drains and the lease (never flushed with the routes): "lease" (until, epoch seconds),
--- "dseq" (drains so far), "d:<actor>" (the dseq of its last drain), "c:<actor>" (the dseq of
--- its last cut), "fu:<actor>\t<upstream>" (requests proxied there now), "w:<pid>" (workers).
+-- "dseq" (the control service's drain token of the latest drain), "d:<actor>" (the token of
+-- its last drain), "c:<actor>" (the dseq at its last cut), "fu:<actor>\t<upstream>" (its
+-- requests proxied there now), "w:<pid>" (nginx's workers).
 local control = ngx.shared.ate_control
 local DRAIN_RETRIES = 5
 local cfg = {
@@ -157,7 +158,7 @@ local function leased()
 end
 
 -- Count the request in its actor's in-flight requests (before its upstream is chosen: a drain
--- that starts later waits for it), remembering the drain sequence at that moment.
+-- that starts later waits for it), remembering the latest drain token at that moment.
 local function count(actor)
   stats:incr("f:" .. actor, 1, 0)
   ngx.var.ate_counted = "1"
@@ -210,6 +211,7 @@ local function ask_control(key, headers, unreachable)
     parked = reply["x-ate-parked"] == "1",
     cached = reply["x-ate-parked"] ~= "1",
     actor = reply["x-ate-actor"],
+    token = tonumber(reply["x-ate-token"]) or -1,
   }
   local lease = tonumber(reply["x-ate-lease"])
   if lease then
@@ -232,16 +234,16 @@ local function ask_control(key, headers, unreachable)
 end
 
 -- Ask the control service (the request not counted meanwhile: parked requests hold no drain),
--- then count the request for the actor named; an answer given before a drain of that actor
--- began is never used: asked again (the control service holds the request while it drains).
+-- then count the request for the actor named. The answer carries the drain token the control
+-- service took before looking the actor up; a drain of the actor since (its token is larger)
+-- makes nginx ask again (the control service holds the request while the drain runs).
 local function ask_counted(key, headers, unreachable)
   uncount()
   for _ = 1, DRAIN_RETRIES do
-    local seq = control:get("dseq") or 0
     local found = ask_control(key, headers, unreachable)
     count(found.actor)
-    if not drained_since(found.actor, seq) then
-      ngx.var.ate_seq = tostring(seq)
+    if not drained_since(found.actor, found.token) then
+      ngx.var.ate_seq = tostring(found.token)
       return found
     end
     uncount()
@@ -470,16 +472,23 @@ function M.invalidate()
   ngx.say("ok")
 end
 
---- POST /drain?key=<atespace>/<name>: a drain of that actor begins: every entry of it is void,
---- and a control service answer about it given before now is never used (its requests ask again).
+--- POST /drain?key=<atespace>/<name>&seq=<drain token>: a drain of that actor begins: every
+--- entry of it is void, and a control service answer about it with a smaller token is never
+--- used (its requests ask again).
 function M.drain()
   local key = ngx.var.arg_key
   if not key then
     return ngx.exit(400)
   end
   key = ngx.unescape_uri(key)
-  local seq = control:incr("dseq", 1, 0)
+  local seq = tonumber(ngx.var.arg_seq)
+  if not seq then
+    return ngx.exit(400)
+  end
   control:set("d:" .. key, seq)
+  if seq > (control:get("dseq") or 0) then
+    control:set("dseq", seq)
+  end
   routes:delete("p:" .. key)
   routes:incr("g:" .. key, 1, 0)
   ngx.say(seq)

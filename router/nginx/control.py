@@ -116,14 +116,15 @@ class NginxAdmin:
         resp.raise_for_status()
         return int(resp.text or 0)
 
-    async def drain(self, key: str) -> None:
+    async def drain(self, key: str, token: int) -> None:
         """A drain of actor ``key`` begins in nginx: its entries are void and no answer of the
-        control service about it given before now is used (its requests ask again).
+        control service about it with a drain token below ``token`` is used (its requests ask again).
 
         Raises:
             httpx.HTTPError: nginx's admin server did not answer.
         """
-        (await self._client.post(f"/drain?key={quote(key, safe='')}", timeout=5)).raise_for_status()
+        resp = await self._client.post(f"/drain?key={quote(key, safe='')}&seq={token}", timeout=5)
+        resp.raise_for_status()
 
     async def cut(self, key: str) -> list[tuple[str, int]]:
         """Mark the requests of actor ``key`` in flight now as cut (outcome ``error``).
@@ -432,7 +433,7 @@ class ControlService:
                 log.info("cached actor %s unreachable at %s: resuming again", target, unreachable)
                 if str(self.cache.get(target.key)) == unreachable:
                     self.cache.drop(target.key)
-            upstream, parked = await self._upstream(target, deadline, receive)
+            upstream, parked, token = await self._upstream(target, deadline, receive)
         except TargetError as exc:
             await _answer(send, 400, str(exc), errors.BAD_TARGET)
             return
@@ -451,13 +452,15 @@ class ControlService:
             "X-Ate-Strip": "1" if admission.strips_credential else "0",
             "X-Ate-Parked": "1" if parked else "0",
             "X-Ate-Cache": scope_of_entry,
+            "X-Ate-Token": str(token),
             "X-Ate-Lease": f"{min(self.lease_left(), LEASE_UNREGISTERED_SECONDS):.3f}",
         }
         await _send(send, 200, headers, b"")
 
-    async def _upstream(self, target: Target, deadline: float, receive: Any) -> tuple[Upstream, bool]:
+    async def _upstream(self, target: Target, deadline: float, receive: Any) -> tuple[Upstream, bool, int]:
         """Where actor ``target`` serves, looked up after any drain of it began (held while it
-        runs, then parked for the resume), and whether the request was parked.
+        runs, then parked for the resume), whether the request was parked, and the drain token
+        taken before the lookup (nginx refuses the answer when a drain of the actor came since).
 
         Raises:
             RouteError: From resuming; 503 when this replica has no lease.
@@ -475,7 +478,7 @@ class ControlService:
             flight = self.drains.enter(key, token, upstream)
             if flight is not None:  # no drain since the lookup: nginx counts it from here
                 self.drains.leave(flight)
-                return upstream, parked
+                return upstream, parked, token
 
     def _no_lease(self, target: Target) -> RouteError:
         """503 for a replica whose heartbeats the API has not answered for a lease (the Python

@@ -69,7 +69,7 @@ class NginxDrainGate(DrainGate):
         waited_for = cut = 0
         try:
             try:
-                await admin.drain(key)
+                await admin.drain(key, self._clock)
                 waited_for = await admin.in_flight(key)
                 if not await self._nginx_emptied_within(key, self.drain_timeout_seconds):
                     cut = await self._cut(key)
