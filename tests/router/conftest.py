@@ -26,12 +26,15 @@ StartRouter = Callable[..., Any]
 
 def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
     """Run a router test on both data paths when its module says ``DATA_PATHS = ("python",
-    "nginx")``, except tests marked ``python_data_path`` (they look inside the Python proxy)."""
+    "nginx")``, except tests marked ``python_data_path`` (they look inside the Python proxy) or
+    ``nginx_data_path`` (what only nginx does)."""
     if "data_path" not in metafunc.fixturenames:
         return
     paths = getattr(metafunc.module, "DATA_PATHS", ("python",))
     if metafunc.definition.get_closest_marker("python_data_path"):
         paths = ("python",)
+    if metafunc.definition.get_closest_marker("nginx_data_path"):
+        paths = ("nginx",)
     metafunc.parametrize("data_path", paths)
 
 

@@ -1,6 +1,6 @@
 """What only the nginx data path has: its own cache of RUNNING actors (filled from the control
 service's answers, forgotten when PostgreSQL NOTIFY names the actor or LISTEN is lost), the
-in-flight counts a drain reads, its counters, and its answer to a worker without a status line.
+in-flight counts a drain reads, the entries a drain or a lost lease makes unusable, its counters, and its answer to a worker without a status line.
 The behaviour both data paths share is tested on both by the other router tests."""
 
 from __future__ import annotations
@@ -184,3 +184,30 @@ async def test_ate_router_with_the_nginx_data_path_serves_restarts_nginx_and_sto
             if proc.returncode is None:
                 proc.kill()
                 await proc.wait()
+
+
+async def test_an_entry_from_before_a_drain_is_never_used(start_router) -> None:
+    env = await start_router()
+    await _cache_on(env)
+    assert (await env.client.get("/", headers=H)).status_code == 200
+    env.router.cache._entries.clear()  # only nginx's entry could answer now
+    assert (await env.client.get("/", headers=H)).status_code == 200
+    assert env.api.calls["demo/c1"] == 1
+    outcome = await env.router.drains.drain(11, "demo/c1")
+    assert (outcome.result, outcome.waited_for) == ("clean", 0)
+    assert (await env.client.get("/", headers=H)).status_code == 200
+    assert env.api.calls["demo/c1"] == 2  # nginx's entry was void: the control service resumed
+
+
+async def test_an_entry_is_not_used_once_the_lease_is_over(start_router) -> None:
+    env = await start_router()
+    await _cache_on(env)
+    assert (await env.client.get("/", headers=H)).status_code == 200
+    sent = len(env.worker_log.client_ports)
+    env.api.refuse_heartbeats = True
+    env.router.registration.lease_until = 0.0  # as when no heartbeat was answered for a lease
+    await env.router.admin.lease(env.router.lease_left())  # what nginx is told within 0.2 s
+    answer = await env.client.get("/", headers=H)
+    assert answer.status_code == 503
+    assert "has no lease with the control plane" in answer.text
+    assert len(env.worker_log.client_ports) == sent  # the cached entry sent nothing

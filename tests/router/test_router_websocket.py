@@ -311,3 +311,27 @@ async def test_a_drain_ends_the_actors_websocket_and_counts_it_as_in_flight(env:
         await socket.send("again")
         assert await socket.recv() == "again"
     assert env.api.calls["demo/c1"] == calls + 1
+
+
+@pytest.mark.nginx_data_path  # the Python data path ends it with a close frame (the test above)
+async def test_a_drain_cuts_the_actors_websocket_through_nginx_at_the_drain_timeout(env: StreamEnv) -> None:
+    """nginx proxies WebSockets itself: one counts as in flight for its whole life, and a drain
+    of its actor cuts its connection at --drain-timeout (no close frame); a new WebSocket after
+    the drain reaches the actor again through a resume."""
+    control = env.app.state.router
+    control.drains.drain_timeout_seconds = 0.3
+    async with ws(env.ws_url) as socket:
+        await socket.send("ping")
+        assert await socket.recv() == "ping"
+        assert await control.in_flight("demo/c1") == 1
+        calls = env.api.calls["demo/c1"]
+        outcome = await asyncio.wait_for(control.drains.drain(9, "demo/c1"), HANG_GUARD_SECONDS)
+        with pytest.raises(ConnectionClosed) as closed:
+            await socket.recv()
+    assert closed.value.rcvd is None  # cut off: no close frame came
+    assert (outcome.result, outcome.waited_for, outcome.cut) == ("cut", 1, 1)
+    assert await control.in_flight("demo/c1") == 0
+    async with ws(env.ws_url) as socket:  # a new one after the drain
+        await socket.send("again")
+        assert await socket.recv() == "again"
+    assert env.api.calls["demo/c1"] == calls + 1
