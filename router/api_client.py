@@ -37,7 +37,6 @@ ERROR = "error"  # anything else (500 Internal, unexpected answers)
 
 RETRYABLE = frozenset({BUSY, NO_CAPACITY, TIMEOUT, UNREACHABLE, ACTOR_UNREACHABLE, ERROR})
 
-
 @dataclass(frozen=True, slots=True)
 class ResumeReply:
     """The classified answer to one resume call.
@@ -279,7 +278,9 @@ def classify(status: int, body: dict[str, Any]) -> ResumeReply:
         if body.get("state") == "RUNNING" and worker.get("ip"):
             return ResumeReply(RUNNING, actor=body)
         return ResumeReply(ERROR, f"resume answered state {body.get('state')!r} without a worker IP")
-    if reason == "NoMatchingWorker" or (status == 503 and reason == "NoCapacity" and "has the labels" in message):
+    if reason == "NoMatchingWorker" or (
+        status == 503 and reason == "NoCapacity" and "has the labels" in message
+    ):
         return ResumeReply(NO_MATCHING_WORKER, message, details=details)
     if status == 404:
         return ResumeReply(NOT_FOUND, message, details=details)

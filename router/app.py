@@ -93,7 +93,9 @@ class ActorRouter:
             settings.max_parked,
             settings.api_server,
         )
-        self.invalidator = CacheInvalidator(settings.database_url, self.cache) if settings.database_url else None
+        self.invalidator = (
+            CacheInvalidator(settings.database_url, self.cache) if settings.database_url else None
+        )
         self.sessions = Sessions()
         self.drains = DrainGate(
             self.cache,
@@ -204,11 +206,7 @@ class ActorRouter:
         as_json = b"format=json" in scope.get("query_string", b"").split(b"&")
         data = statusz.render_json(document) if as_json else statusz.render_html(document)
         kind = b"application/json" if as_json else b"text/html; charset=utf-8"
-        headers = [
-            (b"content-type", kind),
-            (b"content-length", str(len(data)).encode()),
-            (b"cache-control", b"no-store"),
-        ]
+        headers = [(b"content-type", kind), (b"content-length", str(len(data)).encode()), (b"cache-control", b"no-store")]
         await send({"type": "http.response.start", "status": 200, "headers": headers})
         await send({"type": "http.response.body", "body": data, "more_body": False})
 

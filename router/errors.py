@@ -31,7 +31,9 @@ class RouteError(Exception):
             failures a retry will not fix.
     """
 
-    def __init__(self, status: int, outcome: str, message: str, retry_after: int | None = None) -> None:
+    def __init__(
+        self, status: int, outcome: str, message: str, retry_after: int | None = None
+    ) -> None:
         super().__init__(message)
         self.status = status
         self.outcome = outcome

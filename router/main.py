@@ -76,9 +76,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--listen", help="host:port for actor traffic (default 127.0.0.1:8000)")
     parser.add_argument("--api-server", help="ate REST API base URL (default http://127.0.0.1:8080)")
     parser.add_argument(
-        "--api-token-file",
-        type=Path,
-        help="file with the router's API token, role router (env ATE_ROUTER_API_TOKEN_FILE)",
+        "--api-token-file", type=Path, help="file with the router's API token, role router (env ATE_ROUTER_API_TOKEN_FILE)"
     )
     parser.add_argument("--database-url", help="Postgres DSN for cache invalidation (LISTEN)")
     parser.add_argument("--domain", help="actor host domain: <name>.<atespace>.actors.<domain>")

@@ -134,9 +134,7 @@ class Registration:
         try:
             await self.api.ack_drain(self.replica, drain_id)
         except LookupFailed as exc:
-            log.warning(
-                "drain %d of actor %s done but not acknowledged (%s); again at the next heartbeat", drain_id, key, exc
-            )
+            log.warning("drain %d of actor %s done but not acknowledged (%s); again at the next heartbeat", drain_id, key, exc)
 
     async def _run(self) -> None:
         while True:

@@ -44,7 +44,6 @@ BACKOFF_START_SECONDS = 0.05
 BACKOFF_FACTOR = 1.5
 BACKOFF_MAX_SECONDS = 0.5
 
-
 @dataclass(frozen=True, slots=True)
 class Attempt:
     """Result of one shared resume call: an upstream, or the reply that explains why not."""
@@ -196,14 +195,16 @@ class Resumer:
         still = RouteError(
             504,
             TIMEOUT,
-            f"actor {target} was not RUNNING within {budget}; its resume continues in the background; retry shortly",
+            f"actor {target} was not RUNNING within {budget}; its resume continues in the "
+            "background; retry shortly",
             RETRY_RESUMING_SECONDS,
         )
         if last is None or last.kind == api.TIMEOUT:
             return still
         if last.kind == api.NO_CAPACITY:
             message = (
-                f"actor {target} could not be placed within {budget}: {last.message}; retry later or free a worker"
+                f"actor {target} could not be placed within {budget}: {last.message}; "
+                "retry later or free a worker"
             )
             return RouteError(503, NO_ROOM, message, RETRY_CAPACITY_SECONDS)
         if last.kind == api.ACTOR_UNREACHABLE:

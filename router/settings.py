@@ -79,16 +79,13 @@ class RouterSettings(BaseSettings):
             try:
                 ip_network(value, strict=False)
             except ValueError:
-                raise ValueError(
-                    f"trusted_proxies: {value!r} is not a network such as 10.0.0.0/8 or 2001:db8::/32"
-                ) from None
+                raise ValueError(f"trusted_proxies: {value!r} is not a network such as 10.0.0.0/8 or 2001:db8::/32") from None
         return values
 
     @property
     def trusted_networks(self) -> tuple[IPv4Network | IPv6Network, ...]:
         """``trusted_proxies`` parsed."""
         return tuple(ip_network(value, strict=False) for value in self.trusted_proxies)
-
     head_timeout_seconds: float = Field(default=10.0, gt=0)
     max_head_bytes: int = Field(default=32 * 1024, ge=1024)
     data_path: Literal["python", "nginx"] = "python"

@@ -72,7 +72,10 @@ def parse_header(value: str) -> Target:
         TargetError: Empty, or not two valid labels separated by one ``/``.
     """
     text = value.strip()
-    form = "expected <atespace>/<name>, both DNS-1123 labels (lower-case letters, digits, '-', at most 63 characters)"
+    form = (
+        "expected <atespace>/<name>, both DNS-1123 labels "
+        "(lower-case letters, digits, '-', at most 63 characters)"
+    )
     if not text:
         raise TargetError(f"empty {TARGET_HEADER} header; {form}")
     parts = text.split("/")

@@ -38,7 +38,8 @@ def _child(kind: str, port: int, worker_port: int = 0) -> None:
     from tests.router.router_harness import FakeApi, WorkerLog, worker_app
 
     app = worker_app(WorkerLog()) if kind == "worker" else FakeApi(worker_port).app
-    uvicorn.run(app, host="127.0.0.1", port=port, log_level="warning", access_log=False, lifespan="off")
+    uvicorn.run(app, host="127.0.0.1", port=port, log_level="warning", access_log=False,
+                lifespan="off")
 
 
 async def _wait(url: str) -> None:
@@ -57,7 +58,9 @@ def _cpu_ms(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) * 1000 / os.sysconf("SC_CLK_TCK")
 
 
-async def _measure(label: str, n: int, url: str, headers: dict[str, str], keepalive: bool, pid: int = 0) -> float:
+async def _measure(
+    label: str, n: int, url: str, headers: dict[str, str], keepalive: bool, pid: int = 0
+) -> float:
     limits = httpx.Limits(max_keepalive_connections=10 if keepalive else 0)
     async with httpx.AsyncClient(limits=limits) as client:
         for _ in range(50):
@@ -73,7 +76,7 @@ async def _measure(label: str, n: int, url: str, headers: dict[str, str], keepal
         print(f"{'':48s} router CPU {(_cpu_ms(pid) - cpu) / n:.2f} ms per request")
     times.sort()
     p50 = statistics.median(times)
-    print(f"{label:48s} p50 {p50:6.2f} ms  p90 {times[int(n * 0.9)]:6.2f}  p99 {times[int(n * 0.99)]:6.2f}")
+    print(f"{label:48s} p50 {p50:6.2f} ms  p90 {times[int(n * .9)]:6.2f}  p99 {times[int(n * .99)]:6.2f}")
     return p50
 
 
@@ -93,37 +96,24 @@ async def main(n: int) -> None:
         await _wait(f"http://127.0.0.1:{worker_port}/")
         await _wait(f"http://127.0.0.1:{api_port}/")
         env = {**os.environ, "PYTHONPATH": str(ROOT)}
-        common = [
-            "--api-server",
-            f"http://127.0.0.1:{api_port}",
-            "--metrics-listen",
-            f"127.0.0.1:{metrics_port}",
-            "--log-level",
-            "warning",
-        ]
+        common = ["--api-server", f"http://127.0.0.1:{api_port}", "--metrics-listen",
+                  f"127.0.0.1:{metrics_port}", "--log-level", "warning"]
         worker = f"http://127.0.0.1:{worker_port}/echo"
         router = f"http://127.0.0.1:{router_port}/echo"
         h = {"ate-target-actor": "demo/c1"}
         direct_ka = await _measure("direct, keep-alive", n, worker, {}, True)
         direct_new = await _measure("direct, new connection each", n, worker, {}, False)
-        for label, extra in (
-            ("router, cached (LISTEN on)", ["--database-url", pg.get_uri()]),
-            ("router, no DB (resume call every request)", []),
-        ):
+        for label, extra in (("router, cached (LISTEN on)", ["--database-url", pg.get_uri()]),
+                             ("router, no DB (resume call every request)", [])):
             prefix = os.environ.get("BENCH_ROUTER_PREFIX", "").split()
-            proc = subprocess.Popen(
-                [py, *(prefix or ["-m", "router"]), "--listen", f"127.0.0.1:{router_port}", *common, *extra],
-                env=env,
-                cwd=ROOT,
-            )
+            proc = subprocess.Popen([py, *(prefix or ["-m", "router"]), "--listen", f"127.0.0.1:{router_port}",
+                                     *common, *extra], env=env, cwd=ROOT)
             procs.append(proc)
             await _wait(f"http://127.0.0.1:{router_port}/")
             await asyncio.sleep(0.5)
             p50 = await _measure(label + ", client keep-alive", n, router, h, True, proc.pid)
-            print(
-                f"{'':48s} overhead vs direct keep-alive {p50 - direct_ka:+.2f} ms, "
-                f"vs direct new connection {p50 - direct_new:+.2f} ms"
-            )
+            print(f"{'':48s} overhead vs direct keep-alive {p50 - direct_ka:+.2f} ms, "
+                  f"vs direct new connection {p50 - direct_new:+.2f} ms")
             proc.terminate()
             proc.wait(10)
     finally:

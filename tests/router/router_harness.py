@@ -52,14 +52,8 @@ async def serve(app: Any, lifespan: str = "off") -> AsyncIterator[Served]:
     sock.bind(("127.0.0.1", 0))
     port = sock.getsockname()[1]
     config = uvicorn.Config(
-        app,
-        lifespan=lifespan,
-        log_level="warning",
-        access_log=False,
-        proxy_headers=False,
-        server_header=False,
-        date_header=False,
-        timeout_graceful_shutdown=1,
+        app, lifespan=lifespan, log_level="warning", access_log=False, proxy_headers=False,
+        server_header=False, date_header=False, timeout_graceful_shutdown=1,
     )
     server = _QuickServer(config)
     server.install_signal_handlers = lambda: None  # type: ignore[method-assign]
@@ -140,13 +134,8 @@ def worker_app(log: WorkerLog) -> Any:
             return
         if path == "/download":
             n = int(dict(p.split("=") for p in scope["query_string"].decode().split("&"))["n"])
-            await send(
-                {
-                    "type": "http.response.start",
-                    "status": 200,
-                    "headers": [(b"content-type", b"application/octet-stream")],
-                }
-            )
+            await send({"type": "http.response.start", "status": 200,
+                        "headers": [(b"content-type", b"application/octet-stream")]})
             sent = 0
             while sent < n:
                 chunk = pattern(sent, min(65536, n - sent))
@@ -158,35 +147,29 @@ def worker_app(log: WorkerLog) -> Any:
             await send({"type": "http.response.start", "status": 200, "headers": []})
             while True:
                 message = await receive()
-                await send({"type": "http.response.body", "body": message.get("body", b""), "more_body": True})
+                await send({"type": "http.response.body", "body": message.get("body", b""),
+                            "more_body": True})
                 if not message.get("more_body"):
                     break
             await send({"type": "http.response.body", "body": b"", "more_body": False})
             return
         while (await receive()).get("more_body"):
             pass
-        data = json.dumps(
-            {
-                "method": scope["method"],
-                "path": scope["path"],
-                "raw_path": scope["raw_path"].decode(),
-                "query": scope["query_string"].decode(),
-                "headers": [[k.decode(), v.decode()] for k, v in scope["headers"]],
-            }
-        ).encode()
-        await _send(
-            send,
-            200,
-            data,
-            [
-                (b"content-type", b"application/json"),
-                (b"connection", b"x-worker-hop"),
-                (b"x-worker-hop", b"secret"),
-                (b"keep-alive", b"timeout=5"),
-                (b"set-cookie", b"a=1"),
-                (b"set-cookie", b"b=2"),
-            ],
-        )
+        data = json.dumps({
+            "method": scope["method"],
+            "path": scope["path"],
+            "raw_path": scope["raw_path"].decode(),
+            "query": scope["query_string"].decode(),
+            "headers": [[k.decode(), v.decode()] for k, v in scope["headers"]],
+        }).encode()
+        await _send(send, 200, data, [
+            (b"content-type", b"application/json"),
+            (b"connection", b"x-worker-hop"),
+            (b"x-worker-hop", b"secret"),
+            (b"keep-alive", b"timeout=5"),
+            (b"set-cookie", b"a=1"),
+            (b"set-cookie", b"b=2"),
+        ])
 
     return app
 
@@ -202,13 +185,8 @@ def pattern(offset: int, size: int) -> bytes:
 
 
 async def _send(send: Any, status: int, data: bytes, headers: list[tuple[bytes, bytes]]) -> None:
-    await send(
-        {
-            "type": "http.response.start",
-            "status": status,
-            "headers": [*headers, (b"content-length", str(len(data)).encode())],
-        }
-    )
+    await send({"type": "http.response.start", "status": status,
+                "headers": [*headers, (b"content-length", str(len(data)).encode())]})
     await send({"type": "http.response.body", "body": data, "more_body": False})
 
 
@@ -283,41 +261,27 @@ class FakeApi:
                 {"reason": step.reason, "message": step.message, "details": step.details},
                 status_code=step.status,
             )
-        return JSONResponse(
-            {
-                "atespace": atespace,
-                "name": name,
-                "template": "web",
-                "state": "RUNNING",
-                "version": 3,
-                "worker_selector": {},
-                "worker": {"pool": "default", "name": "w-0", "node": "n1", "ip": step.ip},
-                "latest_snapshot": None,
-                "created_at": "2024-01-01T00:00:00Z",
-                "updated_at": "2024-01-01T00:00:00Z",
-            }
-        )
+        return JSONResponse({
+            "atespace": atespace, "name": name, "template": "web", "state": "RUNNING",
+            "version": 3, "worker_selector": {},
+            "worker": {"pool": "default", "name": "w-0", "node": "n1", "ip": step.ip},
+            "latest_snapshot": None, "created_at": "2024-01-01T00:00:00Z",
+            "updated_at": "2024-01-01T00:00:00Z",
+        })
 
     async def template(self, atespace: str, template: str) -> JSONResponse:
         self.template_calls += 1
-        return JSONResponse(
-            {
-                "atespace": atespace,
-                "name": template,
-                "phase": "Ready",
-                "spec": {
-                    "containers": [{"name": "app", "image": "oci:app:latest", "port": self.worker_port}],
-                    "access": self.access,
-                },
-            }
-        )
+        return JSONResponse({
+            "atespace": atespace, "name": template, "phase": "Ready",
+            "spec": {"containers": [{"name": "app", "image": "oci:app:latest", "port": self.worker_port}],
+                     "access": self.access},
+        })
 
     async def actor(self, atespace: str, name: str) -> JSONResponse:
         self.actor_calls += 1
         if f"{atespace}/{name}" in self.missing:
-            return JSONResponse(
-                {"reason": "NotFound", "message": f"actor {atespace}/{name} not found", "details": {}}, status_code=404
-            )
+            return JSONResponse({"reason": "NotFound", "message": f"actor {atespace}/{name} not found",
+                                 "details": {}}, status_code=404)
         return JSONResponse({"atespace": atespace, "name": name, "template": "web", "state": "SUSPENDED"})
 
     async def heartbeat(self, replica: str) -> JSONResponse:
@@ -392,3 +356,5 @@ class Env:
                 return found
             await asyncio.sleep(0.01)
         return []
+
+

@@ -21,9 +21,8 @@ ROOT = Path(__file__).resolve().parents[2]
 def test_flags_override_settings(monkeypatch) -> None:
     monkeypatch.setenv("ATE_ROUTER_DOMAIN", "env.example")
     monkeypatch.setenv("ATE_DATABASE_URL", "postgresql://u:secret@db/ate")
-    settings = build_settings(
-        parse_args(["--listen", "0.0.0.0:81", "--max-parked", "7", "--parked-request-budget", "2.5"])
-    )
+    settings = build_settings(parse_args(["--listen", "0.0.0.0:81", "--max-parked", "7",
+                                          "--parked-request-budget", "2.5"]))
     assert settings.listen == "0.0.0.0:81"
     assert settings.max_parked == 7
     assert settings.parked_request_budget_seconds == 2.5
@@ -45,24 +44,10 @@ def test_process_serves_metrics_and_stops_on_sigterm() -> None:
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
     env.pop("ATE_DATABASE_URL", None)
     proc = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "router",
-            "--listen",
-            f"127.0.0.1:{port}",
-            "--metrics-listen",
-            f"127.0.0.1:{metrics}",
-            "--api-server",
-            f"http://127.0.0.1:{free_port()}",
-            "--parked-request-budget",
-            "0.2",
-        ],
-        cwd=ROOT,
-        env=env,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
+        [sys.executable, "-m", "router", "--listen", f"127.0.0.1:{port}",
+         "--metrics-listen", f"127.0.0.1:{metrics}", "--api-server", f"http://127.0.0.1:{free_port()}",
+         "--parked-request-budget", "0.2"],
+        cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
     )
     try:
         assert proc.stdout is not None

@@ -101,7 +101,8 @@ async def test_hop_by_hop_headers_dropped_and_forwarded_headers_added(start_rout
     assert resp.status_code == 200
     headers = {k: v for k, v in resp.json()["headers"]}
     names = [k for k, _ in resp.json()["headers"]]
-    for dropped in ("ate-target-actor", "x-private-hop", "keep-alive", "te", "proxy-authorization", "upgrade"):
+    for dropped in ("ate-target-actor", "x-private-hop", "keep-alive", "te",
+                    "proxy-authorization", "upgrade"):
         assert dropped not in names
     assert headers["x-custom"] == "kept"
     assert headers["connection"] == "close"
@@ -275,10 +276,8 @@ async def test_client_leaving_mid_upload_to_a_full_duplex_worker_closes_it(start
     env = await start_router()
     port = int(env.url.rsplit(":", 1)[1])
     reader, writer = await asyncio.open_connection("127.0.0.1", port)
-    writer.write(
-        b"POST /echo-body HTTP/1.1\r\nhost: x\r\nate-target-actor: demo/c1\r\n"
-        b"content-length: 10000000\r\n\r\n" + b"a" * 300_000
-    )
+    writer.write(b"POST /echo-body HTTP/1.1\r\nhost: x\r\nate-target-actor: demo/c1\r\n"
+                 b"content-length: 10000000\r\n\r\n" + b"a" * 300_000)
     await writer.drain()
     assert (await reader.readuntil(b"\r\n\r\n")).startswith(b"HTTP/1.1 200 ")
     await reader.readexactly(1000)  # the echo is flowing
@@ -291,10 +290,8 @@ async def test_client_leaving_before_the_answer_closes_the_worker_connection(sta
     env = await start_router()
     port = int(env.url.rsplit(":", 1)[1])
     _reader, writer = await asyncio.open_connection("127.0.0.1", port)
-    writer.write(
-        b"POST /upload HTTP/1.1\r\nhost: x\r\nate-target-actor: demo/c1\r\n"
-        b"content-length: 10000000\r\n\r\n" + b"a" * 300_000
-    )
+    writer.write(b"POST /upload HTTP/1.1\r\nhost: x\r\nate-target-actor: demo/c1\r\n"
+                 b"content-length: 10000000\r\n\r\n" + b"a" * 300_000)
     await writer.drain()
     for _ in range(100):  # wait until the worker got the request
         if env.worker.server.server_state.connections:

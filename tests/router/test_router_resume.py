@@ -30,7 +30,9 @@ async def counted(env, outcome: str, expected: float) -> bool:
 async def test_twenty_concurrent_requests_cause_one_resume(start_router) -> None:
     env = await start_router()
     env.api.script("demo/c1", Step(delay=0.3))
-    responses = await asyncio.gather(*(env.client.get(f"/hello/{i}", headers=H) for i in range(20)))
+    responses = await asyncio.gather(
+        *(env.client.get(f"/hello/{i}", headers=H) for i in range(20))
+    )
     assert env.api.calls["demo/c1"] == 1
     assert env.api.max_in_flight == 1
     assert env.api.template_calls == 1
@@ -85,7 +87,8 @@ async def test_unknown_actor_is_404(start_router) -> None:
     assert resp.status_code == 404
     # The API's text is not repeated, no API path is suggested, the CLI command is.
     assert resp.text == (
-        "actor demo/c1 not found; create it with 'ate create actor c1 -a demo --template <template>'\n"
+        "actor demo/c1 not found; create it with "
+        "'ate create actor c1 -a demo --template <template>'\n"
     )
     assert resp.headers["content-type"].startswith("text/plain")
     assert "retry-after" not in resp.headers
@@ -106,12 +109,8 @@ async def test_unknown_atespace_is_404_saying_so(start_router) -> None:
 @pytest.mark.asyncio
 async def test_busy_actor_parks_then_succeeds(start_router) -> None:
     env = await start_router()
-    busy = Step(
-        409,
-        "OperationInProgress",
-        "another operation is in progress for this actor",
-        details={"operation": "SuspendActor"},
-    )
+    busy = Step(409, "OperationInProgress", "another operation is in progress for this actor",
+                details={"operation": "SuspendActor"})
     env.api.script("demo/c1", busy, busy, Step())
     resp = await env.client.get("/ok", headers=H)
     assert resp.status_code == 200, resp.text
@@ -121,7 +120,8 @@ async def test_busy_actor_parks_then_succeeds(start_router) -> None:
 @pytest.mark.asyncio
 async def test_busy_until_budget_is_504(start_router) -> None:
     env = await start_router(parked_request_budget_seconds=0.4)
-    env.api.script("demo/c1", Step(409, "OperationInProgress", "busy", details={"operation": "SuspendActor"}))
+    env.api.script("demo/c1", Step(409, "OperationInProgress", "busy",
+                                   details={"operation": "SuspendActor"}))
     resp = await env.client.get("/", headers=H)
     assert resp.status_code == 504
     assert "demo/c1" in resp.text and "SuspendActor" in resp.text
@@ -210,7 +210,8 @@ async def test_budget_exhausted_is_504_and_resume_continues(start_router) -> Non
 async def test_failed_precondition_is_503_naming_state(start_router) -> None:
     env = await start_router()
     message = "actor demo/c1 cannot be resumed from state CRASHED (ResumeActor wants SUSPENDED)"
-    env.api.script("demo/c1", Step(409, "FailedPrecondition", message, details={"state": "CRASHED"}))
+    env.api.script("demo/c1", Step(409, "FailedPrecondition", message,
+                                   details={"state": "CRASHED"}))
     resp = await env.client.get("/", headers=H)
     assert resp.status_code == 503
     assert resp.text == message + "\n"  # the API's message, which names actor and state
@@ -221,9 +222,8 @@ async def test_failed_precondition_is_503_naming_state(start_router) -> None:
 @pytest.mark.asyncio
 async def test_failed_precondition_state_missing_from_message_is_added(start_router) -> None:
     env = await start_router()
-    env.api.script(
-        "demo/c1", Step(409, "FailedPrecondition", "actor demo/c1 cannot be resumed", details={"state": "CRASHED"})
-    )
+    env.api.script("demo/c1", Step(409, "FailedPrecondition", "actor demo/c1 cannot be resumed",
+                                   details={"state": "CRASHED"}))
     resp = await env.client.get("/", headers=H)
     assert resp.status_code == 503
     assert resp.text == "actor demo/c1 cannot be resumed (state CRASHED)\n"
@@ -233,8 +233,10 @@ async def test_failed_precondition_state_missing_from_message_is_added(start_rou
 @pytest.mark.asyncio
 async def test_failed_precondition_without_state_prints_the_message_alone(start_router) -> None:
     env = await start_router()
-    message = "actor bad/f1 cannot be resumed yet: its template bad/web has no golden snapshot (phase Building)"
-    env.api.script("bad/f1", Step(409, "FailedPrecondition", message, details={"template_phase": "Building"}))
+    message = ("actor bad/f1 cannot be resumed yet: its template bad/web has no golden "
+               "snapshot (phase Building)")
+    env.api.script("bad/f1", Step(409, "FailedPrecondition", message,
+                                  details={"template_phase": "Building"}))
     resp = await env.client.get("/", headers={"ate-target-actor": "bad/f1"})
     assert resp.status_code == 503
     assert resp.text == message + "\n"
@@ -243,11 +245,9 @@ async def test_failed_precondition_without_state_prints_the_message_alone(start_
     assert env.api.calls["bad/f1"] == 1
 
 
-LABELS = (
-    "no worker has room for actor demo/c1: no ACTIVE gvisor worker has the labels "
-    "{'zone': 'mars'} the template and actor select; change the actor's worker_selector "
-    "or label a worker pool"
-)
+LABELS = ("no worker has room for actor demo/c1: no ACTIVE gvisor worker has the labels "
+          "{'zone': 'mars'} the template and actor select; change the actor's worker_selector "
+          "or label a worker pool")
 
 
 @pytest.mark.asyncio
@@ -292,7 +292,10 @@ async def test_api_internal_error_is_503_after_budget(start_router) -> None:
 async def test_parking_lot_is_bounded(start_router) -> None:
     env = await start_router(max_parked=2)
     env.api.default = Step(delay=0.4)
-    slow = [asyncio.create_task(env.client.get("/", headers={"ate-target-actor": f"demo/a{i}"})) for i in range(2)]
+    slow = [
+        asyncio.create_task(env.client.get("/", headers={"ate-target-actor": f"demo/a{i}"}))
+        for i in range(2)
+    ]
     await asyncio.sleep(0.15)
     assert env.router.resumer.parked == 2
     resp = await env.client.get("/", headers={"ate-target-actor": "demo/a9"})
@@ -320,7 +323,9 @@ async def test_two_target_headers_are_400_naming_both(start_router) -> None:
     headers = [("ate-target-actor", "demo/c1"), ("ate-target-actor", "demo/c2")]
     resp = await env.client.get("/", headers=headers)
     assert resp.status_code == 400
-    assert resp.text == ("duplicate ate-target-actor header: got 'demo/c1' and 'demo/c2'; send exactly one\n")
+    assert resp.text == (
+        "duplicate ate-target-actor header: got 'demo/c1' and 'demo/c2'; send exactly one\n"
+    )
     assert sum(env.api.calls.values()) == 0
 
 
@@ -332,10 +337,8 @@ async def test_empty_target_header_is_400_not_host(start_router, value) -> None:
     # Raw socket: httpx refuses to send a whitespace-only header value.
     port = int(env.url.rsplit(":", 1)[1])
     reader, writer = await asyncio.open_connection("127.0.0.1", port)
-    writer.write(
-        b"GET / HTTP/1.1\r\nhost: c1.demo.actors.ate.local\r\n"
-        b"ate-target-actor:" + value + b"\r\nconnection: close\r\n\r\n"
-    )
+    writer.write(b"GET / HTTP/1.1\r\nhost: c1.demo.actors.ate.local\r\n"
+                 b"ate-target-actor:" + value + b"\r\nconnection: close\r\n\r\n")
     answer = await reader.read()
     writer.close()
     head, _, text = answer.partition(b"\r\n\r\n")

@@ -33,21 +33,8 @@ def test_header_ok(value: str, expected: Target) -> None:
 
 @pytest.mark.parametrize(
     "value",
-    [
-        "demo",
-        "demo/",
-        "/c1",
-        "demo/c1/x",
-        "Demo/c1",
-        "demo/C1",
-        "-demo/c1",
-        "demo/c1-",
-        "de_mo/c1",
-        "demo/c.1",
-        "x" * 64 + "/c1",
-        "demo/" + "y" * 64,
-        "demo /c1",
-    ],
+    ["demo", "demo/", "/c1", "demo/c1/x", "Demo/c1", "demo/C1", "-demo/c1", "demo/c1-",
+     "de_mo/c1", "demo/c.1", "x" * 64 + "/c1", "demo/" + "y" * 64, "demo /c1"],
 )
 def test_header_bad(value: str) -> None:
     with pytest.raises(TargetError) as err:
@@ -81,20 +68,10 @@ def test_host_custom_domain() -> None:
 
 @pytest.mark.parametrize(
     "host",
-    [
-        "localhost",
-        "127.0.0.1:8000",
-        "demo.actors.ate.local",
-        "x.c1.demo.actors.ate.local",
-        "c1..actors.ate.local",
-        "c_1.demo.actors.ate.local",
-        "c1.demo.actors.ate.localx",
-        "c1.demo.ate.local",
-        "-c1.demo.actors.ate.local",
-        ("z" * 64) + ".demo.actors.ate.local",
-        "c1.demo.actors.ate.local..",
-        "[::1]:80",
-    ],
+    ["localhost", "127.0.0.1:8000", "demo.actors.ate.local", "x.c1.demo.actors.ate.local",
+     "c1..actors.ate.local", "c_1.demo.actors.ate.local", "c1.demo.actors.ate.localx",
+     "c1.demo.ate.local", "-c1.demo.actors.ate.local", ("z" * 64) + ".demo.actors.ate.local",
+     "c1.demo.actors.ate.local..", "[::1]:80"],
 )
 def test_host_bad(host: str) -> None:
     with pytest.raises(TargetError) as err:

@@ -159,8 +159,6 @@ async def test_outcomes_ok_parked_ok_not_found_and_no_room(start_router, databas
     # deleted after the access gate looked it up (an unknown actor is refused by the gate first)
     env.api.script("demo/gone", Step(404, "NotFound", "actor demo/gone not found"))
     assert (await env.client.get("/c", headers={"ate-target-actor": "demo/gone"})).status_code == 404
-    env.api.script(
-        "demo/big", Step(503, "NoMatchingWorker", "no worker has room for the actor: 2 workers: 2 UNAVAILABLE")
-    )
+    env.api.script("demo/big", Step(503, "NoMatchingWorker", "no worker has room for the actor: 2 workers: 2 UNAVAILABLE"))
     assert (await env.client.get("/d", headers={"ate-target-actor": "demo/big"})).status_code == 503
     assert [o[2] for o in outcomes(env)[-4:]] == ["parked_ok", "ok", "not_found", "no_room"]
