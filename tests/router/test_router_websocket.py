@@ -289,7 +289,7 @@ async def _stop_while_open(address: str, proc: asyncio.subprocess.Process, log: 
             await log.held_ended.wait()
 
 
-@pytest.mark.python_data_path  # nginx proxies WebSockets itself: a drain cuts them at --drain-timeout, no close frame (test_router_nginx.py)
+@pytest.mark.python_data_path  # nginx proxies WebSockets itself: a drain cuts them at --drain-timeout, no close frame (the test below)
 async def test_a_drain_ends_the_actors_websocket_and_counts_it_as_in_flight(env: StreamEnv) -> None:
     """A WebSocket is a flight of the drain gate for its whole life: a drain of its actor ends it
     (1001 with the drain's reason) and finishes clean once it is gone; a new WebSocket after the
