@@ -1,5 +1,6 @@
 """Drain before checkpoint on the real stack (gVisor): a suspend with 20 requests in flight
-through two router replicas cuts none of them and checkpoints; both replicas drained it; and
+through two router replicas (the second on the Python data path, then on the nginx one: mixed
+replicas) cuts none of them and checkpoints; both replicas drained it; and
 after an actor moved away and another actor took its old worker, no request of the first
 reaches the second."""
 
@@ -38,10 +39,14 @@ def wait_for(check: object, seconds: float, what: str) -> None:
     raise AssertionError(f"{what}: not within {seconds}s")
 
 
-@pytest.fixture(scope="module")
-def second_router(stack: Stack, tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+@pytest.fixture(scope="module", params=["python", "nginx"])
+def second_router(
+    stack: Stack, tmp_path_factory: pytest.TempPathFactory, request: pytest.FixtureRequest
+) -> Iterator[tuple[str, str]]:
     """Another router replica of the same stack (its own process and port, the stack's router
-    token, no database: it learns of drains from its heartbeats only)."""
+    token, no database: it learns of drains from its heartbeats only), on the data path of the
+    parameter. Yields its URL and data path (its replica name is ``router-second-<data path>``)."""
+    data_path = request.param
     log = tmp_path_factory.mktemp("router-2") / "router.log"
     env = {k: v for k, v in os.environ.items() if not k.startswith("ATE_")}
     env["ATE_ROUTER_API_TOKEN_FILE"] = str(stack.data_dir / "credentials" / "router.token")
@@ -49,13 +54,13 @@ def second_router(stack: Stack, tmp_path_factory: pytest.TempPathFactory) -> Ite
         process = subprocess.Popen(
             [sys.executable, "-m", "ate", "router", "--listen", f"127.0.0.1:{SECOND_ROUTER_PORT}",
              "--api-server", stack.api, "--metrics-listen", f"127.0.0.1:{SECOND_METRICS_PORT}",
-             "--replica-name", "router-second"],
+             "--replica-name", f"router-second-{data_path}", "--data-path", data_path],
             cwd=REPO, stdout=out, stderr=subprocess.STDOUT, env=env, start_new_session=True,
         )  # fmt: skip
     try:
         wait_for(lambda: "router: ready" in log.read_text() or process.poll() is not None, 60, "second router ready")
         assert process.poll() is None, log.read_text()
-        yield f"http://127.0.0.1:{SECOND_ROUTER_PORT}"
+        yield f"http://127.0.0.1:{SECOND_ROUTER_PORT}", data_path
     finally:
         process.send_signal(signal.SIGTERM)
         try:
@@ -69,13 +74,18 @@ def live_replicas(stack: Stack) -> set[str]:
     return {r["name"] for r in api(stack, "GET", "/v1/routers").json()["items"] if r["live"]}
 
 
-def test_a_suspend_with_20_requests_in_flight_through_two_replicas_cuts_none(stack: Stack, second_router: str) -> None:
-    path = setup_actor(stack, "drain2", "busy")
-    target = {"ate-target-actor": "drain2/busy"}
+def test_a_suspend_with_20_requests_in_flight_through_two_replicas_cuts_none(
+    stack: Stack, second_replica: tuple[str, str]
+) -> None:
+    second_router, data_path = second_replica
+    name = f"busy-{data_path}"
+    path = setup_actor(stack, "drain2", name)
+    target = {"ate-target-actor": f"drain2/{name}"}
     first = httpx.get(stack.router + "/", headers=target, timeout=30)
     assert first.json()["memory_count"] == 1
+    # A replica stopped before (the other parameter) stays live until its lease ran out.
     wait_for(lambda: len(live_replicas(stack)) == 2, 30, "both router replicas registered")
-    assert "router-second" in live_replicas(stack)
+    assert f"router-second-{data_path}" in live_replicas(stack)
     metrics = {stack.router: f"http://127.0.0.1:{stack.metrics_base}/metrics",
                second_router: f"http://127.0.0.1:{SECOND_METRICS_PORT}/metrics"}  # fmt: skip
     drains_before = {url: metric(m, "ate_router_drains_total") for url, m in metrics.items()}
@@ -85,7 +95,7 @@ def test_a_suspend_with_20_requests_in_flight_through_two_replicas_cuts_none(sta
             pool.submit(httpx.get, url + "/slow", params={"ms": "3000"}, headers=target, timeout=60) for url in routers
         ]
         time.sleep(1.0)  # a pause for all 20 to reach the actor, which holds each for 3 s
-        suspend = pool.submit(stack.ate, "suspend", "actor", "busy", "-a", "drain2")
+        suspend = pool.submit(stack.ate, "suspend", "actor", name, "-a", "drain2")
         wait_for(lambda: api(stack, "GET", path).json()["state"] == "SUSPENDING", 10, "suspending")
         arriving = [
             pool.submit(httpx.get, url + "/", headers=target, timeout=60) for url in (stack.router, second_router)
@@ -101,7 +111,7 @@ def test_a_suspend_with_20_requests_in_flight_through_two_replicas_cuts_none(sta
     # resumed actor (FULL snapshot: its count went on from 1).
     assert sorted(r.json()["memory_count"] for r in late) == [2, 3]
     assert api(stack, "GET", path).json()["state"] == "RUNNING"
-    stack.ate("suspend", "actor", "busy", "-a", "drain2")
+    stack.ate("suspend", "actor", name, "-a", "drain2")
 
 
 def whoami_template(tmp: Path, who: str) -> Path:
