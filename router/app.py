@@ -27,6 +27,7 @@ from router.drain import DrainGate, Flight
 from router.errors import RETRY_RESUMING_SECONDS, RouteError
 from router.metrics import REQUEST_DURATION, REQUESTS
 from router.proxy import BodyStream, open_upstream, relay
+from router.reach import reach_actor, wait_unless_gone
 from router.registration import DRAIN_CHANNEL, Registration, default_replica_name
 from router.resume import Resumer
 from router.sessions import Sessions
@@ -258,37 +259,23 @@ class ActorRouter:
         admission = await self.gate.admit(target, scope["headers"], deadline)
         scope = {**scope, "headers": admission.headers}
         request_deadline = started + self.settings.request_timeout_seconds
-        key = target.key
-        token = self.drains.token()
-        upstream = self.cache.get(key)
-        cached = upstream is not None
-        parked = False
-        while True:
-            if upstream is None:
-                token = self.drains.token()
-                upstream = await self._park(target, deadline, body)
-                parked = True
-            flight = self.drains.enter(key, token, upstream)
-            if flight is None:  # drained since it was looked up, or no lease: look it up again
-                if not self.drains.leased():
-                    raise self._no_lease(target)
-                upstream, cached = None, False
-                continue
-            try:
-                response = await open_upstream(
-                    self.upstream_client, scope, body, upstream, key, self.trusted, request_deadline, flight
-                )
-                return response, parked, flight
-            except UpstreamConnectError as exc:
-                self.drains.leave(flight)
-                if not cached:
-                    raise worker_unreachable(target, upstream) from exc
-                log.info("cached actor %s unreachable at %s: resuming again", target, upstream)
-            except BaseException:
-                self.drains.leave(flight)
-                raise
-            self.cache.drop(key)
-            upstream, cached = None, False
+
+        async def connect(upstream: Upstream, flight: Flight, parked: bool) -> tuple[UpstreamResponse, bool, Flight]:
+            response = await open_upstream(
+                self.upstream_client, scope, body, upstream, target.key, self.trusted, request_deadline, flight
+            )
+            return response, parked, flight
+
+        return await reach_actor(
+            target,
+            cache=self.cache,
+            drains=self.drains,
+            park=lambda: self._park(target, deadline, body),
+            connect=connect,
+            refused=UpstreamConnectError,
+            unreachable=worker_unreachable,
+            no_lease=self._no_lease,
+        )
 
     def _no_lease(self, target: Target) -> RouteError:
         """503 for a replica whose heartbeats the API has not answered for a lease."""
@@ -311,18 +298,11 @@ class ActorRouter:
         """
         if body.started:  # its body is streaming upstream already: receive is not ours to watch
             return await self._wait_running(target, deadline)
-        waiting = asyncio.create_task(self._wait_running(target, deadline))
-        leaving = asyncio.create_task(body.wait_disconnect())
-        try:
-            await asyncio.wait({waiting, leaving}, return_when=asyncio.FIRST_COMPLETED)
-        finally:
-            for task in (waiting, leaving):
-                if not task.done():
-                    task.cancel()
-            await asyncio.wait({waiting, leaving})
-        if waiting.cancelled():  # the client left first
-            raise ClientGone(f"client left while its request waited for actor {target}")
-        return waiting.result()
+        return await wait_unless_gone(
+            self._wait_running(target, deadline),
+            body.wait_disconnect(),
+            lambda: ClientGone(f"client left while its request waited for actor {target}"),
+        )
 
     async def _wait_running(self, target: Target, deadline: float) -> Upstream:
         """``Resumer.wait_running``, after holding the request while its actor is being drained

@@ -39,6 +39,7 @@ from router.drain import DRAIN_REASON, DrainGate, Flight
 from router.errors import RouteError
 from router.metrics import REQUEST_DURATION, REQUESTS
 from router.proxy import HOP_BY_HOP, Receive, Scope, Send, request_headers
+from router.reach import reach_actor, wait_unless_gone
 from router.resume import Resumer
 from router.sessions import GOING_AWAY, Session, Sessions
 from router.settings import RouterSettings
@@ -241,34 +242,20 @@ class WebSocketProxy:
         """
         admission = await self.gate.admit(target, scope["headers"], deadline)
         headers = upstream_headers({**scope, "headers": admission.headers}, self.trusted)
-        key = target.key
-        token = self.drains.token()
-        upstream = self.cache.get(key)
-        cached = upstream is not None
-        parked = False
-        while True:
-            if upstream is None:
-                token = self.drains.token()
-                upstream = await self._park(target, deadline, receive)
-                parked = True
-            flight = self.drains.enter(key, token, upstream)
-            if flight is None:  # drained since it was looked up, or no lease: look it up again
-                if not self.drains.leased():
-                    raise self.no_lease(target)
-                upstream, cached = None, False
-                continue
-            try:
-                return await self._connect(scope, headers, upstream, target, parked), parked, flight
-            except _ConnectFailed as exc:
-                self.drains.leave(flight)
-                if not cached:
-                    raise self.unreachable(target, upstream) from exc
-                log.info("cached actor %s unreachable at %s: resuming again", target, upstream)
-            except BaseException:
-                self.drains.leave(flight)
-                raise
-            self.cache.drop(key)
-            upstream, cached = None, False
+
+        async def connect(upstream: Upstream, flight: Flight, parked: bool) -> tuple[ClientConnection, bool, Flight]:
+            return await self._connect(scope, headers, upstream, target, parked), parked, flight
+
+        return await reach_actor(
+            target,
+            cache=self.cache,
+            drains=self.drains,
+            park=lambda: self._park(target, deadline, receive),
+            connect=connect,
+            refused=_ConnectFailed,
+            unreachable=self.unreachable,
+            no_lease=self.no_lease,
+        )
 
     async def _park(self, target: Target, deadline: float, receive: Receive) -> Upstream:
         """Wait for the actor to be RUNNING while watching the client: one that leaves frees its
@@ -278,18 +265,11 @@ class WebSocketProxy:
             RouteError: From ``Resumer.wait_running``.
             _ClientLeft: The client went away first.
         """
-        waiting = asyncio.create_task(self.wait_running(target, deadline))
-        leaving = asyncio.create_task(_next(receive))  # before the accept, only a disconnect can come
-        try:
-            await asyncio.wait({waiting, leaving}, return_when=asyncio.FIRST_COMPLETED)
-        finally:
-            for task in (waiting, leaving):
-                if not task.done():
-                    task.cancel()
-            await asyncio.wait({waiting, leaving})
-        if waiting.cancelled():
-            raise _ClientLeft(f"client left while its WebSocket waited for actor {target}")
-        return waiting.result()
+        return await wait_unless_gone(
+            self.wait_running(target, deadline),
+            _next(receive),  # before the accept, only a disconnect can come
+            lambda: _ClientLeft(f"client left while its WebSocket waited for actor {target}"),
+        )
 
     async def _connect(
         self, scope: Scope, headers: list[tuple[str, str]], upstream: Upstream, target: Target, parked: bool
