@@ -40,7 +40,7 @@ def wait_for(check: object, seconds: float, what: str) -> None:
 
 
 @pytest.fixture(scope="module", params=["python", "nginx"])
-def second_router(
+def second_replica(
     stack: Stack, tmp_path_factory: pytest.TempPathFactory, request: pytest.FixtureRequest
 ) -> Iterator[tuple[str, str]]:
     """Another router replica of the same stack (its own process and port, the stack's router
