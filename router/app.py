@@ -28,7 +28,7 @@ from router.errors import RETRY_RESUMING_SECONDS, RouteError
 from router.metrics import REQUEST_DURATION, REQUESTS
 from router.proxy import BodyStream, open_upstream, relay
 from router.reach import reach_actor, wait_unless_gone
-from router.registration import DRAIN_CHANNEL, Registration, default_replica_name
+from router.registration import Registration, register_replica
 from router.resume import Resumer
 from router.sessions import Sessions
 from router.settings import RouterSettings
@@ -113,18 +113,10 @@ class ActorRouter:
         )  # fmt: skip
         self.registration: Registration | None = None
         if settings.register_replica:
-            self.registration = Registration(
-                self.api,
-                self.drains,
-                self.cache,
-                settings.replica_name or default_replica_name(),
-                ROUTER_LEASE_SECONDS,
-                ROUTER_HEARTBEAT_SECONDS,
-            )
-            self.drains.leased = self.registration.leased
-            self.cache.usable = self.registration.leased
-            if self.invalidator is not None:
-                self.invalidator.channels[DRAIN_CHANNEL] = self.registration.on_notification
+            self.registration = register_replica(
+                self.api, self.drains, self.cache, self.invalidator, settings.replica_name,
+                ROUTER_LEASE_SECONDS, ROUTER_HEARTBEAT_SECONDS,
+            )  # fmt: skip
 
     async def start(self) -> None:
         """Start cache invalidation (when a database URL is set) and the registration."""
@@ -192,10 +184,7 @@ class ActorRouter:
 
     async def _statusz(self, scope: dict[str, Any], send: Any) -> None:
         """Answer /statusz: HTML, or JSON with `?format=json`."""
-        if self.invalidator is None:
-            postgres = "not configured (no cache)"
-        else:
-            postgres = "ok" if self.invalidator.connected.is_set() else "not connected (cache off)"
+        postgres = statusz.postgres_health(self.invalidator)
         document = statusz.status_document(
             settings=self.settings.redacted(),
             api=await self.api.health(),

@@ -25,7 +25,7 @@ import socket
 import uuid
 
 from router.api_client import ApiClient, LookupFailed
-from router.cache import ActorCache
+from router.cache import ActorCache, CacheInvalidator
 from router.drain import DrainGate
 
 log = logging.getLogger(__name__)
@@ -158,3 +158,25 @@ class Registration:
         self.leased()
         for drain_id, key in drains:
             self.dispatch(drain_id, key)
+
+
+def register_replica(
+    api: ApiClient,
+    drains: DrainGate,
+    cache: ActorCache,
+    invalidator: CacheInvalidator | None,
+    replica_name: str | None,
+    lease_seconds: float,
+    heartbeat_seconds: float,
+) -> Registration:
+    """This replica's registration, wired as both data paths use it: the drain gate and the cache
+    are usable only while the lease runs, and drains also arrive by NOTIFY on DRAIN_CHANNEL when
+    there is a LISTEN connection (else through the heartbeats). Not started: call its `start`."""
+    registration = Registration(
+        api, drains, cache, replica_name or default_replica_name(), lease_seconds, heartbeat_seconds
+    )
+    drains.leased = registration.leased
+    cache.usable = registration.leased
+    if invalidator is not None:
+        invalidator.channels[DRAIN_CHANNEL] = registration.on_notification
+    return registration

@@ -50,6 +50,14 @@ class RecentRequests:
         return list(self._items)
 
 
+def postgres_health(invalidator: Any) -> str:
+    """The PostgreSQL line of /statusz from the cache invalidator (a `router.cache.CacheInvalidator`
+    or None): "ok", "not connected (cache off)", or "not configured (no cache)"."""
+    if invalidator is None:
+        return "not configured (no cache)"
+    return "ok" if invalidator.connected.is_set() else "not connected (cache off)"
+
+
 def ate_version() -> str:
     """The installed ate package's version, or `unknown`."""
     try:

@@ -39,7 +39,7 @@ from router.errors import RETRY_RESUMING_SECONDS, RouteError
 from router.metrics import DURATION_BUCKETS
 from router.nginx.drain import NginxDrainGate
 from router.proxy import response_head_timeout, upstream_failed
-from router.registration import DRAIN_CHANNEL, Registration, default_replica_name
+from router.registration import Registration, register_replica
 from router.resume import Resumer
 from router.settings import RouterSettings
 from router.target import Target, TargetError, is_label, target_from_headers
@@ -331,18 +331,10 @@ class ControlService:
         )
         self.registration: Registration | None = None
         if settings.register_replica:
-            self.registration = Registration(
-                self.api,
-                self.drains,
-                self.cache,
-                settings.replica_name or default_replica_name(),
-                ROUTER_LEASE_SECONDS,
-                ROUTER_HEARTBEAT_SECONDS,
-            )
-            self.drains.leased = self.registration.leased
-            self.cache.usable = self.registration.leased
-            if self.invalidator is not None:
-                self.invalidator.channels[DRAIN_CHANNEL] = self.registration.on_notification
+            self.registration = register_replica(
+                self.api, self.drains, self.cache, self.invalidator, settings.replica_name,
+                ROUTER_LEASE_SECONDS, ROUTER_HEARTBEAT_SECONDS,
+            )  # fmt: skip
         self._lease_task: asyncio.Task[None] | None = None
 
     async def start(self) -> None:
@@ -541,10 +533,7 @@ class ControlService:
         return True
 
     async def _statusz(self, scope: dict[str, Any], send: Any) -> None:
-        if self.invalidator is None:
-            postgres = "not configured (no cache)"
-        else:
-            postgres = "ok" if self.invalidator.connected.is_set() else "not connected (cache off)"
+        postgres = statusz.postgres_health(self.invalidator)
         document = statusz.status_document(
             settings=self.settings.redacted(),
             api=await self.api.health(),

@@ -159,14 +159,19 @@ async def test_ate_router_with_the_nginx_data_path_serves_restarts_nginx_and_sto
                 ready = (await proc.stdout.readline()).decode().strip()
                 assert ready == f"router: ready on 127.0.0.1:{port} (nginx data path, 1 workers)"
                 assert (await client.get(f"http://127.0.0.1:{port}/", headers=H)).status_code == 200
-                exported = (await client.get(f"http://127.0.0.1:{metrics}/metrics")).text
+                exported = ""
+                for _ in range(500):  # nginx counts a request in its log phase, after the answer went out
+                    exported = (await client.get(f"http://127.0.0.1:{metrics}/metrics")).text
+                    if 'ate_router_requests_total{outcome="parked_ok"} 1.0' in exported:
+                        break
+                    await asyncio.sleep(0.02)
                 assert 'ate_router_requests_total{outcome="parked_ok"} 1.0' in exported
                 assert "ate_router_parked_requests 0.0" in exported  # the control service's own
 
                 first = int((run_dir / "nginx.pid").read_text())
                 os.kill(first, signal.SIGKILL)
                 answered = None
-                for _ in range(500):  # the router starts nginx again
+                for _ in range(1500):  # the router starts nginx again (30 s, for a loaded machine)
                     try:
                         answered = (await client.get(f"http://127.0.0.1:{port}/", headers=H)).status_code
                         break
