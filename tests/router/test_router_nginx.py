@@ -135,6 +135,7 @@ async def test_a_worker_without_a_status_line_gets_the_connection_cut(start_rout
 async def test_ate_router_with_the_nginx_data_path_serves_restarts_nginx_and_stops(tmp_path) -> None:
     """A real `python -m router --data-path nginx`: it serves and exports the request counters;
     nginx killed is started again; SIGTERM stops nginx and the router, exit 0."""
+    import contextlib
     import os
     import signal
     import sys
@@ -148,6 +149,7 @@ async def test_ate_router_with_the_nginx_data_path_serves_restarts_nginx_and_sto
         env = {**os.environ, "PYTHONPATH": str(root)}
         env.pop("ATE_DATABASE_URL", None)
         run_dir = tmp_path / "run"
+        masters: list[int] = []
         proc = await asyncio.create_subprocess_exec(
             sys.executable, "-m", "router", "--data-path", "nginx", "--listen", f"127.0.0.1:{port}",
             "--metrics-listen", f"127.0.0.1:{metrics}", "--api-server", api_served.url, "--domain", DOMAIN,
@@ -169,6 +171,7 @@ async def test_ate_router_with_the_nginx_data_path_serves_restarts_nginx_and_sto
                 assert "ate_router_parked_requests 0.0" in exported  # the control service's own
 
                 first = int((run_dir / "nginx.pid").read_text())
+                masters.append(first)
                 os.kill(first, signal.SIGKILL)
                 answered = None
                 for _ in range(1500):  # the router starts nginx again (30 s, for a loaded machine)
@@ -179,6 +182,7 @@ async def test_ate_router_with_the_nginx_data_path_serves_restarts_nginx_and_sto
                         await asyncio.sleep(0.02)
                 assert answered == 200
                 second = int((run_dir / "nginx.pid").read_text())
+                masters.append(second)
                 assert second != first
 
                 proc.send_signal(signal.SIGTERM)
@@ -189,6 +193,9 @@ async def test_ate_router_with_the_nginx_data_path_serves_restarts_nginx_and_sto
             if proc.returncode is None:
                 proc.kill()
                 await proc.wait()
+            for master in masters:  # a failure between the kill and the restart leaves no orphaned worker
+                with contextlib.suppress(ProcessLookupError, PermissionError):
+                    os.killpg(master, signal.SIGKILL)  # each nginx runs in a session of its own
 
 
 async def test_an_entry_from_before_a_drain_is_never_used(start_router) -> None:
