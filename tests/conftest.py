@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import socket
 import uuid
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
@@ -13,7 +14,9 @@ import asyncpg
 import pytest
 
 from activities.store import Store, migrate
+from ate.dev.child import ChildFailed
 from ate.dev.object_store import LocalObjectStore, free_base_port
+from ate.dev.temporal import dev_server_child
 
 
 def pytest_configure(config: pytest.Config) -> None:
@@ -104,3 +107,35 @@ def object_store(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalObje
                 os.environ.pop(key, None)
             else:
                 os.environ[key] = value
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+@contextlib.contextmanager
+def temporal_dev_server(base: Path, attempts: int = 3) -> Iterator[str]:
+    """A Temporal dev server (ate's search attributes) under `base`, yielding its address.
+
+    Its ports are picked free, then bound by the server a moment later: another process may take
+    one in between (seen once in a fresh-clone run: the UI port, `bind: address already in use`),
+    so a server that exits before it is ready is started again on other ports, up to `attempts`.
+    """
+    for attempt in range(1, attempts + 1):
+        port = _free_port()
+        child = dev_server_child(base, base / f"temporal-{attempt}.log", port=port, ui_port=_free_port())
+        child.start()
+        try:
+            child.wait_ready(60)
+        except ChildFailed:
+            child.stop(timeout=15)
+            if attempt == attempts:
+                raise
+            continue
+        try:
+            yield f"127.0.0.1:{port}"
+        finally:
+            child.stop(timeout=15)
+        return

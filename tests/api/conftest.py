@@ -23,8 +23,7 @@ import pytest
 
 from activities.store import Store
 from ate.dev.child import Child, http_ok
-from ate.dev.temporal import dev_server_child
-from tests.conftest import fresh_database
+from tests.conftest import fresh_database, temporal_dev_server
 from tests.credentials import BOOTSTRAP_ENV, BOOTSTRAP_HEADERS, BOOTSTRAP_TOKEN, SuiteCredentials
 from tests.tls import certificates
 
@@ -42,15 +41,8 @@ def free_port() -> int:
 @pytest.fixture(scope="module")
 def temporal_address(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     """A Temporal dev server (with ate's search attributes) for this module."""
-    base = tmp_path_factory.mktemp("temporal")
-    port = free_port()
-    child = dev_server_child(base, base / "temporal.log", port=port, ui_port=free_port())
-    child.start()
-    try:
-        child.wait_ready(60)
-        yield f"127.0.0.1:{port}"
-    finally:
-        child.stop(timeout=15)
+    with temporal_dev_server(tmp_path_factory.mktemp("temporal")) as address:
+        yield address
 
 
 @pytest.fixture(scope="module")

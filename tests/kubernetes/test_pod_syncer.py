@@ -23,7 +23,6 @@ from activities.store import NodeRetired, Store
 from activities.store.records import WorkerRegistration
 from api.app import create_app
 from api.settings import ApiSettings
-from ate.dev.temporal import dev_server_child
 from controller.labels import POOL_LABEL
 from controller.main import Controller
 from controller.pools import PLURAL, VERSION
@@ -33,6 +32,7 @@ from domain.refs import ActorRef
 from domain.templates import ActorTemplateSpec
 from temporal_worker.main import build_worker
 from temporal_worker.settings import WorkerSettings
+from tests.conftest import temporal_dev_server
 from tests.credentials import BOOTSTRAP_TOKEN
 from tests.kubernetes.cluster import Cluster
 from tests.tls import control_plane_tls
@@ -68,15 +68,8 @@ async def until(check: Callable[[], Any], seconds: float = 30.0) -> Any:
 
 @pytest.fixture(scope="module")
 def temporal_address(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
-    base = tmp_path_factory.mktemp("temporal")
-    port = free_port()
-    child = dev_server_child(base, base / "temporal.log", port=port, ui_port=free_port())
-    child.start()
-    try:
-        child.wait_ready(60)
-        yield f"127.0.0.1:{port}"
-    finally:
-        child.stop(timeout=15)
+    with temporal_dev_server(tmp_path_factory.mktemp("temporal")) as address:
+        yield address
 
 
 @dataclass
