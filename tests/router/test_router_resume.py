@@ -29,7 +29,7 @@ async def counted(env, outcome: str, expected: float) -> bool:
 @pytest.mark.asyncio
 async def test_twenty_concurrent_requests_cause_one_resume(start_router) -> None:
     env = await start_router()
-    env.api.script("demo/c1", Step(delay=1.0))  # long enough for all 20 to arrive while it runs, even under load
+    env.api.script("demo/c1", Step(delay=0.3))
     responses = await asyncio.gather(
         *(env.client.get(f"/hello/{i}", headers=H) for i in range(20))
     )
