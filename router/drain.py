@@ -178,16 +178,7 @@ class DrainGate:
     async def _drain(self, drain_id: int, key: str) -> DrainOutcome:
         loop = asyncio.get_running_loop()
         started = loop.time()
-        self._clock += 1
-        self._drained_at.pop(key, None)
-        self._drained_at[key] = self._clock  # insertion order = drain order
-        if len(self._drained_at) > MAX_REMEMBERED_DRAINS:
-            oldest = next(iter(self._drained_at))
-            self._floor = max(self._floor, self._drained_at.pop(oldest))
-        self._draining[key] = self._draining.get(key, 0) + 1
-        self._released.setdefault(key, asyncio.Event())
-        self.cache.drop(key)
-        self.resumer.unshare(key)
+        self._open_drain(key)
         ended = self.end_sessions(key, DRAIN_REASON)
         if ended:
             log.info("drain %d of actor %s: %d WebSockets or event streams ended", drain_id, key, ended)
@@ -204,16 +195,38 @@ class DrainGate:
                 if not await self._emptied_within(key, self.settle_seconds):
                     log.warning("drain %d of actor %s: %d cut requests still open", drain_id, key, self.in_flight(key))
         finally:
-            self._draining[key] -= 1
-            if not self._draining[key]:
-                del self._draining[key]
-                self._released.pop(key).set()
-        outcome = DrainOutcome(CUT if cut else CLEAN, waited_for, cut, loop.time() - started)
+            self._close_drain(key)
+        return self._outcome(drain_id, key, started, waited_for, cut, "")
+
+    def _open_drain(self, key: str) -> None:
+        """A drain of `key` begins: a new clock value (older look-ups are stale), its requests held,
+        its cache entry and shared resume dropped."""
+        self._clock += 1
+        self._drained_at.pop(key, None)
+        self._drained_at[key] = self._clock  # insertion order = drain order
+        if len(self._drained_at) > MAX_REMEMBERED_DRAINS:
+            oldest = next(iter(self._drained_at))
+            self._floor = max(self._floor, self._drained_at.pop(oldest))
+        self._draining[key] = self._draining.get(key, 0) + 1
+        self._released.setdefault(key, asyncio.Event())
+        self.cache.drop(key)
+        self.resumer.unshare(key)
+
+    def _close_drain(self, key: str) -> None:
+        """A drain of `key` ended: when it was the last one, its held requests go on."""
+        self._draining[key] -= 1
+        if not self._draining[key]:
+            del self._draining[key]
+            self._released.pop(key).set()
+
+    def _outcome(self, drain_id: int, key: str, started: float, waited_for: int, cut: int, where: str) -> DrainOutcome:
+        """The drain's outcome, counted and logged (`where`: "" or " (nginx)")."""
+        outcome = DrainOutcome(CUT if cut else CLEAN, waited_for, cut, asyncio.get_running_loop().time() - started)
         DRAINS.labels(outcome.result).inc()
         DRAIN_DURATION.observe(outcome.seconds)
         log.info(
-            "drain %d of actor %s: %s, %d requests in flight waited for, %d cut at --drain-timeout %gs, %.3fs",
-            drain_id, key, outcome.result, waited_for, cut, self.drain_timeout_seconds, outcome.seconds,
+            "drain %d of actor %s%s: %s, %d requests in flight waited for, %d cut at --drain-timeout %gs, %.3fs",
+            drain_id, key, where, outcome.result, waited_for, cut, self.drain_timeout_seconds, outcome.seconds,
         )  # fmt: skip
         return outcome
 

@@ -31,8 +31,8 @@ from typing import TYPE_CHECKING, Any
 
 import httpx
 
-from router.drain import CLEAN, CUT, DrainGate, DrainOutcome
-from router.metrics import DRAIN_CUT_REQUESTS, DRAIN_DURATION, DRAINS
+from router.drain import DrainGate, DrainOutcome
+from router.metrics import DRAIN_CUT_REQUESTS
 
 if TYPE_CHECKING:
     from router.nginx.control import NginxAdmin
@@ -59,13 +59,7 @@ class NginxDrainGate(DrainGate):
         admin = self.admin
         loop = asyncio.get_running_loop()
         started = loop.time()
-        self._clock += 1
-        self._drained_at.pop(key, None)
-        self._drained_at[key] = self._clock
-        self._draining[key] = self._draining.get(key, 0) + 1
-        self._released.setdefault(key, asyncio.Event())
-        self.cache.drop(key)
-        self.resumer.unshare(key)
+        self._open_drain(key)
         waited_for = cut = 0
         try:
             try:
@@ -85,18 +79,8 @@ class NginxDrainGate(DrainGate):
                 # nginx restarting: its dicts start empty, nothing of the actor is in flight there.
                 log.warning("drain %d of actor %s: nginx's admin server did not answer (%s)", drain_id, key, exc)
         finally:
-            self._draining[key] -= 1
-            if not self._draining[key]:
-                del self._draining[key]
-                self._released.pop(key).set()
-        outcome = DrainOutcome(CUT if cut else CLEAN, waited_for, cut, loop.time() - started)
-        DRAINS.labels(outcome.result).inc()
-        DRAIN_DURATION.observe(outcome.seconds)
-        log.info(
-            "drain %d of actor %s (nginx): %s, %d requests in flight waited for, %d cut at --drain-timeout %gs, %.3fs",
-            drain_id, key, outcome.result, waited_for, cut, self.drain_timeout_seconds, outcome.seconds,
-        )  # fmt: skip
-        return outcome
+            self._close_drain(key)
+        return self._outcome(drain_id, key, started, waited_for, cut, " (nginx)")
 
     async def _nginx_emptied_within(self, key: str, seconds: float) -> bool:
         loop = asyncio.get_running_loop()
