@@ -43,15 +43,16 @@ from tests.durability.processes import REPO, Part, Postgres, fetch, http_ok, log
 
 HOST = "127.0.0.1"
 PORTS = {
-    "api": 48080,
-    "temporal": 47233,
-    "ui": 48233,
-    "atelet": 48085,
-    "worker_metrics": 49001,
-    "atelet_metrics": 49085,
-    "router": 48000,
-    "router_metrics": 49002,
+    "api": 25080,
+    "temporal": 25233,
+    "ui": 26233,
+    "atelet": 25085,
+    "worker_metrics": 26001,
+    "atelet_metrics": 26085,
+    "router": 25000,
+    "router_metrics": 26002,
 }
+"""Fixed ports, below the kernel's ephemeral range (32768-60999) so no outgoing connection holds one."""
 NODE = "dur"
 SUBNET = "10.91.0.0/16"
 WORKERS = 2
@@ -112,8 +113,8 @@ DEFAULT_ATELET = AteletSpec(
 SECOND_ATELET = AteletSpec(
     part="atelet-dur2",
     node="dur2",
-    port=48086,
-    metrics_port=49086,
+    port=25086,
+    metrics_port=26086,
     state_dir="atelet-dur2",
     subnet="10.92.0.0/16",
 )
@@ -136,7 +137,7 @@ class Stack:
         router_args: tuple[str, ...] | None = None,
     ) -> None:
         """`api_args`: more flags of the api-server (e.g. `--unreachable-grace-seconds 30`);
-        `router_args` not None: a router (`ate router`, port 48000) runs too, with these flags."""
+        `router_args` not None: a router (`ate router`, port 25000) runs too, with these flags."""
         assert atelets, "a stack needs at least one atelet"
         self.base = base
         self.api_args = api_args

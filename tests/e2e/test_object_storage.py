@@ -26,8 +26,11 @@ from tests.e2e.conftest import REPO, Stack, running_stack
 
 pytestmark = [pytest.mark.slow, pytest.mark.runsc]
 
-PORTS = {"api": 38080, "router": 38000, "atelet": 38085, "temporal": 37233, "ui": 38233, "metrics": 39000}
-S3_PORT = 38333
+# Fixed ports stay below the kernel's ephemeral range (32768-60999): there any outgoing connection may
+# hold one as its local port, and a CI run once failed on 38080 "address already in use".
+# SeaweedFS also opens S3_PORT+1..4 and their gRPC twins at +10000 (31333-31337).
+PORTS = {"api": 22080, "router": 22000, "atelet": 22085, "temporal": 21233, "ui": 22233, "metrics": 23000}
+S3_PORT = 21333
 
 
 RESTARTED: list[LocalObjectStore] = []
