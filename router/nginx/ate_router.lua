@@ -28,6 +28,10 @@ local cfg = {
   domain = "ate.local",
   buckets = {},
   token_seconds = 10,
+  request_seconds = 3600,
+  idle_seconds = 300,
+  read_seconds = 300,
+  max_head_bytes = 32768,
 }
 
 local LABEL = [[^[a-z0-9](?:[-a-z0-9]{0,61}[a-z0-9])?$]]
@@ -329,6 +333,46 @@ local function route(found, headers)
   end
 end
 
+local function has_no_body()
+  local length = ngx.var.http_content_length
+  return (length == nil or length == "0") and ngx.var.http_transfer_encoding == nil
+end
+
+local BODY_PIECE = 65536
+
+-- Read a Content-Length body into the request (memory, then a temp file past
+-- client_body_buffer_size) with the idle timeout between two pieces: a client that stalls
+-- gets the Python path's 408 and text (nginx's own body reading would close the connection
+-- without an answer). A chunked body is left to nginx.
+local function read_body()
+  local length = tonumber(ngx.var.http_content_length)
+  if not length then
+    return
+  end
+  local socket = ngx.req.socket()
+  if not socket then
+    return
+  end
+  socket:settimeout(math.max(math.floor(cfg.idle_seconds * 1000), 1))
+  ngx.req.init_body()
+  local left = length
+  while left > 0 do
+    local piece, err = socket:receiveany(math.min(left, BODY_PIECE))
+    if not piece then
+      if err == "timeout" then
+        ngx.status = 408
+        M.body_stalled()
+        return ngx.exit(ngx.HTTP_OK)
+      end
+      ngx.var.ate_outcome = "client_gone"
+      return ngx.exit(499)
+    end
+    ngx.req.append_body(piece)
+    left = left - #piece
+  end
+  ngx.req.finish_body()
+end
+
 --- access_by_lua of the actor location.
 function M.access()
   local headers = ngx.req.get_headers(200)
@@ -348,11 +392,13 @@ function M.access()
     found = ask_counted(key, headers)
   end
   route(found, headers)
-end
-
-local function has_no_body()
-  local length = ngx.var.http_content_length
-  return (length == nil or length == "0") and ngx.var.http_transfer_encoding == nil
+  if not has_no_body() then
+    -- Read whole before it is proxied (nginx is half-duplex towards a worker), so it can be
+    -- sent again if the worker refuses the connection.
+    ngx.var.ate_body = "1"
+    read_body()
+    return ngx.exec("@proxy_body")
+  end
 end
 
 --- content_by_lua of @failed: the worker could not be reached, broke or was too slow.
@@ -360,7 +406,8 @@ function M.failed()
   local actor, upstream = ngx.var.ate_actor, ngx.var.ate_upstream
   local connect_time = ngx.var.upstream_connect_time
   local connected = connect_time ~= nil and connect_time ~= "" and connect_time ~= "-"
-  if not connected and ngx.var.ate_cached == "1" and ngx.var.ate_retried ~= "1" and has_no_body() then
+  if not connected and ngx.var.ate_cached == "1" and ngx.var.ate_retried ~= "1" then
+    -- (a body was read whole before the first try, @proxy_body: it is sent again)
     -- A cached actor that does not answer moved (or its sandbox died): forget it, resume, retry once.
     ngx.var.ate_retried = "1"
     routes:delete("p:" .. actor)
@@ -370,7 +417,7 @@ function M.failed()
     found.parked = true
     found.cached = false
     route(found, headers)
-    return ngx.exec("@proxy")
+    return ngx.exec(ngx.var.ate_body == "1" and "@proxy_body" or "@proxy")
   end
   local kind = not connected and "connect" or (ngx.var.ate_failed_status == "504" and "timeout" or "broken")
   local res = ngx.location.capture("/_ate/failed", { args = { kind = kind, actor = actor, upstream = upstream } })
@@ -378,6 +425,54 @@ function M.failed()
     return control_unavailable()
   end
   return answer(res.status, res.body, res.header["retry-after"], res.header["x-ate-outcome"])
+end
+
+--- body_filter_by_lua of the proxied answer: past the whole-request timeout (from the
+--- request's arrival, parking included) the answer is cut off. nginx calls it at every piece
+--- the worker sends; an answer silent after the deadline is cut off by the idle timeout.
+function M.body_filter()
+  local now = ngx.now()
+  if now - ngx.req.start_time() > cfg.request_seconds then
+    ngx.var.ate_outcome = "timeout"
+    return ngx.ERROR
+  end
+  local ctx = ngx.ctx
+  local piece = ngx.arg[1]
+  if piece ~= nil and piece ~= "" then
+    ctx.last_piece = now
+  end
+  if ngx.arg[2] then
+    ctx.ended = true
+  end
+end
+
+-- An answer that began and never ended, after a silence of the worker as long as nginx's read
+-- timeout, was cut off by that timeout (nginx has no variable that says so).
+local function cut_by_read_timeout()
+  local ctx = ngx.ctx
+  if ctx.ended or not ctx.last_piece or ngx.status == 101 then
+    return false
+  end
+  ngx.update_time()
+  return ngx.now() - ctx.last_piece >= cfg.read_seconds * 0.9
+end
+
+--- content_by_lua of /_ate/head_too_large (nginx's 414 and 494 become the Python path's 431).
+function M.head_too_large()
+  local text = string.format("request head larger than %d bytes (request line and headers)\n", cfg.max_head_bytes)
+  ngx.header["Content-Type"] = "text/plain; charset=utf-8"
+  ngx.header["Content-Length"] = #text
+  ngx.print(text)
+end
+
+--- content_by_lua of /_ate/body_stalled (nginx's 408 for a client silent in its body).
+function M.body_stalled()
+  ngx.var.ate_outcome = "timeout"
+  local text = string.format("the request body stalled: no byte for %gs (idle timeout); send the body without "
+    .. "pauses, or raise the router's --idle-timeout\n", cfg.idle_seconds)
+  ngx.header["Content-Type"] = "text/plain; charset=utf-8"
+  ngx.header["Content-Length"] = #text
+  ngx.print(text)
 end
 
 --- header_filter_by_lua: the request id on every answer; the worker's hop-by-hop headers dropped.
@@ -429,12 +524,19 @@ function M.log()
       control:delete(upstream_counted)
     end
   end
+  local status = ngx.status
+  if (outcome == "ok" or outcome == "parked_ok") and cut_by_read_timeout() then
+    outcome = "timeout"
+    ngx.var.ate_outcome = outcome
+  end
+  if status == 499 and outcome ~= "statusz" then
+    -- The client left before any answer (parked, or waiting for the worker's head): listed
+    -- with status 0, as the Python data path lists it.
+    outcome = "client_gone"
+    status = 0
+  end
   if outcome == "statusz" or outcome == nil or outcome == "" then
     return
-  end
-  local status = ngx.status
-  if status == 499 then
-    outcome = "client_gone"
   end
   ngx.update_time()
   local seconds = ngx.now() - ngx.req.start_time()

@@ -77,7 +77,8 @@ async def serve_nginx(settings: RouterSettings) -> None:
         loop.add_signal_handler(sig, stop.set)
     try:
         await nginx.start()
-        print(f"router: ready on {settings.listen} (nginx data path, {settings.nginx_workers} workers)", flush=True)
+        workers = f"{settings.nginx_workers} worker{'s' if settings.nginx_workers != 1 else ''}"
+        print(f"router: ready on {settings.listen} (nginx data path, {workers})", flush=True)
         await stop.wait()
         log.info("stopping: nginx first (requests in flight finish), then the control service")
     finally:

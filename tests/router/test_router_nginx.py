@@ -159,7 +159,7 @@ async def test_ate_router_with_the_nginx_data_path_serves_restarts_nginx_and_sto
             async with asyncio.timeout(60), httpx.AsyncClient(timeout=30) as client:
                 assert proc.stdout is not None
                 ready = (await proc.stdout.readline()).decode().strip()
-                assert ready == f"router: ready on 127.0.0.1:{port} (nginx data path, 1 workers)"
+                assert ready == f"router: ready on 127.0.0.1:{port} (nginx data path, 1 worker)"
                 assert (await client.get(f"http://127.0.0.1:{port}/", headers=H)).status_code == 200
                 exported = ""
                 for _ in range(500):  # nginx counts a request in its log phase, after the answer went out

@@ -72,7 +72,7 @@ async def test_streaming_download_of_5mb(start_router) -> None:
 
 
 @pytest.mark.asyncio
-@pytest.mark.python_data_path  # nginx is half-duplex towards a worker: it stops sending the request body once the answer began (docs/architecture.md, "The nginx data path")
+@pytest.mark.python_data_path  # nginx is half-duplex towards a worker: once the answer began it sends no more of the body (README, "Data path")
 async def test_body_round_trips_through_echo(start_router) -> None:
     env = await start_router()
     data = os.urandom(MB5)
@@ -160,6 +160,20 @@ async def test_cached_actor_unreachable_is_resumed_again(start_router) -> None:
     assert resp.json()["path"] == "/moved"
     assert env.api.calls["demo/c1"] == 1
     assert cache.get("demo/c1") == Upstream("127.0.0.1", env.worker.port)
+
+
+@pytest.mark.asyncio
+async def test_cached_actor_unreachable_is_resumed_again_and_gets_the_whole_body(start_router) -> None:
+    # The refused connection carried no byte of the body: the retry sends all of it.
+    env = await start_router()
+    cache = env.router.cache
+    cache.enabled = True  # as if LISTEN were live
+    cache.put(cache.begin("demo/c1"), Upstream("127.0.0.1", free_port()))
+    data = os.urandom(300_000)
+    resp = await env.client.post("/echo-body", headers=H, content=data)
+    assert resp.status_code == 200, resp.text
+    assert resp.content == data
+    assert env.api.calls["demo/c1"] == 1
 
 
 @pytest.mark.asyncio
@@ -270,6 +284,7 @@ async def test_early_answer_then_reset_is_relayed(start_router) -> None:
 
 
 @pytest.mark.asyncio
+@pytest.mark.python_data_path  # nginx reads a body whole before it proxies it: no worker answers mid-body there
 async def test_client_leaving_mid_upload_to_a_full_duplex_worker_closes_it(start_router) -> None:
     # /echo-body answers at once and streams the body back: the response is under way when
     # the client leaves mid-body; the router must not wait forever for the rest.

@@ -1,5 +1,9 @@
 """The router's timeouts, each with its flag: connect, response head, idle (both ways), whole
-request; and a parked client that leaves frees its place in the parking lot at once."""
+request; and a parked client that leaves frees its place in the parking lot at once.
+
+On both data paths, except what nginx cannot express: it has one timeout between two reads from
+the worker (the response head included), so the response head and idle timeouts of a worker are
+the Python path's alone (router/nginx/config.py)."""
 
 from __future__ import annotations
 
@@ -15,11 +19,25 @@ from router.metrics import PARKED
 from tests.router.router_harness import Step
 
 H = {"ate-target-actor": "demo/c1"}
+DATA_PATHS = ("python", "nginx")
 
 
 def outcomes(env) -> list[tuple[str, int, str]]:
     """(path, status, outcome) of the requests the router finished, oldest first (/statusz's list)."""
     return [(r.path, r.status, r.outcome) for r in reversed(env.router.recent.items())]
+
+
+async def listed(env, count: int = 1) -> list[tuple[str, int, str]]:
+    """(path, status, outcome) of the requests the router finished, oldest first, as its
+    `/statusz?format=json` lists them (on both data paths; a data path lists a request just
+    after its client saw the end, so this waits a little for `count` of them)."""
+    recent: list[dict] = []
+    for _ in range(200):
+        recent = (await env.client.get("/statusz", params={"format": "json"})).json()["recent"]
+        if len(recent) >= count:
+            break
+        await asyncio.sleep(0.01)
+    return [(r["path"], r["status"], r["outcome"]) for r in reversed(recent)]
 
 
 async def until(predicate, seconds: float = 5.0) -> None:
@@ -31,6 +49,7 @@ async def until(predicate, seconds: float = 5.0) -> None:
 
 
 @pytest.mark.asyncio
+@pytest.mark.python_data_path  # nginx waits max(response head, idle) for the head (one read timeout)
 async def test_a_worker_slow_to_start_answering_gets_504_after_the_response_head_timeout(start_router) -> None:
     env = await start_router(response_head_timeout_seconds=0.3)
     resp = await env.client.get("/sleep", params={"s": "3"}, headers=H)
@@ -46,7 +65,8 @@ async def test_a_worker_slow_to_start_answering_gets_504_after_the_response_head
 
 @pytest.mark.asyncio
 async def test_a_worker_silent_mid_response_is_cut_off_after_the_idle_timeout(start_router) -> None:
-    env = await start_router(idle_timeout_seconds=0.3)
+    # (the response head timeout as short: nginx's one read timeout is the larger of the two)
+    env = await start_router(idle_timeout_seconds=0.3, response_head_timeout_seconds=0.3)
     received = b""
     with pytest.raises(httpx.RemoteProtocolError):  # the chunked response never ends: truncated
         async with env.client.stream("GET", "/stall", headers=H) as resp:
@@ -54,7 +74,7 @@ async def test_a_worker_silent_mid_response_is_cut_off_after_the_idle_timeout(st
             async for chunk in resp.aiter_raw():
                 received += chunk
     assert received == b"first\n"
-    assert outcomes(env)[-1] == ("/stall", 200, "timeout")
+    assert (await listed(env))[-1] == ("/stall", 200, "timeout")
 
 
 @pytest.mark.asyncio
@@ -67,7 +87,7 @@ async def test_a_stream_that_never_goes_silent_is_cut_off_by_the_request_timeout
                 received += chunk
     # a byte every 50 ms for at most 0.6 s (the park and connect included): far fewer than the 200 it would send
     assert 1 <= len(received) <= 13, len(received)
-    assert outcomes(env)[-1] == ("/drip", 200, "timeout")
+    assert (await listed(env))[-1] == ("/drip", 200, "timeout")
 
 
 @pytest.mark.asyncio
@@ -87,7 +107,7 @@ async def test_a_client_whose_body_stalls_gets_408_after_the_idle_timeout(start_
         b"the request body stalled: no byte for 0.3s (idle timeout); send the body without pauses, "
         b"or raise the router's --idle-timeout\n"
     )
-    assert outcomes(env)[-1] == ("/upload", 408, "timeout")
+    assert (await listed(env))[-1] == ("/upload", 408, "timeout")
 
 
 @contextlib.contextmanager
@@ -135,7 +155,7 @@ async def test_a_parked_client_that_leaves_frees_its_place_at_once_and_the_resum
     await until(lambda: env.router.resumer.parked == 0)
     assert env.api.completed["demo/c1"] == 0  # freed before the resume answered...
     assert PARKED._value.get() == gauge_before  # ...and the gauge says so
-    assert outcomes(env)[-1] == ("/", 0, "client_gone")
+    assert (await listed(env))[-1] == ("/", 0, "client_gone")
     await until(lambda: env.api.completed["demo/c1"] == 1)  # the resume it started went on
     assert env.api.calls["demo/c1"] == 1
 
@@ -147,7 +167,7 @@ async def test_a_parked_client_with_a_body_that_stays_is_served_with_its_body(st
     resp = await env.client.post("/upload", content=b"x" * 100_000, headers=H)  # read ahead while parked
     assert resp.status_code == 200
     assert resp.json()["size"] == 100_000
-    assert outcomes(env)[-1] == ("/upload", 200, "parked_ok")
+    assert (await listed(env))[-1] == ("/upload", 200, "parked_ok")
 
 
 @pytest.mark.asyncio
@@ -161,4 +181,4 @@ async def test_outcomes_ok_parked_ok_not_found_and_no_room(start_router, databas
     assert (await env.client.get("/c", headers={"ate-target-actor": "demo/gone"})).status_code == 404
     env.api.script("demo/big", Step(503, "NoMatchingWorker", "no worker has room for the actor: 2 workers: 2 UNAVAILABLE"))
     assert (await env.client.get("/d", headers={"ate-target-actor": "demo/big"})).status_code == 503
-    assert [o[2] for o in outcomes(env)[-4:]] == ["parked_ok", "ok", "not_found", "no_room"]
+    assert [o[2] for o in (await listed(env, 4))[-4:]] == ["parked_ok", "ok", "not_found", "no_room"]
