@@ -156,6 +156,9 @@ def parse_args(argv: list[str] | None = None) -> AteletSettings:
                         help="interval of the heartbeats to the API server (default 1; keep it well under "
                              "the api-server's --node-lease-seconds, default 4)")
     parser.add_argument("--subnet")
+    parser.add_argument("--checkpoint-compression", choices=("auto", "none", "flate-best-speed"),
+                        help="compress checkpoints' memory: auto (the default: not on disk, yes for object "
+                             "storage), none, or flate-best-speed (runsc's own default)")
     parser.add_argument("--hollow", action="store_true", default=None)
     parser.add_argument("--drain-on-sigterm", action="store_true", default=None,
                         help="on SIGTERM, drain the node through the API server before stopping")

@@ -90,7 +90,8 @@ class Node:
         self.exits = ExitWatcher(self.driver, self.table, self.layout, self._report_exit)
         self.runner = SandboxRunner(self.driver, self.table, self.layout, self.exits)
         self.sandbox_ops = SandboxOperations(settings.hollow, self.table, self.layout, self.images,
-                                             self.places, self.driver, self.runner)
+                                             self.places, self.driver, self.runner,
+                                             settings.checkpoint_compression)
         self.snapshot_ops = SnapshotOperations(settings.hollow, self.places)
 
     @property

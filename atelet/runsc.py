@@ -127,11 +127,14 @@ class Runsc:
         return internal(result.describe())
 
     async def checkpoint(self, container_id: str, image_path: Path, *, leave_running: bool = False,
-                         timeout: float = 300) -> None:
+                         compression: str | None = None, timeout: float = 300) -> None:
         """``runsc checkpoint --image-path``: saves the sandbox to image_path; the sandbox exits,
-        or with ``leave_running`` stays as it was (paused when it was paused)."""
+        or with ``leave_running`` stays as it was (paused when it was paused). ``compression``:
+        ``-compression`` (``none`` or ``flate-best-speed``; None: runsc's default, flate)."""
         image_path.mkdir(parents=True, exist_ok=True)
         flags = ["--leave-running"] if leave_running else []
+        if compression is not None:
+            flags.append(f"--compression={compression}")
         result = await self._call(["checkpoint", *flags, f"--image-path={image_path}", container_id], timeout)
         if not result.ok:
             raise self._error(result, container_id)

@@ -47,11 +47,15 @@ class SandboxOperations:
         snapshots: reads and writes the snapshots, on disk and in object storage.
         driver: the runtime of the sandbox class (its class and checkpoints).
         runner: boots and stops the sandboxes.
+        checkpoint_compression: ``auto`` (compress only what goes to object storage), ``none``
+            or ``flate-best-speed`` (see AteletSettings).
     """
 
     def __init__(self, hollow: bool, table: WorkerTable, layout: NodeLayout, images: ImageStore,
-                 snapshots: SnapshotPlaces, driver: SandboxDriver, runner: SandboxRunner) -> None:
+                 snapshots: SnapshotPlaces, driver: SandboxDriver, runner: SandboxRunner,
+                 checkpoint_compression: str = "auto") -> None:
         self.hollow = hollow
+        self.checkpoint_compression = checkpoint_compression
         self.table = table
         self.layout = layout
         self.images = images
@@ -183,6 +187,13 @@ class SandboxOperations:
             return pb.CheckpointResponse(manifest=manifest, size_bytes=size,
                                          checkpoint_seconds=checkpoint_s, upload_seconds=upload_s)
 
+    def _compress(self, *, object_storage: bool) -> bool:
+        """Whether a checkpoint's memory is compressed: under ``auto`` only on its way to object
+        storage (bench/README.md, "activation": an uncompressed one restores faster from disk)."""
+        if self.checkpoint_compression == "auto":
+            return object_storage
+        return self.checkpoint_compression != "none"
+
     async def _checkpoint_stopped(self, worker: Worker, actor: tuple[str, str], scope: int,
                                   target: CheckpointTarget, manifest: pb.SnapshotManifest
                                   ) -> tuple[float, float, pb.SnapshotManifest]:
@@ -195,7 +206,8 @@ class SandboxOperations:
             start = time.monotonic()
             full = scope == pb.SNAPSHOT_SCOPE_FULL
             if full:  # the sandbox exits once its state is saved
-                await self.driver.checkpoint(worker.container_id, staging / CHECKPOINT_DIR)
+                await self.driver.checkpoint(worker.container_id, staging / CHECKPOINT_DIR,
+                                             compress=self._compress(object_storage=False))
             await self.runner.stop(worker, already_exited=full)
             await self._archive_volumes(actor, worker.spec, staging)
             checkpoint_s = time.monotonic() - start
@@ -224,7 +236,8 @@ class SandboxOperations:
         await self.driver.freeze(cid)
         try:
             if scope == pb.SNAPSHOT_SCOPE_FULL:
-                await self.driver.checkpoint(cid, staging / CHECKPOINT_DIR, leave_running=True)
+                await self.driver.checkpoint(cid, staging / CHECKPOINT_DIR, leave_running=True,
+                                             compress=self._compress(object_storage=True))
             await self._archive_volumes(actor, worker.spec, staging)
             checkpoint_s = time.monotonic() - start
             manifest = await target.commit(manifest)

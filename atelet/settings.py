@@ -9,6 +9,7 @@ from __future__ import annotations
 import ipaddress
 import socket
 from pathlib import Path
+from typing import Literal
 
 from pydantic import Field, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
@@ -50,6 +51,11 @@ class AteletSettings(BaseSettings):
     - ``subnet``: IPv4 network the workers' /30 links are cut from (worker i gets the i-th /30).
     - ``hollow``: benchmark mode — accept calls, run no sandbox. Never the default.
     - ``runsc``: the runsc binary.
+    - ``checkpoint_compression``: whether a checkpoint's memory is compressed: ``auto`` (the
+      default) leaves a snapshot kept on disks (``file://``, ``local://``) uncompressed, since
+      a restore reads it faster that way, and compresses one bound for object storage, where the
+      network is slower than the inflate; ``none`` and ``flate-best-speed`` (runsc's own default)
+      choose for both. A restore reads either.
     - ``drain_on_sigterm``: on SIGTERM, ask the API server to drain this node (it suspends the
       node's actors) and stop only once no sandbox runs or ``drain_deadline_seconds`` (+10 s)
       passed; a second SIGTERM stops at once. Off by default (``ate dev`` stops the atelet itself).
@@ -86,6 +92,7 @@ class AteletSettings(BaseSettings):
     subnet: str = "10.88.0.0/16"
     hollow: bool = False
     runsc: str = "runsc"
+    checkpoint_compression: Literal["auto", "none", "flate-best-speed"] = "auto"
     drain_on_sigterm: bool = False
     drain_deadline_seconds: float = Field(default=1800.0, gt=0)
     tls_cert: Path | None = None

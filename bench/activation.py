@@ -9,9 +9,14 @@ response. In the same run, interleaved (one of each per cycle while the actor is
   code, same snapshot and image roots, not registered with the API): a sandbox restored behind
   the control plane's back on one of its workers would be fenced by the next heartbeat as a
   stray, and the actor's own resume would then find no worker for a few seconds;
-- floor: raw `runsc restore` of the same checkpoint into a prepared network namespace (made
-  with atelet.netns; bundle from atelet.bundle; image from atelet.images; runsc flags of
-  atelet.runsc), then the first `GET /` (no control plane at all).
+- floor: raw `runsc restore` of a checkpoint of the same actor written by `runsc checkpoint` with
+  runsc's default flags (not the atelet's checkpoint: the atelet may write its checkpoints with
+  other flags, e.g. `--checkpoint-compression none`, and the floor must stay "runsc as a user
+  would call it"), into a prepared network namespace (made with atelet.netns; bundle from
+  atelet.bundle; image from atelet.images; the global runsc flags of atelet.runsc), then the
+  first `GET /` (no control plane at all), then a default `runsc checkpoint` of that sandbox
+  (timed: the floor of a suspend) into the checkpoint the next cycle's floor restores. The chain
+  starts from the actor's own snapshot, restored and checkpointed once before the first cycle.
 
 The overhead is broken into steps from data the code records anyway: Temporal history event
 times (workflow started, first workflow task started, completed), the completion times of the
@@ -24,6 +29,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
 import shutil
 import subprocess
 import tempfile
@@ -254,7 +260,10 @@ class Baselines:
     def __init__(self, stack: stack_mod.Stack) -> None:
         self.stack = stack
         self.atelet: dict[str, list[float]] = {"total": [], "rpc": [], "first_get": []}
-        self.floor: dict[str, list[float]] = {"total": [], "restore": [], "first_get": [], "netns_ensure": []}
+        self.floor: dict[str, list[float]] = {
+            "total": [], "restore": [], "first_get": [], "netns_ensure": [], "checkpoint": [],
+        }  # fmt: skip
+        self.floor_checkpoint: Path | None = None
 
     async def prepare(self) -> None:
         from activities.atelet import workload_spec
@@ -275,14 +284,47 @@ class Baselines:
         self.dest = SnapshotStore([self.stack.data_dir / "snapshots"]).resolve(self.uri)
         self.raw = await prepare_floor(self.stack, self.wspec, self.dest)
         self.work, self.net, self.runsc, self.bundle = self.raw.work, self.raw.net, self.raw.runsc, self.raw.bundle
+        from atelet.snapshots import CHECKPOINT_DIR
+
+        # The floor's chain starts from the actor's own snapshot, checkpointed again with runsc's defaults.
+        self.floor_checkpoint = await self._floor_cycle("floor-start", self.dest / CHECKPOINT_DIR, timed=False)
+
+    async def _floor_cycle(self, cid: str, checkpoint: Path, *, timed: bool = True) -> Path:
+        """Raw runsc: restore ``checkpoint``, first GET, then a default ``runsc checkpoint`` into a
+        new directory (returned; the previous one of the chain is removed)."""
+        from atelet import netns, probe
+
+        port = self.container.wakeup_probe.port
+        t = time.monotonic()
+        await netns.ensure(self.net)  # runsc strips the veth's address at every run: part of "prepared"
+        t0 = time.monotonic()
+        await self.runsc.restore(cid, self.bundle, checkpoint, self.work / "floor.log")
+        t1 = time.monotonic()
+        while await probe.http_status(self.net.worker_ip, port, "/") != 200:
+            await asyncio.sleep(0.002)
+        t2 = time.monotonic()
+        following = self.work / f"checkpoint-{cid}"
+        await asyncio.sleep(0.05)  # the probe's connection closed inside the sandbox (a connected socket blocks a checkpoint)
+        t3 = time.monotonic()
+        await self.runsc.checkpoint(cid, following)
+        t4 = time.monotonic()
+        await self.runsc.delete(cid)
+        if timed:
+            self.floor["netns_ensure"].append(t0 - t)
+            self.floor["restore"].append(t1 - t0)
+            self.floor["first_get"].append(t2 - t1)
+            self.floor["total"].append(t2 - t0)
+            self.floor["checkpoint"].append(t4 - t3)
+        if checkpoint.is_relative_to(self.work):
+            shutil.rmtree(checkpoint, ignore_errors=True)
+        return following
 
     async def once(self, i: int) -> None:
         """One atelet-direct and one floor cycle on the actor's current latest snapshot."""
         from google.protobuf.json_format import ParseDict
 
-        from atelet import netns, probe
+        from atelet import probe
         from atelet.proto import atelet_pb2 as pb
-        from atelet.snapshots import CHECKPOINT_DIR
 
         uri, manifest, _spec = await _snapshot(self.stack)
         dest = self.stack.data_dir / "snapshots"
@@ -316,21 +358,8 @@ class Baselines:
             pb.TerminateRequest(operation_id=op + "/terminate", worker="default-0", actor=ref), timeout=60
         )
         await asyncio.sleep(0.2)
-        cid = f"floor-{i}"
-        t = time.monotonic()
-        await netns.ensure(self.net)  # runsc strips the veth's address at every run: part of "prepared"
-        t0 = time.monotonic()
-        await self.runsc.restore(cid, self.bundle, dest / CHECKPOINT_DIR, self.work / "floor.log")
-        t1 = time.monotonic()
-        while await probe.http_status(self.net.worker_ip, port, "/") != 200:
-            await asyncio.sleep(0.002)
-        t2 = time.monotonic()
-        self.floor["netns_ensure"].append(t0 - t)
-        self.floor["restore"].append(t1 - t0)
-        self.floor["first_get"].append(t2 - t1)
-        self.floor["total"].append(t2 - t0)
-        await self.runsc.kill(cid)
-        await self.runsc.delete(cid)
+        assert self.floor_checkpoint is not None
+        self.floor_checkpoint = await self._floor_cycle(f"floor-{i}", self.floor_checkpoint)
         await asyncio.sleep(0.2)
 
     async def close(self) -> None:
@@ -352,10 +381,28 @@ async def _interleaved(
     return data, base.atelet, base.floor
 
 
-def run(cycles: int = 50, warmup: int = 3, keep: bool = False, log: Log = print) -> dict[str, Any]:
+def _template(ballast_mb: int, directory: Path) -> Path:
+    """The counter's template, holding ``ballast_mb`` MiB of memory (its ``BALLAST_MB``) and its
+    memory limit raised by as much."""
+    import yaml
+
+    if ballast_mb == 0:
+        return COUNTER
+    document = yaml.safe_load(COUNTER.read_text())
+    spec = document["spec"]
+    spec["containers"][0]["env"]["BALLAST_MB"] = str(ballast_mb)
+    spec["resources"]["limits"]["memory"] = f"{256 + ballast_mb}Mi"
+    path = directory / "template.yaml"
+    path.write_text(yaml.safe_dump(document))
+    return path
+
+
+def run(cycles: int = 50, warmup: int = 3, keep: bool = False, log: Log = print, ballast_mb: int = 0) -> dict[str, Any]:
+    """Run the benchmark (module doc); ``ballast_mb``: MiB of memory the counter holds."""
     stack = stack_mod.start(workers=1, keep=keep, log=log)
     try:
-        setup(stack.api_url, stack.token, ATESPACE, [ACTOR], COUNTER)
+        template = _template(ballast_mb, stack.data_dir)
+        setup(stack.api_url, stack.token, ATESPACE, [ACTOR], template)
         # one suspend/resume first so that the actor has a snapshot of its own (not the golden one)
         asyncio.run(ours(stack, 1, 0, log))
         ours_data, atelet_data, floor_data = asyncio.run(_interleaved(stack, cycles, warmup, log))
@@ -371,7 +418,11 @@ def run(cycles: int = 50, warmup: int = 3, keep: bool = False, log: Log = print)
     total = [r["total"] for r in rows]
     s_ours, s_atelet, s_floor = summary(total), summary(atelet_data["total"]), summary(floor_data["total"])
     out: list[str] = []
-    out.append(f"activation latency, {len(rows)} cycles (ms)")
+    compression = os.environ.get("ATE_ATELET_CHECKPOINT_COMPRESSION", "auto")
+    out.append(
+        f"activation latency, {len(rows)} cycles (ms); counter with {ballast_mb} MiB ballast; "
+        f"atelet checkpoint compression {compression}"
+    )
     hdr = ["path", "p50", "p95", "p99", "mean", "max"]
     rws = [
         [n, *(ms(s[k]) for k in ("p50", "p95", "p99", "mean", "max"))]
@@ -394,9 +445,14 @@ def run(cycles: int = 50, warmup: int = 3, keep: bool = False, log: Log = print)
     out.append("")
     fl = {k: summary(v) for k, v in floor_data.items()}
     out.append("floor detail (ms): " + ", ".join(f"{k} p50 {ms(v['p50']):.1f}" for k, v in fl.items()))
+    s_suspend, s_checkpoint = summary(ours_data["suspend_s"][warmup:]), fl["checkpoint"]
     out.append(
-        f"suspend via API (ms): p50 {ms(summary(ours_data['suspend_s'])['p50']):.1f} "
-        f"p95 {ms(summary(ours_data['suspend_s'])['p95']):.1f}; snapshots on disk {n_snaps}, "
+        f"suspend via API (ms): p50 {ms(s_suspend['p50']):.1f} p95 {ms(s_suspend['p95']):.1f}; floor: runsc "
+        f"checkpoint (default flags) p50 {ms(s_checkpoint['p50']):.1f} p95 {ms(s_checkpoint['p95']):.1f}; "
+        f"overhead {ms(s_suspend['p50'] - s_checkpoint['p50']):.1f}/{ms(s_suspend['p95'] - s_checkpoint['p95']):.1f}"
+    )
+    out.append(
+        f"snapshots on disk {n_snaps}, "
         f"{snap_bytes / n_snaps / 1e6 if n_snaps else 0:.2f} MB each; RSS of one RUNNING counter sandbox "
         f"{sandbox_rss / 2**20:.1f} MiB ({len(sandbox_pids)} runsc processes)"
     )
@@ -413,13 +469,16 @@ def run(cycles: int = 50, warmup: int = 3, keep: bool = False, log: Log = print)
         "benchmark": "activation",
         "machine": machine(),
         "cycles": len(rows),
+        "ballast_mb": ballast_mb,
+        "checkpoint_compression": compression,
         "ours": s_ours,
         "atelet": s_atelet,
         "floor": s_floor,
         "steps": {k: summary([r[k] for r in rows]) for k in STEPS},
         "floor_detail": fl,
         "atelet_detail": {k: summary(v) for k, v in atelet_data.items()},
-        "suspend": summary(ours_data["suspend_s"]),
+        "suspend": s_suspend,
+        "suspend_floor": s_checkpoint,
         "sandbox_rss_bytes": sandbox_rss,
         "snapshot_bytes_each": snap_bytes / n_snaps if n_snaps else 0,
         "raw": {"ours": rows, "atelet": atelet_data, "floor": floor_data},

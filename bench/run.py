@@ -17,6 +17,10 @@ def main(argv: list[str] | None = None) -> None:
     a = sub.add_parser("activation", help="router GET of a suspended FULL counter vs runsc restore floor")
     a.add_argument("--cycles", type=int, default=50)
     a.add_argument("--warmup", type=int, default=3)
+    a.add_argument(
+        "--ballast-mb", type=int, default=0,
+        help="MiB of memory the counter holds (BALLAST_MB; half random, half text per page); default 0",
+    )  # fmt: skip
     o = sub.add_parser(
         "activation-object-store",
         help="router GET of a suspended counter from S3, warm and cold cache, vs raw download + runsc restore",
@@ -53,7 +57,7 @@ def main(argv: list[str] | None = None) -> None:
     if args.name == "activation":
         from bench import activation
 
-        activation.run(cycles=args.cycles, warmup=args.warmup, keep=args.keep, log=log)
+        activation.run(cycles=args.cycles, warmup=args.warmup, keep=args.keep, log=log, ballast_mb=args.ballast_mb)
     elif args.name == "activation-object-store":
         from bench import activation_object_store
 

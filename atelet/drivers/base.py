@@ -115,9 +115,11 @@ class SandboxDriver(Protocol):
         """
         ...
 
-    async def checkpoint(self, container_id: str, image_dir: Path, *, leave_running: bool = False) -> None:
+    async def checkpoint(self, container_id: str, image_dir: Path, *, leave_running: bool = False,
+                         compress: bool = True) -> None:
         """Saves the sandbox's whole state into ``image_dir``; the sandbox exits, or with
-        ``leave_running`` stays as it was (a frozen one stays frozen).
+        ``leave_running`` stays as it was (a frozen one stays frozen). ``compress``: whether the
+        memory is compressed (smaller, slower to write and to restore).
 
         Raises:
             AteletError: UNAVAILABLE when the sandbox cannot be saved now (retryable), NOT_FOUND,

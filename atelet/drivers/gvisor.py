@@ -71,9 +71,12 @@ class GVisorDriver(SandboxDriver):
         else:
             await self.runsc.restore(container_id, prepared, checkpoint, log_path)
 
-    async def checkpoint(self, container_id: str, image_dir: Path, *, leave_running: bool = False) -> None:
-        """``runsc checkpoint [--leave-running]``; UNAVAILABLE when a connected socket blocked it."""
-        await self.runsc.checkpoint(container_id, image_dir, leave_running=leave_running)
+    async def checkpoint(self, container_id: str, image_dir: Path, *, leave_running: bool = False,
+                         compress: bool = True) -> None:
+        """``runsc checkpoint [--leave-running] --compression=flate-best-speed|none``; UNAVAILABLE
+        when a connected socket blocked it."""
+        await self.runsc.checkpoint(container_id, image_dir, leave_running=leave_running,
+                                    compression="flate-best-speed" if compress else "none")
 
     async def freeze(self, container_id: str) -> None:
         """``runsc pause``."""

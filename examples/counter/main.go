@@ -8,6 +8,10 @@
 //
 // Idle keep-alive connections are closed after ~1 s: gVisor cannot checkpoint a connected
 // socket cleanly, so a suspended actor should hold none.
+//
+// $BALLAST_MB (default 0) makes it hold that many MiB of memory, every page written (half of
+// each page pseudo-random bytes, half repeated text, as a heap holds both), so that a benchmark
+// can checkpoint and restore an actor with real memory.
 package main
 
 import (
@@ -219,7 +223,30 @@ func (s *server) readyz(w http.ResponseWriter, _ *http.Request) {
 	_, _ = w.Write([]byte("ok\n"))
 }
 
+// ballast is the memory $BALLAST_MB asks for, kept reachable so it stays resident.
+var ballast []byte
+
+func fillBallast(mib int) {
+	ballast = make([]byte, mib<<20)
+	text := []byte("agent state: a conversation, tool results, a plan. ")
+	x := uint64(88172645463325252)
+	for page := 0; page < len(ballast); page += 4096 {
+		for i := page; i < page+2048; i += 8 {
+			x ^= x << 13
+			x ^= x >> 7
+			x ^= x << 17
+			binary.LittleEndian.PutUint64(ballast[i:], x)
+		}
+		for i := page + 2048; i < page+4096; i++ {
+			ballast[i] = text[i%len(text)]
+		}
+	}
+}
+
 func main() {
+	if mib, err := strconv.Atoi(os.Getenv("BALLAST_MB")); err == nil && mib > 0 {
+		fillBallast(mib)
+	}
 	port := os.Getenv("PORT")
 	if port == "" {
 		port = "8080"
