@@ -13,7 +13,6 @@ A snapshot is a directory::
 
 from __future__ import annotations
 
-import hashlib
 import os
 from pathlib import Path
 
@@ -21,6 +20,7 @@ from google.protobuf import json_format
 
 from atelet.errors import precondition
 from atelet.proto import atelet_pb2 as pb
+from atelet.snapshots.digests import DIGESTS
 
 MANIFEST = "manifest.json"
 CHECKPOINT_DIR = "checkpoint"
@@ -28,12 +28,9 @@ VOLUMES_DIR = "volumes"
 
 
 def sha256_file(path: Path) -> str:
-    """Hex sha256 of a file's content."""
-    digest = hashlib.sha256()
-    with open(path, "rb") as f:
-        while chunk := f.read(1 << 20):
-            digest.update(chunk)
-    return digest.hexdigest()
+    """Hex sha256 of a file's content (remembered while the file is unchanged:
+    atelet.snapshots.digests). Blocking."""
+    return DIGESTS.sha256(path)
 
 
 def manifest_to_json(manifest: pb.SnapshotManifest) -> str:

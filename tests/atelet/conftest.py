@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import os
 import random
 import shutil
@@ -190,6 +191,15 @@ def assert_nothing_left(settings: AteletSettings) -> None:
     namespaces = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True).stdout
     assert f"ate-{settings.node}-" not in namespaces, f"namespaces left: {namespaces}"
     assert isolation_rules(settings.node) == [], "isolation rules left"
+
+
+def checkpoint_compression(state_file: bytes) -> str:
+    """The ``compression`` runsc wrote into a checkpoint's state file (``checkpoint.img``: the
+    magic ``gVisorSF``, then its metadata as JSON)."""
+    assert state_file.startswith(b"gVisorSF")
+    start = state_file.index(b"{")
+    metadata, _ = json.JSONDecoder().raw_decode(state_file[start : start + 4096].decode("utf-8", "replace"))
+    return str(metadata["compression"])
 
 
 def counter_spec(image: str = COUNTER_IMAGE) -> pb.WorkloadSpec:

@@ -21,7 +21,14 @@ from obstore.store import from_url
 
 from ate.dev.object_store import LocalObjectStore
 from atelet.proto import atelet_pb2 as pb
-from tests.atelet.conftest import Atelet, assert_nothing_left, counter_spec, force_cleanup, make_settings
+from tests.atelet.conftest import (
+    Atelet,
+    assert_nothing_left,
+    checkpoint_compression,
+    counter_spec,
+    force_cleanup,
+    make_settings,
+)
 from tests.atelet.conftest import running_atelet as running
 
 pytestmark = [pytest.mark.runsc, pytest.mark.asyncio]
@@ -108,6 +115,10 @@ async def test_a_snapshot_in_s3_resumes_on_another_node_and_then_from_the_cache(
     manifest_object = json.loads(bytes(await (await obstore.get_async(
         from_url("s3://ate"), uri.removeprefix("s3://ate/") + "/manifest.json")).bytes_async()))
     assert {f["path"] for f in manifest_object["files"]} == {f.path for f in done.manifest.files}
+    # bound for object storage: compressed (atelet --checkpoint-compression auto)
+    state_file = bytes(await (await obstore.get_async(
+        from_url("s3://ate"), uri.removeprefix("s3://ate/") + "/checkpoint/checkpoint.img")).bytes_async())
+    assert checkpoint_compression(state_file) == "flate-best-speed"
 
     # node b has never seen it: a download, checked file by file, then a restore with memory kept
     restored = await b.stub.Restore(restore_request(uri, done.manifest, counter_image))

@@ -11,7 +11,7 @@ import httpx
 import pytest
 
 from atelet.proto import atelet_pb2 as pb
-from tests.atelet.conftest import Atelet, counter_spec
+from tests.atelet.conftest import Atelet, checkpoint_compression, counter_spec
 
 pytestmark = [pytest.mark.runsc, pytest.mark.asyncio]
 ACTOR = pb.ActorRef(atespace="demo", name="c1")
@@ -48,6 +48,9 @@ async def test_full_roundtrip_moves_memory_and_data(atelet: Atelet, counter_imag
     assert any(f.path.startswith("checkpoint/") for f in ckpt.manifest.files)
     assert any(f.path == "volumes/data.tar" for f in ckpt.manifest.files)
     assert ckpt.size_bytes == sum(f.size_bytes for f in ckpt.manifest.files)
+    # kept on disk: written uncompressed (atelet --checkpoint-compression auto)
+    state_file = (atelet.snapshot_root / "demo/c1/1/checkpoint/checkpoint.img").read_bytes()
+    assert checkpoint_compression(state_file) == "none"
 
     # A repeated Checkpoint (same operation_id) returns the same manifest and does nothing else.
     again = await atelet.stub.Checkpoint(ckpt_req)
