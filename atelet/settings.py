@@ -55,7 +55,8 @@ class AteletSettings(BaseSettings):
       default) leaves a snapshot kept on disks (``file://``, ``local://``) uncompressed, since
       a restore reads it faster that way, and compresses one bound for object storage, where the
       network is slower than the inflate; ``none`` and ``flate-best-speed`` (runsc's own default)
-      choose for both. A restore reads either.
+      choose for both. A restore reads either. A ``local://`` snapshot copied to object storage
+      later (async suspend, suspend from PAUSED, detach) is uploaded as it was written.
     - ``drain_on_sigterm``: on SIGTERM, ask the API server to drain this node (it suspends the
       node's actors) and stop only once no sandbox runs or ``drain_deadline_seconds`` (+10 s)
       passed; a second SIGTERM stops at once. Off by default (``ate dev`` stops the atelet itself).

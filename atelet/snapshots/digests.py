@@ -10,9 +10,13 @@ A 128 MiB snapshot is then checked in microseconds instead of ~75 ms (bench/READ
 
 File times come from a coarse clock (a few ms per tick), so two writes within one tick leave the
 same times. A digest is therefore remembered only when the file's last change is at least
-``SETTLED_NS`` older than the end of its hashing (as git treats "racily clean" files): a write
-after that lands on a later tick and changes the identity. Large files, the ones worth
-remembering, take longer than that to hash anyway.
+``SETTLED_NS`` older than the start of its hashing (as git treats "racily clean" files): any
+write from then on, during the hashing or after, lands on a later tick and changes the identity.
+
+What it does not see: corruption at rest that bypasses the file's inode (the disk, the block
+device, a writable shared mapping of already dirty pages), and, on a network filesystem under a
+``file://`` root, attributes the client cached. A digest is therefore trusted for
+``REMEMBER_SECONDS`` at most; then the file is read again at its next check.
 """
 
 from __future__ import annotations
@@ -22,6 +26,7 @@ import os
 import threading
 import time
 from collections import OrderedDict
+from collections.abc import Callable
 from pathlib import Path
 
 FileIdentity = tuple[int, int, int, int, int]
@@ -30,9 +35,12 @@ FileIdentity = tuple[int, int, int, int, int]
 REMEMBERED_FILES = 65536
 """How many file digests are kept."""
 
-SETTLED_NS = 50_000_000
-"""How long before the end of its hashing a file must have last changed for its digest to be
-remembered (50 ms: many ticks of the kernel's coarse file clock)."""
+SETTLED_NS = 20_000_000
+"""How long before the start of its hashing a file must have last changed for its digest to be
+remembered (20 ms: several ticks of the kernel's coarse file clock)."""
+
+REMEMBER_SECONDS = 600.0
+"""How long a remembered digest is trusted before the file is read again."""
 
 
 def _identity(stat: os.stat_result) -> FileIdentity:
@@ -52,11 +60,13 @@ class FileDigests:
 
     Args:
         capacity: how many files are remembered at most.
+        clock: seconds of a monotonic clock (the lifetime of a remembered digest is measured on it).
     """
 
-    def __init__(self, capacity: int = REMEMBERED_FILES) -> None:
+    def __init__(self, capacity: int = REMEMBERED_FILES, clock: Callable[[], float] = time.monotonic) -> None:
         self.capacity = capacity
-        self._known: OrderedDict[FileIdentity, str] = OrderedDict()
+        self._clock = clock
+        self._known: OrderedDict[FileIdentity, tuple[str, float]] = OrderedDict()
         self._lock = threading.Lock()  # callers hash in worker threads (asyncio.to_thread)
         self.hashed_bytes = 0
         """Bytes read to hash so far (what a remembered digest saved shows here as not read)."""
@@ -69,18 +79,21 @@ class FileDigests:
         Raises:
             OSError: the file cannot be read.
         """
+        started_ns = time.time_ns()
         before = _identity(os.stat(path))
+        now = self._clock()
         with self._lock:
             known = self._known.get(before)
-            if known is not None:
+            if known is not None and now - known[1] < REMEMBER_SECONDS:
                 self._known.move_to_end(before)
-                return known
+                return known[0]
         digest = _hash(path)
         after = _identity(os.stat(path))
         with self._lock:
             self.hashed_bytes += before[2]
-            if after == before and time.time_ns() - after[4] >= SETTLED_NS:
-                self._known[after] = digest
+            if after == before and started_ns - before[4] >= SETTLED_NS:
+                self._known[after] = (digest, now)
+                self._known.move_to_end(after)
                 while len(self._known) > self.capacity:
                     self._known.popitem(last=False)
         return digest

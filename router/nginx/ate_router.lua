@@ -340,13 +340,16 @@ end
 
 local BODY_PIECE = 65536
 
--- Read a Content-Length body into the request (memory, then a temp file past
--- client_body_buffer_size) with the idle timeout between two pieces: a client that stalls
--- gets the Python path's 408 and text (nginx's own body reading would close the connection
--- without an answer). A chunked body is left to nginx.
+-- Read the request body into the request (memory, then a temp file past
+-- client_body_buffer_size). A Content-Length body is read here with the idle timeout between
+-- two pieces: a client that stalls gets the Python path's 408 and text, then the connection is
+-- closed (the rest of its body must not be read as a next request); nginx's own reading (used
+-- for a chunked body) would close it without an answer. Past the whole-request timeout the
+-- request is cut off.
 local function read_body()
   local length = tonumber(ngx.var.http_content_length)
   if not length then
+    ngx.req.read_body()
     return
   end
   local socket = ngx.req.socket()
@@ -362,10 +365,15 @@ local function read_body()
       if err == "timeout" then
         ngx.status = 408
         M.body_stalled()
-        return ngx.exit(ngx.HTTP_OK)
+        ngx.flush(true)
+        return ngx.exit(ngx.ERROR)
       end
       ngx.var.ate_outcome = "client_gone"
       return ngx.exit(499)
+    end
+    if ngx.now() - ngx.req.start_time() > cfg.request_seconds then
+      ngx.var.ate_outcome = "timeout"
+      return ngx.exit(ngx.ERROR)
     end
     ngx.req.append_body(piece)
     left = left - #piece
@@ -397,6 +405,11 @@ function M.access()
     -- sent again if the worker refuses the connection.
     ngx.var.ate_body = "1"
     read_body()
+    if drained_since(ngx.var.ate_actor, tonumber(ngx.var.ate_seq) or 0) then
+      -- A drain of the actor began while the body came in (its cut found no connection of
+      -- this request to cut): ask again, so the body never reaches the old worker.
+      route(ask_counted(key, headers), headers)
+    end
     return ngx.exec("@proxy_body")
   end
 end
@@ -431,6 +444,9 @@ end
 --- request's arrival, parking included) the answer is cut off. nginx calls it at every piece
 --- the worker sends; an answer silent after the deadline is cut off by the idle timeout.
 function M.body_filter()
+  if ngx.var.upstream_addr == nil then
+    return  -- the router's own answer (a refusal, a 408), not the worker's
+  end
   local now = ngx.now()
   if now - ngx.req.start_time() > cfg.request_seconds then
     ngx.var.ate_outcome = "timeout"
@@ -465,7 +481,7 @@ function M.head_too_large()
   ngx.print(text)
 end
 
---- content_by_lua of /_ate/body_stalled (nginx's 408 for a client silent in its body).
+--- The 408 of a client silent in its Content-Length body (called by read_body).
 function M.body_stalled()
   ngx.var.ate_outcome = "timeout"
   local text = string.format("the request body stalled: no byte for %gs (idle timeout); send the body without "
@@ -486,6 +502,9 @@ function M.header_filter()
   local request_id = ngx.var.ate_request_id
   if request_id ~= nil and request_id ~= "" then
     ngx.header["X-Request-Id"] = request_id
+  end
+  if ngx.var.upstream_addr ~= nil then
+    ngx.ctx.last_piece = ngx.now()  -- the worker's head: its silence is counted from here
   end
   local connection = ngx.var.upstream_http_connection
   if connection ~= nil and ngx.status ~= 101 then
@@ -529,7 +548,18 @@ function M.log()
     outcome = "timeout"
     ngx.var.ate_outcome = outcome
   end
-  if status == 499 and outcome ~= "statusz" then
+  if ngx.var.upstream_addr == nil and (outcome == "ok" or outcome == "parked_ok") then
+    -- Ended while nginx read a chunked body, before any worker was asked: 408 (stalled past
+    -- client_body_timeout), 400 (the client left mid-body).
+    if status == 408 then
+      outcome = "timeout"
+    elseif status == 400 then
+      outcome = "client_gone"
+      status = 0
+    end
+    ngx.var.ate_outcome = outcome
+  end
+  if status == 499 and outcome ~= "statusz" and ngx.var.upstream_status ~= "499" then
     -- The client left before any answer (parked, or waiting for the worker's head): listed
     -- with status 0, as the Python data path lists it.
     outcome = "client_gone"

@@ -10,7 +10,8 @@ How the router's settings map onto nginx (where nginx differs, the difference is
   larger of the two (a worker is never cut off sooner than by the Python data path; one that
   sends no head is cut off later when the idle timeout is the larger).
 - ``idle_timeout_seconds`` -> ``client_body_timeout``, ``send_timeout``, ``proxy_send_timeout``;
-  a stalled request body gets the Python path's 408 and text (``error_page 408``).
+  a stalled ``Content-Length`` body (read by the Lua access handler) gets the Python path's 408
+  and text; a stalled chunked one (read by nginx) is closed without an answer, listed as timeout.
 - ``request_timeout_seconds`` -> checked by the Lua body filter at every piece of the answer
   from the worker: past it the answer is cut off (outcome timeout). nginx has no whole-request
   timer, so an answer that goes silent after the deadline is cut off only by the idle timeout.
@@ -131,7 +132,6 @@ def _proxy_block(settings: RouterSettings, request_buffering: bool = False) -> s
       body_filter_by_lua_block {{ return ate.body_filter() }}
       log_by_lua_block {{ ate.log() }}
       error_page 502 504 = @failed;
-      error_page 408 /_ate/body_stalled;
 """
 
 
@@ -244,12 +244,6 @@ http {{
     location = /_ate/head_too_large {{
       internal;
       content_by_lua_block {{ ate.head_too_large() }}
-    }}
-    location = /_ate/body_stalled {{
-      internal;
-      content_by_lua_block {{ ate.body_stalled() }}
-      header_filter_by_lua_block {{ ate.header_filter() }}
-      log_by_lua_block {{ ate.log() }}
     }}
     location @failed {{
       set $ate_failed_status $status;

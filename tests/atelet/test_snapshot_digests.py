@@ -8,7 +8,7 @@ import os
 import time
 from pathlib import Path
 
-from atelet.snapshots.digests import SETTLED_NS, FileDigests
+from atelet.snapshots.digests import REMEMBER_SECONDS, SETTLED_NS, FileDigests
 
 MIB = 1 << 20
 
@@ -65,6 +65,20 @@ def test_a_file_replaced_by_rename_is_hashed_again(tmp_path: Path) -> None:
     other = written(tmp_path / "other", os.urandom(MIB))
     other.replace(path)
     assert digests.sha256(path) == hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+def test_a_remembered_digest_is_trusted_only_for_a_while(tmp_path: Path) -> None:
+    path = written(tmp_path / "pages.img", os.urandom(MIB))
+    settle()
+    now = [1000.0]
+    digests = FileDigests(clock=lambda: now[0])
+    digests.sha256(path)
+    now[0] += REMEMBER_SECONDS - 1
+    digests.sha256(path)
+    assert digests.hashed_bytes == MIB  # still trusted
+    now[0] += 2
+    digests.sha256(path)
+    assert digests.hashed_bytes == 2 * MIB  # read again once the lifetime was over
 
 
 def test_the_memory_is_bounded(tmp_path: Path) -> None:

@@ -100,8 +100,11 @@ async def test_a_client_whose_body_stalls_gets_408_after_the_idle_timeout(start_
         await writer.drain()
         head = await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), 10)
         body = await asyncio.wait_for(reader.read(1000), 10)
+        # then the connection ends: the rest of the body must not be read as a next request
+        rest = await asyncio.wait_for(reader.read(), 10)
     finally:
         writer.close()
+    assert rest == b""
     assert head.startswith(b"HTTP/1.1 408 ")
     assert body == (
         b"the request body stalled: no byte for 0.3s (idle timeout); send the body without pauses, "
