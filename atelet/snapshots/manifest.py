@@ -55,7 +55,8 @@ def hash_into(directory: Path, manifest: pb.SnapshotManifest) -> None:
     for path in sorted(p for p in directory.rglob("*") if p.is_file()):
         rel = path.relative_to(directory).as_posix()
         if rel != MANIFEST:
-            manifest.files.add(path=rel, sha256=sha256_file(path), size_bytes=path.stat().st_size)
+            digest = DIGESTS.sha256(path, settle=True)  # the restore that follows will not read it again
+            manifest.files.add(path=rel, sha256=digest, size_bytes=path.stat().st_size)
 
 
 def write_manifest(directory: Path, manifest: pb.SnapshotManifest) -> None:

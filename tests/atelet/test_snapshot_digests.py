@@ -8,7 +8,7 @@ import os
 import time
 from pathlib import Path
 
-from atelet.snapshots.digests import REMEMBER_SECONDS, SETTLED_NS, FileDigests
+from atelet.snapshots.digests import REMEMBER_SECONDS, SETTLE_FOR_BYTES, SETTLED_NS, FileDigests
 
 MIB = 1 << 20
 
@@ -55,6 +55,15 @@ def test_a_file_hashed_just_after_it_was_written_is_not_remembered(tmp_path: Pat
         f.write(bytes([data[0] ^ 0xFF]))
     assert digests.sha256(path) == hashlib.sha256(path.read_bytes()).hexdigest()
     assert digests.hashed_bytes == 2 * 4096
+
+
+def test_a_large_file_hashed_as_it_is_committed_settles_first_and_is_remembered(tmp_path: Path) -> None:
+    data = os.urandom(SETTLE_FOR_BYTES)
+    path = written(tmp_path / "pages.img", data)  # just written, as by a checkpoint
+    digests = FileDigests()
+    assert digests.sha256(path, settle=True) == hashlib.sha256(data).hexdigest()
+    assert digests.sha256(path) == hashlib.sha256(data).hexdigest()
+    assert digests.hashed_bytes == SETTLE_FOR_BYTES  # the check after the commit did not read it
 
 
 def test_a_file_replaced_by_rename_is_hashed_again(tmp_path: Path) -> None:
