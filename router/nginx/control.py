@@ -12,7 +12,7 @@ with ``X-Ate-Outcome``. ``GET /failed`` gives the texts of a worker that failed 
 The control path is the Python router's own: target parsing (router.target), access
 (router.access), resume and parking (router.resume), the RUNNING-actor cache with its LISTEN
 (router.cache) and the error texts. Every invalidation of that cache is pushed to nginx's
-admin server (``NginxAdmin``): a NOTIFY about an actor forgets it there too, a lost or re-made
+admin server (router.nginx.admin): a NOTIFY about an actor forgets it there too, a lost or re-made
 LISTEN forgets everything.
 """
 
@@ -21,13 +21,10 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import Iterator
 from typing import Any
-from urllib.parse import parse_qsl, quote
+from urllib.parse import parse_qsl
 
 import httpx
-from prometheus_client.core import CounterMetricFamily, HistogramMetricFamily
-from prometheus_client.registry import REGISTRY, Collector, CollectorRegistry
 
 from domain.operations.router_drain import ROUTER_HEARTBEAT_SECONDS, ROUTER_LEASE_SECONDS
 from router import errors, statusz
@@ -36,8 +33,9 @@ from router.api_client import ApiClient
 from router.app import worker_unreachable
 from router.cache import ActorCache, CacheInvalidator
 from router.errors import RETRY_RESUMING_SECONDS, RouteError
-from router.metrics import DURATION_BUCKETS
+from router.nginx.admin import NginxAdmin
 from router.nginx.drain import NginxDrainGate
+from router.nginx.metrics import NginxRequestMetrics
 from router.proxy import response_head_timeout, upstream_failed
 from router.registration import Registration, register_replica
 from router.resume import Resumer
@@ -46,219 +44,6 @@ from router.target import Target, TargetError, is_label, target_from_headers
 from router.types import Upstream
 
 log = logging.getLogger(__name__)
-
-_DATA_PATH_METRICS = (
-    "ate_router_requests",
-    "ate_router_request_duration_seconds",
-    "ate_router_received_bytes",
-    "ate_router_sent_bytes",
-)
-
-
-class NginxAdmin:
-    """Client of nginx's admin server (a unix socket): invalidations, counters, recent requests.
-
-    Args:
-        socket: Path of the admin socket.
-    """
-
-    def __init__(self, socket: str) -> None:
-        self.socket = socket
-        self._client = httpx.AsyncClient(transport=httpx.AsyncHTTPTransport(uds=socket), base_url="http://nginx")
-        self._queue: asyncio.Queue[str | None] = asyncio.Queue()
-        self._task: asyncio.Task[None] | None = None
-
-    def start(self) -> None:
-        """Start sending queued invalidations (in order, retried until nginx takes them)."""
-        if self._task is None:
-            self._task = asyncio.create_task(self._send_invalidations(), name="ate-router-nginx-invalidate")
-
-    async def stop(self) -> None:
-        """Stop sending and close the client."""
-        if self._task is not None:
-            self._task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._task
-            self._task = None
-        await self._client.aclose()
-
-    def invalidate(self, key: str | None) -> None:
-        """Queue forgetting actor ``key`` (None: every actor) in nginx."""
-        self._queue.put_nowait(key)
-
-    async def settled(self) -> None:
-        """Return once nginx took every invalidation queued so far."""
-        await self._queue.join()
-
-    async def _send_invalidations(self) -> None:
-        while True:
-            key = await self._queue.get()
-            path = "/flush" if key is None else f"/invalidate?key={quote(key, safe='')}"
-            delay = 0.05
-            while True:
-                try:
-                    (await self._client.post(path, timeout=5)).raise_for_status()
-                    break
-                except httpx.HTTPError as exc:
-                    # nginx restarting: its dict starts empty, so a late invalidation is harmless.
-                    log.warning("nginx did not take %s (%s); retrying in %.2fs", path, exc, delay)
-                    await asyncio.sleep(delay)
-                    delay = min(delay * 2, 1.0)
-            self._queue.task_done()
-
-    async def in_flight(self, key: str) -> int:
-        """Requests of actor ``key`` nginx is proxying now (every worker process); for drain.
-
-        Raises:
-            httpx.HTTPError: nginx's admin server did not answer.
-        """
-        resp = await self._client.get(f"/inflight?key={quote(key, safe='')}", timeout=5)
-        resp.raise_for_status()
-        return int(resp.text or 0)
-
-    async def drain(self, key: str, token: int) -> None:
-        """A drain of actor ``key`` begins in nginx: its entries are void and no answer of the
-        control service about it with a drain token below ``token`` is used (its requests ask again).
-
-        Raises:
-            httpx.HTTPError: nginx's admin server did not answer.
-        """
-        resp = await self._client.post(f"/drain?key={quote(key, safe='')}&seq={token}", timeout=5)
-        resp.raise_for_status()
-
-    async def cut(self, key: str) -> list[tuple[str, int]]:
-        """Mark the requests of actor ``key`` in flight now as cut (outcome ``error``).
-
-        Returns:
-            The upstreams (``host:port``) they use, with how many use each.
-
-        Raises:
-            httpx.HTTPError: nginx's admin server did not answer.
-        """
-        resp = await self._client.post(f"/cut?key={quote(key, safe='')}", timeout=5)
-        resp.raise_for_status()
-        found = []
-        for line in resp.text.splitlines():
-            upstream, _, count = line.rpartition("\t")
-            if upstream:
-                found.append((upstream, int(count)))
-        return found
-
-    async def lease(self, seconds: float) -> None:
-        """Tell nginx this replica's lease runs ``seconds`` longer (0: over; it then uses no entry).
-
-        Raises:
-            httpx.HTTPError: nginx's admin server did not answer.
-        """
-        (await self._client.post(f"/lease?seconds={max(seconds, 0.0):.3f}", timeout=5)).raise_for_status()
-
-    async def workers(self) -> set[int]:
-        """The process ids of nginx's worker processes.
-
-        Raises:
-            httpx.HTTPError: nginx's admin server did not answer.
-        """
-        resp = await self._client.get("/workers", timeout=5)
-        resp.raise_for_status()
-        return {int(line) for line in resp.text.split() if line.isdigit()}
-
-    async def recent(self) -> list[statusz.RecentRequest]:
-        """The last 100 requests nginx finished, newest first (empty when nginx does not answer)."""
-        try:
-            resp = await self._client.get("/recent", timeout=2)
-        except httpx.HTTPError:
-            return []
-        found = []
-        for line in resp.text.splitlines():
-            fields = line.split("\t")
-            if len(fields) != 8:
-                continue
-            started, request_id, target, method, path, status, outcome, ms = fields
-            found.append(
-                statusz.RecentRequest(float(started), request_id, target, method, path, int(status), outcome, float(ms))
-            )
-        return found
-
-    def stats(self) -> dict[str, float]:
-        """nginx's counters (blocking; for the metrics thread): ``n:<outcome>`` requests,
-        ``s:<outcome>`` seconds, ``b:<outcome>:<bucket index|inf>``, ``in``, ``out``, ``f:<actor>``.
-
-        Raises:
-            httpx.HTTPError: nginx's admin server did not answer.
-        """
-        with httpx.Client(transport=httpx.HTTPTransport(uds=self.socket), base_url="http://nginx") as client:
-            resp = client.get("/stats", timeout=2)
-            resp.raise_for_status()
-        found: dict[str, float] = {}
-        for line in resp.text.splitlines():
-            name, _, value = line.rpartition("\t")
-            if name:
-                found[name] = float(value)
-        return found
-
-
-class NginxRequestMetrics(Collector):
-    """The data path's Prometheus families, read from nginx's counters at each scrape: requests
-    and their duration by outcome, body bytes in and out (the same names as the Python path)."""
-
-    def __init__(self, admin: NginxAdmin) -> None:
-        self.admin = admin
-
-    def collect(self) -> Iterator[Any]:
-        """Yield the four families (none when nginx does not answer)."""
-        try:
-            stats = self.admin.stats()
-        except httpx.HTTPError as exc:
-            log.warning("nginx counters unavailable: %s", exc)
-            return
-        requests = CounterMetricFamily(
-            "ate_router_requests", "Requests handled by the router, by outcome.", labels=["outcome"]
-        )
-        duration = HistogramMetricFamily(
-            "ate_router_request_duration_seconds",
-            "Time from request arrival to the end of the response, by outcome.",
-            labels=["outcome"],
-        )
-        outcomes = sorted({name[2:] for name in stats if name.startswith("n:")})
-        for outcome in outcomes:
-            requests.add_metric([outcome], stats[f"n:{outcome}"])
-            cumulative, buckets = 0.0, []
-            for index, bound in enumerate(DURATION_BUCKETS, start=1):
-                cumulative += stats.get(f"b:{outcome}:{index}", 0)
-                buckets.append((f"{bound:g}", cumulative))
-            buckets.append(("+Inf", cumulative + stats.get(f"b:{outcome}:inf", 0)))
-            duration.add_metric([outcome], buckets, stats.get(f"s:{outcome}", 0.0))
-        received = CounterMetricFamily(
-            "ate_router_received_bytes",
-            "Request bytes received from clients (nginx: the Content-Length, or the whole request when chunked).",
-            value=stats.get("in", 0),
-        )
-        sent = CounterMetricFamily(
-            "ate_router_sent_bytes", "Response body bytes sent to clients.", value=stats.get("out", 0)
-        )
-        yield from (requests, duration, received, sent)
-
-    def count(self, outcome: str) -> float:
-        """Requests nginx counted with ``outcome`` (0 before the first)."""
-        return self.admin.stats().get(f"n:{outcome}", 0.0)
-
-
-class _Rest(Collector):
-    """Every family of the default registry but the data path's (those come from nginx)."""
-
-    def collect(self) -> Iterator[Any]:
-        for family in REGISTRY.collect():
-            if family.name not in _DATA_PATH_METRICS:
-                yield family
-
-
-def metrics_registry(admin: NginxAdmin) -> CollectorRegistry:
-    """The registry the metrics port exports in nginx mode: nginx's request counters, and the
-    control service's own (parked requests, park durations, resumes) from the default one."""
-    registry = CollectorRegistry(auto_describe=False)
-    registry.register(NginxRequestMetrics(admin))
-    registry.register(_Rest())
-    return registry
 
 
 class _NotifyingCache(ActorCache):

@@ -35,7 +35,7 @@ from router.drain import DrainGate, DrainOutcome
 from router.metrics import DRAIN_CUT_REQUESTS
 
 if TYPE_CHECKING:
-    from router.nginx.control import NginxAdmin
+    from router.nginx.admin import NginxAdmin
 
 log = logging.getLogger(__name__)
 
@@ -47,7 +47,7 @@ _PID = re.compile(r"pid=(\d+)")
 
 class NginxDrainGate(DrainGate):
     """``DrainGate`` whose drains are carried out in nginx (``admin``, a
-    router.nginx.control.NginxAdmin); the other arguments are ``DrainGate``'s. ``hold``,
+    router.nginx.admin.NginxAdmin); the other arguments are ``DrainGate``'s. ``hold``,
     ``draining``, ``token`` and ``enter`` serve the control service's answers as they serve the
     Python data path's requests."""
 

@@ -20,7 +20,8 @@ import uvicorn
 
 from router.metrics import serve_metrics
 from router.nginx import config
-from router.nginx.control import ControlService, metrics_registry
+from router.nginx.control import ControlService
+from router.nginx.metrics import metrics_registry
 from router.nginx.supervisor import NginxProcess, check_installed
 from router.settings import RouterSettings, split_host_port
 

@@ -1,0 +1,88 @@
+"""The Prometheus families of the nginx data path: nginx's request counters read at each scrape
+(the Python data path's names), beside the control service's own from the default registry."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterator
+from typing import Any
+
+import httpx
+from prometheus_client.core import CounterMetricFamily, HistogramMetricFamily
+from prometheus_client.registry import REGISTRY, Collector, CollectorRegistry
+
+from router.metrics import DURATION_BUCKETS
+from router.nginx.admin import NginxAdmin
+
+log = logging.getLogger(__name__)
+
+_DATA_PATH_METRICS = (
+    "ate_router_requests",
+    "ate_router_request_duration_seconds",
+    "ate_router_received_bytes",
+    "ate_router_sent_bytes",
+)
+
+
+class NginxRequestMetrics(Collector):
+    """The data path's Prometheus families, read from nginx's counters at each scrape: requests
+    and their duration by outcome, body bytes in and out (the same names as the Python path)."""
+
+    def __init__(self, admin: NginxAdmin) -> None:
+        self.admin = admin
+
+    def collect(self) -> Iterator[Any]:
+        """Yield the four families (none when nginx does not answer)."""
+        try:
+            stats = self.admin.stats()
+        except httpx.HTTPError as exc:
+            log.warning("nginx counters unavailable: %s", exc)
+            return
+        requests = CounterMetricFamily(
+            "ate_router_requests", "Requests handled by the router, by outcome.", labels=["outcome"]
+        )
+        duration = HistogramMetricFamily(
+            "ate_router_request_duration_seconds",
+            "Time from request arrival to the end of the response, by outcome.",
+            labels=["outcome"],
+        )
+        outcomes = sorted({name[2:] for name in stats if name.startswith("n:")})
+        for outcome in outcomes:
+            requests.add_metric([outcome], stats[f"n:{outcome}"])
+            cumulative, buckets = 0.0, []
+            for index, bound in enumerate(DURATION_BUCKETS, start=1):
+                cumulative += stats.get(f"b:{outcome}:{index}", 0)
+                buckets.append((f"{bound:g}", cumulative))
+            buckets.append(("+Inf", cumulative + stats.get(f"b:{outcome}:inf", 0)))
+            duration.add_metric([outcome], buckets, stats.get(f"s:{outcome}", 0.0))
+        received = CounterMetricFamily(
+            "ate_router_received_bytes",
+            "Request bytes received from clients (nginx: the Content-Length, or the whole request when chunked).",
+            value=stats.get("in", 0),
+        )
+        sent = CounterMetricFamily(
+            "ate_router_sent_bytes", "Response body bytes sent to clients.", value=stats.get("out", 0)
+        )
+        yield from (requests, duration, received, sent)
+
+    def count(self, outcome: str) -> float:
+        """Requests nginx counted with ``outcome`` (0 before the first)."""
+        return self.admin.stats().get(f"n:{outcome}", 0.0)
+
+
+class _Rest(Collector):
+    """Every family of the default registry but the data path's (those come from nginx)."""
+
+    def collect(self) -> Iterator[Any]:
+        for family in REGISTRY.collect():
+            if family.name not in _DATA_PATH_METRICS:
+                yield family
+
+
+def metrics_registry(admin: NginxAdmin) -> CollectorRegistry:
+    """The registry the metrics port exports in nginx mode: nginx's request counters, and the
+    control service's own (parked requests, park durations, resumes) from the default one."""
+    registry = CollectorRegistry(auto_describe=False)
+    registry.register(NginxRequestMetrics(admin))
+    registry.register(_Rest())
+    return registry
