@@ -404,11 +404,17 @@ function M.access()
     -- Read whole before it is proxied (nginx is half-duplex towards a worker), so it can be
     -- sent again if the worker refuses the connection.
     ngx.var.ate_body = "1"
+    -- While its body comes in the request reaches no worker, so it holds no drain back: it is
+    -- counted again once the body is in, and when a drain of the actor began since its look-up
+    -- it asks again (as ask_counted does), so the body never reaches the old worker.
+    local actor, seq = ngx.var.ate_actor, tonumber(ngx.var.ate_seq) or 0
+    uncount()
     read_body()
-    if drained_since(ngx.var.ate_actor, tonumber(ngx.var.ate_seq) or 0) then
-      -- A drain of the actor began while the body came in (its cut found no connection of
-      -- this request to cut): ask again, so the body never reaches the old worker.
+    count(actor)
+    if drained_since(actor, seq) then
       route(ask_counted(key, headers), headers)
+    else
+      ngx.var.ate_seq = tostring(seq)
     end
     return ngx.exec("@proxy_body")
   end

@@ -147,6 +147,28 @@ async def test_a_resume_answer_obtained_before_the_drain_is_never_used(start_rou
 
 
 @pytest.mark.asyncio
+@pytest.mark.nginx_data_path  # the Python path streams the body: the request is in flight, and the drain waits for it
+async def test_a_drain_while_a_body_arrives_holds_nothing_and_the_body_goes_after_a_new_look_up(start_router) -> None:
+    env = await start_router()
+    host, port = env.url.removeprefix("http://").split(":")
+    reader, writer = await asyncio.open_connection(host, int(port))
+    try:
+        writer.write(b"POST /upload HTTP/1.1\r\nHost: x\r\nate-target-actor: demo/c1\r\nContent-Length: 10\r\n\r\nabc")
+        await writer.drain()
+        await until(lambda: env.api.calls[KEY] == 1)  # looked up (resumed); its body is not all there
+        outcome = await asyncio.wait_for(env.router.drains.drain(7, KEY), 30)  # a hang fails the test
+        assert outcome.result == "clean"  # the request still sending its body held it back for nothing
+        writer.write(b"defghij")
+        await writer.drain()
+        head = await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), 10)
+    finally:
+        writer.close()
+    assert head.startswith(b"HTTP/1.1 200 ")
+    assert env.api.calls[KEY] == 2  # asked again after the drain before the body went to a worker
+    assert await last_outcome(env, "/upload") == ("/upload", 200, "parked_ok")
+
+
+@pytest.mark.asyncio
 @pytest.mark.python_data_path  # the flights of the Python proxy; nginx: test_router_nginx.py
 async def test_a_token_from_before_a_drain_enters_no_flight(start_router) -> None:
     env = await start_router()
