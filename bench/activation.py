@@ -224,10 +224,11 @@ DIRECT_ATELET = "127.0.0.1:18186"
 DIRECT_NODE = "atebench-direct"
 
 
-def _direct_atelet(stack: stack_mod.Stack) -> subprocess.Popen[bytes]:
+def _direct_atelet(stack: stack_mod.Stack) -> tuple[subprocess.Popen[bytes], Path]:
     """The atelet of the atelet-direct baseline: one worker `default-0`, the stack's snapshot and
     image roots, its own node, subnet and state dir, and no API server; its certificate from the
-    stack's local CA (`ate dev`'s `<data dir>/tls`)."""
+    stack's local CA (`ate dev`'s `<data dir>/tls`). Returns the process and its temporary dir
+    (the caller removes it)."""
     import sys
 
     from ate.dev.certificates import ensure_local_certificates
@@ -250,7 +251,7 @@ def _direct_atelet(stack: stack_mod.Stack) -> subprocess.Popen[bytes]:
         if process.poll() is not None or time.monotonic() > deadline:
             raise RuntimeError(f"the baseline's atelet did not start: {(state / 'atelet.log').read_text()[-2000:]}")
         time.sleep(0.05)
-    return process
+    return process, state
 
 
 class Baselines:
@@ -275,7 +276,7 @@ class Baselines:
         self.uri, self.manifest, spec = await _snapshot(self.stack)
         self.wspec = workload_spec(ActorTemplateSpec.from_document(spec))
         self.container = self.wspec.containers[0]
-        self.direct = _direct_atelet(self.stack)
+        self.direct, self.direct_dir = _direct_atelet(self.stack)
         control_plane = LocalCertificates(self.stack.data_dir / "tls").control_plane
         tls = AteletClientTls(control_plane.cert, control_plane.key, control_plane.ca)
         self.channel = tls.channel(DIRECT_ATELET, DIRECT_NODE)
@@ -374,6 +375,7 @@ class Baselines:
         await self.channel.close(grace=None)
         self.direct.terminate()
         self.direct.wait(60)
+        shutil.rmtree(self.direct_dir, ignore_errors=True)
         await self.raw.close()
 
 
