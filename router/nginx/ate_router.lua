@@ -131,8 +131,7 @@ local function lookup(key, headers)
   return nil
 end
 
--- Send the router's own text answer (the request goes on: see answer).
-local function write_answer(status, body, retry_after, outcome)
+local function answer(status, body, retry_after, outcome)
   ngx.var.ate_outcome = outcome
   ngx.status = status
   ngx.header["Content-Type"] = "text/plain; charset=utf-8"
@@ -141,10 +140,6 @@ local function write_answer(status, body, retry_after, outcome)
     ngx.header["Retry-After"] = retry_after
   end
   ngx.print(body)
-end
-
-local function answer(status, body, retry_after, outcome)
-  write_answer(status, body, retry_after, outcome)
   return ngx.exit(ngx.HTTP_OK)
 end
 
@@ -345,12 +340,6 @@ end
 
 local BODY_PIECE = 65536
 
--- The 408 of a client silent in its Content-Length body.
-local function body_stalled()
-  write_answer(408, string.format("the request body stalled: no byte for %gs (idle timeout); send the body "
-    .. "without pauses, or raise the router's --idle-timeout\n", cfg.idle_seconds), nil, "timeout")
-end
-
 -- Read the request body into the request (memory, then a temp file past
 -- client_body_buffer_size). A Content-Length body is read here with the idle timeout between
 -- two pieces: a client that stalls gets the Python path's 408 and text, then the connection is
@@ -374,7 +363,8 @@ local function read_body()
     local piece, err = socket:receiveany(math.min(left, BODY_PIECE))
     if not piece then
       if err == "timeout" then
-        body_stalled()
+        ngx.status = 408
+        M.body_stalled()
         ngx.flush(true)
         return ngx.exit(ngx.ERROR)
       end
@@ -492,7 +482,19 @@ end
 --- content_by_lua of /_ate/head_too_large (nginx's 414 and 494 become the Python path's 431).
 function M.head_too_large()
   local text = string.format("request head larger than %d bytes (request line and headers)\n", cfg.max_head_bytes)
-  return answer(431, text, nil, nil)
+  ngx.header["Content-Type"] = "text/plain; charset=utf-8"
+  ngx.header["Content-Length"] = #text
+  ngx.print(text)
+end
+
+--- The 408 of a client silent in its Content-Length body (called by read_body).
+function M.body_stalled()
+  ngx.var.ate_outcome = "timeout"
+  local text = string.format("the request body stalled: no byte for %gs (idle timeout); send the body without "
+    .. "pauses, or raise the router's --idle-timeout\n", cfg.idle_seconds)
+  ngx.header["Content-Type"] = "text/plain; charset=utf-8"
+  ngx.header["Content-Length"] = #text
+  ngx.print(text)
 end
 
 --- header_filter_by_lua: the request id on every answer; the worker's hop-by-hop headers dropped.

@@ -99,15 +99,10 @@ BODY_BUFFER_BYTES = 64 * 1024
 """How much of a request body nginx holds in memory before it writes the rest to a temp file."""
 
 
-def _read_timeout(settings: RouterSettings) -> float:
-    """nginx's one timeout between two reads from a worker (``proxy_read_timeout``), in seconds."""
-    return max(settings.response_head_timeout_seconds, settings.idle_timeout_seconds)
-
-
 def _proxy_block(settings: RouterSettings, request_buffering: bool = False) -> str:
     """The directives that proxy one request to ``$ate_upstream`` (used three times: first try,
     retry, request with a body)."""
-    read = _read_timeout(settings)
+    read = max(settings.response_head_timeout_seconds, settings.idle_timeout_seconds)
     return f"""
       proxy_pass http://$ate_upstream;
       proxy_http_version 1.1;
@@ -179,7 +174,7 @@ http {{
                     token_seconds = {REVIEW_SECONDS:g},
                     request_seconds = {settings.request_timeout_seconds:g},
                     idle_seconds = {settings.idle_timeout_seconds:g},
-                    read_seconds = {_read_timeout(settings):g},
+                    read_seconds = {max(settings.response_head_timeout_seconds, settings.idle_timeout_seconds):g},
                     max_head_bytes = {settings.max_head_bytes} }})
   }}
   init_worker_by_lua_block {{ ate.init_worker() }}
