@@ -12,7 +12,7 @@ import logging
 import re
 import time
 import uuid
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from typing import Any
 
 from starlette.applications import Starlette
@@ -25,7 +25,7 @@ from router.api_client import ApiClient
 from router.cache import ActorCache, CacheInvalidator
 from router.drain import DrainGate, Flight
 from router.errors import RETRY_RESUMING_SECONDS, RouteError
-from router.metrics import REQUEST_DURATION, REQUESTS
+from router.metrics import ObserveRequest, observe_request
 from router.proxy import BodyStream, open_upstream, relay
 from router.reach import reach_actor, wait_unless_gone
 from router.registration import Registration, register_replica
@@ -57,6 +57,12 @@ class ActorRouter:
         settings: Router settings.
         api_client: Optional API client (built from ``settings.api_server`` when omitted).
         upstream_client: Optional worker client (``upstream_client.new_upstream_client`` when omitted).
+        cache: Optional RUNNING-actor cache (a new ``ActorCache`` when omitted; the nginx data
+            path passes one whose forgetting reaches nginx).
+        drain_gate: Builds the drain gate from ``DrainGate``'s arguments (``DrainGate`` itself
+            when omitted; the nginx data path's also drains nginx, router.nginx.drain).
+        observe: Counts each finished request, ``(outcome, seconds)`` (the Prometheus request
+            families when omitted; the nginx data path tallies its relayed requests).
 
     Attributes:
         cache: RUNNING-actor cache; enabled only while ``invalidator`` holds a LISTEN.
@@ -74,15 +80,19 @@ class ActorRouter:
         settings: RouterSettings,
         api_client: ApiClient | None = None,
         upstream_client: UpstreamClient | None = None,
+        cache: ActorCache | None = None,
+        drain_gate: Callable[..., DrainGate] = DrainGate,
+        observe: ObserveRequest = observe_request,
     ) -> None:
         self.settings = settings
+        self.observe = observe
         self.api = api_client or ApiClient(settings.api_server, token=settings.read_api_token())
         self.upstream_client = upstream_client or new_upstream_client(
             settings.upstream_connect_timeout_seconds,
             settings.response_head_timeout_seconds,
             settings.idle_timeout_seconds,
         )
-        self.cache = ActorCache()
+        self.cache = cache if cache is not None else ActorCache()
         self.gate = AccessGate(self.api, settings.api_server)
         self.trusted = settings.trusted_networks
         self.recent = statusz.RecentRequests()
@@ -98,7 +108,7 @@ class ActorRouter:
             CacheInvalidator(settings.database_url, self.cache) if settings.database_url else None
         )
         self.sessions = Sessions()
-        self.drains = DrainGate(
+        self.drains = drain_gate(
             self.cache,
             self.resumer,
             self.upstream_client,
@@ -108,8 +118,8 @@ class ActorRouter:
         )
         self.websockets = WebSocketProxy(
             settings=settings, gate=self.gate, cache=self.cache, resumer=self.resumer, sessions=self.sessions,
-            recent=self.recent, unreachable=worker_unreachable, drains=self.drains, wait_running=self._wait_running,
-            no_lease=self._no_lease, trusted=self.trusted,
+            recent=self.recent, unreachable=worker_unreachable, drains=self.drains, wait_running=self.wait_running,
+            no_lease=self.no_lease, trusted=self.trusted, observe=observe,
         )  # fmt: skip
         self.registration: Registration | None = None
         if settings.register_replica:
@@ -161,8 +171,7 @@ class ActorRouter:
             outcome = await self._route(scope, receive, send_with_id, started)
         finally:
             elapsed = loop.time() - started
-            REQUESTS.labels(outcome).inc()
-            REQUEST_DURATION.labels(outcome).observe(elapsed)
+            self.observe(outcome, elapsed)
             finished = statusz.RecentRequest(
                 time.time(), request_id.decode(), target_of(scope), scope["method"], scope["path"][:200],
                 status, outcome, round(elapsed * 1000, 1),
@@ -263,10 +272,10 @@ class ActorRouter:
             connect=connect,
             refused=UpstreamConnectError,
             unreachable=worker_unreachable,
-            no_lease=self._no_lease,
+            no_lease=self.no_lease,
         )
 
-    def _no_lease(self, target: Target) -> RouteError:
+    def no_lease(self, target: Target) -> RouteError:
         """503 for a replica whose heartbeats the API has not answered for a lease."""
         name = self.registration.replica if self.registration is not None else "-"
         return RouteError(
@@ -286,14 +295,14 @@ class ActorRouter:
             ClientGone: The client disconnected while parked.
         """
         if body.started:  # its body is streaming upstream already: receive is not ours to watch
-            return await self._wait_running(target, deadline)
+            return await self.wait_running(target, deadline)
         return await wait_unless_gone(
-            self._wait_running(target, deadline),
+            self.wait_running(target, deadline),
             body.wait_disconnect(),
             lambda: ClientGone(f"client left while its request waited for actor {target}"),
         )
 
-    async def _wait_running(self, target: Target, deadline: float) -> Upstream:
+    async def wait_running(self, target: Target, deadline: float) -> Upstream:
         """``Resumer.wait_running``, after holding the request while its actor is being drained
         (its budget then starts again when the drain ends: it waits for the resume after the
         checkpoint, as when parked)."""

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 from prometheus_client import REGISTRY, CollectorRegistry, Counter, Gauge, Histogram, start_http_server
 
 DURATION_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30)
@@ -65,6 +67,22 @@ DRAIN_HELD = Gauge(
     "ate_router_drain_held_requests",
     "Requests currently held because their actor is being drained (served after its resume).",
 )
+
+
+ObserveRequest = Callable[[str, float], None]
+"""Counts one finished request: ``(outcome, seconds)`` (``observe_request``, or the nginx data
+path's tally of relayed requests)."""
+
+
+def observe_request(outcome: str, seconds: float) -> None:
+    """Count one finished request: ``ate_router_requests_total`` and its duration histogram.
+
+    Args:
+        outcome: Its outcome (router.errors).
+        seconds: From its arrival to the end of its response.
+    """
+    REQUESTS.labels(outcome).inc()
+    REQUEST_DURATION.labels(outcome).observe(seconds)
 
 
 def serve_metrics(host: str, port: int, registry: CollectorRegistry = REGISTRY) -> object:

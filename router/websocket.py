@@ -37,7 +37,7 @@ from router.access import AccessGate
 from router.cache import ActorCache
 from router.drain import DRAIN_REASON, DrainGate, Flight
 from router.errors import RouteError
-from router.metrics import REQUEST_DURATION, REQUESTS
+from router.metrics import ObserveRequest, observe_request
 from router.proxy import HOP_BY_HOP, Receive, Scope, Send, request_headers
 from router.reach import reach_actor, wait_unless_gone
 from router.resume import Resumer
@@ -112,6 +112,7 @@ class WebSocketProxy:
             a drain of the actor is never used, and a WebSocket is one flight for its whole life.
         wait_running: How a request waits for its actor (held while it is drained, then parked).
         no_lease: The 503 of a replica without a lease.
+        observe: Counts each finished WebSocket as a request, ``(outcome, seconds)``.
     """
 
     def __init__(
@@ -128,8 +129,10 @@ class WebSocketProxy:
         wait_running: Callable[[Target, float], Coroutine[Any, Any, Upstream]],
         no_lease: Callable[[Target], RouteError],
         trusted: Sequence[IPv4Network | IPv6Network] = (),
+        observe: ObserveRequest = observe_request,
     ) -> None:
         self.settings = settings
+        self.observe = observe
         self.gate = gate
         self.cache = cache
         self.resumer = resumer
@@ -158,8 +161,7 @@ class WebSocketProxy:
             outcome, status = await self._session(scope, receive, send, request_id, started)
         finally:
             elapsed = loop.time() - started
-            REQUESTS.labels(outcome).inc()
-            REQUEST_DURATION.labels(outcome).observe(elapsed)
+            self.observe(outcome, elapsed)
             self.recent.add(
                 statusz.RecentRequest(
                     time.time(), request_id.decode(), target_label, "WEBSOCKET", scope["path"][:200],

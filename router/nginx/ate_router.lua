@@ -318,11 +318,6 @@ local function route(found, headers)
     strip_credential(headers)
   end
   drop_connection_tokens(headers)
-  local upgrade = headers["upgrade"]
-  if type(upgrade) == "string" and upgrade:lower() == "websocket" then
-    ngx.var.ate_upgrade = upgrade
-    ngx.var.ate_connection = "upgrade"
-  end
   local upstream_key = "fu:" .. found.actor .. "\t" .. found.upstream
   if ngx.var.ate_upstream_counted ~= upstream_key then
     if ngx.var.ate_upstream_counted ~= "" then
@@ -381,6 +376,24 @@ local function read_body()
   ngx.req.finish_body()
 end
 
+-- Whether the request is relayed to the control service's Python router, which proxies it
+-- itself: a WebSocket upgrade, or a request that asks for an event stream (Accept:
+-- text/event-stream). Those never end on their own; there a drain or a stop of the router
+-- ends them the clean way (a close frame with a reason, the end of the stream), which nginx
+-- cannot do.
+local function relayed(headers)
+  local upgrade = headers["upgrade"]
+  if type(upgrade) == "string" and upgrade:lower() == "websocket" then
+    ngx.var.ate_relay_connection = "upgrade"
+    return true
+  end
+  local accept = headers["accept"]
+  if type(accept) == "table" then
+    accept = table.concat(accept, ",")
+  end
+  return type(accept) == "string" and accept:lower():find("text/event-stream", 1, true) ~= nil
+end
+
 --- access_by_lua of the actor location.
 function M.access()
   local headers = ngx.req.get_headers(200)
@@ -390,6 +403,9 @@ function M.access()
     ngx.req.set_header("X-Request-Id", request_id)
   end
   ngx.var.ate_request_id = request_id
+  if relayed(headers) then
+    return ngx.exec("@relay")
+  end
   local key = target_key(headers)
   local found
   if key and leased() then

@@ -20,25 +20,23 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import logging
-from typing import Any
+from typing import Any, cast
 from urllib.parse import parse_qsl
 
 import httpx
 
-from domain.operations.router_drain import ROUTER_HEARTBEAT_SECONDS, ROUTER_LEASE_SECONDS
 from router import errors, statusz
-from router.access import AccessGate
 from router.api_client import ApiClient
-from router.app import worker_unreachable
-from router.cache import ActorCache, CacheInvalidator
-from router.errors import RETRY_RESUMING_SECONDS, RouteError
+from router.app import ActorRouter, worker_unreachable
+from router.cache import ActorCache
+from router.errors import RouteError
 from router.nginx.admin import NginxAdmin
+from router.nginx.config import RELAY_PREFIX
 from router.nginx.drain import NginxDrainGate
-from router.nginx.metrics import NginxRequestMetrics
+from router.nginx.metrics import NginxRequestMetrics, RelayedTally
 from router.proxy import response_head_timeout, upstream_failed
-from router.registration import Registration, register_replica
-from router.resume import Resumer
 from router.settings import RouterSettings
 from router.target import Target, TargetError, is_label, target_from_headers
 from router.types import Upstream
@@ -75,7 +73,14 @@ LEASE_UNREGISTERED_SECONDS = 3600.0
 
 
 class ControlService:
-    """The control path answering nginx; an ASGI app (``/route``, ``/failed``, ``/statusz``).
+    """The control path answering nginx; an ASGI app (``/route``, ``/failed``, ``/statusz``,
+    ``/relay/...``).
+
+    The control path is a Python router (router.app.ActorRouter) whose cache tells nginx what
+    it forgets and whose drains are carried out in nginx as well (router.nginx.drain). The
+    requests nginx relays under ``/relay`` (WebSockets, and requests asking for an event
+    stream) are proxied by that Python router itself, so a drain or a stop ends them the clean
+    way (close 1001 with a reason; the end of the stream) as on the Python data path.
 
     Args:
         settings: Router settings.
@@ -83,53 +88,49 @@ class ControlService:
         api_client: Optional API client (built from settings when omitted).
 
     Attributes:
+        router: The Python router of the control path (cache, gate, resumer, drains, sessions).
         cache: RUNNING-actor cache (its forgetting reaches nginx).
         gate: router.access.AccessGate.
         resumer: router.resume.Resumer (the parking lot).
         invalidator: LISTEN loop, or None without a database URL (nothing cached anywhere).
         admin: The nginx admin client.
-        metrics: nginx's request counters as Prometheus families.
-        drains: The drains before a checkpoint, carried out in nginx (router.nginx.drain).
+        metrics: The request counters as Prometheus families (nginx's and the relayed requests').
+        drains: The drains before a checkpoint, carried out in nginx (router.nginx.drain) and in
+            the relayed requests.
+        sessions: The relayed WebSockets and event streams open now.
+        recent: The relayed requests finished last (nginx lists the others).
         registration: This replica's heartbeat, lease and drains (router.registration), or
             None when ``settings.register_replica`` is off.
     """
 
     def __init__(self, settings: RouterSettings, admin_socket: str, api_client: ApiClient | None = None) -> None:
         self.settings = settings
-        self.api = api_client or ApiClient(settings.api_server, token=settings.read_api_token())
         self.admin = NginxAdmin(admin_socket)
-        self.cache: ActorCache = _NotifyingCache(self.admin)
-        self.gate = AccessGate(self.api, settings.api_server)
-        self.cache.on_change.append(self.gate.forget)
-        self.resumer = Resumer(
-            self.api, self.cache, settings.parked_request_budget_seconds, settings.max_parked, settings.api_server
+        relayed = RelayedTally()
+        self.router = ActorRouter(
+            settings,
+            api_client,
+            cache=_NotifyingCache(self.admin),
+            drain_gate=functools.partial(NginxDrainGate, self.admin),
+            observe=relayed.observe,
         )
-        self.invalidator = CacheInvalidator(settings.database_url, self.cache) if settings.database_url else None
-        self.metrics = NginxRequestMetrics(self.admin)
-        self.drains = NginxDrainGate(
-            self.admin,
-            self.cache,
-            self.resumer,
-            None,  # no worker client here: nginx's connections are cut in nginx.drain
-            settings.drain_timeout_seconds,
-            settle_seconds=settings.upstream_connect_timeout_seconds + 1.0,
-        )
-        self.registration: Registration | None = None
-        if settings.register_replica:
-            self.registration = register_replica(
-                self.api, self.drains, self.cache, self.invalidator, settings.replica_name,
-                ROUTER_LEASE_SECONDS, ROUTER_HEARTBEAT_SECONDS,
-            )  # fmt: skip
+        self.api = self.router.api
+        self.cache = self.router.cache
+        self.gate = self.router.gate
+        self.resumer = self.router.resumer
+        self.invalidator = self.router.invalidator
+        self.drains = cast(NginxDrainGate, self.router.drains)
+        self.sessions = self.router.sessions
+        self.recent = self.router.recent
+        self.registration = self.router.registration
+        self.metrics = NginxRequestMetrics(self.admin, relayed)
         self._lease_task: asyncio.Task[None] | None = None
 
     async def start(self) -> None:
         """Start pushing invalidations to nginx, the LISTEN loop, the registration (its first
         heartbeat waited for) and telling nginx how long the lease runs."""
         self.admin.start()
-        if self.invalidator is not None:
-            self.invalidator.start()
-        if self.registration is not None:
-            await self.registration.start()
+        await self.router.start()
         self._lease_task = asyncio.create_task(self._tell_lease(), name="ate-router-nginx-lease")
 
     async def stop(self) -> None:
@@ -138,12 +139,8 @@ class ControlService:
             self._lease_task.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await self._lease_task
-        if self.registration is not None:
-            await self.registration.stop()
-        if self.invalidator is not None:
-            await self.invalidator.stop()
+        await self.router.stop()
         await self.admin.stop()
-        await self.api.aclose()
 
     def lease_left(self) -> float:
         """Seconds this replica's lease runs still (0 when over; unbounded without registration)."""
@@ -162,8 +159,8 @@ class ControlService:
             await asyncio.sleep(LEASE_TELL_SECONDS)
 
     async def in_flight(self, key: str) -> int:
-        """Requests of actor ``key`` being proxied by nginx now (the hook for drain)."""
-        return await self.admin.in_flight(key)
+        """Requests of actor ``key`` being proxied now: by nginx, and relayed (the hook for drain)."""
+        return await self.admin.in_flight(key) + self.drains.in_flight(key)
 
     async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
         """Serve one request of nginx (ASGI)."""
@@ -171,7 +168,11 @@ class ControlService:
             await self._lifespan(receive, send)
             return
         path = scope["path"]
-        if path == "/route":
+        if path.startswith(RELAY_PREFIX + "/"):
+            await self.router(relayed(scope), receive, send)
+        elif scope["type"] != "http":
+            await send({"type": "websocket.close", "code": 1008})
+        elif path == "/route":
             await self._route(scope, receive, send)
         elif path == "/failed":
             await self._failed(scope, send)
@@ -246,7 +247,7 @@ class ControlService:
         key = target.key
         while True:
             if not self.drains.leased():
-                raise self._no_lease(target)
+                raise self.router.no_lease(target)
             token = self.drains.token()
             upstream = self.cache.get(key)
             parked = upstream is None
@@ -257,30 +258,10 @@ class ControlService:
                 self.drains.leave(flight)
                 return upstream, parked, token
 
-    def _no_lease(self, target: Target) -> RouteError:
-        """503 for a replica whose heartbeats the API has not answered for a lease (the Python
-        data path's text)."""
-        name = self.registration.replica if self.registration is not None else "-"
-        return RouteError(
-            503,
-            errors.UNAVAILABLE,
-            f"router replica {name} has no lease with the control plane at {self.settings.api_server} (its "
-            f"heartbeats are not answered), so it sends no request to actor {target}; retry shortly",
-            RETRY_RESUMING_SECONDS,
-        )
-
-    async def _wait_running(self, target: Target, deadline: float) -> Upstream:
-        """``Resumer.wait_running``, after holding the request while its actor is being drained
-        (its budget then starts again, as on the Python data path)."""
-        if self.drains.draining(target.key):
-            await self.drains.hold(target.key)
-            deadline = max(deadline, asyncio.get_running_loop().time() + self.settings.parked_request_budget_seconds)
-        return await self.resumer.wait_running(target, deadline)
-
     async def _park(self, target: Target, deadline: float, receive: Any) -> Upstream:
-        """``_wait_running``, given up at once when nginx drops the request (its client
+        """``ActorRouter.wait_running``, given up at once when nginx drops the request (its client
         left: nginx closes the subrequest); the resume goes on."""
-        waiting = asyncio.create_task(self._wait_running(target, deadline))
+        waiting = asyncio.create_task(self.router.wait_running(target, deadline))
         leaving = asyncio.create_task(_disconnect(receive))
         try:
             await asyncio.wait({waiting, leaving}, return_when=asyncio.FIRST_COMPLETED)
@@ -325,12 +306,35 @@ class ControlService:
             postgres=postgres,
             parked=self.resumer.parked,
             max_parked=self.settings.max_parked,
-            recent=await self.admin.recent(),
+            recent=merged_recent(await self.admin.recent(), self.recent.items()),
         )
         as_json = b"format=json" in scope.get("query_string", b"").split(b"&")
         data = statusz.render_json(document) if as_json else statusz.render_html(document)
         kind = "application/json" if as_json else "text/html; charset=utf-8"
         await _send(send, 200, {"Content-Type": kind, "Cache-Control": "no-store"}, data)
+
+
+PEER_HEADER = b"x-ate-peer"
+"""The header in which nginx gives a relayed request's client address (``host:port``)."""
+
+
+def relayed(scope: dict[str, Any]) -> dict[str, Any]:
+    """The ASGI scope of a request nginx relayed, as the client sent it: the path without
+    ``RELAY_PREFIX``, the client's address from ``PEER_HEADER`` (which goes)."""
+    path = scope["path"][len(RELAY_PREFIX) :]
+    raw_path = scope.get("raw_path") or scope["path"].encode()
+    headers = [(k, v) for k, v in scope["headers"] if k != PEER_HEADER]
+    peer = next((v.decode("latin-1") for k, v in scope["headers"] if k == PEER_HEADER), "")
+    host, _, port = peer.rpartition(":")
+    client = (host.strip("[]"), int(port)) if host and port.isdigit() else scope.get("client")
+    return {**scope, "path": path, "raw_path": raw_path[len(RELAY_PREFIX) :], "headers": headers, "client": client}
+
+
+def merged_recent(
+    nginx: list[statusz.RecentRequest], relayed_requests: list[statusz.RecentRequest]
+) -> list[statusz.RecentRequest]:
+    """The last ``statusz.RECENT`` requests of both lists (nginx's and the relayed ones), newest first."""
+    return sorted([*nginx, *relayed_requests], key=lambda r: r.time, reverse=True)[: statusz.RECENT]
 
 
 class _NginxGone(Exception):

@@ -15,9 +15,10 @@ The same steps as router.drain, carried out in nginx through its admin server:
    needs CAP_NET_ADMIN), again until ``settle_seconds`` have passed;
 4. only then is the drain acknowledged (router.registration).
 
-WebSockets are proxied by nginx itself, so they cannot be ended with a close frame and a reason
-as the Python data path does: they count as requests in flight and are cut at
-``--drain-timeout`` (the client sees the connection end).
+The requests nginx relays to the control service's Python router (WebSockets, requests asking
+for an event stream: router.nginx.control) are drained as on the Python data path, at the same
+time: their WebSockets and event streams are ended at once (close 1001 with the drain's
+reason; the end of the stream), and the others are waited for and cut at ``--drain-timeout``.
 """
 
 from __future__ import annotations
@@ -31,7 +32,7 @@ from typing import TYPE_CHECKING, Any
 
 import httpx
 
-from router.drain import DrainGate, DrainOutcome
+from router.drain import DRAIN_REASON, DrainGate, DrainOutcome
 from router.metrics import DRAIN_CUT_REQUESTS
 
 if TYPE_CHECKING:
@@ -60,11 +61,16 @@ class NginxDrainGate(DrainGate):
         loop = asyncio.get_running_loop()
         started = loop.time()
         self._open_drain(key)
-        waited_for = cut = 0
+        ended = self.end_sessions(key, DRAIN_REASON)
+        if ended:
+            log.info("drain %d of actor %s: %d relayed WebSockets or event streams ended", drain_id, key, ended)
+        waited_for = self.in_flight(key)
+        cut = 0
         try:
+            relayed = asyncio.create_task(self._relayed_drained(key))
             try:
                 await admin.drain(key, self._clock)
-                waited_for = await admin.in_flight(key)
+                waited_for += await admin.in_flight(key)
                 if not await self._nginx_emptied_within(key, self.drain_timeout_seconds):
                     cut = await self._cut(key)
                     DRAIN_CUT_REQUESTS.inc(cut)
@@ -78,9 +84,25 @@ class NginxDrainGate(DrainGate):
             except httpx.HTTPError as exc:
                 # nginx restarting: its dicts start empty, nothing of the actor is in flight there.
                 log.warning("drain %d of actor %s: nginx's admin server did not answer (%s)", drain_id, key, exc)
+            finally:
+                cut += await relayed
         finally:
             self._close_drain(key)
         return self._outcome(drain_id, key, started, waited_for, cut, " (nginx)")
+
+    async def _relayed_drained(self, key: str) -> int:
+        """Wait for the relayed requests of actor ``key`` to finish within the drain timeout,
+        then cut those left (as router.drain does); how many were cut."""
+        if await self._emptied_within(key, self.drain_timeout_seconds):
+            return 0
+        flights = list(self._flights.get(key, ()))
+        for flight in flights:
+            flight.cut = True
+            self.upstream_client.cut(flight)
+        DRAIN_CUT_REQUESTS.inc(len(flights))
+        if not await self._emptied_within(key, self.settle_seconds):
+            log.warning("drain of actor %s: %d cut relayed requests still open", key, self.in_flight(key))
+        return len(flights)
 
     async def _nginx_emptied_within(self, key: str, seconds: float) -> bool:
         loop = asyncio.get_running_loop()

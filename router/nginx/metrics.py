@@ -1,5 +1,6 @@
 """The Prometheus families of the nginx data path: nginx's request counters read at each scrape
-(the Python data path's names), beside the control service's own from the default registry."""
+(the Python data path's names) with the requests nginx relayed to the control service's Python
+router added in, beside the control service's own from the default registry."""
 
 from __future__ import annotations
 
@@ -24,12 +25,36 @@ _DATA_PATH_METRICS = (
 )
 
 
-class NginxRequestMetrics(Collector):
-    """The data path's Prometheus families, read from nginx's counters at each scrape: requests
-    and their duration by outcome, body bytes in and out (the same names as the Python path)."""
+class RelayedTally:
+    """The requests nginx relayed to the control service's Python router (WebSockets, event
+    streams), counted as nginx counts its own (``n:<outcome>``, ``s:<outcome>``,
+    ``b:<outcome>:<bucket index|inf>``), to be added to nginx's counters.
 
-    def __init__(self, admin: NginxAdmin) -> None:
+    Attributes:
+        stats: The counters.
+    """
+
+    def __init__(self) -> None:
+        self.stats: dict[str, float] = {}
+
+    def observe(self, outcome: str, seconds: float) -> None:
+        """Count one finished relayed request (a router.metrics.ObserveRequest)."""
+        stats = self.stats
+        for name, value in ((f"n:{outcome}", 1.0), (f"s:{outcome}", seconds)):
+            stats[name] = stats.get(name, 0.0) + value
+        index = next((str(i) for i, bound in enumerate(DURATION_BUCKETS, start=1) if seconds <= bound), "inf")
+        bucket = f"b:{outcome}:{index}"
+        stats[bucket] = stats.get(bucket, 0.0) + 1
+
+
+class NginxRequestMetrics(Collector):
+    """The data path's Prometheus families, read from nginx's counters at each scrape (the
+    relayed requests added in): requests and their duration by outcome, body bytes in and out
+    (the same names as the Python path)."""
+
+    def __init__(self, admin: NginxAdmin, relayed: RelayedTally | None = None) -> None:
         self.admin = admin
+        self.relayed = relayed or RelayedTally()
 
     def collect(self) -> Iterator[Any]:
         """Yield the four families (none when nginx does not answer)."""
@@ -38,6 +63,8 @@ class NginxRequestMetrics(Collector):
         except httpx.HTTPError as exc:
             log.warning("nginx counters unavailable: %s", exc)
             return
+        for name, value in list(self.relayed.stats.items()):
+            stats[name] = stats.get(name, 0.0) + value
         requests = CounterMetricFamily(
             "ate_router_requests", "Requests handled by the router, by outcome.", labels=["outcome"]
         )
@@ -66,8 +93,9 @@ class NginxRequestMetrics(Collector):
         yield from (requests, duration, received, sent)
 
     def count(self, outcome: str) -> float:
-        """Requests nginx counted with ``outcome`` (0 before the first)."""
-        return self.admin.stats().get(f"n:{outcome}", 0.0)
+        """Requests counted with ``outcome`` (by nginx, and relayed; 0 before the first; blocking)."""
+        name = f"n:{outcome}"
+        return self.admin.stats().get(name, 0.0) + self.relayed.stats.get(name, 0.0)
 
 
 class _Rest(Collector):
@@ -79,10 +107,11 @@ class _Rest(Collector):
                 yield family
 
 
-def metrics_registry(admin: NginxAdmin) -> CollectorRegistry:
-    """The registry the metrics port exports in nginx mode: nginx's request counters, and the
-    control service's own (parked requests, park durations, resumes) from the default one."""
+def metrics_registry(requests: NginxRequestMetrics) -> CollectorRegistry:
+    """The registry the metrics port exports in nginx mode: the request counters (``requests``:
+    nginx's and the relayed ones), and the control service's own (parked requests, park
+    durations, resumes) from the default one."""
     registry = CollectorRegistry(auto_describe=False)
-    registry.register(NginxRequestMetrics(admin))
+    registry.register(requests)
     registry.register(_Rest())
     return registry

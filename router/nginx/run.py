@@ -3,7 +3,8 @@
 The control service (router.nginx.control) is served by uvicorn on ``<run dir>/control.sock``;
 nginx (router.nginx.supervisor) listens on ``--listen`` with the configuration of
 router.nginx.config; the metrics port exports nginx's request counters with the control
-service's own. SIGTERM/SIGINT stop nginx gracefully, then the control service.
+service's own. SIGTERM/SIGINT stop nginx gracefully while the relayed WebSockets and event streams are ended
+(close 1001, the end of the stream), then the control service.
 """
 
 from __future__ import annotations
@@ -18,12 +19,14 @@ from pathlib import Path
 
 import uvicorn
 
+from router.main import SESSIONS_END_SECONDS
 from router.metrics import serve_metrics
 from router.nginx import config
 from router.nginx.control import ControlService
 from router.nginx.metrics import metrics_registry
 from router.nginx.supervisor import NginxProcess, check_installed
 from router.settings import RouterSettings, split_host_port
+from router.websocket import MAX_MESSAGE_BYTES
 
 log = logging.getLogger("router")
 
@@ -60,7 +63,8 @@ async def serve_nginx(settings: RouterSettings) -> None:
     socket_path.unlink(missing_ok=True)
     server = uvicorn.Server(
         uvicorn.Config(control, uds=str(socket_path), log_level="warning", access_log=False, lifespan="on",
-                       server_header=False, date_header=False, timeout_graceful_shutdown=5)
+                       server_header=False, date_header=False, timeout_graceful_shutdown=5,
+                       ws="websockets-sansio", ws_max_size=MAX_MESSAGE_BYTES, proxy_headers=False)
     )  # fmt: skip
     served = asyncio.create_task(server.serve())
     while not server.started:
@@ -69,7 +73,7 @@ async def serve_nginx(settings: RouterSettings) -> None:
             raise SystemExit(1)
         await asyncio.sleep(0.01)
     metrics_host, metrics_port = split_host_port(settings.metrics_listen)
-    metrics = serve_metrics(metrics_host, metrics_port, metrics_registry(control.admin))
+    metrics = serve_metrics(metrics_host, metrics_port, metrics_registry(control.metrics))
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     # Installed after uvicorn's own (it captures SIGTERM/SIGINT while serving): these win, and
@@ -83,7 +87,15 @@ async def serve_nginx(settings: RouterSettings) -> None:
         await stop.wait()
         log.info("stopping: nginx first (requests in flight finish), then the control service")
     finally:
-        await nginx.stop()
+        # nginx stops listening and lets its requests finish; the relayed WebSockets and event
+        # streams, which never finish, are ended meanwhile (close 1001, end of the stream).
+        stopping = asyncio.create_task(nginx.stop())
+        count = len(control.sessions)
+        if not await control.sessions.end_all(SESSIONS_END_SECONDS):
+            log.warning("%d WebSockets or event streams did not close in time", len(control.sessions))
+        elif count:
+            log.info("closed %d WebSockets and event streams", count)
+        await stopping
         server.should_exit = True
         await served
         metrics.shutdown()  # type: ignore[attr-defined]

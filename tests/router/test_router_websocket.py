@@ -32,6 +32,7 @@ from tests.router.stream_worker import REFUSAL, StreamLog, event, stream_worker
 
 ROOT = Path(__file__).resolve().parents[2]
 TARGET = {"ate-target-actor": "demo/c1"}
+EVENT_STREAM = {"accept": "text/event-stream"}  # as a browser's EventSource asks
 HANG_GUARD_SECONDS = 30  # a test that would hang fails instead
 pytestmark = pytest.mark.timeout(60)
 
@@ -171,10 +172,9 @@ async def test_worker_refusal_relayed(env: StreamEnv) -> None:
     assert refused.value.response.body == REFUSAL
 
 
-@pytest.mark.python_data_path  # nginx lists a WebSocket as the GET it began with (status 101)
 async def test_session_counted_and_listed_as_a_request(env: StreamEnv) -> None:
     # Without a database the router caches nothing: every request resumes its actor (parked).
-    before = REQUESTS.labels("parked_ok")._value.get()
+    before = await counted(env, "parked_ok")
     async with ws(env.ws_url, headers={"x-request-id": "listed-1"}) as socket:
         await socket.send("x")
         assert await socket.recv() == "x"
@@ -189,7 +189,19 @@ async def test_session_counted_and_listed_as_a_request(env: StreamEnv) -> None:
         "parked_ok",
         "demo/c1",
     )
-    assert REQUESTS.labels("parked_ok")._value.get() == before + 1
+    assert await counted(env, "parked_ok") == before + 1
+    async with httpx.AsyncClient(base_url=env.url) as client:  # and /statusz lists it
+        listed = (await client.get("/statusz", params={"format": "json"})).json()["recent"]
+    assert [r["method"] for r in listed if r["request_id"] == "listed-1"] == ["WEBSOCKET"]
+
+
+async def counted(env: StreamEnv, outcome: str) -> float:
+    """Requests counted with ``outcome`` in ``ate_router_requests_total`` (on the nginx data
+    path: nginx's counters with the relayed requests)."""
+    router = env.app.state.router
+    if hasattr(router, "metrics"):
+        return float(await asyncio.to_thread(router.metrics.count, outcome))
+    return float(REQUESTS.labels(outcome)._value.get())
 
 
 async def test_client_leaving_while_parked_frees_its_slot(env: StreamEnv) -> None:
@@ -232,10 +244,11 @@ async def sse_events(resp: httpx.Response) -> AsyncIterator[str]:
 # ---------------------------------------------------------------------------- router restart
 
 
-async def test_router_stop_closes_websockets_and_streams_cleanly() -> None:
-    """SIGTERM to a real `ate-router`: its WebSocket gets close 1001 on both sides, its event
-    stream ends cleanly, and a plain endless response is cut off (visibly incomplete) after
-    the graceful period; the process exits 0."""
+@pytest.mark.parametrize("path", ["python", "nginx"])
+async def test_router_stop_closes_websockets_and_streams_cleanly(path: str) -> None:
+    """SIGTERM to a real `ate-router` (either data path): its WebSocket gets close 1001 on both
+    sides, its event stream ends cleanly, and a plain endless response is cut off (visibly
+    incomplete) after the graceful period; the process exits 0."""
     log = StreamLog()
     async with serve(stream_worker(log)) as worker, serve((api := FakeApi(worker.port)).app) as api_served:
         port, metrics = free_port(), free_port()
@@ -243,13 +256,14 @@ async def test_router_stop_closes_websockets_and_streams_cleanly() -> None:
         env.pop("ATE_DATABASE_URL", None)
         proc = await asyncio.create_subprocess_exec(
             sys.executable, "-m", "router", "--listen", f"127.0.0.1:{port}", "--metrics-listen",
-            f"127.0.0.1:{metrics}", "--api-server", api_served.url, "--domain", DOMAIN,
+            f"127.0.0.1:{metrics}", "--api-server", api_served.url, "--domain", DOMAIN, "--data-path", path,
             cwd=ROOT, env=env, stdout=asyncio.subprocess.PIPE,
         )  # fmt: skip
+        ready = f"router: ready on 127.0.0.1:{port}" + (" (nginx data path, 1 worker)" if path == "nginx" else "")
         try:
             async with asyncio.timeout(HANG_GUARD_SECONDS):
                 assert proc.stdout is not None
-                assert (await proc.stdout.readline()).decode().strip() == f"router: ready on 127.0.0.1:{port}"
+                assert (await proc.stdout.readline()).decode().strip() == ready
                 await _stop_while_open(f"127.0.0.1:{port}", proc, log)
                 assert await proc.wait() == 0
         finally:
@@ -264,7 +278,7 @@ async def _stop_while_open(address: str, proc: asyncio.subprocess.Process, log: 
         socket: ClientConnection
         async with (
             ws(f"ws://{address}") as socket,
-            client.stream("GET", "/events?n=0") as stream,
+            client.stream("GET", "/events?n=0", headers=EVENT_STREAM) as stream,
             client.stream("GET", "/trickle") as trickle,
         ):
             await socket.send("before")
@@ -289,7 +303,6 @@ async def _stop_while_open(address: str, proc: asyncio.subprocess.Process, log: 
             await log.held_ended.wait()
 
 
-@pytest.mark.python_data_path  # nginx proxies WebSockets itself: a drain cuts them at --drain-timeout, no close frame (the test below)
 async def test_a_drain_ends_the_actors_websocket_and_counts_it_as_in_flight(env: StreamEnv) -> None:
     """A WebSocket is a flight of the drain gate for its whole life: a drain of its actor ends it
     (1001 with the drain's reason) and finishes clean once it is gone; a new WebSocket after the
@@ -313,25 +326,17 @@ async def test_a_drain_ends_the_actors_websocket_and_counts_it_as_in_flight(env:
     assert env.api.calls["demo/c1"] == calls + 1
 
 
-@pytest.mark.nginx_data_path  # the Python data path ends it with a close frame (the test above)
-async def test_a_drain_cuts_the_actors_websocket_through_nginx_at_the_drain_timeout(env: StreamEnv) -> None:
-    """nginx proxies WebSockets itself: one counts as in flight for its whole life, and a drain
-    of its actor cuts its connection at --drain-timeout (no close frame); a new WebSocket after
-    the drain reaches the actor again through a resume."""
-    control = env.app.state.router
-    control.drains.drain_timeout_seconds = 0.3
-    async with ws(env.ws_url) as socket:
-        await socket.send("ping")
-        assert await socket.recv() == "ping"
-        assert await control.in_flight("demo/c1") == 1
-        calls = env.api.calls["demo/c1"]
-        outcome = await asyncio.wait_for(control.drains.drain(9, "demo/c1"), HANG_GUARD_SECONDS)
-        with pytest.raises(ConnectionClosed) as closed:
-            await socket.recv()
-    assert closed.value.rcvd is None  # cut off: no close frame came
-    assert (outcome.result, outcome.waited_for, outcome.cut) == ("cut", 1, 1)
-    assert await control.in_flight("demo/c1") == 0
-    async with ws(env.ws_url) as socket:  # a new one after the drain
-        await socket.send("again")
-        assert await socket.recv() == "again"
-    assert env.api.calls["demo/c1"] == calls + 1
+async def test_a_drain_ends_the_actors_event_stream_at_once_and_cleanly(env: StreamEnv) -> None:
+    """An event stream asked for as a browser's EventSource asks (``Accept: text/event-stream``)
+    never ends on its own: a drain of its actor ends it at once with the end of its body (not
+    cut at --drain-timeout), and the drain is clean."""
+    router = env.app.state.router
+    router.drains.drain_timeout_seconds = HANG_GUARD_SECONDS / 3  # a stream waited out would be cut: "cut"
+    async with httpx.AsyncClient(timeout=HANG_GUARD_SECONDS) as client:
+        async with client.stream("GET", env.url + "/events?n=0", headers={**TARGET, **EVENT_STREAM}) as resp:
+            events = sse_events(resp)
+            assert await anext(events) == event(1)
+            outcome = await asyncio.wait_for(router.drains.drain(9, "demo/c1"), HANG_GUARD_SECONDS)
+            with pytest.raises(StopAsyncIteration):  # the stream ends, complete
+                await anext(events)
+    assert (outcome.result, outcome.waited_for, outcome.cut) == ("clean", 1, 0)
