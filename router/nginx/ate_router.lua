@@ -335,18 +335,13 @@ end
 
 local BODY_PIECE = 65536
 
--- Read the request body into the request (memory, then a temp file past
--- client_body_buffer_size). A Content-Length body is read here with the idle timeout between
+-- Read the request's Content-Length body into the request (memory, then a temp file past
+-- client_body_buffer_size; a chunked one is relayed, see relayed), with the idle timeout between
 -- two pieces: a client that stalls gets the Python path's 408 and text, then the connection is
--- closed (the rest of its body must not be read as a next request); nginx's own reading (used
--- for a chunked body) would close it without an answer. Past the whole-request timeout the
--- request is cut off.
+-- closed (the rest of its body must not be read as a next request). Past the whole-request
+-- timeout the request is cut off.
 local function read_body()
-  local length = tonumber(ngx.var.http_content_length)
-  if not length then
-    ngx.req.read_body()
-    return
-  end
+  local length = tonumber(ngx.var.http_content_length) or 0
   local socket = ngx.req.socket()
   if not socket then
     return
@@ -380,11 +375,16 @@ end
 -- itself: a WebSocket upgrade, or a request that asks for an event stream (Accept:
 -- text/event-stream). Those never end on their own; there a drain or a stop of the router
 -- ends them the clean way (a close frame with a reason, the end of the stream), which nginx
--- cannot do.
+-- cannot do. Also a request with a chunked body (a streamed upload): the Python router streams
+-- it both ways at once and answers a stalled one with its 408 and text (nginx's own reading of
+-- a chunked body would close the connection without an answer, and Lua cannot read one).
 local function relayed(headers)
   local upgrade = headers["upgrade"]
   if type(upgrade) == "string" and upgrade:lower() == "websocket" then
     ngx.var.ate_relay_connection = "upgrade"
+    return true
+  end
+  if headers["transfer-encoding"] ~= nil then
     return true
   end
   local accept = headers["accept"]
@@ -568,17 +568,6 @@ function M.log()
   local status = ngx.status
   if (outcome == "ok" or outcome == "parked_ok") and cut_by_read_timeout() then
     outcome = "timeout"
-    ngx.var.ate_outcome = outcome
-  end
-  if ngx.var.upstream_addr == nil and (outcome == "ok" or outcome == "parked_ok") then
-    -- Ended while nginx read a chunked body, before any worker was asked: 408 (stalled past
-    -- client_body_timeout), 400 (the client left mid-body).
-    if status == 408 then
-      outcome = "timeout"
-    elseif status == 400 then
-      outcome = "client_gone"
-      status = 0
-    end
     ngx.var.ate_outcome = outcome
   end
   if status == 499 and outcome ~= "statusz" and ngx.var.upstream_status ~= "499" then

@@ -11,7 +11,7 @@ How the router's settings map onto nginx (where nginx differs, the difference is
   sends no head is cut off later when the idle timeout is the larger).
 - ``idle_timeout_seconds`` -> ``client_body_timeout``, ``send_timeout``, ``proxy_send_timeout``;
   a stalled ``Content-Length`` body (read by the Lua access handler) gets the Python path's 408
-  and text; a stalled chunked one (read by nginx) is closed without an answer, listed as timeout.
+  and text; a chunked one is relayed to the Python router, which answers the same.
 - ``request_timeout_seconds`` -> checked by the Lua body filter at every piece of the answer
   from the worker: past it the answer is cut off (outcome timeout). nginx has no whole-request
   timer, so an answer that goes silent after the deadline is cut off only by the idle timeout.
@@ -25,8 +25,9 @@ No keep-alive to workers (``Connection: close``, no ``upstream`` block), answers
 (``proxy_buffering off``). WebSocket upgrades and requests asking for an event stream
 (``Accept: text/event-stream``) are relayed (location ``@relay``) to the control service's
 Python router, which proxies them as the Python data path does: a drain or a stop ends them
-with a close frame and a reason, or the end of the stream. A request with a body is read whole
-before it is proxied (by the Lua access handler with the idle timeout between pieces, then
+with a close frame and a reason, or the end of the stream. So are requests with a chunked
+body (streamed uploads): streamed both ways at once, a stalled one answered 408. A request
+with a ``Content-Length`` body is read whole before it is proxied (by the Lua access handler with the idle timeout between pieces, then
 location ``@proxy_body``; to a temp file past 64 KiB), so a body can be sent again when a cached
 worker refuses the connection and a stalled one gets the Python path's 408. nginx stays
 half-duplex towards a worker: once the answer began it sends no more of the body.
@@ -265,6 +266,7 @@ http {{
       proxy_set_header Connection $ate_relay_connection;
       proxy_set_header Upgrade $http_upgrade;
       proxy_set_header X-Ate-Peer $remote_addr:$remote_port;
+      client_body_timeout {relay_seconds}s;
     }}
     location = /_ate/head_too_large {{
       internal;

@@ -91,12 +91,15 @@ async def test_a_stream_that_never_goes_silent_is_cut_off_by_the_request_timeout
 
 
 @pytest.mark.asyncio
-async def test_a_client_whose_body_stalls_gets_408_after_the_idle_timeout(start_router) -> None:
+@pytest.mark.parametrize(
+    "framing", [b"Content-Length: 10\r\n\r\nabc", b"Transfer-Encoding: chunked\r\n\r\n3\r\nabc\r\n"], ids=["length", "chunked"]
+)
+async def test_a_client_whose_body_stalls_gets_408_after_the_idle_timeout(start_router, framing: bytes) -> None:
     env = await start_router(idle_timeout_seconds=0.3)
     host, port = env.url.removeprefix("http://").split(":")
     reader, writer = await asyncio.open_connection(host, int(port))
     try:
-        writer.write(b"POST /upload HTTP/1.1\r\nHost: x\r\nate-target-actor: demo/c1\r\nContent-Length: 10\r\n\r\nabc")
+        writer.write(b"POST /upload HTTP/1.1\r\nHost: x\r\nate-target-actor: demo/c1\r\n" + framing)
         await writer.drain()
         head = await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), 10)
         body = await asyncio.wait_for(reader.read(1000), 10)
