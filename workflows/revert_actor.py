@@ -9,7 +9,11 @@ a user, by a forced delete, or by the api-server for a CRASHED actor whose templ
    worker is fenced instead — kept out of placement until its atelet reports it idle, and the
    atelet is told to stop the sandbox at its next heartbeat — and the revert finishes anyway
    (the reference system stayed in REVERTING until the dead node came back).
-3. finalize: `finish_revert` marks SUSPENDED and frees the place.
+3. drain: when the actor held a worker, `drain_routers` has every live router replica forget it
+   and close its connections to that worker before the worker is freed, so no router sends a
+   request of this actor to the worker once it hosts another actor (the NOTIFY of REVERTING
+   alone makes that only likely). A drain that fails for good does not stop the revert.
+4. finalize: `finish_revert` marks SUSPENDED and frees the place.
 The API cancels a stuck operation on the actor before starting this workflow under the same ID.
 """
 
@@ -19,9 +23,11 @@ from temporalio import workflow
 from temporalio.exceptions import ApplicationError
 
 from workflows.steps import (
+    REVERT_ROUTER_DRAIN_PATCH,
     atelet_step,
     counted,
     db_step,
+    drain_routers,
     show_step,
 )
 
@@ -77,6 +83,11 @@ class RevertActorWorkflow:
                         reason=f"fenced: {actor.key} was reverted while node {worker.node} was unreachable",
                     ),
                 )
+        if plan.worker is not None:
+            try:
+                await drain_routers(actor, operation_id, REVERT_ROUTER_DRAIN_PATCH)
+            except ApplicationError as error:
+                workflow.logger.warning("revert of %s: the routers were not drained (%s)", actor.key, error.message)
         show_step("finalize")
         note = f"reverted from {plan.from_state}" + (" (old worker fenced: its node was unreachable)" if fenced else "")
         if request.recovery_of is not None:

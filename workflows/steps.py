@@ -103,16 +103,21 @@ ROUTER_DRAIN_PATCH = "router-drain"
 """The `workflow.patched` ID of the drain step: runs recorded before it replay without it."""
 
 
-async def drain_routers(actor: ActorRef, operation_id: str) -> RouterDrainResult | None:
-    """`drain_routers` before a checkpoint: every live router replica stops sending the actor
-    new requests, lets those in flight finish (or cuts them at its drain timeout) and closes its
-    connections to the worker. A local activity that waits at most `MAX_DRAIN_WAIT_SECONDS`
-    (domain.operations.router_drain); None for a run from before this step (replay).
+REVERT_ROUTER_DRAIN_PATCH = "revert-router-drain"
+"""The `workflow.patched` ID of RevertActor's drain step (runs recorded before it replay without it)."""
+
+
+async def drain_routers(actor: ActorRef, operation_id: str, patch: str = ROUTER_DRAIN_PATCH) -> RouterDrainResult | None:
+    """`drain_routers` before a checkpoint (or before a revert frees the worker): every live
+    router replica stops sending the actor new requests, lets those in flight finish (or cuts
+    them at its drain timeout) and closes its connections to the worker. A local activity that
+    waits at most `MAX_DRAIN_WAIT_SECONDS` (domain.operations.router_drain); None for a run from
+    before this step (replay; `patch` is the step's `workflow.patched` ID).
 
     Raises:
         ApplicationError: the step failed for good (the database stayed down), in the user's terms.
     """
-    if not workflow.patched(ROUTER_DRAIN_PATCH):
+    if not workflow.patched(patch):
         return None
     show_step("drain the routers")
     try:
