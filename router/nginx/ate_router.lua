@@ -147,6 +147,11 @@ local function control_unavailable()
   return answer(503, "the router's control service does not answer; retry shortly\n", "2", "unavailable")
 end
 
+--- content_by_lua of @control_down: a relayed request found no control service to take it.
+function M.control_down()
+  return control_unavailable()
+end
+
 local function header_values(headers, name)
   local value = headers[name]
   if value == nil then
@@ -375,9 +380,10 @@ end
 -- itself: a WebSocket upgrade, or a request that asks for an event stream (Accept:
 -- text/event-stream). Those never end on their own; there a drain or a stop of the router
 -- ends them the clean way (a close frame with a reason, the end of the stream), which nginx
--- cannot do. Also a request with a chunked body (a streamed upload): the Python router streams
--- it both ways at once and answers a stalled one with its 408 and text (nginx's own reading of
--- a chunked body would close the connection without an answer, and Lua cannot read one).
+-- cannot do. Also a request with a chunked body (a streamed upload): the Python router answers
+-- a stalled one with its 408 and text (nginx's own reading of a chunked body would close the
+-- connection without an answer, and Lua cannot read one). nginx stays half-duplex on the way
+-- there: once the answer began it sends no more of the body.
 local function relayed(headers)
   local upgrade = headers["upgrade"]
   if type(upgrade) == "string" and upgrade:lower() == "websocket" then

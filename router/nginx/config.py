@@ -25,12 +25,13 @@ No keep-alive to workers (``Connection: close``, no ``upstream`` block), answers
 (``proxy_buffering off``). WebSocket upgrades and requests asking for an event stream
 (``Accept: text/event-stream``) are relayed (location ``@relay``) to the control service's
 Python router, which proxies them as the Python data path does: a drain or a stop ends them
-with a close frame and a reason, or the end of the stream. So are requests with a chunked
-body (streamed uploads): streamed both ways at once, a stalled one answered 408. A request
-with a ``Content-Length`` body is read whole before it is proxied (by the Lua access handler with the idle timeout between pieces, then
-location ``@proxy_body``; to a temp file past 64 KiB), so a body can be sent again when a cached
+with a close frame and a reason, or the end of the stream. So are requests with a chunked body
+(streamed uploads): a stalled one is answered 408. A ``Content-Length`` body is read whole
+before it is proxied (by the Lua access handler with the idle timeout between pieces, then
+location ``@proxy_body``; to a temp file past 64 KiB), so it can be sent again when a cached
 worker refuses the connection and a stalled one gets the Python path's 408. nginx stays
-half-duplex towards a worker: once the answer began it sends no more of the body.
+half-duplex towards a worker (and towards the control service): once the answer began it
+sends no more of the body.
 """
 
 from __future__ import annotations
@@ -267,6 +268,12 @@ http {{
       proxy_set_header Upgrade $http_upgrade;
       proxy_set_header X-Ate-Peer $remote_addr:$remote_port;
       client_body_timeout {relay_seconds}s;
+      error_page 502 504 = @control_down;
+    }}
+    location @control_down {{
+      content_by_lua_block {{ ate.control_down() }}
+      header_filter_by_lua_block {{ ate.header_filter() }}
+      log_by_lua_block {{ ate.log() }}
     }}
     location = /_ate/head_too_large {{
       internal;

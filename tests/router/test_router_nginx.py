@@ -6,11 +6,17 @@ The behaviour both data paths share is tested on both by the other router tests.
 from __future__ import annotations
 
 import asyncio
+import os
 
 import httpx
 import pytest
 
+from router.nginx import config as nginx_config
+from router.nginx.config import NginxLayout
+from router.nginx.supervisor import NginxProcess
+from router.settings import RouterSettings
 from router.types import Upstream
+from tests.router.router_harness import free_port
 
 H = {"ate-target-actor": "demo/c1"}
 DATA_PATHS = ("nginx",)
@@ -223,3 +229,32 @@ async def test_an_entry_is_not_used_once_the_lease_is_over(start_router) -> None
     assert answer.status_code == 503
     assert "has no lease with the control plane" in answer.text
     assert len(env.worker_log.client_ports) == sent  # the cached entry sent nothing
+
+
+async def test_without_its_control_service_nginx_answers_503_also_for_what_it_relays(tmp_path) -> None:
+    # nginx up, its control service gone (a port nothing listens on): a request it would route,
+    # a WebSocket and a chunked upload it would relay, all get the same 503 and text (not
+    # nginx's own 502 page).
+    port = free_port()
+    settings = RouterSettings(listen=f"127.0.0.1:{port}", database_url=None)
+    layout = NginxLayout(tmp_path, f"127.0.0.1:{free_port()}", access_log=None, user="root" if os.geteuid() == 0 else None)
+    nginx_config.write(settings, layout)
+    nginx = NginxProcess(layout)
+    await nginx.start()
+    text = "the router's control service does not answer; retry shortly\n"
+    try:
+        async with httpx.AsyncClient(base_url=f"http://127.0.0.1:{port}", timeout=30) as client:
+            upgrade = {"connection": "upgrade", "upgrade": "websocket", "sec-websocket-version": "13",
+                       "sec-websocket-key": "dGhlIHNhbXBsZSBub25jZQ=="}  # fmt: skip
+
+            async def chunks():
+                yield b"abc"
+
+            answers = [
+                await client.get("/", headers=H),
+                await client.get("/", headers={**H, **upgrade}),
+                await client.post("/", headers=H, content=chunks()),
+            ]
+    finally:
+        await nginx.stop()
+    assert [(r.status_code, r.text, r.headers.get("retry-after")) for r in answers] == [(503, text, "2")] * 3

@@ -82,23 +82,6 @@ async def test_body_round_trips_through_echo(start_router) -> None:
 
 
 @pytest.mark.asyncio
-async def test_a_streamed_body_round_trips_through_echo(start_router) -> None:
-    # A chunked body (a streamed upload) goes both ways at once on both data paths (nginx
-    # relays it to the Python router): the worker echoes it while it is still arriving.
-    env = await start_router()
-    data = os.urandom(MB5)
-
-    async def chunks():
-        for i in range(0, len(data), 256 * 1024):
-            yield data[i : i + 256 * 1024]
-            await asyncio.sleep(0)
-
-    resp = await env.client.post("/echo-body", headers=H, content=chunks())
-    assert resp.status_code == 200
-    assert resp.content == data
-
-
-@pytest.mark.asyncio
 async def test_hop_by_hop_headers_dropped_and_forwarded_headers_added(start_router) -> None:
     env = await start_router()
     resp = await env.client.get(
