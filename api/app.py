@@ -19,6 +19,7 @@ from api.access.authenticator import Authenticator, read_bootstrap_token
 from api.access.guard import PUBLIC
 from api.access.node_certificates import NodeCertificateVerifier
 from api.access.oidc import OidcVerifier
+from api.actor_changes import ActorChanges
 from api.deps import StoreDep
 from api.errors import install_error_handlers
 from api.limits import BodySizeLimit
@@ -71,6 +72,8 @@ def create_app(settings: ApiSettings) -> FastAPI:
         app.state.authenticator = authenticator_for(settings, store)
         app.state.temporal = await Client.connect(settings.temporal_address, namespace=settings.temporal_namespace)
         app.state.settings = settings
+        app.state.actor_changes = ActorChanges(settings.database_url)
+        app.state.actor_changes.start()
         watcher = LivenessWatcher(
             store,
             lease_seconds=settings.node_lease_seconds,
@@ -84,6 +87,7 @@ def create_app(settings: ApiSettings) -> FastAPI:
             for task in background:
                 task.cancel()
             await asyncio.gather(*background, return_exceptions=True)
+            await app.state.actor_changes.stop()
             await store.close()
 
     app = FastAPI(

@@ -12,6 +12,7 @@ from fastapi import Depends, Request
 from temporalio.client import Client
 
 from activities.store import Store
+from api.actor_changes import ActorChanges
 from api.settings import ApiSettings
 
 
@@ -33,6 +34,13 @@ async def get_settings(request: Request) -> ApiSettings:
     return settings
 
 
+async def get_actor_changes(request: Request) -> ActorChanges:
+    """The process's LISTEN on actor changes."""
+    changes: ActorChanges = request.app.state.actor_changes
+    return changes
+
+
 StoreDep = Annotated[Store, Depends(get_store)]
+ActorChangesDep = Annotated[ActorChanges, Depends(get_actor_changes)]
 TemporalDep = Annotated[Client, Depends(get_temporal)]
 SettingsDep = Annotated[ApiSettings, Depends(get_settings)]

@@ -10,10 +10,16 @@ been silent and how much of the grace is left.
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
+from collections.abc import Coroutine
+from typing import Any, cast
+
 from fastapi import APIRouter, Query, Response
 
 from api.access.guard import PrincipalDep, needs, readable_atespaces
-from api.deps import SettingsDep, StoreDep, TemporalDep
+from api.actor_changes import ActorChanges
+from api.deps import ActorChangesDep, SettingsDep, StoreDep, TemporalDep
 from api.errors import ApiError, InvalidArgument
 from api.metrics import timed
 from api.names import check_name
@@ -210,31 +216,56 @@ async def _operate(
     result_type: type[object],
     resting: ActorState,
     timeout: float,
+    changes: ActorChanges | None = None,
 ) -> ActorPublic:
     """Run `operation` on the actor under its workflow-ID lock and return the actor after it.
 
     Answers at once when the actor already rests in `resting` (the router relies on this for
     resume). When Postgres shows no operation in flight, a workflow of another kind holding the
-    lock is only closing: it is given `CLOSING_GRACE_SECONDS` before the 409.
+    lock is only closing: it is given `CLOSING_GRACE_SECONDS` before the 409. With `changes`
+    (a resume), it answers as soon as the commit of the workflow's last step NOTIFYs the actor
+    in `resting`, not only once the workflow's result comes back (api.actor_changes).
     """
     actor = await store.actors.get(ref)
     if actor.state == resting:
         return actor_view(actor)
     if actor.state == ActorState.UNREACHABLE:
         raise await _unreachable(store, ref, operation)
-    handle = await start_or_attach(
-        temporal,
-        operation,
-        argument,
-        workflow_id=ref.workflow_id,
-        atespace=ref.atespace,
-        name=ref.name,
-        result_type=result_type,
-        subject=f"actor {ref.key}",
-        closing_grace_seconds=CLOSING_GRACE_SECONDS if actor.operation is None else 0.0,
-    )
-    await wait_result(handle, timeout, f"actor {ref.key}", _verb(operation))
+    with contextlib.ExitStack() as stack:
+        committed = stack.enter_context(changes.expecting(ref.key, resting.value)) if changes else None
+        handle = await start_or_attach(
+            temporal,
+            operation,
+            argument,
+            workflow_id=ref.workflow_id,
+            atespace=ref.atespace,
+            name=ref.name,
+            result_type=result_type,
+            subject=f"actor {ref.key}",
+            closing_grace_seconds=CLOSING_GRACE_SECONDS if actor.operation is None else 0.0,
+        )
+        result = wait_result(handle, timeout, f"actor {ref.key}", _verb(operation))
+        if committed is None:
+            await result
+        else:
+            await first_of(result, committed)
     return actor_view(await store.actors.get(ref))
+
+
+async def first_of(result: Coroutine[Any, Any, object], committed: asyncio.Future[None]) -> None:
+    """Wait for the workflow's `result` or for the NOTIFY of the commit (`committed`), whichever
+    comes first; the result's errors are raised, and `result` is cancelled when the commit won
+    (the workflow goes on to its completion without us)."""
+    waiting: asyncio.Future[object] = asyncio.ensure_future(result)
+    try:
+        await asyncio.wait([waiting, cast(asyncio.Future[object], committed)], return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        if not waiting.done():
+            waiting.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await waiting
+    if waiting.done() and not waiting.cancelled():
+        waiting.result()
 
 
 async def _unreachable(store: StoreDep, ref: ActorRef, operation: Operation) -> ApiError:
@@ -268,15 +299,17 @@ async def resume_actor(
     store: StoreDep,
     temporal: TemporalDep,
     settings: SettingsDep,
+    changes: ActorChangesDep,
     body: ResumeRequest | None = None,
 ) -> ActorPublic:
-    """Resume the actor and return it RUNNING (at once when it already runs)."""
+    """Resume the actor and return it RUNNING (at once when it already runs; as soon as the
+    resume's last step committed RUNNING otherwise)."""
     ref = ActorRef(atespace, name)
     with timed(Operation.RESUME.value):
         timeout = (body.timeout_seconds if body else None) or settings.resume_timeout_seconds
         return await _operate(
             store, temporal, ref, Operation.RESUME, ResumeActorInput(actor=ref), ResumeActorResult,
-            ActorState.RUNNING, timeout,
+            ActorState.RUNNING, timeout, changes,
         )  # fmt: skip
 
 
