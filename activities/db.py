@@ -123,6 +123,8 @@ class DbActivities:
             progress = await self.store.router_drains.waiting(drain_id)
             waited = time.monotonic() - started
             bound = min(progress.longest_timeout_seconds + DRAIN_ACK_MARGIN_SECONDS, MAX_DRAIN_WAIT_SECONDS)
+            if request.max_wait_seconds is not None:
+                bound = min(bound, request.max_wait_seconds)
             if not progress.missing or waited >= bound:
                 break
             await asyncio.sleep(DRAIN_POLL_SECONDS[min(polls, len(DRAIN_POLL_SECONDS) - 1)])

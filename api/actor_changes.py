@@ -26,6 +26,12 @@ CHANNEL = "ate_actor_changes"
 RECONNECT_SECONDS = (0.1, 0.2, 0.5, 1.0, 2.0, 5.0)
 """Waits before re-making a lost LISTEN connection (the last repeats)."""
 
+CONNECT_SECONDS = 5.0
+"""Bound of the LISTEN connection's connect and of its health check."""
+
+HEALTH_SECONDS = 10.0
+"""How often the LISTEN connection is checked with a query (a half-open one never ends)."""
+
 
 class ActorChanges:
     """One LISTEN connection; futures resolved when an actor reaches a state.
@@ -52,7 +58,7 @@ class ActorChanges:
         """Stop the loop and close its connection."""
         if self._task is not None:
             self._task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
+            with contextlib.suppress(asyncio.CancelledError, Exception):
                 await self._task
             self._task = None
 
@@ -84,16 +90,22 @@ class ActorChanges:
         while True:
             connection: Any = None
             try:
-                connection = await asyncpg.connect(self.dsn)
+                connection = await asyncpg.connect(self.dsn, timeout=CONNECT_SECONDS)
                 lost = asyncio.Event()
                 connection.add_termination_listener(lambda _c, lost=lost: lost.set())
                 await connection.add_listener(CHANNEL, lambda _c, _pid, _channel, payload: self.on_notification(payload))
                 self.connected.set()
                 attempt = 0
-                await lost.wait()
+                while not lost.is_set():
+                    with contextlib.suppress(TimeoutError):
+                        await asyncio.wait_for(lost.wait(), HEALTH_SECONDS)
+                    if not lost.is_set():  # a half-open connection answers no query
+                        await connection.fetchval("SELECT 1", timeout=CONNECT_SECONDS)
                 log.warning("LISTEN %s lost; resumes wait for their workflows until it is back", CHANNEL)
-            except (OSError, asyncpg.PostgresError) as error:
-                log.warning("LISTEN %s: %s", CHANNEL, error)
+            except asyncio.CancelledError:
+                raise
+            except Exception as error:  # any failure: the loop re-makes the LISTEN
+                log.warning("LISTEN %s: %s; resumes wait for their workflows until it is back", CHANNEL, error)
             finally:
                 self.connected.clear()
                 if connection is not None:

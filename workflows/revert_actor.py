@@ -12,7 +12,8 @@ a user, by a forced delete, or by the api-server for a CRASHED actor whose templ
 3. drain: when the actor held a worker, `drain_routers` has every live router replica forget it
    and close its connections to that worker before the worker is freed, so no router sends a
    request of this actor to the worker once it hosts another actor (the NOTIFY of REVERTING
-   alone makes that only likely). A drain that fails for good does not stop the revert.
+   alone makes that only likely); it waits `REVERT_DRAIN_MAX_SECONDS` at most, and a drain that
+   fails for good does not stop the revert.
 4. finalize: `finish_revert` marks SUSPENDED and frees the place.
 The API cancels a stuck operation on the actor before starting this workflow under the same ID.
 """
@@ -23,6 +24,7 @@ from temporalio import workflow
 from temporalio.exceptions import ApplicationError
 
 from workflows.steps import (
+    REVERT_DRAIN_MAX_SECONDS,
     REVERT_ROUTER_DRAIN_PATCH,
     atelet_step,
     counted,
@@ -85,7 +87,7 @@ class RevertActorWorkflow:
                 )
         if plan.worker is not None:
             try:
-                await drain_routers(actor, operation_id, REVERT_ROUTER_DRAIN_PATCH)
+                await drain_routers(actor, operation_id, REVERT_ROUTER_DRAIN_PATCH, REVERT_DRAIN_MAX_SECONDS)
             except ApplicationError as error:
                 workflow.logger.warning("revert of %s: the routers were not drained (%s)", actor.key, error.message)
         show_step("finalize")

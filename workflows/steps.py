@@ -106,13 +106,20 @@ ROUTER_DRAIN_PATCH = "router-drain"
 REVERT_ROUTER_DRAIN_PATCH = "revert-router-drain"
 """The `workflow.patched` ID of RevertActor's drain step (runs recorded before it replay without it)."""
 
+REVERT_DRAIN_MAX_SECONDS = 15.0
+"""How long a revert waits for the routers' acknowledgements at most (its sandbox is stopped
+already, so requests in flight to it are failing; the API waits 60 s for a revert)."""
 
-async def drain_routers(actor: ActorRef, operation_id: str, patch: str = ROUTER_DRAIN_PATCH) -> RouterDrainResult | None:
+
+async def drain_routers(
+    actor: ActorRef, operation_id: str, patch: str = ROUTER_DRAIN_PATCH, max_wait_seconds: float | None = None
+) -> RouterDrainResult | None:
     """`drain_routers` before a checkpoint (or before a revert frees the worker): every live
     router replica stops sending the actor new requests, lets those in flight finish (or cuts
     them at its drain timeout) and closes its connections to the worker. A local activity that
     waits at most `MAX_DRAIN_WAIT_SECONDS` (domain.operations.router_drain); None for a run from
-    before this step (replay; `patch` is the step's `workflow.patched` ID).
+    before this step (replay; `patch` is the step's `workflow.patched` ID). `max_wait_seconds`
+    bounds the wait below the usual bound.
 
     Raises:
         ApplicationError: the step failed for good (the database stayed down), in the user's terms.
@@ -123,7 +130,7 @@ async def drain_routers(actor: ActorRef, operation_id: str, patch: str = ROUTER_
     try:
         result: RouterDrainResult = await workflow.execute_local_activity(
             "drain_routers",
-            RouterDrainInput(actor=actor, operation_id=operation_id),
+            RouterDrainInput(actor=actor, operation_id=operation_id, max_wait_seconds=max_wait_seconds),
             result_type=RouterDrainResult,
             start_to_close_timeout=timedelta(seconds=MAX_DRAIN_WAIT_SECONDS + 30),
             retry_policy=_DB_RETRY,

@@ -125,8 +125,11 @@ class Resumes:
             NotFound: unknown actor.
             FailedPrecondition: the actor is no longer held by this operation.
         """
-        updated = await self.pool.fetchval(Q["mark_actor_running"], ref.atespace, ref.name, operation_id)
-        await self.pool.execute(Q["finish_operation"], operation_id, "ok", None, None)
+        # One transaction: its commit NOTIFYs the actor RUNNING (the api-server answers the resume
+        # on it, api/actor_changes.py), and by then the operation is recorded finished too.
+        async with self.pool.acquire() as connection, connection.transaction():
+            updated = await connection.fetchval(Q["mark_actor_running"], ref.atespace, ref.name, operation_id)
+            await connection.execute(Q["finish_operation"], operation_id, "ok", None, None)
         if updated is None:
             row = await self.pool.fetchrow(Q["get_actor"], ref.atespace, ref.name)
             if row is None:

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import Coroutine
+from collections.abc import Awaitable, Callable, Coroutine
 from typing import Any, cast
 
 from fastapi import APIRouter, Query, Response
@@ -247,25 +247,39 @@ async def _operate(
         result = wait_result(handle, timeout, f"actor {ref.key}", _verb(operation))
         if committed is None:
             await result
-        else:
-            await first_of(result, committed)
+            return actor_view(await store.actors.get(ref))
+        read: list[ActorPublic] = []
+
+        async def confirmed() -> bool:
+            view = actor_view(await store.actors.get(ref))
+            read.append(view)
+            return view.state == resting.value
+
+        if await first_of(result, committed, confirmed):
+            return read[-1]
     return actor_view(await store.actors.get(ref))
 
 
-async def first_of(result: Coroutine[Any, Any, object], committed: asyncio.Future[None]) -> None:
+async def first_of(
+    result: Coroutine[Any, Any, object], committed: asyncio.Future[None], confirmed: Callable[[], Awaitable[bool]]
+) -> bool:
     """Wait for the workflow's `result` or for the NOTIFY of the commit (`committed`), whichever
-    comes first; the result's errors are raised, and `result` is cancelled when the commit won
-    (the workflow goes on to its completion without us)."""
+    comes first. When the NOTIFY comes first and `confirmed()` agrees (the actor read back is in
+    the state waited for), `result` is cancelled (the workflow goes on to its completion
+    without us) and True returned; otherwise the result is waited for, its errors raised, and
+    False returned."""
     waiting: asyncio.Future[object] = asyncio.ensure_future(result)
     try:
         await asyncio.wait([waiting, cast(asyncio.Future[object], committed)], return_when=asyncio.FIRST_COMPLETED)
+        if not waiting.done() and await confirmed():
+            return True
+        await waiting
+        return False
     finally:
         if not waiting.done():
             waiting.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await waiting
-    if waiting.done() and not waiting.cancelled():
-        waiting.result()
 
 
 async def _unreachable(store: StoreDep, ref: ActorRef, operation: Operation) -> ApiError:

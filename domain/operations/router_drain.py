@@ -32,10 +32,13 @@ MAX_DRAIN_WAIT_SECONDS = 300.0
 
 @dataclass
 class RouterDrainInput:
-    """Input of `drain_routers`: the actor, about to be checkpointed by operation `operation_id`."""
+    """Input of `drain_routers`: the actor, about to be checkpointed by operation `operation_id`
+    (or to leave its worker, for a revert); `max_wait_seconds` bounds the wait for the replicas'
+    acknowledgements below the usual bound (None: the usual one)."""
 
     actor: ActorRef
     operation_id: str
+    max_wait_seconds: float | None = None
 
 
 @dataclass

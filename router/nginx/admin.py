@@ -136,7 +136,10 @@ class NginxAdmin:
                 continue
             started, request_id, target, method, path, status, outcome, ms = fields
             found.append(
-                statusz.RecentRequest(float(started), request_id, target, method, path, int(status), outcome, float(ms))
+                # its end, as the Python router lists a request (nginx logs its start)
+                statusz.RecentRequest(
+                    float(started) + float(ms) / 1000, request_id, target, method, path, int(status), outcome, float(ms)
+                )
             )
         return found
 

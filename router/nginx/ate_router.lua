@@ -384,20 +384,23 @@ end
 -- a stalled one with its 408 and text (nginx's own reading of a chunked body would close the
 -- connection without an answer, and Lua cannot read one). nginx stays half-duplex on the way
 -- there: once the answer began it sends no more of the body.
+-- (Read from nginx's variables, not the header table, which stops at 200 headers.)
 local function relayed(headers)
-  local upgrade = headers["upgrade"]
-  if type(upgrade) == "string" and upgrade:lower() == "websocket" then
+  local upgrade = ngx.var.http_upgrade
+  if upgrade ~= nil and upgrade:lower() == "websocket" then
     ngx.var.ate_relay_connection = "upgrade"
+    ngx.var.ate_relay_upgrade = upgrade
     return true
   end
-  if headers["transfer-encoding"] ~= nil then
+  if ngx.var.http_transfer_encoding ~= nil then
     return true
   end
   local accept = headers["accept"]
   if type(accept) == "table" then
     accept = table.concat(accept, ",")
   end
-  return type(accept) == "string" and accept:lower():find("text/event-stream", 1, true) ~= nil
+  accept = (accept or "") .. "," .. (ngx.var.http_accept or "")
+  return accept:lower():find("text/event-stream", 1, true) ~= nil
 end
 
 --- access_by_lua of the actor location.

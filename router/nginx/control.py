@@ -7,7 +7,9 @@ worker (``x``). The answer is either where the actor serves (200 with ``X-Ate-Up
 ``X-Ate-Host``, ``X-Ate-Actor``, ``X-Ate-Strip``, ``X-Ate-Parked`` and ``X-Ate-Cache``: ``public``,
 ``token`` or ``no``), or the exact status, text and ``Retry-After`` of the Python data path,
 with ``X-Ate-Outcome``. ``GET /failed`` gives the texts of a worker that failed (``kind``
-``connect``, ``timeout`` or ``broken``); ``GET /statusz`` the status page.
+``connect``, ``timeout`` or ``broken``); ``GET /statusz`` the status page. Under ``/relay``
+nginx hands over whole requests (WebSockets, event streams, chunked uploads), which the Python
+router proxies itself (``relayed``).
 
 The control path is the Python router's own: target parsing (router.target), access
 (router.access), resume and parking (router.resume), the RUNNING-actor cache with its LISTEN
@@ -78,8 +80,8 @@ class ControlService:
 
     The control path is a Python router (router.app.ActorRouter) whose cache tells nginx what
     it forgets and whose drains are carried out in nginx as well (router.nginx.drain). The
-    requests nginx relays under ``/relay`` (WebSockets, and requests asking for an event
-    stream) are proxied by that Python router itself, so a drain or a stop ends them the clean
+    requests nginx relays under ``/relay`` (WebSockets, requests asking for an event stream,
+    chunked uploads) are proxied by that Python router itself, so a drain or a stop ends them the clean
     way (close 1001 with a reason; the end of the stream) as on the Python data path.
 
     Args:
@@ -169,7 +171,14 @@ class ControlService:
             return
         path = scope["path"]
         if path.startswith(RELAY_PREFIX + "/"):
-            await self.router(relayed(scope), receive, send)
+            client_scope = relayed(scope)
+            if client_scope is None:
+                if scope["type"] == "http":
+                    await _send(send, 400, {}, b"a relayed request names no client (X-Ate-Peer)\n")
+                else:
+                    await send({"type": "websocket.close", "code": 1008})
+                return
+            await self.router(client_scope, receive, send)
         elif scope["type"] != "http":
             await send({"type": "websocket.close", "code": 1008})
         elif path == "/route":
@@ -317,16 +326,27 @@ class ControlService:
 PEER_HEADER = b"x-ate-peer"
 """The header in which nginx gives a relayed request's client address (``host:port``)."""
 
+CONNECTION_HEADER = b"x-ate-connection"
+"""The header in which nginx gives a relayed request's own ``Connection`` header."""
 
-def relayed(scope: dict[str, Any]) -> dict[str, Any]:
+
+def relayed(scope: dict[str, Any]) -> dict[str, Any] | None:
     """The ASGI scope of a request nginx relayed, as the client sent it: the path without
-    ``RELAY_PREFIX``, the client's address from ``PEER_HEADER`` (which goes)."""
+    ``RELAY_PREFIX``, the client's address from ``PEER_HEADER`` and its own ``Connection``
+    header from ``CONNECTION_HEADER`` (nginx sends its own; the Python proxy drops the headers
+    the client's names); None without a peer address (nginx always gives one)."""
     path = scope["path"][len(RELAY_PREFIX) :]
     raw_path = scope.get("raw_path") or scope["path"].encode()
-    headers = [(k, v) for k, v in scope["headers"] if k != PEER_HEADER]
-    peer = next((v.decode("latin-1") for k, v in scope["headers"] if k == PEER_HEADER), "")
-    host, _, port = peer.rpartition(":")
-    client = (host.strip("[]"), int(port)) if host and port.isdigit() else scope.get("client")
+    given = dict((k, v) for k, v in scope["headers"] if k in (PEER_HEADER, CONNECTION_HEADER))
+    host, _, port = given.get(PEER_HEADER, b"").decode("latin-1").rpartition(":")
+    if not host or not port.isdigit():
+        return None
+    headers = [(k, v) for k, v in scope["headers"] if k not in (PEER_HEADER, CONNECTION_HEADER, b"connection")]
+    if given.get(CONNECTION_HEADER):
+        headers.append((b"connection", given[CONNECTION_HEADER]))
+    elif scope["type"] == "websocket":
+        headers.append((b"connection", b"upgrade"))
+    client = (host.strip("[]"), int(port))
     return {**scope, "path": path, "raw_path": raw_path[len(RELAY_PREFIX) :], "headers": headers, "client": client}
 
 

@@ -16,7 +16,7 @@ The same steps as router.drain, carried out in nginx through its admin server:
 4. only then is the drain acknowledged (router.registration).
 
 The requests nginx relays to the control service's Python router (WebSockets, requests asking
-for an event stream: router.nginx.control) are drained as on the Python data path, at the same
+for an event stream, chunked uploads: router.nginx.control) are drained as on the Python data path, at the same
 time: their WebSockets and event streams are ended at once (close 1001 with the drain's
 reason; the end of the stream), and the others are waited for and cut at ``--drain-timeout``.
 """

@@ -27,7 +27,7 @@ _DATA_PATH_METRICS = (
 
 class RelayedTally:
     """The requests nginx relayed to the control service's Python router (WebSockets, event
-    streams), counted as nginx counts its own (``n:<outcome>``, ``s:<outcome>``,
+    streams, chunked uploads), counted as nginx counts its own (``n:<outcome>``, ``s:<outcome>``,
     ``b:<outcome>:<bucket index|inf>``), to be added to nginx's counters.
 
     Attributes:

@@ -72,3 +72,15 @@ async def test_the_step_gives_up_at_the_bound_when_a_live_replica_never_answers(
     await store.router_drains.heartbeat("mute", 30.0, 0.0)  # drain timeout 0: bound = the margin
     result = await ActivityEnvironment().run(DbActivities(store).drain_routers, RouterDrainInput(C1, "op-3"))
     assert (result.acknowledged, result.missing) == ([], ["mute"])  # the checkpoint goes ahead
+
+
+async def test_a_revert_waits_no_longer_than_its_own_bound(store: Store) -> None:
+    # A replica with a 120 s drain timeout would be waited for 125 s; a revert (its sandbox is
+    # stopped already) asks for 0.3 s at most and goes on without it.
+    await store.router_drains.heartbeat("slow", 30.0, 120.0)
+    step = DbActivities(store).drain_routers
+    result = await asyncio.wait_for(
+        ActivityEnvironment().run(step, RouterDrainInput(C1, "op-4", max_wait_seconds=0.3)), 20
+    )
+    assert (result.acknowledged, result.missing) == ([], ["slow"])
+    assert 0.3 <= result.waited_seconds < 20

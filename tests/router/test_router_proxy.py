@@ -81,13 +81,24 @@ async def test_body_round_trips_through_echo(start_router) -> None:
     assert resp.content == data
 
 
+async def _one_chunk():
+    yield b"x"
+
+
 @pytest.mark.asyncio
-async def test_hop_by_hop_headers_dropped_and_forwarded_headers_added(start_router) -> None:
+@pytest.mark.parametrize("how", ["get", "event-stream", "chunked"])
+async def test_hop_by_hop_headers_dropped_and_forwarded_headers_added(start_router, how: str) -> None:
+    # Also for what nginx relays to the Python router (a request asking for an event stream,
+    # one with a chunked body): the same headers reach the worker.
     env = await start_router()
-    resp = await env.client.get(
+    extra = {"accept": "text/event-stream"} if how == "event-stream" else {}
+    resp = await env.client.request(
+        "POST" if how == "chunked" else "GET",
         "/echo",
+        content=_one_chunk() if how == "chunked" else None,
         headers={
             **H,
+            **extra,
             "connection": "keep-alive, x-private-hop",
             "x-private-hop": "1",
             "keep-alive": "timeout=5",

@@ -16,6 +16,7 @@ from tests.workflows.fakes import atelet_failure, store_failure
 from tests.workflows.harness import Ate
 from tests.workflows.samples import C1, DRAINED, NODE, worker
 from workflows.revert_actor import RevertActorWorkflow
+from workflows.steps import REVERT_DRAIN_MAX_SECONDS
 
 RUN = RevertActorWorkflow.run
 ID = C1.workflow_id
@@ -29,7 +30,9 @@ async def test_a_running_actor_is_terminated_and_reverted(ate: Ate) -> None:
     op = ate.run_id
     # the routers forget the actor before its worker is freed (may host another actor next)
     assert ate.fakes.names() == ["begin_revert", "atelet_terminate", "drain_routers", "finish_revert"]
-    assert ate.fakes.inputs("drain_routers") == [RouterDrainInput(actor=C1, operation_id=op)]
+    assert ate.fakes.inputs("drain_routers") == [
+        RouterDrainInput(actor=C1, operation_id=op, max_wait_seconds=REVERT_DRAIN_MAX_SECONDS)
+    ]
     assert ate.fakes.inputs("begin_revert") == [ActorOperation(actor=C1, operation_id=op)]
     assert ate.fakes.inputs("atelet_terminate") == [AteletTerminateInput(operation_id=op, worker=worker(1), holder=C1)]
     assert ate.fakes.inputs("finish_revert") == [
