@@ -19,6 +19,7 @@ command -v chromium >/dev/null 2>&1 || need_apt+=(chromium)  # a real headless b
 command -v wrk >/dev/null 2>&1 || need_apt+=(wrk)  # `python -m bench proxy`: the load generator
 command -v nginx >/dev/null 2>&1 || need_apt+=(nginx)  # `python -m bench proxy`: the reverse proxy the router is compared with
 [ -e /usr/lib/nginx/modules/ngx_http_lua_module.so ] || need_apt+=(libnginx-mod-http-lua)  # the router's nginx data path
+command -v qemu-system-x86_64 >/dev/null 2>&1 || need_apt+=(qemu-system-x86)  # the microvm sandbox class's VMM (MICROVM.md)
 
 if [ "$runsc_ok" = 0 ] || [ "${#need_apt[@]}" -gt 0 ]; then
   if [ "$(id -u)" != 0 ]; then
@@ -62,6 +63,10 @@ if [ ! -f "$stamp" ] || [ pyproject.toml -nt "$stamp" ]; then
   .venv/bin/pip install -q -e '.[dev]'
   touch "$stamp"
 fi
+
+# The microvm class's guest kernel (Debian's cloud kernel, unpacked once per machine into a cache
+# outside the repository; never installed as the host's kernel).
+echo "== guest kernel: $(bash scripts/guest-kernel.sh)"
 
 # The example workload's OCI image (a static Go counter packed with umoci; no registry).
 bash examples/counter/build.sh

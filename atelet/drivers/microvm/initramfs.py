@@ -1,0 +1,82 @@
+"""The microvm guest's initramfs: a static busybox, ate's init (``init.sh``), kernel modules and
+the workload's command, in the ``newc`` cpio format the Linux kernel unpacks at boot.
+
+The cpio writer is ours because the format is a dozen fixed-width fields per entry and the
+standard library has none; what goes in is fixed by ``GuestImage``.
+"""
+
+from __future__ import annotations
+
+import shutil
+from dataclasses import dataclass, field
+from pathlib import Path
+
+INIT = Path(__file__).resolve().parent / "init.sh"
+"""ate's guest init (package data)."""
+
+_DIR, _FILE, _CHAR = 0o040000, 0o100000, 0o020000
+
+
+@dataclass(frozen=True)
+class GuestImage:
+    """What the guest's initramfs holds.
+
+    Attributes:
+        command: The workload, a ``sh`` script (``/ate/command`` in the guest).
+        busybox: A statically linked busybox on the host (Debian's busybox-static).
+        modules: Kernel module files (``.ko``, uncompressed) to load at boot, in this order.
+    """
+
+    command: str
+    busybox: Path = field(default_factory=lambda: Path(shutil.which("busybox") or "/bin/busybox"))
+    modules: tuple[Path, ...] = ()
+
+
+class _Writer:
+    def __init__(self) -> None:
+        self.out = bytearray()
+        self.inode = 1
+
+    def entry(self, name: str, mode: int, data: bytes = b"", rdev: tuple[int, int] = (0, 0)) -> None:
+        encoded = name.encode() + b"\0"
+        fields = [self.inode, mode, 0, 0, 2 if mode & _DIR else 1, 0, len(data), 0, 0, rdev[0], rdev[1], len(encoded), 0]
+        self.inode += 1
+        self.out += b"070701" + b"".join(f"{value:08x}".encode() for value in fields) + encoded
+        self.out += b"\0" * (-len(self.out) % 4)
+        self.out += data
+        self.out += b"\0" * (-len(self.out) % 4)
+
+    def finish(self) -> bytes:
+        self.entry("TRAILER!!!", 0)
+        return bytes(self.out)
+
+
+def build_initramfs(image: GuestImage, path: Path) -> Path:
+    """Write the initramfs of ``image`` to ``path`` (uncompressed newc cpio).
+
+    Returns:
+        ``path``.
+
+    Raises:
+        FileNotFoundError: the busybox or a module file is missing.
+        ValueError: the busybox is not statically linked (the guest has no libc).
+    """
+    busybox = image.busybox.read_bytes()
+    if b"ld-linux" in busybox[:4096] or b"/lib64/ld-" in busybox:
+        raise ValueError(f"busybox {image.busybox} is dynamically linked; the guest needs a static one (busybox-static)")
+    writer = _Writer()
+    for directory in ("bin", "dev", "proc", "sys", "tmp", "ate", "lib", "lib/modules"):
+        writer.entry(directory, _DIR | 0o755)
+    writer.entry("dev/console", _CHAR | 0o600, rdev=(5, 1))  # init's stdio before devtmpfs
+    writer.entry("bin/busybox", _FILE | 0o755, busybox)
+    writer.entry("bin/sh", 0o120000 | 0o777, b"busybox")  # a symlink: its data is the target
+    writer.entry("init", _FILE | 0o755, INIT.read_bytes())
+    writer.entry("ate/command", _FILE | 0o644, image.command.encode())
+    listed = []
+    for module in image.modules:
+        name = f"lib/modules/{module.name}"
+        writer.entry(name, _FILE | 0o644, module.read_bytes())
+        listed.append("/" + name)
+    writer.entry("ate/modules", _FILE | 0o644, "".join(f"{m}\n" for m in listed).encode())
+    path.write_bytes(writer.finish())
+    return path
