@@ -7,14 +7,21 @@ refused with a reason."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import os
 import re
 import subprocess
+from collections.abc import AsyncIterator
 from pathlib import Path
 
+import httpx
 import pytest
 
-from atelet.drivers.microvm.initramfs import GuestImage, build_initramfs
+from atelet import netns
+from atelet.drivers.microvm.initramfs import NETWORK_MODULES, GuestImage, build_initramfs, with_dependencies
+from atelet.drivers.microvm.network import bridge_tap, guest_cmdline, mac_for
 from atelet.drivers.microvm.qemu import STATE_FILE, Vm, VmConfig, VmError, read_state
+from atelet.netns import WorkerNet
 
 pytestmark = [pytest.mark.qemu, pytest.mark.timeout(180)]
 ROOT = Path(__file__).resolve().parents[2]
@@ -122,3 +129,61 @@ async def restore_refused(cfg: VmConfig, workdir: Path, snapshot: Path) -> str:
         return str(error)
     await restored.stop()
     pytest.fail(f"the restore of {snapshot} was not refused")
+
+
+SERVER = (
+    "mkdir -p /www; i=0\n"
+    "busybox httpd -p 8080 -h /www\n"
+    "while true; do i=$((i+1)); echo \"count $i\" > /www/index.html; sleep 0.1; done\n"
+)
+
+
+@pytest.fixture
+async def worker_net() -> AsyncIterator[WorkerNet]:
+    """A worker network namespace as the atelet makes one (atelet.netns), for the VM's card."""
+    net = netns.plan("microvm-test", "w0", 0, "10.201.7.0/24")
+    await netns.create(net)
+    try:
+        yield net
+    finally:
+        await netns.destroy(net)
+
+
+async def http_count(address: str) -> int:
+    """GET / of the guest's httpd until it answers; the count it serves."""
+    async with asyncio.timeout(HANG_GUARD_SECONDS), httpx.AsyncClient(timeout=2, trust_env=False) as client:
+        while True:
+            with contextlib.suppress(httpx.HTTPError):
+                resp = await client.get(f"http://{address}:8080/")
+                if resp.status_code == 200 and resp.text.startswith("count "):
+                    return int(resp.text.split()[1])
+            await asyncio.sleep(0.1)
+
+
+async def test_the_guest_serves_on_the_worker_address_before_and_after_a_restore(
+    tmp_path: Path, kernel: Path, worker_net: WorkerNet
+) -> None:
+    # The guest owns the worker's IP (the host reaches it as it reaches a gVisor worker); after
+    # a checkpoint and a restore its server answers again, and its counter went on from where
+    # the checkpoint left it (no second boot: it would start from 1 again).
+    tap = await bridge_tap(worker_net)
+    modules = with_dependencies(kernel.parent / "lib/modules" / os.listdir(kernel.parent / "lib/modules")[0],
+                                NETWORK_MODULES)  # fmt: skip
+    initramfs = build_initramfs(GuestImage(SERVER, modules=modules), tmp_path / "initramfs.cpio")
+    cfg = VmConfig(kernel, initramfs, 128, 1, "tcg", tmp_path / "console.log", guest_cmdline(worker_net),
+                   netns=worker_net.netns, tap=tap, mac=mac_for(worker_net))  # fmt: skip
+    vm = await Vm.boot(cfg, tmp_path / "vm1")
+    try:
+        before = await http_count(worker_net.worker_ip)
+    except BaseException:
+        await vm.stop()
+        raise
+    state = await vm.checkpoint(tmp_path / "snap")
+    assert state.devices == ("serial:chardev-file", "virtio-net-pci")
+    restored = await Vm.restore(cfg, tmp_path / "vm2", tmp_path / "snap")
+    try:
+        after = await http_count(worker_net.worker_ip)
+    finally:
+        await restored.stop()
+    assert after > before
+    assert (tmp_path / "console.log").read_text(errors="replace").count("ate-init: running the workload") == 1

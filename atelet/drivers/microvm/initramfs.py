@@ -51,6 +51,45 @@ class _Writer:
         return bytes(self.out)
 
 
+NETWORK_MODULES = ("virtio_pci", "virtio_net")
+"""The guest kernel modules the network needs (their dependencies are added by ``with_dependencies``)."""
+
+
+def _depends(module: Path) -> list[str]:
+    """The ``depends=`` of a module's ``.modinfo`` (names, possibly none)."""
+    data = module.read_bytes()
+    at = data.find(b"\0depends=")
+    if at < 0:
+        return []
+    value = data[at + len(b"\0depends=") : data.index(b"\0", at + 1)]
+    return [name for name in value.decode().split(",") if name]
+
+
+def with_dependencies(modules_dir: Path, names: tuple[str, ...]) -> tuple[Path, ...]:
+    """The module files of ``names`` and of everything they depend on, each after its
+    dependencies (the order ``insmod`` needs), from a kernel's ``lib/modules/<version>``.
+
+    Raises:
+        FileNotFoundError: a module is not there (or is built into the kernel).
+    """
+    files = {path.name.removesuffix(".ko").replace("-", "_"): path for path in modules_dir.rglob("*.ko")}
+    ordered: list[Path] = []
+
+    def visit(name: str, seen: frozenset[str]) -> None:
+        key = name.replace("-", "_")
+        if key not in files:
+            raise FileNotFoundError(f"kernel module {name} is not in {modules_dir}")
+        if files[key] in ordered or key in seen:
+            return
+        for dependency in _depends(files[key]):
+            visit(dependency, seen | {key})
+        ordered.append(files[key])
+
+    for name in names:
+        visit(name, frozenset())
+    return tuple(ordered)
+
+
 def build_initramfs(image: GuestImage, path: Path) -> Path:
     """Write the initramfs of ``image`` to ``path`` (uncompressed newc cpio).
 

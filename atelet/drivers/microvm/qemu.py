@@ -27,8 +27,8 @@ from qemu.qmp import QMPClient
 QEMU = "qemu-system-x86_64"
 MACHINE = "q35"
 """The machine type asked for (an alias QEMU resolves to its versioned type, e.g. pc-q35-7.2)."""
-DEVICES = ("serial:chardev-file",)
-"""The device set of every VM this back end starts (recorded in ``VmState``)."""
+SERIAL = "serial:chardev-file"
+NIC = "virtio-net-pci"
 STATE_FILE = "state"
 """The device-state file of a checkpoint (next to ``RAM_FILE`` and ``META_FILE``)."""
 RAM_FILE = "ram"
@@ -51,6 +51,9 @@ class VmConfig:
         accelerator: ``kvm`` (production) or ``tcg`` (software emulation, as here).
         console: The file the guest's serial console is appended to.
         cmdline: Extra kernel command line.
+        netns: The worker's network namespace QEMU runs in (None: no network card).
+        tap: The tap device of the card, in ``netns`` (atelet.drivers.microvm.network).
+        mac: The card's MAC address.
     """
 
     kernel: Path
@@ -60,6 +63,14 @@ class VmConfig:
     accelerator: str
     console: Path
     cmdline: str = ""
+    netns: str | None = None
+    tap: str = ""
+    mac: str = ""
+
+    @property
+    def devices(self) -> tuple[str, ...]:
+        """The device set (recorded in ``VmState``; a restore needs the same)."""
+        return (SERIAL, NIC) if self.netns else (SERIAL,)
 
 
 @dataclass(frozen=True)
@@ -69,7 +80,7 @@ class VmState:
     Attributes:
         qemu_version: e.g. ``7.2.22``.
         machine: The resolved machine type, e.g. ``pc-q35-7.2``.
-        devices: The device set (``DEVICES``).
+        devices: The device set (``VmConfig.devices``).
         memory_mib: Guest RAM, MiB.
         vcpus: Virtual CPUs.
     """
@@ -92,6 +103,10 @@ def _argv(config: VmConfig, ram: Path, qmp: Path, machine: str, incoming: bool) 
         "-chardev", f"file,id=console,path={config.console},append=on", "-serial", "chardev:console",
         "-qmp", f"unix:{qmp},server=on,wait=off",
     ]  # fmt: skip
+    if config.netns:
+        argv = ["ip", "netns", "exec", config.netns, *argv]
+        argv += ["-netdev", f"tap,id=net0,ifname={config.tap},script=no,downscript=no",
+                 "-device", f"virtio-net-pci,netdev=net0,mac={config.mac}"]  # fmt: skip
     if incoming:
         argv += ["-incoming", "defer"]
     return argv
@@ -140,7 +155,7 @@ class Vm:
                 refused its state (e.g. a corrupted file; QEMU's reason included).
         """
         state = read_state(snapshot)
-        wanted = VmState(await qemu_version(), state.machine, DEVICES, config.memory_mib, config.vcpus)
+        wanted = VmState(await qemu_version(), state.machine, config.devices, config.memory_mib, config.vcpus)
         if wanted != state:
             raise VmError(f"snapshot {snapshot} was taken with {_shape(state)}; this node would restore it with "
                           f"{_shape(wanted)}")  # fmt: skip
@@ -210,7 +225,9 @@ class Vm:
                 if info.get("status") in ("failed", "cancelled"):
                     raise VmError(f"QEMU's checkpoint failed: {info.get('error-desc', info.get('status'))}")
                 await asyncio.sleep(0.002)
-            state = VmState(await qemu_version(), self.machine, DEVICES, self.config.memory_mib, self.config.vcpus)
+            state = VmState(
+                await qemu_version(), self.machine, self.config.devices, self.config.memory_mib, self.config.vcpus
+            )
         finally:
             await self.stop()
         shutil.move(str(self.ram), snapshot / RAM_FILE)

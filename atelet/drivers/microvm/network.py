@@ -1,0 +1,59 @@
+"""The microvm guest's network: the worker's address, owned by the guest.
+
+The worker's network namespace is the one every class gets (atelet.netns: a veth pair on its
+own /30, the worker end inside). For a VM the worker end carries no address: it is bridged
+(``atb0``) with a tap device (``atm0``) that QEMU's virtio-net card uses, and the guest's init
+puts the worker's address and default route on its ``eth0`` (kernel command line ``ate.ip``,
+``ate.gw``). The host reaches the worker's IP exactly as for gVisor. The card's MAC address is
+derived from the worker's IP, so a restored VM keeps the one its device state holds.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+
+from atelet import proc
+from atelet.errors import internal
+from atelet.netns import WorkerNet
+
+BRIDGE = "atb0"
+TAP = "atm0"
+
+
+def mac_for(net: WorkerNet) -> str:
+    """The guest card's MAC: locally administered, the worker IP's four bytes (e.g.
+    ``52:54:0a:59:00:02`` for 10.89.0.2)."""
+    a, b, c, d = ipaddress.IPv4Address(net.worker_ip).packed
+    return f"52:54:{a:02x}:{b:02x}:{c:02x}:{d:02x}"
+
+
+def guest_cmdline(net: WorkerNet) -> str:
+    """The kernel command line words that give the guest its address and default route."""
+    return f"ate.ip={net.worker_ip}/{net.prefixlen} ate.gw={net.host_ip}"
+
+
+async def bridge_tap(net: WorkerNet) -> str:
+    """In the worker's namespace (which must exist): move the worker end's address off, and
+    bridge it with a tap device for QEMU; idempotent. Returns the tap's name.
+
+    Raises:
+        AteletError: INTERNAL when ``ip`` refuses (its message included).
+    """
+    script = (
+        f"addr flush dev {net.peer_if}\n"
+        f"link add {BRIDGE} type bridge\n"
+        f"tuntap add dev {TAP} mode tap\n"
+    )
+    # add fails when it exists: run them one by one, tolerating "File exists"
+    for line in script.strip().splitlines():
+        result = await proc.run(["ip", "-n", net.netns, *line.split()], timeout=20)
+        if not result.ok and "exists" not in (result.stderr or "").lower():
+            raise internal(f"microvm network of {net.netns}: ip {line}: {result.describe()}")
+    rest = (
+        f"link set {net.peer_if} master {BRIDGE}\nlink set {TAP} master {BRIDGE}\n"
+        f"link set {net.peer_if} up\nlink set {TAP} up\nlink set {BRIDGE} up\nlink set lo up\n"
+    )
+    result = await proc.run(["ip", "-n", net.netns, "-batch", "-"], timeout=20, stdin=rest.encode())
+    if not result.ok:
+        raise internal(f"microvm network of {net.netns} failed: {result.describe()}")
+    return TAP
