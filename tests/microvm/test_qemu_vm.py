@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import os
 import re
 import subprocess
 from collections.abc import AsyncIterator
@@ -18,9 +17,16 @@ import httpx
 import pytest
 
 from atelet import netns
-from atelet.drivers.microvm.initramfs import NETWORK_MODULES, GuestImage, build_initramfs, with_dependencies
+from atelet.drivers.microvm.initramfs import (
+    NETWORK_MODULES,
+    GuestImage,
+    build_initramfs,
+    command_for,
+    with_dependencies,
+)
 from atelet.drivers.microvm.network import bridge_tap, guest_cmdline, mac_for
 from atelet.drivers.microvm.qemu import STATE_FILE, Vm, VmConfig, VmError, read_state
+from atelet.images import ImageStore
 from atelet.netns import WorkerNet
 
 pytestmark = [pytest.mark.qemu, pytest.mark.timeout(180)]
@@ -167,8 +173,7 @@ async def test_the_guest_serves_on_the_worker_address_before_and_after_a_restore
     # a checkpoint and a restore its server answers again, and its counter went on from where
     # the checkpoint left it (no second boot: it would start from 1 again).
     tap = await bridge_tap(worker_net)
-    modules = with_dependencies(kernel.parent / "lib/modules" / os.listdir(kernel.parent / "lib/modules")[0],
-                                NETWORK_MODULES)  # fmt: skip
+    modules = with_dependencies(modules_dir(kernel), NETWORK_MODULES)
     initramfs = build_initramfs(GuestImage(SERVER, modules=modules), tmp_path / "initramfs.cpio")
     cfg = VmConfig(kernel, initramfs, 128, 1, "tcg", tmp_path / "console.log", guest_cmdline(worker_net),
                    netns=worker_net.netns, tap=tap, mac=mac_for(worker_net))  # fmt: skip
@@ -187,3 +192,51 @@ async def test_the_guest_serves_on_the_worker_address_before_and_after_a_restore
         await restored.stop()
     assert after > before
     assert (tmp_path / "console.log").read_text(errors="replace").count("ate-init: running the workload") == 1
+
+
+async def test_the_counter_image_keeps_its_memory_across_a_checkpoint(
+    tmp_path: Path, kernel: Path, worker_net: WorkerNet
+) -> None:
+    # The example actor's own OCI image as the guest's root filesystem, its command and env as
+    # the template gives them: two requests, a checkpoint, a restore, and the third request
+    # sees memory_count 3 (FULL keeps memory), on the same worker address.
+    image = await ImageStore([ROOT], tmp_path / "images").unpack("oci:examples/counter/oci:latest")
+    env = [*image.config["process"].get("env", []), "DATA_DIR=/data", "PORT=8080"]
+    command = "mkdir -p /data\n" + command_for(["/counter"], env, "/")
+    modules = with_dependencies(modules_dir(kernel), NETWORK_MODULES)
+    initramfs = build_initramfs(GuestImage(command, modules=modules, rootfs=image.rootfs), tmp_path / "initramfs.cpio")
+    tap = await bridge_tap(worker_net)
+    cfg = VmConfig(kernel, initramfs, 256, 1, "tcg", tmp_path / "console.log", guest_cmdline(worker_net),
+                   netns=worker_net.netns, tap=tap, mac=mac_for(worker_net))  # fmt: skip
+    url = f"http://{worker_net.worker_ip}:8080/"
+    vm = await Vm.boot(cfg, tmp_path / "vm1")
+    try:
+        counts = [await memory_count(url, first=True), await memory_count(url)]
+    except BaseException:
+        await vm.stop()
+        raise
+    await vm.checkpoint(tmp_path / "snap")
+    restored = await Vm.restore(cfg, tmp_path / "vm2", tmp_path / "snap")
+    try:
+        counts.append(await memory_count(url))
+    finally:
+        await restored.stop()
+    assert counts == [1, 2, 3]
+
+
+def modules_dir(kernel: Path) -> Path:
+    """``lib/modules/<version>`` next to the unpacked guest kernel."""
+    return next((kernel.parent / "lib/modules").iterdir())
+
+
+async def memory_count(url: str, first: bool = False) -> int:
+    """GET ``url`` of the counter (waiting for it to listen when ``first``); its memory_count."""
+    async with asyncio.timeout(HANG_GUARD_SECONDS), httpx.AsyncClient(timeout=10, trust_env=False) as client:
+        while True:
+            try:
+                resp = await client.get(url)
+                return int(resp.json()["memory_count"])
+            except httpx.TransportError:
+                if not first:
+                    raise
+            await asyncio.sleep(0.1)
