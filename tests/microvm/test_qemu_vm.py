@@ -11,12 +11,14 @@ import contextlib
 import re
 import subprocess
 from collections.abc import AsyncIterator
+from dataclasses import replace
 from pathlib import Path
 
 import httpx
 import pytest
 
 from atelet import netns
+from atelet.drivers.microvm.disk import DISK_MODULES, build_disk, extract_disk
 from atelet.drivers.microvm.initramfs import (
     NETWORK_MODULES,
     GuestImage,
@@ -236,6 +238,62 @@ async def memory_count(url: str, first: bool = False) -> int:
             try:
                 resp = await client.get(url)
                 return int(resp.json()["memory_count"])
+            except httpx.TransportError:
+                if not first:
+                    raise
+            await asyncio.sleep(0.1)
+
+
+async def test_a_durable_dir_rides_along_on_a_disk_and_comes_back_as_a_dir(
+    tmp_path: Path, kernel: Path, worker_net: WorkerNet
+) -> None:
+    # The counter's /data is a host dir made into a disk image: its file count goes on from the
+    # host's 41 through a checkpoint and a restore (the image is part of the snapshot), the dir
+    # read back after the VM stopped has the last count, and a cold boot from that dir (a DATA
+    # resume) starts memory_count again at 1 but the file count where it was.
+    durable = tmp_path / "durable"
+    durable.mkdir()
+    (durable / "count.txt").write_text("41\n")
+    image = await ImageStore([ROOT], tmp_path / "images").unpack("oci:examples/counter/oci:latest")
+    env = [*image.config["process"].get("env", []), "DATA_DIR=/data", "PORT=8080"]
+    modules = with_dependencies(modules_dir(kernel), (*NETWORK_MODULES, *DISK_MODULES))
+    guest = GuestImage(command_for(["/counter"], env, "/"), modules=modules, rootfs=image.rootfs)
+    initramfs = build_initramfs(guest, tmp_path / "initramfs.cpio")
+    tap = await bridge_tap(worker_net)
+    disk = build_disk(durable, tmp_path / "data.img", 16)
+    cfg = VmConfig(kernel, initramfs, 256, 1, "tcg", tmp_path / "console.log",
+                   f"{guest_cmdline(worker_net)} ate.mount=vda:/data", netns=worker_net.netns, tap=tap,
+                   mac=mac_for(worker_net), disks=(disk,))  # fmt: skip
+    url = f"http://{worker_net.worker_ip}:8080/"
+    vm = await Vm.boot(cfg, tmp_path / "vm1")
+    try:
+        seen = [await counter(url, first=True), await counter(url)]
+    except BaseException:
+        await vm.stop()
+        raise
+    await vm.checkpoint(tmp_path / "snap")
+    restored = await Vm.restore(cfg, tmp_path / "vm2", tmp_path / "snap")
+    try:
+        seen.append(await counter(url))
+    finally:
+        await restored.stop()  # stopped at once, as a DATA checkpoint kills the sandbox
+    assert seen == [(1, 42), (2, 43), (3, 44)]
+    extract_disk(disk, durable)
+    assert (durable / "count.txt").read_text() == "44\n"
+    cold = await Vm.boot(replace(cfg, disks=(build_disk(durable, tmp_path / "data2.img", 16),)), tmp_path / "vm3")
+    try:
+        assert await counter(url, first=True) == (1, 45)
+    finally:
+        await cold.stop()
+
+
+async def counter(url: str, first: bool = False) -> tuple[int, int]:
+    """GET ``url`` of the counter (waiting for it to listen when ``first``): (memory_count, file_count)."""
+    async with asyncio.timeout(HANG_GUARD_SECONDS), httpx.AsyncClient(timeout=10, trust_env=False) as client:
+        while True:
+            try:
+                body = (await client.get(url)).json()
+                return int(body["memory_count"]), int(body["file_count"])
             except httpx.TransportError:
                 if not first:
                     raise

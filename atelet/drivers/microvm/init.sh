@@ -21,7 +21,15 @@ for word in $(cat /proc/cmdline); do
   case "$word" in
     ate.ip=*) address="${word#ate.ip=}" ;;
     ate.gw=*) gateway="${word#ate.gw=}" ;;
+    ate.mount=*) mounts="$mounts ${word#ate.mount=}" ;;
   esac
+done
+# The durable dirs (atelet.drivers.microvm.disk): ate.mount=<disk>:<path>, e.g. vda:/data,
+# mounted sync: every write is on the disk image when it returns, so the node can read the dir
+# back after the VM is stopped at any moment.
+for pair in $mounts; do
+  mkdir -p "${pair#*:}"
+  mount -t ext4 -o sync "/dev/${pair%%:*}" "${pair#*:}" && echo "ate-init: /dev/${pair%%:*} on ${pair#*:}"
 done
 ip link set lo up
 if [ -n "$address" ]; then
@@ -33,4 +41,5 @@ fi
 echo "ate-init: running the workload"
 sh /.ate/command
 echo "ate-init: the workload exited with status $?"
+sync
 poweroff -f

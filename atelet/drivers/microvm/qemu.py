@@ -29,6 +29,7 @@ MACHINE = "q35"
 """The machine type asked for (an alias QEMU resolves to its versioned type, e.g. pc-q35-7.2)."""
 SERIAL = "serial:chardev-file"
 NIC = "virtio-net-pci"
+DISK = "virtio-blk-pci"
 STATE_FILE = "state"
 """The device-state file of a checkpoint (next to ``RAM_FILE`` and ``META_FILE``)."""
 RAM_FILE = "ram"
@@ -54,6 +55,8 @@ class VmConfig:
         netns: The worker's network namespace QEMU runs in (None: no network card).
         tap: The tap device of the card, in ``netns`` (atelet.drivers.microvm.network).
         mac: The card's MAC address.
+        disks: Disk images, one virtio-blk card each (``vda``, ``vdb``... in the guest), in order:
+            the durable dirs (atelet.drivers.microvm.disk).
     """
 
     kernel: Path
@@ -66,11 +69,12 @@ class VmConfig:
     netns: str | None = None
     tap: str = ""
     mac: str = ""
+    disks: tuple[Path, ...] = ()
 
     @property
     def devices(self) -> tuple[str, ...]:
         """The device set (recorded in ``VmState``; a restore needs the same)."""
-        return (SERIAL, NIC) if self.netns else (SERIAL,)
+        return (SERIAL, *((NIC,) if self.netns else ()), *(DISK for _ in self.disks))
 
 
 @dataclass(frozen=True)
@@ -107,6 +111,9 @@ def _argv(config: VmConfig, ram: Path, qmp: Path, machine: str, incoming: bool) 
         argv = ["ip", "netns", "exec", config.netns, *argv]
         argv += ["-netdev", f"tap,id=net0,ifname={config.tap},script=no,downscript=no",
                  "-device", f"virtio-net-pci,netdev=net0,mac={config.mac}"]  # fmt: skip
+    for index, disk in enumerate(config.disks):
+        argv += ["-drive", f"file={disk},format=raw,if=none,id=disk{index},cache=writeback",
+                 "-device", f"virtio-blk-pci,drive=disk{index}"]  # fmt: skip
     if incoming:
         argv += ["-incoming", "defer"]
     return argv
@@ -148,7 +155,7 @@ class Vm:
     @classmethod
     async def restore(cls, config: VmConfig, workdir: Path, snapshot: Path) -> Vm:
         """Start a VM from checkpoint ``snapshot`` (a dir written by ``checkpoint``) and
-        continue its guest where it was.
+        continue its guest where it was; its disks are put at ``config.disks`` as they were.
 
         Raises:
             VmError: the snapshot was taken by another QEMU, machine or shape (named), or QEMU
@@ -161,6 +168,8 @@ class Vm:
                           f"{_shape(wanted)}")  # fmt: skip
         workdir.mkdir(parents=True, exist_ok=True)
         copy_ram(snapshot / RAM_FILE, workdir / RAM_FILE)
+        for index, disk in enumerate(config.disks):  # as they were at the checkpoint
+            copy_ram(snapshot / f"disk{index}", disk)
         vm = await cls._start(config, workdir, state.machine, incoming=True)
         try:
             await vm.qmp.execute("migrate-set-capabilities", _IGNORE_SHARED)
@@ -207,8 +216,8 @@ class Vm:
         return next((m["name"] for m in machines if m.get("alias") == MACHINE), MACHINE)
 
     async def checkpoint(self, snapshot: Path) -> VmState:
-        """Save the VM into ``snapshot`` (created): device state, RAM file, ``vm.json``; the VM
-        stops and its QEMU exits.
+        """Save the VM into ``snapshot`` (created): device state, RAM file, a copy of each disk
+        (``disk0``...), ``vm.json``; the VM stops and its QEMU exits.
 
         Raises:
             VmError: QEMU's migration failed (its reason included); the VM is stopped anyway.
@@ -231,6 +240,8 @@ class Vm:
         finally:
             await self.stop()
         shutil.move(str(self.ram), snapshot / RAM_FILE)
+        for index, disk in enumerate(self.config.disks):  # the guest's memory holds these very filesystems
+            copy_ram(disk, snapshot / f"disk{index}")
         (snapshot / META_FILE).write_text(json.dumps(asdict(state)))
         return state
 
@@ -298,7 +309,7 @@ def read_state(snapshot: Path) -> VmState:
 
 
 def copy_ram(source: Path, target: Path) -> None:
-    """Copy a RAM file for a restore: a reflink (copy-on-write, no data copied) where the
+    """Copy a RAM file (or a disk image) for a restore: a reflink (copy-on-write, no data copied) where the
     filesystem has them, else a full copy (``cp --reflink=auto``)."""
     done = subprocess.run(["cp", "--reflink=auto", "--sparse=always", str(source), str(target)],
                           capture_output=True, text=True, check=False)  # fmt: skip
