@@ -144,13 +144,14 @@ async def pause_rolled_back(ate: Ate) -> Handle:
 
 async def revert_terminated(ate: Ate) -> Handle:
     ate.fakes.script("begin_revert", RevertPlan(from_state="RUNNING", worker=worker(1), node_alive=True))
-    ate.fakes.script("atelet_terminate", True).script("finish_revert", None)
+    ate.fakes.script("atelet_terminate", True).script("drain_routers", DRAINED).script("finish_revert", None)
     return await settled(await ate.start(RevertActorWorkflow.run, RevertActorInput(actor=C1), id=C1.workflow_id))
 
 
 async def revert_fenced(ate: Ate) -> Handle:
     ate.fakes.script("begin_revert", RevertPlan(from_state="RESUMING", worker=worker(1), node_alive=True))
-    ate.fakes.script("atelet_terminate", UNAVAILABLE).script("fence_worker", None).script("finish_revert", None)
+    ate.fakes.script("atelet_terminate", UNAVAILABLE).script("fence_worker", None)
+    ate.fakes.script("drain_routers", DRAINED).script("finish_revert", None)
     return await settled(await ate.start(RevertActorWorkflow.run, RevertActorInput(actor=C1), id=C1.workflow_id))
 
 
