@@ -11,6 +11,13 @@ if [ -e "$cache/vmlinuz" ] && [ -d "$cache/lib/modules" ]; then
   echo "$cache"
   exit 0
 fi
+mkdir -p "$(dirname "$cache")"
+exec 9>"$cache.lock"
+flock 9  # one unpacking at a time; the others find it done
+if [ -e "$cache/vmlinuz" ] && [ -d "$cache/lib/modules" ]; then
+  echo "$cache"
+  exit 0
+fi
 package="$(apt-cache depends linux-image-cloud-amd64 2>/dev/null | sed -n 's/^ *Depends: \(linux-image-[0-9].*-cloud-amd64\)$/\1/p' | head -1)"
 if [ -z "$package" ]; then
   apt-get update -qq >/dev/null 2>&1 || true
@@ -21,17 +28,18 @@ if [ -z "$package" ]; then
   exit 1
 fi
 work="$(mktemp -d)"
-chmod 755 "$work"  # apt-get download writes as its own user
+chmod 755 "$work"  # apt-get download reads the dir as its own user (it still writes as root)
 trap 'rm -rf "$work"' EXIT
 (cd "$work" && apt-get download -qq "$package" >/dev/null)
 mkdir -p "$work/root"
 dpkg-deb -x "$work"/*.deb "$work/root"
 kernel="$(ls "$work"/root/boot/vmlinuz-* | head -1)"
-rm -rf "$cache.tmp"
-mkdir -p "$cache.tmp/lib"
-cp "$kernel" "$cache.tmp/vmlinuz"
-cp -a "$work/root/lib/modules" "$cache.tmp/lib/modules"
-echo "$package" > "$cache.tmp/package"
+staged="$(mktemp -d "$cache.XXXX")"
+mkdir -p "$staged/lib"
+cp "$kernel" "$staged/vmlinuz"
+cp -a "$work/root/lib/modules" "$staged/lib/modules"
+echo "$package" > "$staged/package"
+chmod 755 "$staged"
 rm -rf "$cache"
-mv "$cache.tmp" "$cache"
+mv "$staged" "$cache"
 echo "$cache"

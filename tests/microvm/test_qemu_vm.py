@@ -273,6 +273,10 @@ async def test_a_durable_dir_rides_along_on_a_disk_and_comes_back_as_a_dir(
         await vm.stop()
         raise
     await vm.checkpoint(tmp_path / "snap")
+    other = tmp_path / "other"
+    other.mkdir()
+    (other / "count.txt").write_text("1000\n")
+    build_disk(other, disk, 16)  # the image changed after the checkpoint: the restore must not use it
     restored = await Vm.restore(cfg, tmp_path / "vm2", tmp_path / "snap")
     try:
         seen.append(await counter(url))
@@ -299,3 +303,18 @@ async def counter(url: str, first: bool = False) -> tuple[int, int]:
                 if not first:
                     raise
             await asyncio.sleep(0.1)
+
+
+async def test_a_durable_dir_that_does_not_mount_stops_the_vm_with_a_reason(tmp_path: Path, kernel: Path) -> None:
+    # No disk behind ate.mount: the workload must not run on a RAM /data that nobody keeps.
+    initramfs = build_initramfs(GuestImage(COUNTER, modules=with_dependencies(modules_dir(kernel), DISK_MODULES)),
+                                tmp_path / "initramfs.cpio")  # fmt: skip
+    cfg = VmConfig(kernel, initramfs, 128, 1, "tcg", tmp_path / "console.log", "ate.mount=vda:/data")
+    vm = await Vm.boot(cfg, tmp_path / "vm")
+    try:
+        await asyncio.wait_for(vm.process.wait(), HANG_GUARD_SECONDS)  # it powered itself off
+    finally:
+        await vm.stop()
+    console = cfg.console.read_text(errors="replace")
+    assert "ate-init: durable dir /dev/vda did not mount on /data; stopping the VM" in console
+    assert "running the workload" not in console

@@ -23,8 +23,8 @@ class DiskError(Exception):
     """A durable dir could not be made into a disk image, or back; the message says why."""
 
 
-def _run(argv: list[str]) -> subprocess.CompletedProcess[str]:
-    done = subprocess.run(argv, capture_output=True, text=True, check=False)
+def _run(argv: list[str], cwd: Path | None = None) -> subprocess.CompletedProcess[str]:
+    done = subprocess.run(argv, capture_output=True, text=True, check=False, cwd=cwd)
     if done.returncode != 0:
         raise DiskError(f"{argv[0]} failed ({done.returncode}): {(done.stderr or done.stdout).strip()}")
     return done
@@ -56,7 +56,7 @@ def extract_disk(image: Path, target: Path) -> Path:
         raise DiskError(f"e2fsck found {image} damaged ({done.returncode}): {(done.stderr or done.stdout).strip()}")
     fresh = Path(tempfile.mkdtemp(dir=target.parent, prefix=f".{target.name}-new-"))
     try:
-        _run(["debugfs", "-R", f"rdump / {fresh}", str(image)])
+        _run(["debugfs", "-R", "rdump / .", str(image.resolve())], cwd=fresh)  # no path in debugfs's words
         shutil.rmtree(fresh / "lost+found", ignore_errors=True)
         old = target.parent / f".{target.name}-old"
         shutil.rmtree(old, ignore_errors=True)

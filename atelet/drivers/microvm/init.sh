@@ -8,12 +8,15 @@
 /.ate/busybox mkdir -p /proc /sys /dev /tmp /.ate/bin
 /.ate/busybox --install -s /.ate/bin
 export PATH=/.ate/bin
+# A step that fails ends the VM (the node sees it exit, with this line in the actor's log)
+# rather than letting the workload run without its network or durable dir.
+fail() { echo "ate-init: $*; stopping the VM"; sync; poweroff -f; }
 mount -t proc proc /proc
 mount -t sysfs sysfs /sys
 mount -t devtmpfs devtmpfs /dev
 if [ -f /.ate/modules.list ]; then
   while read -r module; do
-    [ -n "$module" ] && insmod "$module"
+    [ -z "$module" ] || insmod "$module" || fail "kernel module $module did not load"
   done < /.ate/modules.list
 fi
 # The worker's address (atelet.drivers.microvm.network): ate.ip=<ip>/<len> ate.gw=<ip>.
@@ -29,13 +32,13 @@ done
 # back after the VM is stopped at any moment.
 for pair in $mounts; do
   mkdir -p "${pair#*:}"
-  mount -t ext4 -o sync "/dev/${pair%%:*}" "${pair#*:}" && echo "ate-init: /dev/${pair%%:*} on ${pair#*:}"
+  mount -t ext4 -o sync "/dev/${pair%%:*}" "${pair#*:}" || fail "durable dir /dev/${pair%%:*} did not mount on ${pair#*:}"
+  echo "ate-init: /dev/${pair%%:*} on ${pair#*:}"
 done
 ip link set lo up
 if [ -n "$address" ]; then
-  ip addr add "$address" dev eth0
-  ip link set eth0 up
-  [ -n "$gateway" ] && ip route add default via "$gateway"
+  ip addr add "$address" dev eth0 && ip link set eth0 up || fail "eth0 did not take $address"
+  [ -z "$gateway" ] || ip route add default via "$gateway" || fail "no default route via $gateway"
   echo "ate-init: eth0 $address via $gateway"
 fi
 echo "ate-init: running the workload"

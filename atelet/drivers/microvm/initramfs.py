@@ -41,18 +41,57 @@ class GuestImage:
     rootfs: Path | None = None
 
 
-def command_for(args: list[str], env: list[str], cwd: str = "/") -> str:
+def command_for(args: list[str], env: list[str], cwd: str = "/", rootfs: Path | None = None) -> str:
     """The ``sh`` script that runs a container's process: in ``cwd``, with exactly ``env``
-    (``NAME=value`` items, as in an OCI config) and ``args``.
+    (``NAME=value`` items, as in an OCI config) and ``args``. A command named without a path
+    is looked up now in ``rootfs`` along the env's ``PATH``, so the guest runs the image's
+    program and never a busybox applet of the same name.
 
     Raises:
-        ValueError: ``args`` is empty.
+        ValueError: ``args`` is empty, or its command is not in the image.
     """
     if not args:
         raise ValueError("the container has no command (process.args is empty)")
-    words = " ".join(shlex.quote(a) for a in args)
+    program = args[0]
+    if "/" not in program and rootfs is not None:
+        path = next((e.split("=", 1)[1] for e in env if e.startswith("PATH=")), "/usr/local/bin:/usr/bin:/bin")
+        found = [f"{d.rstrip('/')}/{program}" for d in path.split(":") if d and _is_file(rootfs, f"{d}/{program}")]
+        if not found:
+            raise ValueError(f"command {program!r} is not in the image along PATH={path}")
+        program = found[0]
+    words = " ".join(shlex.quote(a) for a in [program, *args[1:]])
     assignments = " ".join(shlex.quote(e) for e in env)
     return f"cd {shlex.quote(cwd or '/')} && exec /.ate/bin/env -i {assignments} {words}\n"
+
+
+def _is_file(rootfs: Path, inside: str) -> bool:
+    """Whether ``inside`` (an absolute path in the image) is a file, its symlinks and ``..``
+    resolved within the image (never above its root, never onto the host's files)."""
+    parts = [part for part in inside.split("/") if part]
+    current, hops = rootfs, 0
+    while parts:
+        part = parts.pop(0)
+        if part == ".":
+            continue
+        if part == "..":
+            current = current.parent if current != rootfs else rootfs
+            continue
+        candidate = current / part
+        if candidate.is_symlink():
+            hops += 1
+            if hops > 40:
+                return False
+            target = os.readlink(candidate)
+            if target.startswith("/"):
+                current = rootfs
+            parts = [piece for piece in target.split("/") if piece] + parts
+            continue
+        current = candidate
+    return current.is_file()
+
+
+MAX_FILE_BYTES = 2**32 - 1
+"""The largest file a newc cpio entry can hold (an 8-hex-digit size)."""
 
 
 class _Writer:
@@ -61,7 +100,9 @@ class _Writer:
         self.inode = 1
 
     def entry(self, name: str, mode: int, data: bytes = b"", rdev: tuple[int, int] = (0, 0)) -> None:
-        encoded = name.encode() + b"\0"
+        encoded = os.fsencode(name) + b"\0"
+        if len(data) > MAX_FILE_BYTES:
+            raise ValueError(f"{name} is {len(data)} bytes; a guest initramfs entry holds at most {MAX_FILE_BYTES}")
         fields = [self.inode, mode, 0, 0, 2 if mode & _DIR else 1, 0, len(data), 0, 0, rdev[0], rdev[1], len(encoded), 0]
         self.inode += 1
         self.out += b"070701" + b"".join(f"{value:08x}".encode() for value in fields) + encoded
@@ -122,7 +163,7 @@ def _add_tree(writer: _Writer, root: Path) -> None:
             relative = str(path.relative_to(root))
             info = path.lstat()
             if stat.S_ISLNK(info.st_mode):
-                writer.entry(relative, 0o120777, os.readlink(path).encode())
+                writer.entry(relative, 0o120777, os.fsencode(os.readlink(path)))
             elif stat.S_ISDIR(info.st_mode):
                 writer.entry(relative, _DIR | stat.S_IMODE(info.st_mode))
             elif stat.S_ISREG(info.st_mode):
@@ -138,16 +179,22 @@ def build_initramfs(image: GuestImage, path: Path) -> Path:
 
     Raises:
         FileNotFoundError: the busybox or a module file is missing.
-        ValueError: the busybox is not statically linked (the guest has no libc).
+        ValueError: the busybox is not statically linked (the guest has no libc), the image has
+            its own ``/init`` or ``/.ate``, or a file of 4 GiB or more.
     """
     busybox = image.busybox.read_bytes()
     if b"ld-linux" in busybox[:4096] or b"/lib64/ld-" in busybox:
         raise ValueError(f"busybox {image.busybox} is dynamically linked; the guest needs a static one (busybox-static)")
     writer = _Writer()
     if image.rootfs is not None:
+        for reserved in ("init", ".ate"):
+            if os.path.lexists(image.rootfs / reserved):
+                raise ValueError(f"the image has /{reserved}, which the guest's init needs for its own")
         _add_tree(writer, image.rootfs)
-    for directory in ("dev", "proc", "sys", "tmp", ".ate", ".ate/bin", ".ate/modules"):
-        writer.entry(directory, _DIR | 0o755)
+    for directory, mode in (("dev", 0o755), ("proc", 0o555), ("sys", 0o555), ("tmp", 0o1777), (".ate", 0o755),
+                            (".ate/bin", 0o755), (".ate/modules", 0o755)):  # fmt: skip
+        if image.rootfs is None or not os.path.lexists(image.rootfs / directory):
+            writer.entry(directory, _DIR | mode)
     writer.entry("dev/console", _CHAR | 0o600, rdev=(5, 1))  # init's stdio before devtmpfs
     writer.entry(".ate/busybox", _FILE | 0o755, busybox)
     writer.entry("init", _FILE | 0o755, INIT.read_bytes())

@@ -47,7 +47,8 @@ async def bridge_tap(net: WorkerNet) -> str:
     # add fails when it exists: run them one by one, tolerating "File exists"
     for line in script.strip().splitlines():
         result = await proc.run(["ip", "-n", net.netns, *line.split()], timeout=20)
-        if not result.ok and "exists" not in (result.stderr or "").lower():
+        said = (result.stderr or "").lower()
+        if not result.ok and "exists" not in said and "busy" not in said:  # already there (held by a VM)
             raise internal(f"microvm network of {net.netns}: ip {line}: {result.describe()}")
     rest = (
         f"link set {net.peer_if} master {BRIDGE}\nlink set {TAP} master {BRIDGE}\n"

@@ -16,13 +16,14 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+import os
 import shutil
 import subprocess
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from qemu.qmp import QMPClient
+from qemu.qmp import QMPClient, QMPError
 
 QEMU = "qemu-system-x86_64"
 MACHINE = "q35"
@@ -34,6 +35,8 @@ STATE_FILE = "state"
 """The device-state file of a checkpoint (next to ``RAM_FILE`` and ``META_FILE``)."""
 RAM_FILE = "ram"
 META_FILE = "vm.json"
+MIGRATE_POLLS = 30000
+"""How many times (every 2 ms: a minute) a checkpoint asks QEMU whether its migration completed."""
 
 
 class VmError(Exception):
@@ -82,8 +85,9 @@ class VmState:
     """What a checkpoint was taken with; a restore needs the same.
 
     Attributes:
-        qemu_version: e.g. ``7.2.22``.
+        qemu_version: e.g. ``7.2.22 (Debian 1:7.2+dfsg-7+deb12u18+b3)``.
         machine: The resolved machine type, e.g. ``pc-q35-7.2``.
+        accelerator: ``kvm`` or ``tcg`` (a state moves between equal ones only).
         devices: The device set (``VmConfig.devices``).
         memory_mib: Guest RAM, MiB.
         vcpus: Virtual CPUs.
@@ -91,12 +95,16 @@ class VmState:
 
     qemu_version: str
     machine: str
+    accelerator: str
     devices: tuple[str, ...]
     memory_mib: int
     vcpus: int
 
 
 def _argv(config: VmConfig, ram: Path, qmp: Path, machine: str, incoming: bool) -> list[str]:
+    for path in (ram, qmp, config.console, config.kernel, config.initramfs, *config.disks):
+        if "," in str(path):
+            raise VmError(f"path {path} has a comma, which QEMU's options cannot take")
     argv = [
         QEMU, "-nodefaults", "-no-user-config", "-display", "none", "-no-reboot",
         "-machine", f"{machine},memory-backend=mem", "-accel", config.accelerator,
@@ -162,7 +170,8 @@ class Vm:
                 refused its state (e.g. a corrupted file; QEMU's reason included).
         """
         state = read_state(snapshot)
-        wanted = VmState(await qemu_version(), state.machine, config.devices, config.memory_mib, config.vcpus)
+        wanted = VmState(await qemu_version(), state.machine, config.accelerator, config.devices, config.memory_mib,
+                         config.vcpus)  # fmt: skip
         if wanted != state:
             raise VmError(f"snapshot {snapshot} was taken with {_shape(state)}; this node would restore it with "
                           f"{_shape(wanted)}")  # fmt: skip
@@ -172,10 +181,16 @@ class Vm:
             copy_ram(snapshot / f"disk{index}", disk)
         vm = await cls._start(config, workdir, state.machine, incoming=True)
         try:
+            running = await vm._running_version()
+            if running != state.qemu_version:  # the binary changed since the check above
+                raise VmError(f"snapshot {snapshot} was taken with QEMU {state.qemu_version}; this QEMU is {running}")
             await vm.qmp.execute("migrate-set-capabilities", _IGNORE_SHARED)
             await vm.qmp.execute("migrate-incoming", {"uri": f"exec:cat {_quote(snapshot / STATE_FILE)}"})
             await vm._wait_status({"paused"}, "load the device state")
             await vm.qmp.execute("cont")
+        except QMPError as error:
+            await vm.stop()
+            raise VmError(f"QEMU refused the restore of {snapshot}: {error}; {vm.log_tail()}") from error
         except BaseException:
             await vm.stop()
             raise
@@ -196,19 +211,22 @@ class Vm:
         finally:
             log.close()
         vm = cls(config, workdir, process, machine)
-        for _ in range(500):
-            if process.returncode is not None:
-                raise VmError(f"QEMU exited with {process.returncode} at start: {vm.log_tail()}")
-            if qmp.exists():
-                with contextlib.suppress(OSError, Exception):
-                    await vm.qmp.connect(str(qmp))
-                    break
-            await asyncio.sleep(0.01)
-        else:
+        try:
+            for _ in range(500):
+                if process.returncode is not None:
+                    raise VmError(f"QEMU exited with {process.returncode} at start: {vm.log_tail()}")
+                if qmp.exists():
+                    with contextlib.suppress(OSError, QMPError, TimeoutError):
+                        await asyncio.wait_for(vm.qmp.connect(str(qmp)), 2)
+                        break
+                await asyncio.sleep(0.01)
+            else:
+                raise VmError(f"QEMU's monitor did not answer within 5 s: {vm.log_tail()}")
+            if machine == MACHINE:
+                vm.machine = await vm._resolved_machine()
+        except BaseException:
             await vm.stop()
-            raise VmError(f"QEMU's monitor did not answer within 5 s: {vm.log_tail()}")
-        if machine == MACHINE:
-            vm.machine = await vm._resolved_machine()
+            raise
         return vm
 
     async def _resolved_machine(self) -> str:
@@ -223,27 +241,48 @@ class Vm:
             VmError: QEMU's migration failed (its reason included); the VM is stopped anyway.
         """
         snapshot.mkdir(parents=True, exist_ok=True)
+        state_fd = os.open(snapshot / STATE_FILE, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
         try:
-            await self.qmp.execute("migrate-set-capabilities", _IGNORE_SHARED)
-            await self.qmp.execute("stop")
-            await self.qmp.execute("migrate", {"uri": f"exec:cat > {_quote(snapshot / STATE_FILE)}"})
-            while True:
-                info: Any = await self.qmp.execute("query-migrate")
-                if info.get("status") == "completed":
-                    break
-                if info.get("status") in ("failed", "cancelled"):
-                    raise VmError(f"QEMU's checkpoint failed: {info.get('error-desc', info.get('status'))}")
-                await asyncio.sleep(0.002)
-            state = VmState(
-                await qemu_version(), self.machine, self.config.devices, self.config.memory_mib, self.config.vcpus
-            )
+            try:
+                await self.qmp.execute("migrate-set-capabilities", _IGNORE_SHARED)
+                await self.qmp.execute("stop")
+                # QEMU writes the device state into our own file descriptor: once it says
+                # completed, every byte is in the file (an exec: pipe could still be draining).
+                self.qmp.send_fd_scm(state_fd)
+                await self.qmp.execute("getfd", {"fdname": "ate-state"})
+                await self.qmp.execute("migrate", {"uri": "fd:ate-state"})
+                for _ in range(MIGRATE_POLLS):
+                    info: Any = await self.qmp.execute("query-migrate")
+                    if info.get("status") == "completed":
+                        break
+                    if info.get("status") in ("failed", "cancelled"):
+                        raise VmError(f"QEMU's checkpoint failed: {info.get('error-desc', info.get('status'))}")
+                    await asyncio.sleep(0.002)
+                else:
+                    raise VmError(f"QEMU's checkpoint did not complete within {MIGRATE_POLLS * 0.002:g} s")
+                state = VmState(await self._running_version(), self.machine, self.config.accelerator,
+                                self.config.devices, self.config.memory_mib, self.config.vcpus)  # fmt: skip
+            except QMPError as error:
+                raise VmError(f"QEMU refused the checkpoint: {error}") from error
+            finally:
+                await self.stop()
+            os.fsync(state_fd)
         finally:
-            await self.stop()
+            os.close(state_fd)
         shutil.move(str(self.ram), snapshot / RAM_FILE)
         for index, disk in enumerate(self.config.disks):  # the guest's memory holds these very filesystems
             copy_ram(disk, snapshot / f"disk{index}")
-        (snapshot / META_FILE).write_text(json.dumps(asdict(state)))
+        meta = snapshot / f".{META_FILE}.tmp"
+        meta.write_text(json.dumps(asdict(state)))
+        meta.rename(snapshot / META_FILE)  # last: a snapshot with vm.json is complete
         return state
+
+    async def _running_version(self) -> str:
+        """The running QEMU's version, as ``qemu_version`` gives it."""
+        found: Any = await self.qmp.execute("query-version")
+        number = "{major}.{minor}.{micro}".format(**found["qemu"])
+        package = str(found.get("package", "")).strip().strip("()")
+        return f"{number} ({package})" if package else number
 
     async def _wait_status(self, wanted: set[str], what: str) -> None:
         for _ in range(3000):
@@ -290,8 +329,8 @@ def _quote(path: Path) -> str:
 
 
 def _shape(state: VmState) -> str:
-    return (f"QEMU {state.qemu_version}, machine {state.machine}, devices {','.join(state.devices)}, "
-            f"{state.memory_mib} MiB, {state.vcpus} vCPU")  # fmt: skip
+    return (f"QEMU {state.qemu_version}, machine {state.machine}, accelerator {state.accelerator}, devices "
+            f"{','.join(state.devices)}, {state.memory_mib} MiB, {state.vcpus} vCPU")  # fmt: skip
 
 
 def read_state(snapshot: Path) -> VmState:
@@ -302,8 +341,8 @@ def read_state(snapshot: Path) -> VmState:
     """
     try:
         data = json.loads((snapshot / META_FILE).read_text())
-        return VmState(data["qemu_version"], data["machine"], tuple(data["devices"]), int(data["memory_mib"]),
-                       int(data["vcpus"]))  # fmt: skip
+        return VmState(data["qemu_version"], data["machine"], data["accelerator"], tuple(data["devices"]),
+                       int(data["memory_mib"]), int(data["vcpus"]))  # fmt: skip
     except (OSError, ValueError, KeyError, TypeError) as error:
         raise VmError(f"snapshot {snapshot} has no readable {META_FILE}: {error}") from None
 
@@ -317,15 +356,13 @@ def copy_ram(source: Path, target: Path) -> None:
         raise VmError(f"could not copy the RAM file {source}: {done.stderr.strip()}")
 
 
-_VERSION: str | None = None
-
-
 async def qemu_version() -> str:
-    """The installed QEMU's version (e.g. ``7.2.22``), from ``qemu-system-x86_64 --version``."""
-    global _VERSION
-    if _VERSION is None:
-        process = await asyncio.create_subprocess_exec(QEMU, "--version", stdout=subprocess.PIPE)
-        out, _ = await process.communicate()
-        words = out.decode().split()
-        _VERSION = words[3] if len(words) > 3 and words[:3] == ["QEMU", "emulator", "version"] else "unknown"
-    return _VERSION
+    """The installed QEMU's version with its package, e.g. ``7.2.22 (Debian 1:7.2+dfsg-7+deb12u18+b3)``
+    (from ``qemu-system-x86_64 --version``; the running QEMU says the same through QMP)."""
+    process = await asyncio.create_subprocess_exec(QEMU, "--version", stdout=subprocess.PIPE)
+    out, _ = await process.communicate()
+    first = out.decode(errors="replace").splitlines()[0] if out else ""
+    prefix = "QEMU emulator version "
+    if not first.startswith(prefix):
+        raise VmError(f"cannot tell the version of {QEMU}: it printed {first!r}")
+    return first[len(prefix):].strip()
