@@ -203,46 +203,41 @@ async def test_the_counter_image_keeps_its_memory_across_a_checkpoint(
     # The example actor's own OCI image as the guest's root filesystem, its command and env as
     # the template gives them: two requests, a checkpoint, a restore, and the third request
     # sees memory_count 3 (FULL keeps memory), on the same worker address.
-    image = await ImageStore([ROOT], tmp_path / "images").unpack("oci:examples/counter/oci:latest")
-    env = [*image.config["process"].get("env", []), "DATA_DIR=/data", "PORT=8080"]
-    command = "mkdir -p /data\n" + command_for(["/counter"], env, "/")
-    modules = with_dependencies(modules_dir(kernel), NETWORK_MODULES)
-    initramfs = build_initramfs(GuestImage(command, modules=modules, rootfs=image.rootfs), tmp_path / "initramfs.cpio")
-    tap = await bridge_tap(worker_net)
-    cfg = VmConfig(kernel, initramfs, 256, 1, "tcg", tmp_path / "console.log", guest_cmdline(worker_net),
-                   netns=worker_net.netns, tap=tap, mac=mac_for(worker_net))  # fmt: skip
-    url = f"http://{worker_net.worker_ip}:8080/"
+    cfg, url = await counter_vm(tmp_path, kernel, worker_net)
     vm = await Vm.boot(cfg, tmp_path / "vm1")
     try:
-        counts = [await memory_count(url, first=True), await memory_count(url)]
+        counts = [(await counter(url, first=True))[0], (await counter(url))[0]]
     except BaseException:
         await vm.stop()
         raise
     await vm.checkpoint(tmp_path / "snap")
     restored = await Vm.restore(cfg, tmp_path / "vm2", tmp_path / "snap")
     try:
-        counts.append(await memory_count(url))
+        counts.append((await counter(url))[0])
     finally:
         await restored.stop()
     assert counts == [1, 2, 3]
 
 
+async def counter_vm(tmp_path: Path, kernel: Path, net: WorkerNet, disk: Path | None = None) -> tuple[VmConfig, str]:
+    """The VM of the example counter image on worker network ``net`` (its command and env as
+    the template gives them; /data on ``disk``, else in the guest's RAM), and the counter's URL."""
+    image = await ImageStore([ROOT], tmp_path / "images").unpack("oci:examples/counter/oci:latest")
+    env = [*image.config["process"].get("env", []), "DATA_DIR=/data", "PORT=8080"]
+    command = command_for(["/counter"], env, "/", image.rootfs)
+    names = (*NETWORK_MODULES, *DISK_MODULES) if disk else NETWORK_MODULES
+    guest = GuestImage(command if disk else "mkdir -p /data\n" + command, modules=with_dependencies(modules_dir(kernel), names),
+                       rootfs=image.rootfs)  # fmt: skip
+    initramfs = build_initramfs(guest, tmp_path / "initramfs.cpio")
+    cmdline = guest_cmdline(net) + (" ate.mount=vda:/data" if disk else "")
+    cfg = VmConfig(kernel, initramfs, 256, 1, "tcg", tmp_path / "console.log", cmdline, netns=net.netns,
+                   tap=await bridge_tap(net), mac=mac_for(net), disks=(disk,) if disk else ())  # fmt: skip
+    return cfg, f"http://{net.worker_ip}:8080/"
+
+
 def modules_dir(kernel: Path) -> Path:
     """``lib/modules/<version>`` next to the unpacked guest kernel."""
     return next((kernel.parent / "lib/modules").iterdir())
-
-
-async def memory_count(url: str, first: bool = False) -> int:
-    """GET ``url`` of the counter (waiting for it to listen when ``first``); its memory_count."""
-    async with asyncio.timeout(HANG_GUARD_SECONDS), httpx.AsyncClient(timeout=10, trust_env=False) as client:
-        while True:
-            try:
-                resp = await client.get(url)
-                return int(resp.json()["memory_count"])
-            except httpx.TransportError:
-                if not first:
-                    raise
-            await asyncio.sleep(0.1)
 
 
 async def test_a_durable_dir_rides_along_on_a_disk_and_comes_back_as_a_dir(
@@ -255,17 +250,8 @@ async def test_a_durable_dir_rides_along_on_a_disk_and_comes_back_as_a_dir(
     durable = tmp_path / "durable"
     durable.mkdir()
     (durable / "count.txt").write_text("41\n")
-    image = await ImageStore([ROOT], tmp_path / "images").unpack("oci:examples/counter/oci:latest")
-    env = [*image.config["process"].get("env", []), "DATA_DIR=/data", "PORT=8080"]
-    modules = with_dependencies(modules_dir(kernel), (*NETWORK_MODULES, *DISK_MODULES))
-    guest = GuestImage(command_for(["/counter"], env, "/"), modules=modules, rootfs=image.rootfs)
-    initramfs = build_initramfs(guest, tmp_path / "initramfs.cpio")
-    tap = await bridge_tap(worker_net)
     disk = build_disk(durable, tmp_path / "data.img", 16)
-    cfg = VmConfig(kernel, initramfs, 256, 1, "tcg", tmp_path / "console.log",
-                   f"{guest_cmdline(worker_net)} ate.mount=vda:/data", netns=worker_net.netns, tap=tap,
-                   mac=mac_for(worker_net), disks=(disk,))  # fmt: skip
-    url = f"http://{worker_net.worker_ip}:8080/"
+    cfg, url = await counter_vm(tmp_path, kernel, worker_net, disk)
     vm = await Vm.boot(cfg, tmp_path / "vm1")
     try:
         seen = [await counter(url, first=True), await counter(url)]
