@@ -186,7 +186,7 @@ async def test_the_guest_serves_on_the_worker_address_before_and_after_a_restore
         await vm.stop()
         raise
     state = await vm.checkpoint(tmp_path / "snap")
-    assert state.devices == ("serial:chardev-file", "virtio-net-pci")
+    assert state.devices == ("serial:chardev-file", "virtio-net-pci", "virtserialport:ate.agent")
     restored = await Vm.restore(cfg, tmp_path / "vm2", tmp_path / "snap")
     try:
         first = await http_count(worker_net.worker_ip)  # the count it had (or one more): not from 1
@@ -304,3 +304,32 @@ async def test_a_durable_dir_that_does_not_mount_stops_the_vm_with_a_reason(tmp_
     console = cfg.console.read_text(errors="replace")
     assert "ate-init: durable dir /dev/vda did not mount on /data; stopping the VM" in console
     assert "running the workload" not in console
+
+
+async def test_a_vm_restored_on_another_worker_takes_that_workers_address(
+    tmp_path: Path, kernel: Path, worker_net: WorkerNet
+) -> None:
+    # Checkpointed on worker 0, restored on worker 1 (another namespace, another /30): told its
+    # new address through ate's channel, the counter answers there with its memory.
+    cfg, url = await counter_vm(tmp_path, kernel, worker_net)
+    vm = await Vm.boot(cfg, tmp_path / "vm1")
+    try:
+        counts = [(await counter(url, first=True))[0]]
+    except BaseException:
+        await vm.stop()
+        raise
+    await vm.checkpoint(tmp_path / "snap")
+    other = netns.plan("microvm-test", "w1", 1, "10.201.7.0/24")
+    await netns.create(other)
+    try:
+        moved = replace(cfg, cmdline=guest_cmdline(other), netns=other.netns, tap=await bridge_tap(other),
+                        mac=mac_for(other))  # fmt: skip
+        restored = await Vm.restore(moved, tmp_path / "vm2", tmp_path / "snap")
+        try:
+            await restored.readdress(f"{other.worker_ip}/{other.prefixlen}", other.host_ip)
+            counts.append((await counter(f"http://{other.worker_ip}:8080/"))[0])
+        finally:
+            await restored.stop()
+    finally:
+        await netns.destroy(other)
+    assert counts == [1, 2]

@@ -41,6 +41,32 @@ if [ -n "$address" ]; then
   [ -z "$gateway" ] || ip route add default via "$gateway" || fail "no default route via $gateway"
   echo "ate-init: eth0 $address via $gateway"
 fi
+# The channel from the node (atelet.drivers.microvm.qemu, Vm.readdress): "addr <ip>/<len> <gw>"
+# gives eth0 a new address (a VM restored on another worker); answered "ok".
+if [ -n "$address" ]; then
+  tries=0  # the port appears once its module probed the device
+  while [ ! -e /sys/class/virtio-ports ] && [ "$tries" -lt 50 ]; do sleep 0.1; tries=$((tries + 1)); done
+fi
+for port in /sys/class/virtio-ports/*; do
+  if [ "$(cat "$port/name" 2>/dev/null)" = ate.agent ]; then
+    agent="/dev/${port##*/}"
+    echo "ate-init: channel ate.agent on $agent"
+    (
+      exec 3<>"$agent"
+      while true; do
+        # a read while no host end is connected returns at once with nothing: wait and read again
+        read -r verb value via <&3 || { sleep 0.2; continue; }
+        if [ "$verb" = addr ] && ip addr flush dev eth0 && ip addr add "$value" dev eth0 \
+            && ip route replace default via "$via"; then
+          echo "ate-init: eth0 now $value via $via"
+          echo ok >&3
+        else
+          echo "failed: $verb $value $via" >&3
+        fi
+      done
+    ) &
+  fi
+done
 echo "ate-init: running the workload"
 sh /.ate/command
 echo "ate-init: the workload exited with status $?"

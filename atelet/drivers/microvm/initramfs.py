@@ -115,8 +115,9 @@ class _Writer:
         return bytes(self.out)
 
 
-NETWORK_MODULES = ("virtio_pci", "virtio_net")
-"""The guest kernel modules the network needs (their dependencies are added by ``with_dependencies``)."""
+NETWORK_MODULES = ("virtio_pci", "virtio_net", "virtio_console")
+"""The guest kernel modules the network needs, with the channel that readdresses it (their
+dependencies are added by ``with_dependencies``)."""
 
 
 def _depends(module: Path) -> list[str]:

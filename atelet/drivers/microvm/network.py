@@ -5,7 +5,8 @@ own /30, the worker end inside). For a VM the worker end carries no address: it 
 (``atb0``) with a tap device (``atm0``) that QEMU's virtio-net card uses, and the guest's init
 puts the worker's address and default route on its ``eth0`` (kernel command line ``ate.ip``,
 ``ate.gw``). The host reaches the worker's IP exactly as for gVisor. The card's MAC address is
-derived from the worker's IP, so a restored VM keeps the one its device state holds.
+derived from the worker's IP at boot; a restored VM keeps the one its device state holds and,
+on another worker, is told that worker's address (``Vm.readdress``).
 """
 
 from __future__ import annotations

@@ -19,7 +19,7 @@ import json
 import os
 import shutil
 import subprocess
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -30,11 +30,15 @@ MACHINE = "q35"
 """The machine type asked for (an alias QEMU resolves to its versioned type, e.g. pc-q35-7.2)."""
 SERIAL = "serial:chardev-file"
 NIC = "virtio-net-pci"
+AGENT = "virtserialport:ate.agent"
+"""The channel to ate's init in the guest (``readdress``), with the network card."""
 DISK = "virtio-blk-pci"
 STATE_FILE = "state"
 """The device-state file of a checkpoint (next to ``RAM_FILE`` and ``META_FILE``)."""
 RAM_FILE = "ram"
 META_FILE = "vm.json"
+AGENT_SOCKET = "agent.sock"
+"""The host end of the channel to ate's init (in the VM's workdir)."""
 MIGRATE_POLLS = 30000
 """How many times (every 2 ms: a minute) a checkpoint asks QEMU whether its migration completed."""
 
@@ -77,7 +81,7 @@ class VmConfig:
     @property
     def devices(self) -> tuple[str, ...]:
         """The device set (recorded in ``VmState``; a restore needs the same)."""
-        return (SERIAL, *((NIC,) if self.netns else ()), *(DISK for _ in self.disks))
+        return (SERIAL, *((NIC, AGENT) if self.netns else ()), *(DISK for _ in self.disks))
 
 
 @dataclass(frozen=True)
@@ -91,6 +95,7 @@ class VmState:
         devices: The device set (``VmConfig.devices``).
         memory_mib: Guest RAM, MiB.
         vcpus: Virtual CPUs.
+        mac: The network card's MAC (kept by a restore; "" without a card).
     """
 
     qemu_version: str
@@ -99,6 +104,7 @@ class VmState:
     devices: tuple[str, ...]
     memory_mib: int
     vcpus: int
+    mac: str = ""
 
 
 def _argv(config: VmConfig, ram: Path, qmp: Path, machine: str, incoming: bool) -> list[str]:
@@ -118,7 +124,10 @@ def _argv(config: VmConfig, ram: Path, qmp: Path, machine: str, incoming: bool) 
     if config.netns:
         argv = ["ip", "netns", "exec", config.netns, *argv]
         argv += ["-netdev", f"tap,id=net0,ifname={config.tap},script=no,downscript=no",
-                 "-device", f"virtio-net-pci,netdev=net0,mac={config.mac}"]  # fmt: skip
+                 "-device", f"virtio-net-pci,netdev=net0,mac={config.mac}",
+                 "-device", "virtio-serial-pci,id=serial0",
+                 "-chardev", f"socket,id=agent,path={qmp.parent / AGENT_SOCKET},server=on,wait=off",
+                 "-device", "virtserialport,chardev=agent,name=ate.agent"]  # fmt: skip
     for index, disk in enumerate(config.disks):
         argv += ["-drive", f"file={disk},format=raw,if=none,id=disk{index},cache=writeback",
                  "-device", f"virtio-blk-pci,drive=disk{index}"]  # fmt: skip
@@ -171,7 +180,8 @@ class Vm:
         """
         state = read_state(snapshot)
         wanted = VmState(await qemu_version(), state.machine, config.accelerator, config.devices, config.memory_mib,
-                         config.vcpus)  # fmt: skip
+                         config.vcpus, state.mac)  # fmt: skip
+        config = replace(config, mac=state.mac)  # the card keeps its MAC (readdress gives the new IP)
         if wanted != state:
             raise VmError(f"snapshot {snapshot} was taken with {_shape(state)}; this node would restore it with "
                           f"{_shape(wanted)}")  # fmt: skip
@@ -261,7 +271,8 @@ class Vm:
                 else:
                     raise VmError(f"QEMU's checkpoint did not complete within {MIGRATE_POLLS * 0.002:g} s")
                 state = VmState(await self._running_version(), self.machine, self.config.accelerator,
-                                self.config.devices, self.config.memory_mib, self.config.vcpus)  # fmt: skip
+                                self.config.devices, self.config.memory_mib, self.config.vcpus,
+                                self.config.mac)  # fmt: skip
             except QMPError as error:
                 raise VmError(f"QEMU refused the checkpoint: {error}") from error
             finally:
@@ -294,6 +305,31 @@ class Vm:
                     return
             await asyncio.sleep(0.002)
         raise VmError(f"QEMU did not {what} within 6 s: {self.log_tail()}")
+
+    async def readdress(self, address: str, gateway: str, timeout: float = 30.0) -> None:
+        """Give the guest's eth0 a new address and default route (a VM restored on another
+        worker comes back with the one it had): ate's init applies it and answers ``ok``.
+
+        Args:
+            address: ``<ip>/<prefix length>``, e.g. ``10.89.0.6/30``.
+            gateway: The worker's host end, e.g. ``10.89.0.5``.
+
+        Raises:
+            VmError: the guest did not answer ``ok`` within ``timeout`` s (its answer named).
+        """
+        try:
+            async with asyncio.timeout(timeout):
+                reader, writer = await asyncio.open_unix_connection(self.workdir / AGENT_SOCKET)
+                try:
+                    writer.write(f"addr {address} {gateway}\n".encode())
+                    await writer.drain()
+                    answer = (await reader.readline()).decode(errors="replace").strip()
+                finally:
+                    writer.close()
+        except (OSError, TimeoutError) as error:
+            raise VmError(f"the guest did not take address {address}: {error or 'no answer'}") from error
+        if answer != "ok":
+            raise VmError(f"the guest did not take address {address}: it answered {answer!r}")
 
     async def stop(self) -> None:
         """End the VM: QMP ``quit``, then SIGKILL when QEMU does not exit within 5 s."""
@@ -342,7 +378,7 @@ def read_state(snapshot: Path) -> VmState:
     try:
         data = json.loads((snapshot / META_FILE).read_text())
         return VmState(data["qemu_version"], data["machine"], data["accelerator"], tuple(data["devices"]),
-                       int(data["memory_mib"]), int(data["vcpus"]))  # fmt: skip
+                       int(data["memory_mib"]), int(data["vcpus"]), str(data.get("mac", "")))  # fmt: skip
     except (OSError, ValueError, KeyError, TypeError) as error:
         raise VmError(f"snapshot {snapshot} has no readable {META_FILE}: {error}") from None
 
