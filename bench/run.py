@@ -51,6 +51,8 @@ def main(argv: list[str] | None = None) -> None:
     x = sub.add_parser("proxy", help="the router's data path vs nginx vs direct, wrk at 1/8/64 connections")
     x.add_argument("--seconds", type=float, default=8.0, help="length of each wrk run")
     x.add_argument("--rounds", type=int, default=2, help="interleaved rounds; the best of each is reported")
+    mv = sub.add_parser("microvm", help="microvm VM restore vs cold boot on QEMU (TCG here), checkpoint, RAM copy")
+    mv.add_argument("--cycles", type=int, default=5)
     for sp in (a, o, t, p, s, d, pl, x):
         sp.add_argument("--keep", action="store_true", help="keep the stack's data dir")
     args = parser.parse_args(argv)
@@ -97,6 +99,10 @@ def main(argv: list[str] | None = None) -> None:
             keep=args.keep,
             log=log,
         )
+    elif args.name == "microvm":
+        from bench import microvm
+
+        microvm.run(cycles=args.cycles, log=log)
     elif args.name == "proxy":
         from bench import proxy
 
