@@ -472,8 +472,9 @@ function M.failed()
 end
 
 --- body_filter_by_lua of the proxied answer: past the whole-request timeout (from the
---- request's arrival, parking included) the answer is cut off. nginx calls it at every piece
---- the worker sends; an answer silent after the deadline is cut off by the idle timeout.
+--- request's arrival, parking included), or once a drain cut its actor's requests, the answer
+--- is cut off. nginx calls it at every piece the worker sends; an answer silent after the
+--- deadline is cut off by the idle timeout (after a drain's cut, by ss -K when it may).
 function M.body_filter()
   if ngx.var.upstream_addr == nil then
     return  -- the router's own answer (a refusal, a 408), not the worker's
@@ -481,6 +482,12 @@ function M.body_filter()
   local now = ngx.now()
   if now - ngx.req.start_time() > cfg.request_seconds then
     ngx.var.ate_outcome = "timeout"
+    return ngx.ERROR
+  end
+  if ngx.var.ate_counted == "1" and (control:get("c:" .. ngx.var.ate_actor) or 0) > (tonumber(ngx.var.ate_seq) or 0) then
+    -- A drain cut the actor's requests: end this answer at its next piece, even when the
+    -- router cannot destroy nginx's connection to the worker (ss -K needs CAP_NET_ADMIN).
+    ngx.var.ate_outcome = "error"
     return ngx.ERROR
   end
   local ctx = ngx.ctx

@@ -10,9 +10,10 @@ The same steps as router.drain, carried out in nginx through its admin server:
    (router/nginx/ate_router.lua), so the requests that may still send to the old worker are
    exactly those counted when the drain began or that found no drain when they counted;
 3. the drain waits (polling every ``POLL_SECONDS``) for nginx's count of the actor to reach 0
-   within ``drain_timeout_seconds``; then the connections nginx's workers hold to the actor's
-   worker are destroyed (``ss -K``: a WebSocket or a response still streaming breaks off; it
-   needs CAP_NET_ADMIN), again until ``settle_seconds`` have passed;
+   within ``drain_timeout_seconds``; then its requests are marked cut (nginx's body filter ends
+   each answer at its next piece from the worker) and the connections nginx's workers hold to
+   the actor's worker are destroyed (``ss -K``, which needs CAP_NET_ADMIN; it also ends an
+   answer that stays silent), again until ``settle_seconds`` have passed;
 4. only then is the drain acknowledged (router.registration).
 
 The requests nginx relays to the control service's Python router (WebSockets, requests asking

@@ -15,6 +15,7 @@ import httpx
 import pytest
 
 from router.metrics import DRAIN_HELD
+from router.nginx import drain as nginx_drain
 from tests.router.router_harness import Step
 
 H = {"ate-target-actor": "demo/c1"}
@@ -199,3 +200,32 @@ async def test_a_replica_without_a_lease_sends_nothing_to_workers(start_router) 
     env.api.refuse_heartbeats = False
     await env.router.registration._beat()  # answered again: a lease again
     assert (await env.client.get("/x", headers=H)).status_code == 200
+
+
+@pytest.mark.asyncio
+@pytest.mark.nginx_data_path  # the Python data path closes its own connections
+async def test_a_streaming_answer_is_cut_at_its_next_piece_even_without_ss_k(start_router, monkeypatch) -> None:
+    # As for a router without CAP_NET_ADMIN: destroying nginx's connections does nothing. The
+    # answer still ends (truncated) at its next piece once the drain cut it, not when the
+    # worker finishes 10 s later.
+    async def cannot_destroy(_upstream: str, _pids: set[int]) -> int:
+        return 0
+
+    monkeypatch.setattr(nginx_drain, "destroy_connections", cannot_destroy)
+    env = await start_router(drain_timeout_seconds=0.3)
+    received = b""
+
+    async def dripping() -> None:
+        nonlocal received
+        async with env.client.stream("GET", "/drip", headers=H) as resp:
+            async for chunk in resp.aiter_raw():
+                received += chunk
+
+    request = asyncio.create_task(dripping())
+    await until(lambda: len(received) >= 2)
+    outcome = await asyncio.wait_for(env.router.drains.drain(1, KEY), 30)
+    assert (outcome.result, outcome.cut) == ("cut", 1)
+    with pytest.raises(httpx.RemoteProtocolError):  # truncated, never a wrong complete answer
+        await asyncio.wait_for(request, 5)  # the worker would go on for 10 s
+    assert await in_flight(env) == 0
+    assert await last_outcome(env, "/drip") == ("/drip", 200, "error")
