@@ -71,11 +71,8 @@ async def test_a_guest_boots_ate_init_and_runs_its_command(tmp_path: Path, kerne
 async def test_a_checkpoint_keeps_the_guests_memory_across_a_restore(tmp_path: Path, kernel: Path) -> None:
     cfg = config(tmp_path, kernel)
     vm = await Vm.boot(cfg, tmp_path / "vm1")
-    try:
+    async with stopping_on_failure(vm):
         await counts(cfg.console, 3)
-    except BaseException:
-        await vm.stop()
-        raise
     state = await vm.checkpoint(tmp_path / "snap")
     assert vm.process.returncode is not None  # the checkpoint ended that VM
     before = await counts(cfg.console, 0)
@@ -118,14 +115,21 @@ async def test_a_restore_with_another_shape_is_refused_before_qemu_starts(tmp_pa
     assert not (tmp_path / "vm2").exists()  # refused before anything started
 
 
-async def checkpointed(cfg: VmConfig, workdir: Path, snapshot: Path) -> None:
-    """Boot a VM, let its counter run, checkpoint it into ``snapshot`` (stopped on any failure)."""
-    vm = await Vm.boot(cfg, workdir)
+@contextlib.asynccontextmanager
+async def stopping_on_failure(vm: Vm) -> AsyncIterator[Vm]:
+    """The block's failure (a wait that timed out, a wrong answer) stops ``vm`` before it propagates."""
     try:
-        await counts(cfg.console, 1)
+        yield vm
     except BaseException:
         await vm.stop()
         raise
+
+
+async def checkpointed(cfg: VmConfig, workdir: Path, snapshot: Path) -> None:
+    """Boot a VM, let its counter run, checkpoint it into ``snapshot`` (stopped on any failure)."""
+    vm = await Vm.boot(cfg, workdir)
+    async with stopping_on_failure(vm):
+        await counts(cfg.console, 1)
     await vm.checkpoint(snapshot)
 
 
@@ -180,11 +184,8 @@ async def test_the_guest_serves_on_the_worker_address_before_and_after_a_restore
     cfg = VmConfig(kernel, initramfs, 128, 1, "tcg", tmp_path / "console.log", guest_cmdline(worker_net),
                    netns=worker_net.netns, tap=tap, mac=mac_for(worker_net))  # fmt: skip
     vm = await Vm.boot(cfg, tmp_path / "vm1")
-    try:
+    async with stopping_on_failure(vm):
         before = await http_count(worker_net.worker_ip, above=20)  # a reboot would count from 1 again
-    except BaseException:
-        await vm.stop()
-        raise
     state = await vm.checkpoint(tmp_path / "snap")
     assert state.devices == ("serial:chardev-file", "virtio-net-pci", "virtserialport:ate.agent")
     restored = await Vm.restore(cfg, tmp_path / "vm2", tmp_path / "snap")
@@ -205,11 +206,8 @@ async def test_the_counter_image_keeps_its_memory_across_a_checkpoint(
     # sees memory_count 3 (FULL keeps memory), on the same worker address.
     cfg, url = await counter_vm(tmp_path, kernel, worker_net)
     vm = await Vm.boot(cfg, tmp_path / "vm1")
-    try:
+    async with stopping_on_failure(vm):
         counts = [(await counter(url, first=True))[0], (await counter(url))[0]]
-    except BaseException:
-        await vm.stop()
-        raise
     await vm.checkpoint(tmp_path / "snap")
     restored = await Vm.restore(cfg, tmp_path / "vm2", tmp_path / "snap")
     try:
@@ -253,11 +251,8 @@ async def test_a_durable_dir_rides_along_on_a_disk_and_comes_back_as_a_dir(
     disk = build_disk(durable, tmp_path / "data.img", 16)
     cfg, url = await counter_vm(tmp_path, kernel, worker_net, disk)
     vm = await Vm.boot(cfg, tmp_path / "vm1")
-    try:
+    async with stopping_on_failure(vm):
         seen = [await counter(url, first=True), await counter(url)]
-    except BaseException:
-        await vm.stop()
-        raise
     await vm.checkpoint(tmp_path / "snap")
     other = tmp_path / "other"
     other.mkdir()
@@ -313,11 +308,8 @@ async def test_a_vm_restored_on_another_worker_takes_that_workers_address(
     # new address through ate's channel, the counter answers there with its memory.
     cfg, url = await counter_vm(tmp_path, kernel, worker_net)
     vm = await Vm.boot(cfg, tmp_path / "vm1")
-    try:
+    async with stopping_on_failure(vm):
         counts = [(await counter(url, first=True))[0]]
-    except BaseException:
-        await vm.stop()
-        raise
     await vm.checkpoint(tmp_path / "snap")
     other = netns.plan("microvm-test", "w1", 1, "10.201.7.0/24")
     await netns.create(other)
