@@ -203,6 +203,12 @@ class WorkerRegistrationBody(Tolerant):
     )
     cpu_millis: int = Field(gt=0, le=MAX_CPU_MILLIS)
     memory_bytes: int = Field(gt=0, le=MAX_MEMORY_BYTES)
+    runtime_version: str = Field(
+        default="",
+        max_length=200,
+        description="the runtime that restores its memory snapshots (placement check 4): a runsc build, or the "
+        "VMM's version, machine type and accelerator; empty: the node's runsc_version stands in",
+    )
     actor: ActorRefBody | None = None
     sandbox_state: Literal["idle", "running", "exited"] | None = Field(
         default=None, description="how `actor`'s sandbox is: running, or exited on its own (still there, stopped)"

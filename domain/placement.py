@@ -6,7 +6,9 @@ two candidates (`NodeLoad.after`).
 
 The checks, in order: (1) ACTIVE; (2) the snapshot's sandbox class; (3) on the node holding the
 actor's LOCAL snapshot, if one pins it; (4) a runtime that can restore the snapshot's memory: a
-FULL snapshot restores only under the runsc build that wrote it; (5) pool labels containing the
+FULL snapshot restores only under the runtime that wrote it (a runsc build for gVisor; for microvm
+the VMM's version, machine type and accelerator), each worker's own (its node's runsc build when
+its atelet does not say); (5) pool labels containing the
 template's workerSelector and the actor's worker_selector; (6) room: a free place (a worker hosts
 one actor: one sandbox, one address), then the actor's cpu and memory limits.
 
@@ -43,11 +45,12 @@ class Check(IntEnum):
 
 @dataclass(frozen=True)
 class WorkerShape:
-    """What the checks read of a worker besides its node and usage. Workers of one pool on nodes
-    of one runsc build share a shape, so a view can count them by shape.
+    """What the checks read of a worker besides its node and usage. Workers of one pool with one
+    runtime share a shape, so a view can count them by shape.
 
-    `labels` are its pool's labels as sorted (key, value) pairs; `runsc_version` its node's build
-    ('' when the node has not said); `places`, `cpu_millis` (millicores) and `memory_bytes` its
+    `labels` are its pool's labels as sorted (key, value) pairs; `runsc_version` its runtime
+    (check 4: the one its atelet reports for it, else its node's runsc build; '' when neither
+    says); `places`, `cpu_millis` (millicores) and `memory_bytes` its
     capacity.
     """
 
@@ -109,7 +112,8 @@ class Demand:
     `label` names the holder in messages ("the actor demo/c1"); `selector` is the union of the
     template's workerSelector and the actor's worker_selector as sorted (key, value) pairs (two
     values for one key select nothing, as two selectors that disagree should); `runsc_version`
-    is the build a FULL snapshot needs (None: no memory to restore, any build will do); `node`
+    is the runtime a FULL snapshot needs, as its manifest names it (None: no memory to restore,
+    any runtime will do); `node`
     the node the actor's LOCAL snapshot pins it to (None: any node).
     """
 
@@ -219,7 +223,7 @@ class Tally:
     """How many workers each check removed, for the "no room" message.
 
     `removed[check]` counts the removed workers by what they showed instead (their state, their
-    sandbox class, their runsc build; '' for the other checks); `configured` counts the workers
+    sandbox class, their runtime; '' for the other checks); `configured` counts the workers
     that would take the demand as they are configured (class, runtime, labels, capacity for the
     limits) whatever their state, node or usage; `candidates` those that pass every check.
     """
@@ -272,6 +276,14 @@ def _selector(pairs: tuple[tuple[str, str], ...]) -> str:
     return ",".join(f"{k}={v}" for k, v in pairs)
 
 
+def _runtime(sandbox_class: str, build: str) -> str:
+    """A runtime as messages name it: a gVisor runtime is a runsc build (`runsc 0.0~20240729.0`);
+    a microvm runtime names its VMM itself (`qemu 7.2.22 (Debian ...) pc-q35-7.2 tcg`)."""
+    if sandbox_class == "gvisor":
+        return f"runsc {build}" if build else "a runsc build its node did not report"
+    return build or "a runtime its worker did not report"
+
+
 def _phrases(tally: Tally, demand: Demand) -> list[str]:
     """One phrase per check that removed workers, in check order."""
     phrases: list[str] = []
@@ -284,12 +296,10 @@ def _phrases(tally: Tally, demand: Demand) -> list[str]:
             phrases += [f"{c} of sandbox class {cls}" for cls, c in sorted(counts.items())]
         elif check == Check.PINNED_NODE:
             phrases.append(f"{n} not on node {demand.node} (it holds the actor's local snapshot)")
-        elif check == Check.RUNTIME:
-            builds = [
-                f"{c} {_run(c)} {'runsc ' + build if build else 'a runsc build its node did not report'}"
-                for build, c in sorted(counts.items())
-            ]
-            phrases.append(f"{' and '.join(builds)}, the snapshot needs runsc {demand.runsc_version}")
+        elif check == Check.RUNTIME:  # the workers it removed are of the demand's class (check 2 came first)
+            builds = [f"{c} {_run(c)} {_runtime(demand.sandbox_class, build)}" for build, c in sorted(counts.items())]
+            needs = _runtime(demand.sandbox_class, demand.runsc_version or "")
+            phrases.append(f"{' and '.join(builds)}, the snapshot needs {needs}")
         elif check == Check.LABELS:
             phrases.append(f"{n} without labels {_selector(demand.selector)}")
         elif check == Check.PLACE:
@@ -302,12 +312,16 @@ def _phrases(tally: Tally, demand: Demand) -> list[str]:
 
 
 def _hints(tally: Tally, demand: Demand) -> list[str]:
-    """What to change when configuration rules out every worker."""
+    """What to change when configuration rules out every worker. A pool of the demand's class is
+    asked for only when no worker is of that class: where some are, what to change is what ruled
+    those out (their runtime, labels or capacity), and another pool like them would not help."""
     hints: list[str] = []
-    if Check.SANDBOX_CLASS in tally.misfits:
+    if tally.misfits[Check.SANDBOX_CLASS] == tally.total:
         hints.append(f"add a worker pool of sandbox class {demand.sandbox_class}")
     if Check.RUNTIME in tally.misfits:
-        hints.append(f"run nodes with runsc {demand.runsc_version}")
+        needs = _runtime(demand.sandbox_class, demand.runsc_version or "")
+        where = "nodes" if demand.sandbox_class == "gvisor" else f"{demand.sandbox_class} workers"
+        hints.append(f"run {where} with {needs}")
     if Check.LABELS in tally.misfits:
         hints.append(
             f"label a worker pool {_selector(demand.selector)} or change the actor's worker_selector "

@@ -111,6 +111,7 @@ class Nodes:
                     w.places,
                     w.cpu_millis,
                     w.memory_bytes,
+                    w.runtime_version,
                 )
             await connection.execute(Q["retire_missing_workers"], node, [w.name for w in workers])
             orders = [] if running is None else await self._reconcile(connection, node, running, exited)
@@ -146,6 +147,7 @@ class Nodes:
                     worker.places,
                     worker.cpu_millis,
                     worker.memory_bytes,
+                    worker.runtime_version,
                 )
             if ready:  # Ready again: what the pod held back is lifted (the next heartbeat agrees)
                 await connection.execute(Q["lift_unready_pod_workers"], node)

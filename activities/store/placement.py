@@ -38,8 +38,8 @@ def demand_of(
         label: names the holder in messages ("the actor demo/c1").
         spec: the template (sandbox class, workerSelector, limits).
         actor_selector: the actor's worker_selector.
-        snapshot: what the resume restores (None: a fresh boot); a FULL one needs the runsc build
-            that wrote it (check 4), when its row records one.
+        snapshot: what the resume restores (None: a fresh boot); a FULL one needs the runtime that
+            wrote it (check 4: a runsc build, or a VMM's version), when its row records one.
         node: the node the actor's LOCAL snapshot pins it to (check 3).
     """
     needs = snapshot.runsc_version if snapshot is not None and snapshot.scope == SnapshotScope.FULL else None

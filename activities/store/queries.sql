@@ -141,11 +141,12 @@ FROM workers w JOIN nodes n ON n.name = w.node
 WHERE w.id = $1;
 
 -- view_workers --
--- Every worker with its node's runsc build and what its places hold: the worker view's full load
+-- Every worker with its runtime (the one its atelet reports for it, else its node's runsc build:
+-- placement check 4) and what its places hold: the worker view's full load
 -- (activities/store/worker_view.py; at start, after its LISTEN connection is re-made, and at each
 -- periodic resync).
 SELECT w.id, w.node, w.name, w.state, w.sandbox_class, w.labels, w.places, w.cpu_millis, w.memory_bytes,
-       n.runsc_version, COALESCE(u.places, 0) AS used_places, COALESCE(u.cpu, 0) AS used_cpu,
+       COALESCE(NULLIF(w.runtime_version, ''), n.runsc_version) AS runsc_version, COALESCE(u.places, 0) AS used_places, COALESCE(u.cpu, 0) AS used_cpu,
        COALESCE(u.memory, 0) AS used_memory
 FROM workers w
 JOIN nodes n ON n.name = w.node
@@ -158,7 +159,8 @@ LEFT JOIN (
 -- The same for the workers with ids $1 and the workers of the nodes $2 (what notifications named):
 -- index lookups only.
 SELECT w.id, w.node, w.name, w.state, w.sandbox_class, w.labels, w.places, w.cpu_millis, w.memory_bytes,
-       n.runsc_version, u.places AS used_places, u.cpu AS used_cpu, u.memory AS used_memory
+       COALESCE(NULLIF(w.runtime_version, ''), n.runsc_version) AS runsc_version, u.places AS used_places, u.cpu AS used_cpu,
+       u.memory AS used_memory
 FROM workers w
 JOIN nodes n ON n.name = w.node
 CROSS JOIN LATERAL (
@@ -170,7 +172,8 @@ WHERE w.id = ANY($1::bigint[]) OR w.node = ANY($2::text[]);
 -- lock_worker --
 -- Lock a worker row (binds to one worker are serialized on it) and return what the placement
 -- checks read of it: the bind checks again what the worker view saw (the view may be stale).
-SELECT w.id, w.node, w.state, w.sandbox_class, w.labels, w.places, w.cpu_millis, w.memory_bytes, n.runsc_version
+SELECT w.id, w.node, w.state, w.sandbox_class, w.labels, w.places, w.cpu_millis, w.memory_bytes,
+       COALESCE(NULLIF(w.runtime_version, ''), n.runsc_version) AS runsc_version
 FROM workers w JOIN nodes n ON n.name = w.node
 WHERE w.id = $1
 FOR UPDATE OF w;
@@ -280,18 +283,21 @@ RETURNING name, address, runsc_version, last_heartbeat;
 
 -- upsert_worker --
 -- Register a worker of a node as ACTIVE (or refresh it; a worker of a lost node takes actors
--- again at once).
-INSERT INTO workers (node, name, pool, ip, sandbox_class, labels, places, cpu_millis, memory_bytes, state)
-VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, 'ACTIVE')
+-- again at once). $10 is the runtime its atelet reports for it ('' when it reports none: its
+-- node's runsc build stands in, placement check 4).
+INSERT INTO workers (node, name, pool, ip, sandbox_class, labels, places, cpu_millis, memory_bytes, runtime_version,
+                     state)
+VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, 'ACTIVE')
 ON CONFLICT (node, name) DO UPDATE
 SET pool = EXCLUDED.pool, ip = EXCLUDED.ip, sandbox_class = EXCLUDED.sandbox_class,
     labels = EXCLUDED.labels, places = EXCLUDED.places, cpu_millis = EXCLUDED.cpu_millis,
-    memory_bytes = EXCLUDED.memory_bytes, state = 'ACTIVE', state_reason = NULL, updated_at = now()
+    memory_bytes = EXCLUDED.memory_bytes, runtime_version = EXCLUDED.runtime_version,
+    state = 'ACTIVE', state_reason = NULL, updated_at = now()
 WHERE (workers.pool, workers.ip, workers.sandbox_class, workers.labels, workers.places,
-       workers.cpu_millis, workers.memory_bytes, workers.state)
+       workers.cpu_millis, workers.memory_bytes, workers.runtime_version, workers.state)
       IS DISTINCT FROM
       (EXCLUDED.pool, EXCLUDED.ip, EXCLUDED.sandbox_class, EXCLUDED.labels, EXCLUDED.places,
-       EXCLUDED.cpu_millis, EXCLUDED.memory_bytes, 'ACTIVE');
+       EXCLUDED.cpu_millis, EXCLUDED.memory_bytes, EXCLUDED.runtime_version, 'ACTIVE');
 
 -- retire_missing_workers --
 -- Mark the workers a node no longer reports as UNAVAILABLE.

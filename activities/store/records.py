@@ -196,7 +196,12 @@ class WorkerRecord:
 
 @dataclass
 class WorkerRegistration:
-    """A worker as an atelet reports it."""
+    """A worker as an atelet reports it.
+
+    `runtime_version` is the runtime that restores its memory snapshots (placement check 4): a
+    runsc build for gVisor, the VMM's version, machine type and accelerator for microvm; '' when
+    the atelet does not say (an older one, the pod syncer): its node's runsc build stands in.
+    """
 
     name: str
     pool: str
@@ -206,6 +211,7 @@ class WorkerRegistration:
     places: int
     cpu_millis: int
     memory_bytes: int
+    runtime_version: str = ""
 
 
 @dataclass

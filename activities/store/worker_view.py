@@ -5,9 +5,10 @@ cache kept fresh by Postgres LISTEN/NOTIFY, not a table scan").
 
 - Loaded whole (`view_workers`) before the first placement, again whenever its LISTEN connection
   is re-made, and every `resync_seconds` (what a lost notification could have missed).
-- Kept fresh by `ate_worker_changes` (migrations 0001 and 0008): a worker row, a place on it, or
-  its node's runsc build changed; the named workers are read again by index (`view_some_workers`).
-- Workers are grouped by `WorkerShape` (a pool on nodes of one runsc build), with the idle ones of
+- Kept fresh by `ate_worker_changes` (migrations 0001 and 0008): a worker row (its runtime
+  included, 0011), a place on it, or its node's runsc build (the runtime of a worker whose atelet
+  reports none) changed; the named workers are read again by index (`view_some_workers`).
+- Workers are grouped by `WorkerShape` (a pool with one runtime), with the idle ones of
   each shape in an indexed set: a placement tests each shape once and samples two idle workers of
   the shapes that fit, whatever the number of workers; a pinned placement looks at its node's
   workers only.

@@ -55,6 +55,7 @@ async def register_node(node: str, body: NodeRegistration, store: StoreDep) -> d
                 places=w.places,
                 cpu_millis=w.cpu_millis,
                 memory_bytes=w.memory_bytes,
+                runtime_version=w.runtime_version,
             )
             for w in body.workers
         ],

@@ -33,6 +33,7 @@ def worker(
     sandbox_class: str = "gvisor",
     cpu_millis: int = 2000,
     memory_bytes: int = 2 * GIB,
+    runtime_version: str = "",
 ) -> WorkerRegistration:
     return WorkerRegistration(
         name=name,
@@ -43,6 +44,7 @@ def worker(
         places=1,
         cpu_millis=cpu_millis,
         memory_bytes=memory_bytes,
+        runtime_version=runtime_version,
     )
 
 
@@ -175,6 +177,65 @@ async def test_check_4_does_not_apply_to_a_data_snapshot(store: Store) -> None:
     await store.nodes.retire("n3", "gone")
     again = await store.resumes.begin(ref, "r2")
     assert again.worker is not None and again.worker.node == "n1"
+
+
+async def golden_of(store: Store, name: str, sandbox_class: str, runtime: str) -> None:
+    """Template demo/<name> of `sandbox_class`, Ready with a FULL golden snapshot written by `runtime`."""
+    spec = {**SPEC, "sandboxClass": sandbox_class}
+    await store.templates.create("demo", name, ActorTemplateSpec.from_document(spec))
+    golden = await store.golden_snapshots.begin("demo", name, f"g-{name}")
+    assert golden.worker.name.startswith(sandbox_class)  # a fresh boot: only the class matters
+    manifest = {"sandbox_class": sandbox_class, "scope": "SNAPSHOT_SCOPE_FULL", "runsc_version": runtime, "files": []}
+    await store.golden_snapshots.complete("demo", name, golden.snapshot.snapshot_id, manifest, 10)
+
+
+async def test_check_4_is_each_workers_runtime(store: Store) -> None:
+    """A node runs a gVisor pool and a microvm pool: each worker is judged by its own runtime (the
+    QEMU it runs for microvm), a worker that reports none by its node's runsc build.
+
+    By hand: n1 (runsc-1) has gvisor-0 (reports no runtime: runsc-1 stands in) and microvm-0
+    (qemu A). The microvm template `vm-b` was booted on n2's microvm worker (qemu B), since
+    retired. Its actor b1 is refused: of 2 workers, check 2 removes gvisor-0 and check 4
+    microvm-0; neither would take it as configured (NoMatchingWorker), and since a microvm
+    worker exists, the hint is its runtime, not another pool of the class."""
+    await store.atespaces.create("demo")
+    await store.nodes.register(
+        "n2", "127.0.0.2:1", "runsc-1", [worker("microvm-9", sandbox_class="microvm", runtime_version="qemu B")]
+    )
+    await golden_of(store, "vm-b", "microvm", "qemu B")
+    await store.nodes.retire("n2", "gone")
+    gvisor = worker("gvisor-0")
+    microvm_a = worker("microvm-0", sandbox_class="microvm", runtime_version="qemu A")
+    await store.nodes.register("n1", "127.0.0.1:1", "runsc-1", [gvisor, microvm_a])
+    assert dict(await store.pool.fetch("SELECT name, runtime_version FROM workers")) == {
+        "gvisor-0": "", "microvm-0": "qemu A"
+    }  # fmt: skip
+    await golden_of(store, "counter", "gvisor", "runsc-1")
+    await golden_of(store, "vm", "microvm", "qemu A")
+    c1, v1, b1 = ActorRef("demo", "c1"), ActorRef("demo", "v1"), ActorRef("demo", "b1")
+    for ref, template in ((c1, "counter"), (v1, "vm"), (b1, "vm-b")):
+        await store.actors.create(ref, template, {})
+
+    refused = await refusal(store, b1)
+    assert isinstance(refused, NoMatchingWorker)
+    assert refused.message == (
+        "no worker has room for the actor demo/b1: 2 workers: 1 of sandbox class gvisor, 1 runs qemu A, the snapshot "
+        "needs qemu B; no worker can take it as configured: run microvm workers with qemu B"
+    )
+
+    plan = await store.resumes.begin(v1, "r-v1")  # qemu A's snapshot on the worker that runs qemu A
+    assert plan.worker is not None and plan.worker.name == "microvm-0"
+    plan = await store.resumes.begin(c1, "r-c1")  # runsc-1's snapshot on the worker of the runsc-1 node
+    assert plan.worker is not None and plan.worker.name == "gvisor-0"
+
+    # The atelet now reports qemu B for its microvm worker (its row is updated): once v1 is off
+    # it, b1 is placed there.
+    await store.resumes.rollback(v1, "r-v1", "test")
+    await store.nodes.register("n1", "127.0.0.1:1", "runsc-1", [gvisor, worker(
+        "microvm-0", sandbox_class="microvm", runtime_version="qemu B")])  # fmt: skip
+    assert await store.pool.fetchval("SELECT runtime_version FROM workers WHERE name = 'microvm-0'") == "qemu B"
+    plan = await store.resumes.begin(b1, "r-b1")
+    assert plan.worker is not None and plan.worker.name == "microvm-0"
 
 
 async def test_check_5_labels(store: Store) -> None:

@@ -119,6 +119,10 @@ CASES: list[tuple[str, str, str, Any, str, str]] = [
      "is not a valid label value"),
     ("worker-places", "PUT", "/v1/nodes/n9", worker(places=2**31), "workers[0].places",
      "must be 1, got 2147483648"),
+    ("worker-runtime-long", "PUT", "/v1/nodes/n9", worker(runtime_version="q" * 201), "workers[0].runtime_version",
+     "at most 200 characters"),
+    ("worker-runtime-nul", "PUT", "/v1/nodes/n9", worker(runtime_version="qemu\x00"), "workers[0].runtime_version",
+     "must not contain NUL characters"),
     ("node-path-nul", "PUT", "/v1/nodes/n9%00", node(), "path parameter node", "is not a valid node name"),
 ]  # fmt: skip
 
@@ -179,3 +183,18 @@ async def test_unknown_fields_of_a_node_registration_are_ignored_and_not_stored(
     state = await stored_state(api_store)
     assert ("n8", "10.0.0.9:8085", "release-1") in state["nodes"]  # type: ignore[operator]
     assert ("n8", "default-0", "default", "10.99.0.2", "ACTIVE", 1000, 2**30) in state["workers"]  # type: ignore[operator]
+
+
+async def test_each_workers_runtime_is_stored_and_an_older_atelet_sends_none(
+    api: httpx.AsyncClient, api_store: Store, seeded: None
+) -> None:
+    # Placement check 4 reads a worker's runtime_version, or its node's runsc_version when it is ''.
+    vm = {**WORKER, "name": "microvm-0", "pool": "microvm", "sandbox_class": "microvm",
+          "runtime_version": "qemu 7.2.22 (Debian 1:7.2+dfsg-7+deb12u18+b3) pc-q35-7.2 tcg"}  # fmt: skip
+    response = await api.put("/v1/nodes/n7", json={**node(), "runsc_version": "release-1", "workers": [WORKER, vm]})
+    assert response.status_code == 200, response.text
+    rows = await api_store.pool.fetch("SELECT name, sandbox_class, runtime_version FROM workers WHERE node = 'n7'")
+    assert sorted(tuple(r) for r in rows) == [
+        ("default-0", "gvisor", ""),
+        ("microvm-0", "microvm", "qemu 7.2.22 (Debian 1:7.2+dfsg-7+deb12u18+b3) pc-q35-7.2 tcg"),
+    ]
