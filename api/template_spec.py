@@ -233,6 +233,4 @@ class TemplateSpec(Strict):
                 "containers[0].port: required when containers[0] has no wakeupProbe (the router sends "
                 "traffic to containers[0].port, else to its wakeup probe's port)"
             )
-        if self.sandboxClass == "microvm":
-            raise ValueError("sandboxClass microvm cannot run on this build's workers; use gvisor")
         return self

@@ -198,3 +198,16 @@ async def test_each_workers_runtime_is_stored_and_an_older_atelet_sends_none(
         ("default-0", "gvisor", ""),
         ("microvm-0", "microvm", "qemu 7.2.22 (Debian 1:7.2+dfsg-7+deb12u18+b3) pc-q35-7.2 tcg"),
     ]
+
+
+async def test_a_microvm_template_is_accepted_and_stored_as_microvm(
+    api: httpx.AsyncClient, api_store: Store, seeded: None
+) -> None:
+    # Once refused ("cannot run on this build's workers"); now placement says when no worker of the
+    # class exists ("add a worker pool of sandbox class microvm").
+    body = {"name": "vm", "spec": {"sandboxClass": "microvm", "containers": [GOOD_CONTAINER]}}
+    created = await api.post(TEMPLATES, json=body)
+    assert created.status_code == 201, created.text
+    assert created.json()["spec"]["sandboxClass"] == "microvm"
+    assert (await api.get(f"{TEMPLATES}/vm")).json()["spec"]["sandboxClass"] == "microvm"
+    assert (await api_store.templates.get("host", "vm")).spec.sandbox_class == "microvm"
