@@ -6,12 +6,15 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
+from api.template_spec import TemplateSpec
 from ate.cli.main import app
 from ate.cli.manifest import ManifestError, load_template_spec
 
 from .conftest import ServerThread
 
 runner = CliRunner()
+REPO = Path(__file__).resolve().parents[2]
+EXAMPLE_TEMPLATES = sorted(REPO.glob("examples/*/template*.yaml"))
 
 SPEC = "spec:\n  sandboxClass: gvisor\n  containers: [{name: c, image: 'oci:x:latest'}]\n"
 HEAD = "apiVersion: ate.dev/v1alpha1\nkind: ActorTemplate\n"
@@ -33,6 +36,25 @@ def test_a_full_manifest_gives_its_spec(tmp_path: Path) -> None:
     assert load_template_spec(path, "counter")["sandboxClass"] == "gvisor"
     # apiVersion, kind and metadata are optional; spec alone is a template.
     assert load_template_spec(write(tmp_path, SPEC), "counter")["sandboxClass"] == "gvisor"
+
+
+@pytest.mark.parametrize("path", EXAMPLE_TEMPLATES, ids=lambda p: str(p.relative_to(REPO)))
+def test_every_example_template_is_one_the_api_accepts(path: Path) -> None:
+    TemplateSpec.model_validate(load_template_spec(path, path.stem))
+
+
+def test_the_microvm_counter_is_the_counter_in_a_vm_of_one_cpu() -> None:
+    """examples/counter/template-microvm.yaml: template.yaml with sandboxClass microvm and 1 CPU
+    (a VM's vCPUs are whole; its 256Mi are its RAM)."""
+    assert REPO / "examples/counter/template-microvm.yaml" in EXAMPLE_TEMPLATES
+    counter = load_template_spec(REPO / "examples/counter/template.yaml", "counter")
+    microvm = load_template_spec(REPO / "examples/counter/template-microvm.yaml", "counter")
+    assert microvm == {
+        **counter,
+        "sandboxClass": "microvm",
+        "resources": {"limits": {"cpu": "1", "memory": "256Mi"}},
+    }
+    assert TemplateSpec.model_validate(microvm).sandboxClass == "microvm"
 
 
 @pytest.mark.parametrize(
