@@ -13,6 +13,15 @@ def dev(
         Path | None,
         typer.Option("--pool", exists=True, dir_okay=False, help="Worker-pool YAML file for the atelet."),
     ] = None,
+    microvm_workers: Annotated[
+        int,
+        typer.Option(
+            "--microvm-workers",
+            min=0,
+            help="Workers of sandbox class microvm (QEMU VMs) beside the gVisor ones; needs qemu-system-x86 and"
+            " the guest kernel (scripts/install.sh installs both).",
+        ),
+    ] = 0,
     example: Annotated[
         bool, typer.Option("--example/--no-example", help="Create atespace demo, template counter and actor c1.")
     ] = False,
@@ -72,8 +81,14 @@ def dev(
     Two stacks on one machine need different --data-dir and ports: the node name and the worker
     subnet default to values derived from the data dir.
 
-    Example: ate dev --workers 4
+    Example: ate dev --workers 4 (with 1 microvm worker beside them: --microvm-workers 1)
     """
+    if microvm_workers and pool is not None:
+        raise typer.BadParameter(
+            "--microvm-workers adds a pool beside the default gVisor one and cannot be used with --pool: "
+            "put a pool of sandboxClass microvm in the pool file instead",
+            param_hint="'--microvm-workers' / '--pool'",
+        )
     from ate.dev.config import DevConfig
     from ate.dev.stack import DevStack
 
@@ -81,6 +96,7 @@ def dev(
         data_dir=data_dir,
         workers=workers,
         pool=pool,
+        microvm_workers=microvm_workers,
         example=example,
         api_port=api_port,
         router_port=router_port,

@@ -24,6 +24,9 @@ class DevConfig:
         data_dir: Holds postgres/, temporal.db, snapshots/, atelet/, tls/ and logs/.
         workers: Workers the atelet starts when no pool file is given.
         pool: A worker-pool YAML file for the atelet.
+        microvm_workers: Workers of sandbox class microvm (pool `microvm`, QEMU VMs) the atelet
+            starts beside the `workers` gVisor ones; 0: none. Not with `pool` (a pool file says
+            its own classes).
         example: Create atespace demo, template counter and actor c1 once ready.
         host: Address every part listens on.
         api_port: REST API port.
@@ -46,6 +49,7 @@ class DevConfig:
     data_dir: Path
     workers: int = 2
     pool: Path | None = None
+    microvm_workers: int = 0
     example: bool = False
     host: str = "127.0.0.1"
     api_port: int = 8080

@@ -119,8 +119,8 @@ def worker(config: DevConfig, env: dict[str, str]) -> Child:
 
 
 def atelet(config: DevConfig, env: dict[str, str]) -> Child:
-    """This node's atelet: its workers (`--pool` or `--workers`), node name, subnet, state dirs, and
-    the node's certificate from `config.tls_dir`.
+    """This node's atelet: its workers (`--pool`, or `--workers` and `--microvm-workers`), node
+    name, subnet, state dirs, and the node's certificate from `config.tls_dir`.
 
     Args:
         config: The stack's config.
@@ -147,6 +147,9 @@ def atelet(config: DevConfig, env: dict[str, str]) -> Child:
         atelet_args += ["--object-store-location", cfg.snapshot_location]
     atelet_args += ["--pool", str(cfg.pool.resolve())] if cfg.pool else ["--workers", str(cfg.workers)]
     what = f"pool {cfg.pool}" if cfg.pool else f"{cfg.workers} workers"
+    if cfg.microvm_workers:  # a pool `microvm` beside the default one (the atelet refuses it with --pool)
+        atelet_args += ["--microvm-workers", str(cfg.microvm_workers)]
+        what = f"{cfg.workers} gVisor workers and {cfg.microvm_workers} microvm workers (QEMU VMs)"
     ready = f"atelet: ready on {cfg.host}:{cfg.atelet_port} (node {cfg.node}, subnet {cfg.subnet}, {what})"
     return _ate(cfg, env, "atelet", atelet_args, log_line("atelet: ready"), ready)
 
