@@ -16,6 +16,7 @@ from __future__ import annotations
 import logging
 
 from atelet.assignments import Assignment
+from atelet.drivers import Drivers
 from atelet.drivers.base import SandboxDriver
 from atelet.exits import ExitWatcher
 from atelet.workers import WorkerTable, describe
@@ -23,39 +24,44 @@ from atelet.workers import WorkerTable, describe
 log = logging.getLogger(__name__)
 
 
-async def adopt_sandboxes(driver: SandboxDriver, table: WorkerTable, exits: ExitWatcher) -> None:
+async def adopt_sandboxes(drivers: Drivers, table: WorkerTable, exits: ExitWatcher) -> None:
     """Adopts every recorded sandbox that still runs, forgets the other records and deletes every
-    sandbox of the driver that was not adopted.
+    sandbox of each driver that was not adopted.
 
     Args:
-        driver: the runtime whose sandboxes survived the restart.
+        drivers: the runtime of each sandbox class whose sandboxes survived the restart (a
+            record goes to the driver of its worker's pool's class).
         table: the workers (adopted ones become ``running`` with ``adopted`` set) and their records.
         exits: re-arms the exit watch of each adopted sandbox.
 
     Raises:
-        AteletError: when the driver cannot list or delete its sandboxes.
+        AteletError: when a driver cannot list or delete its sandboxes.
     """
-    listed = await driver.list()
+    listed = {sandbox_class: await driver.list() for sandbox_class, driver in drivers.items()}
     adopted: set[str] = set()
     for name, record in table.assignments.load_all().items():
-        if await _adopt(driver, table, exits, name, record, set(listed)):
+        worker = table.by_name.get(name)
+        driver = drivers.get(worker.pool.sandbox_class) if worker is not None else None
+        found = set(listed.get(worker.pool.sandbox_class, [])) if worker is not None else set()
+        if await _adopt(driver, table, exits, name, record, found):
             assert record.container_id is not None
             adopted.add(record.container_id)
         else:
             table.assignments.remove(name)
-    for cid in listed:
-        if cid not in adopted:
-            log.warning("removing leftover sandbox %s from a previous run", cid)
-            await driver.delete(cid)
+    for sandbox_class, driver in drivers.items():
+        for cid in listed[sandbox_class]:
+            if cid not in adopted:
+                log.warning("removing leftover sandbox %s from a previous run", cid)
+                await driver.delete(cid)
 
 
-async def _adopt(driver: SandboxDriver, table: WorkerTable, exits: ExitWatcher, name: str, record: Assignment,
+async def _adopt(driver: SandboxDriver | None, table: WorkerTable, exits: ExitWatcher, name: str, record: Assignment,
                  listed: set[str]) -> bool:
     """Takes over the sandbox ``record`` names if it still runs and its network is intact."""
     worker = table.by_name.get(name)
     what = f"sandbox {record.container_id} of {describe(record.actor)} on {name}"
     why = ""
-    if worker is None:
+    if worker is None or driver is None:
         why = "no such worker any more"
     elif record.net != worker.net:
         why = f"the worker's network changed ({record.net.worker_ip} -> {worker.net.worker_ip})"

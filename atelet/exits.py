@@ -16,7 +16,7 @@ import logging
 from collections.abc import Callable, Iterable
 from typing import Any
 
-from atelet.drivers.base import SandboxDriver
+from atelet.drivers import Drivers
 from atelet.layout import NodeLayout
 from atelet.workers import Worker, WorkerTable
 
@@ -30,14 +30,14 @@ class ExitWatcher:
     """The exit watches of the node's running sandboxes.
 
     Args:
-        driver: notices the exits and deletes the dead sandboxes.
+        drivers: by sandbox class: notice the exits and delete the dead sandboxes.
         table: the workers (records and gauge updated on an exit).
         layout: where each actor's log lies (its last line goes into the reason).
         report: called once per sandbox that exits on its own.
     """
 
-    def __init__(self, driver: SandboxDriver, table: WorkerTable, layout: NodeLayout, report: ExitReport) -> None:
-        self.driver = driver
+    def __init__(self, drivers: Drivers, table: WorkerTable, layout: NodeLayout, report: ExitReport) -> None:
+        self.drivers = drivers
         self.table = table
         self.layout = layout
         self.report = report
@@ -58,11 +58,11 @@ class ExitWatcher:
 
     async def stop(self, workers: Iterable[Worker]) -> None:
         """At node stop: cancels every worker's watch, then lets the reports of sandboxes that exited
-        just before out (waiting at most the driver's ``exit_grace_seconds`` + 1 s)."""
+        just before out (waiting at most the drivers' longest ``exit_grace_seconds`` + 1 s)."""
         for worker in workers:
             await self.unwatch(worker)
         if self._detached:  # sandboxes that exited just before: let their events out (they end soon)
-            await asyncio.wait(set(self._detached), timeout=self.driver.exit_grace_seconds + 1)
+            await asyncio.wait(set(self._detached), timeout=max((d.exit_grace_seconds for d in self.drivers.values()), default=0) + 1)
             for task in list(self._detached):
                 task.cancel()
             await asyncio.gather(*self._detached, return_exceptions=True)
@@ -71,7 +71,8 @@ class ExitWatcher:
         """Phase 1 (cancelled when the atelet stops the sandbox): waits until the sandbox is gone and
         marks the worker ``exited``. Phase 2 (detached from the worker, never cancelled but by
         ``stop``): learns how it ended, records and reports that, and deletes the dead sandbox."""
-        exit_watch = self.driver.exit_watch(cid)
+        driver = self.drivers[worker.pool.sandbox_class]
+        exit_watch = driver.exit_watch(cid)
         me = asyncio.current_task()
         assert me is not None
         try:
@@ -97,7 +98,7 @@ class ExitWatcher:
             log.warning("sandbox of %s/%s on %s: %s", *actor, worker.name, reason)
             self.report(worker.name, actor, reason)
             await exit_watch.close()
-            await self.driver.delete_quietly(cid)
+            await driver.delete_quietly(cid)
         finally:
             await asyncio.shield(exit_watch.close())
             self._detached.discard(me)

@@ -54,6 +54,11 @@ def pools_of(settings: AteletSettings) -> list[WorkerPoolSpec]:
         pools = load_pools(settings.pool_file)
     else:
         pools = [default_pool(settings.workers)]
+    if settings.microvm_workers:
+        if settings.pool_document or settings.pool_file:
+            raise PoolError("--microvm-workers adds a pool beside the default one: put a pool of sandboxClass "
+                            "microvm in the pool file instead")
+        pools.append(WorkerPoolSpec(name="microvm", replicas=settings.microvm_workers, sandbox_class="microvm"))
     if settings.advertise_worker_ip and sum(p.replicas for p in pools) != 1:
         raise PoolError("advertise_worker_ip needs exactly one worker (a worker pod hosts one)")
     return pools
@@ -151,6 +156,13 @@ def parse_args(argv: list[str] | None = None) -> AteletSettings:
     parser.add_argument("--pool-document", help="one WorkerPool as JSON (instead of --pool)")
     parser.add_argument("--advertise-worker-ip", help="a worker pod's IP, forwarded into its one worker's namespace")
     parser.add_argument("--workers", type=int)
+    parser.add_argument("--microvm-workers", type=int,
+                        help="workers of sandbox class microvm (pool microvm, QEMU VMs) beside the default pool")
+    parser.add_argument("--microvm-kernel-dir", type=Path,
+                        help="the guest kernel's dir (vmlinuz, lib/modules; default: scripts/guest-kernel.sh's)")
+    parser.add_argument("--microvm-accelerator", choices=("auto", "kvm", "tcg"),
+                        help="auto (the default: KVM when it runs guests here, else TCG), kvm or tcg")
+    parser.add_argument("--microvm-durable-dir-mib", type=int, help="size of each durable dir's disk in a VM")
     parser.add_argument("--api-server")
     parser.add_argument("--heartbeat-seconds", type=float,
                         help="interval of the heartbeats to the API server (default 1; keep it well under "

@@ -8,7 +8,8 @@
 - ``atelet.sandbox_ops``: Run, Restore, Checkpoint, Terminate; ``atelet.snapshot_ops``:
   DeleteSnapshot, CopySnapshot;
 - ``atelet.sandbox``: booting and stopping one worker's sandbox;
-- ``atelet.drivers``: the runtime of a sandbox class behind ``SandboxDriver`` (``gvisor``: runsc);
+- ``atelet.drivers``: the runtime of each sandbox class behind ``SandboxDriver`` (``gvisor``: runsc;
+  ``microvm``: QEMU), one per class among the pools, each worker served by its pool's class's;
 - ``atelet.exits``: sandboxes that exit on their own (``on_exit`` is called once per exit);
 - ``atelet.adoption``: taking over the sandboxes of a previous atelet process at ``start``;
 - ``atelet.snapshots``: the snapshot store; ``atelet.images``: the images.
@@ -36,8 +37,10 @@ from google.protobuf.message import Message
 from atelet import forwarding, isolation, metrics, netns
 from atelet.adoption import adopt_sandboxes
 from atelet.assignments import AssignmentStore
-from atelet.drivers.base import SandboxDriver
+from atelet.drivers import Drivers
 from atelet.drivers.gvisor import GVisorDriver
+from atelet.drivers.microvm import accelerator
+from atelet.drivers.microvm.driver import MicrovmDriver
 from atelet.errors import AteletError, invalid
 from atelet.exits import ExitReport, ExitWatcher
 from atelet.images import ImageStore
@@ -76,7 +79,13 @@ class Node:
         self.layout = NodeLayout(Path(settings.state_dir).resolve())
         self.state_dir = self.layout.root
         self.images = ImageStore(settings.image_roots, self.layout.images)
-        self.driver: SandboxDriver = GVisorDriver(settings.runsc, self.layout.runsc, self.images)
+        classes = {pool.sandbox_class for pool in pools}
+        self.drivers: Drivers = {}
+        if "gvisor" in classes:
+            self.drivers["gvisor"] = GVisorDriver(settings.runsc, self.layout.runsc, self.images)
+        if "microvm" in classes:
+            self.drivers["microvm"] = MicrovmDriver(self.layout.root / "microvm", self.images,
+                                                    settings.guest_kernel_dir, "tcg", settings.microvm_durable_dir_mib)
         self.snapshots = SnapshotStore(settings.snapshot_roots, settings.local_snapshot_dir)
         self.cache = SnapshotCache(Path(settings.snapshot_cache).resolve(), settings.snapshot_cache_bytes)
         self.places = SnapshotPlaces(self.snapshots, ObjectStores(settings.object_store_locations, settings.object_store_retry_seconds), self.cache)
@@ -87,16 +96,17 @@ class Node:
         self.workers = self.table.by_name
         # Called once per sandbox that exits on its own: (worker name, actor, one-line reason).
         self.on_exit: ExitReport | None = None
-        self.exits = ExitWatcher(self.driver, self.table, self.layout, self._report_exit)
-        self.runner = SandboxRunner(self.driver, self.table, self.layout, self.exits)
+        self.exits = ExitWatcher(self.drivers, self.table, self.layout, self._report_exit)
+        self.runner = SandboxRunner(self.drivers, self.table, self.layout, self.exits)
         self.sandbox_ops = SandboxOperations(settings.hollow, self.table, self.layout, self.images,
-                                             self.places, self.driver, self.runner,
+                                             self.places, self.drivers, self.runner,
                                              settings.checkpoint_compression)
         self.snapshot_ops = SnapshotOperations(settings.hollow, self.places)
 
     @property
     def runsc_version(self) -> str:
-        """The runtime build of this node (``hollow`` in hollow mode; '' before ``start``)."""
+        """The gVisor build of this node (``hollow`` in hollow mode; '' before ``start`` or
+        without gvisor workers)."""
         return self.table.runsc_version
 
     # ---- lifecycle -------------------------------------------------------------------------
@@ -114,13 +124,20 @@ class Node:
             log.warning("removed %s: a local snapshot the previous atelet did not finish", leftover)
         await asyncio.to_thread(self.cache.start)
         if self.settings.hollow:
-            self.table.runsc_version = "hollow"
+            self.table.runtime_versions = {c: "hollow" for c in (*self.drivers, "gvisor")}
         else:
-            self.table.runsc_version = await self.driver.version()
+            microvm = self.drivers.get("microvm")
+            if isinstance(microvm, MicrovmDriver):
+                try:
+                    microvm.accelerator = await accelerator.choose(self.settings.microvm_accelerator, microvm.kernel)
+                except ValueError as error:
+                    raise invalid(str(error)) from None
+            for sandbox_class, driver in self.drivers.items():
+                self.table.runtime_versions[sandbox_class] = await driver.version()
             await isolation.install(self.settings.node)  # before any sandbox is adopted or started
             for op_id, kind in self.ops.in_flight():
                 log.warning("operation %s (%s) was in flight when the previous atelet stopped", op_id, kind)
-            await adopt_sandboxes(self.driver, self.table, self.exits)
+            await adopt_sandboxes(self.drivers, self.table, self.exits)
             await asyncio.gather(*(netns.create(w.net) for w in self.workers.values() if not w.adopted))
             if self.settings.advertise_worker_ip:
                 [only] = self.workers.values()
@@ -145,8 +162,9 @@ class Node:
         await self.runner.settle()
         await self.exits.stop(self.workers.values())
         if not self.settings.hollow:
-            for cid in await self.driver.list():
-                await self.driver.delete(cid)
+            for driver in self.drivers.values():
+                for cid in await driver.list():
+                    await driver.delete(cid)
             await asyncio.gather(*(netns.destroy(w.net) for w in self.workers.values()))
             if self.settings.advertise_worker_ip:
                 await forwarding.remove()

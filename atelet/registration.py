@@ -1,7 +1,7 @@
 """Registration and heartbeats with ate-api-server, and fencing by its answer.
 
 When ``api_server`` is set: ``PUT {api_server}/v1/nodes/{node}`` with JSON ``{"address",
-"runsc_version", "workers": [{"name", "pool", "ip", "sandbox_class", "labels", "places",
+"runsc_version", "workers": [{"name", "pool", "ip", "sandbox_class", "runtime_version", "labels", "places",
 "cpu_millis", "memory_bytes", "actor", "sandbox_state"}]}`` and the node's bearer token
 (``atelet.node_identity``) at start and every ``heartbeat_seconds`` (on a fixed cadence: a slow
 answer or a long fence does not delay the next beat, so the control plane's lease of this node,
@@ -41,6 +41,7 @@ def node_document(node: Node) -> dict[str, Any]:
                 "pool": w.pool.name,
                 "ip": node.settings.advertise_worker_ip or w.net.worker_ip,
                 "sandbox_class": w.pool.sandbox_class,
+                "runtime_version": node.table.runtime_version(w),
                 "labels": dict(w.pool.labels),
                 "places": w.pool.places,
                 "cpu_millis": w.pool.cpu_millis,

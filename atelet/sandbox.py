@@ -16,7 +16,7 @@ import uuid
 from pathlib import Path
 
 from atelet import probe
-from atelet.drivers.base import SandboxDriver
+from atelet.drivers import Drivers
 from atelet.exits import ExitWatcher
 from atelet.layout import NodeLayout
 from atelet.proto import atelet_pb2 as pb
@@ -29,14 +29,14 @@ class SandboxRunner:
     """Boots and stops the workers' sandboxes.
 
     Args:
-        driver: the runtime of the sandbox class.
+        drivers: the runtime of each sandbox class.
         table: the workers and their records.
         layout: actor dirs, logs and bundle dirs.
         exits: arms and cancels the exit watches.
     """
 
-    def __init__(self, driver: SandboxDriver, table: WorkerTable, layout: NodeLayout, exits: ExitWatcher) -> None:
-        self.driver = driver
+    def __init__(self, drivers: Drivers, table: WorkerTable, layout: NodeLayout, exits: ExitWatcher) -> None:
+        self.drivers = drivers
         self.table = table
         self.layout = layout
         self.exits = exits
@@ -61,7 +61,8 @@ class SandboxRunner:
             AteletError: from the driver, or UNAVAILABLE when the probe does not answer in time.
         """
         container = spec.containers[0]
-        prepared = await self.driver.prepare(self.layout.bundle_dir(worker.name), worker.net, spec,
+        driver = self.drivers[worker.pool.sandbox_class]
+        prepared = await driver.prepare(self.layout.bundle_dir(worker.name), worker.net, spec,
                                              self.layout.volume_dirs(actor, spec), actor[1])
         cid = f"{worker.name}-{uuid.uuid4().hex[:10]}"
         worker.actor, worker.spec, worker.container_id, worker.state = actor, spec, cid, "running"
@@ -69,7 +70,7 @@ class SandboxRunner:
         try:
             self.table.persist(worker)  # before the sandbox starts: a crash from here on leaves a record
             start = time.monotonic()
-            await self.driver.launch(cid, worker.net, prepared, self.layout.log_path(actor), image_path)
+            await driver.launch(cid, worker.net, prepared, self.layout.log_path(actor), image_path)
             boot = time.monotonic() - start
             probe_seconds = 0.0
             if container.wakeup_probe.port:
@@ -81,7 +82,7 @@ class SandboxRunner:
             return boot, probe_seconds
         except BaseException:
             try:
-                await self.driver.delete(cid)
+                await driver.delete(cid)
             finally:
                 shutil.rmtree(self.layout.actor_dir(actor), ignore_errors=True)
                 self.table.free(worker)
@@ -103,12 +104,13 @@ class SandboxRunner:
         if cid is None:
             return False
         existed = True
+        driver = self.drivers[worker.pool.sandbox_class]
         if not already_exited:
-            existed = await self.driver.kill(cid)
+            existed = await driver.kill(cid)
         worker.container_id = None
         worker.state = "exited" if worker.actor else "idle"
         self.table.persist(worker)
-        task = asyncio.create_task(self.driver.delete_quietly(cid))
+        task = asyncio.create_task(driver.delete_quietly(cid))
         self._deleting.add(task)
         task.add_done_callback(self._deleting.discard)
         return existed

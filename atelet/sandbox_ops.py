@@ -20,7 +20,7 @@ import time
 from pathlib import Path
 
 from atelet import probe
-from atelet.drivers.base import SandboxDriver
+from atelet.drivers import Drivers
 from atelet.errors import invalid, precondition
 from atelet.images import ImageStore
 from atelet.layout import NodeLayout
@@ -45,14 +45,14 @@ class SandboxOperations:
         layout: actor dirs and volume dirs.
         images: validates image references.
         snapshots: reads and writes the snapshots, on disk and in object storage.
-        driver: the runtime of the sandbox class (its class and checkpoints).
+        drivers: the runtime of each sandbox class (a worker's is its pool's class's).
         runner: boots and stops the sandboxes.
         checkpoint_compression: ``auto`` (compress only what goes to object storage), ``none``
             or ``flate-best-speed`` (see AteletSettings).
     """
 
     def __init__(self, hollow: bool, table: WorkerTable, layout: NodeLayout, images: ImageStore,
-                 snapshots: SnapshotPlaces, driver: SandboxDriver, runner: SandboxRunner,
+                 snapshots: SnapshotPlaces, drivers: Drivers, runner: SandboxRunner,
                  checkpoint_compression: str = "auto") -> None:
         self.hollow = hollow
         self.checkpoint_compression = checkpoint_compression
@@ -60,7 +60,7 @@ class SandboxOperations:
         self.layout = layout
         self.images = images
         self.snapshots = snapshots
-        self.driver = driver
+        self.drivers = drivers
         self.runner = runner
 
     async def run(self, req: pb.RunRequest) -> pb.RunResponse:
@@ -115,8 +115,8 @@ class SandboxOperations:
                 worker.actor, worker.state = actor, "running"
                 return pb.RestoreResponse(worker_ip=worker.net.worker_ip)
             start = time.monotonic()
-            async with self.snapshots.open_for_restore(req.snapshot_uri, req.manifest, self.driver.sandbox_class,
-                                                       self.table.runsc_version) as opened:
+            async with self.snapshots.open_for_restore(req.snapshot_uri, req.manifest, worker.pool.sandbox_class,
+                                                       self.table.runtime_version(worker)) as opened:
                 dest, manifest = opened.directory, opened.manifest
                 snapshot_files = {f.path for f in manifest.files}
                 actor_dir = self.layout.actor_dir(actor)
@@ -166,7 +166,7 @@ class SandboxOperations:
                 raise precondition(f"worker {worker.name} runs {describe(worker.actor)} (state {worker.state}), "
                                    f"not a running {describe(actor)}")
             manifest = pb.SnapshotManifest(
-                sandbox_class=self.driver.sandbox_class, scope=req.scope, runsc_version=self.table.runsc_version,
+                sandbox_class=worker.pool.sandbox_class, scope=req.scope, runsc_version=self.table.runtime_version(worker),
                 actor=pb.ActorRef(atespace=actor[0], name=actor[1]), created_by_operation=req.operation_id)
             if self.hollow:
                 self.table.free(worker)
@@ -201,12 +201,13 @@ class SandboxOperations:
         stops it first so the durable dirs are quiet while archived; then the snapshot is stored.
         Returns (checkpoint seconds, store seconds, the completed manifest)."""
         assert worker.container_id is not None and worker.spec is not None
+        driver = self.drivers[worker.pool.sandbox_class]
         staging = target.staging
         try:
             start = time.monotonic()
             full = scope == pb.SNAPSHOT_SCOPE_FULL
             if full:  # the sandbox exits once its state is saved
-                await self.driver.checkpoint(worker.container_id, staging / CHECKPOINT_DIR,
+                await driver.checkpoint(worker.container_id, staging / CHECKPOINT_DIR,
                                              compress=self._compress(object_storage=False))
             await self.runner.stop(worker, already_exited=full)
             await self._archive_volumes(actor, worker.spec, staging)
@@ -217,7 +218,7 @@ class SandboxOperations:
         except BaseException:
             target.discard()
             if worker.container_id is not None:  # the checkpoint itself failed: still alive?
-                if not await self.driver.alive(worker.container_id):
+                if not await driver.alive(worker.container_id):
                     await self.runner.stop(worker, already_exited=True)
             raise
 
@@ -231,25 +232,26 @@ class SandboxOperations:
         Returns (checkpoint seconds, upload seconds, the completed manifest)."""
         assert worker.container_id is not None and worker.spec is not None
         cid = worker.container_id
+        driver = self.drivers[worker.pool.sandbox_class]
         staging = target.staging
         start = time.monotonic()
-        await self.driver.freeze(cid)
+        await driver.freeze(cid)
         try:
             if scope == pb.SNAPSHOT_SCOPE_FULL:
-                await self.driver.checkpoint(cid, staging / CHECKPOINT_DIR, leave_running=True,
+                await driver.checkpoint(cid, staging / CHECKPOINT_DIR, leave_running=True,
                                              compress=self._compress(object_storage=True))
             await self._archive_volumes(actor, worker.spec, staging)
             checkpoint_s = time.monotonic() - start
             manifest = await target.commit(manifest)
         except BaseException:
             target.discard()
-            if await self.driver.alive(cid):
-                await self.driver.thaw(cid)
+            if await driver.alive(cid):
+                await driver.thaw(cid)
             else:
                 await self.runner.stop(worker, already_exited=True)
             raise
         upload_s = target.store_seconds
-        await self.driver.thaw(cid)  # runsc signals no paused sandbox: thaw it, then stop it at once
+        await driver.thaw(cid)  # runsc signals no paused sandbox: thaw it, then stop it at once
         await self.runner.stop(worker)
         return checkpoint_s, upload_s, manifest
 

@@ -7,6 +7,7 @@ List settings (``snapshot_roots``, ``image_roots``, ``object_store_locations``) 
 from __future__ import annotations
 
 import ipaddress
+import os
 import socket
 from pathlib import Path
 from typing import Literal
@@ -39,7 +40,12 @@ class AteletSettings(BaseSettings):
       storage (default ``<state_dir>/snapshot-cache``, 10 GiB; least recently used out first).
     - ``image_roots``: the only directories ``oci:<path>:<tag>`` image layouts may lie in;
       a relative image path is taken relative to each root in turn.
-    - ``pool_file``: WorkerPool YAML; without it, one pool ``default`` of ``workers`` workers.
+    - ``pool_file``: WorkerPool YAML; without it, one pool ``default`` of ``workers`` workers,
+      and ``microvm_workers`` workers of a pool ``microvm`` (sandbox class microvm) after them.
+    - ``microvm_kernel_dir``: the microvm guest kernel (``vmlinuz``, ``lib/modules/``); default
+      where scripts/guest-kernel.sh puts it (``$XDG_CACHE_HOME`` or ``~/.cache``, ``ate/guest-kernel``).
+    - ``microvm_accelerator``: ``auto`` (KVM when it runs guests here, else TCG), ``kvm`` or ``tcg``.
+    - ``microvm_durable_dir_mib``: the size of the disk each durable dir of a VM gets (MiB).
     - ``pool_document``: one WorkerPool as JSON (what ate-controller gives a worker pod), instead
       of a file; its replicas are this atelet's workers.
     - ``advertise_worker_ip``: a worker pod's IP: registered as the worker's address and
@@ -88,6 +94,10 @@ class AteletSettings(BaseSettings):
     pool_document: str = ""
     advertise_worker_ip: str | None = None
     workers: int = Field(default=2, ge=0, le=1000)
+    microvm_workers: int = Field(default=0, ge=0, le=1000)
+    microvm_kernel_dir: Path | None = None
+    microvm_accelerator: Literal["auto", "kvm", "tcg"] = "auto"
+    microvm_durable_dir_mib: int = Field(default=256, ge=8, le=1 << 20)
     api_server: str | None = None
     heartbeat_seconds: float = Field(default=HEARTBEAT_SECONDS, gt=0)
     subnet: str = "10.88.0.0/16"
@@ -118,6 +128,14 @@ class AteletSettings(BaseSettings):
     def snapshot_cache(self) -> Path:
         """The snapshot cache in effect: ``snapshot_cache_dir`` or ``<state_dir>/snapshot-cache``."""
         return self.snapshot_cache_dir or Path(self.state_dir) / "snapshot-cache"
+
+    @property
+    def guest_kernel_dir(self) -> Path:
+        """The microvm guest kernel's dir in effect (``microvm_kernel_dir`` or scripts/guest-kernel.sh's)."""
+        if self.microvm_kernel_dir is not None:
+            return self.microvm_kernel_dir
+        cache = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
+        return Path(os.environ.get("ATE_GUEST_KERNEL_CACHE") or Path(cache) / "ate" / "guest-kernel")
 
     @property
     def advertise(self) -> str:

@@ -77,7 +77,8 @@ class WorkerTable:
         self.hollow = settings.hollow
         self.layout = layout
         self.assignments = assignments
-        self.runsc_version = ""  # the runtime build, stamped into each record; set by Node.start
+        # the runtime build per sandbox class, stamped into each record; set by Node.start
+        self.runtime_versions: dict[str, str] = {}
         self.by_name: dict[str, Worker] = {}
         index = 0
         for pool in pools:
@@ -85,6 +86,15 @@ class WorkerTable:
                 name = f"{pool.name}-{i}"
                 self.by_name[name] = Worker(name, pool, index, netns.plan(settings.node, name, index, settings.subnet))
                 index += 1
+
+    def runtime_version(self, worker: Worker) -> str:
+        """The runtime build of ``worker``'s sandbox class ('' before ``Node.start``)."""
+        return self.runtime_versions.get(worker.pool.sandbox_class, "")
+
+    @property
+    def runsc_version(self) -> str:
+        """The gVisor build of this node ('' when it has no gvisor worker, or before ``Node.start``)."""
+        return self.runtime_versions.get("gvisor", "")
 
     def get(self, name: str) -> Worker:
         """The worker ``name``.
@@ -122,7 +132,7 @@ class WorkerTable:
             operation_kind=worker.operation[1], durable_dir=str(self.layout.actor_dir(worker.actor)),
             volumes={k: str(v) for k, v in self.layout.volume_dirs(worker.actor, worker.spec).items()},
             log=str(self.layout.log_path(worker.actor)), bundle=str(self.layout.bundle_dir(worker.name)),
-            exit_reason=worker.exit_reason, runsc_version=self.runsc_version, started_at=worker.started_at,
+            exit_reason=worker.exit_reason, runsc_version=self.runtime_version(worker), started_at=worker.started_at,
         ))
 
     def free(self, worker: Worker) -> None:

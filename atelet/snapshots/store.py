@@ -177,7 +177,8 @@ class SnapshotStore(SnapshotRoots):
         if manifest.scope not in (pb.SNAPSHOT_SCOPE_FULL, pb.SNAPSHOT_SCOPE_DATA):
             raise precondition("manifest.scope: must be FULL or DATA")
         if manifest.scope == pb.SNAPSHOT_SCOPE_FULL and manifest.runsc_version != runtime_version:
-            raise precondition(f"manifest.runsc_version: snapshot was written by runsc {manifest.runsc_version!r}, "
+            runtime = "runsc" if sandbox_class == "gvisor" else "the runtime"
+            raise precondition(f"manifest.runsc_version: snapshot was written by {runtime} {manifest.runsc_version!r}, "
                                f"this node has {runtime_version!r}; a checkpoint restores only with its own build")
 
     @staticmethod

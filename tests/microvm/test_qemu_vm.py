@@ -9,7 +9,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import re
-import subprocess
 from collections.abc import AsyncIterator
 from dataclasses import replace
 from pathlib import Path
@@ -38,9 +37,8 @@ COUNTER = "i=0; while true; do i=$((i+1)); echo count $i; sleep 0.1; done\n"
 
 
 @pytest.fixture(scope="module")
-def kernel() -> Path:
-    out = subprocess.run(["bash", str(ROOT / "scripts/guest-kernel.sh")], capture_output=True, text=True, check=True)
-    return Path(out.stdout.strip().splitlines()[-1]) / "vmlinuz"
+def kernel(kernel_dir: Path) -> Path:
+    return kernel_dir / "vmlinuz"
 
 
 def config(tmp_path: Path, kernel: Path, memory_mib: int = 128) -> VmConfig:

@@ -25,6 +25,7 @@ for word in $(cat /proc/cmdline); do
     ate.ip=*) address="${word#ate.ip=}" ;;
     ate.gw=*) gateway="${word#ate.gw=}" ;;
     ate.mount=*) mounts="$mounts ${word#ate.mount=}" ;;
+    ate.hostname=*) hostname "${word#ate.hostname=}" ;;
   esac
 done
 # The durable dirs (atelet.drivers.microvm.disk): ate.mount=<disk>:<path>, e.g. vda:/data,

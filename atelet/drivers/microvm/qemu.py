@@ -215,8 +215,10 @@ class Vm:
             ram.unlink(missing_ok=True)
         log = (workdir / "qemu.log").open("ab")
         try:
+            # its own session: a Ctrl-C to the atelet's terminal must not end the VMs it then checkpoints
             process = await asyncio.create_subprocess_exec(
-                *_argv(config, ram, qmp, machine, incoming), stdin=subprocess.DEVNULL, stdout=log, stderr=log
+                *_argv(config, ram, qmp, machine, incoming), stdin=subprocess.DEVNULL, stdout=log, stderr=log,
+                start_new_session=True,
             )
         finally:
             log.close()
@@ -243,12 +245,15 @@ class Vm:
         machines: Any = await self.qmp.execute("query-machines")
         return next((m["name"] for m in machines if m.get("alias") == MACHINE), MACHINE)
 
-    async def checkpoint(self, snapshot: Path) -> VmState:
+    async def checkpoint(self, snapshot: Path, *, leave_running: bool = False) -> VmState:
         """Save the VM into ``snapshot`` (created): device state, RAM file, a copy of each disk
-        (``disk0``...), ``vm.json``; the VM stops and its QEMU exits.
+        (``disk0``...), ``vm.json``; the VM stops and its QEMU exits. With ``leave_running`` the
+        VM stays as it was, stopped (``cont`` lets it run on; ``stop`` ends it), and its RAM
+        file is copied (a reflink where the filesystem has them) instead of moved.
 
         Raises:
-            VmError: QEMU's migration failed (its reason included); the VM is stopped anyway.
+            VmError: QEMU's migration failed (its reason included); the VM is stopped anyway
+                (left as it was with ``leave_running``).
         """
         snapshot.mkdir(parents=True, exist_ok=True)
         state_fd = os.open(snapshot / STATE_FILE, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
@@ -276,11 +281,16 @@ class Vm:
             except QMPError as error:
                 raise VmError(f"QEMU refused the checkpoint: {error}") from error
             finally:
-                await self.stop()
+                if not leave_running:
+                    await self.stop()
             os.fsync(state_fd)
         finally:
             os.close(state_fd)
-        shutil.move(str(self.ram), snapshot / RAM_FILE)
+        if leave_running:
+            copy_ram(self.ram, snapshot / RAM_FILE)
+            _fsync(snapshot / RAM_FILE)
+        else:
+            shutil.move(str(self.ram), snapshot / RAM_FILE)
         for index, disk in enumerate(self.config.disks):  # the guest's memory holds these very filesystems
             copy_ram(disk, snapshot / f"disk{index}")
         meta = snapshot / f".{META_FILE}.tmp"
@@ -330,6 +340,49 @@ class Vm:
             raise VmError(f"the guest did not take address {address}: {error or 'no answer'}") from error
         if answer != "ok":
             raise VmError(f"the guest did not take address {address}: it answered {answer!r}")
+
+    async def pause(self) -> None:
+        """Stop the guest's vCPUs (its state stays in QEMU; ``cont`` continues it).
+
+        Raises:
+            VmError: QEMU refused (its reason included).
+        """
+        try:
+            await self.qmp.execute("stop")
+        except QMPError as error:
+            raise VmError(f"QEMU did not stop the guest: {error}") from error
+
+    async def cont(self) -> None:
+        """Let a stopped guest run again (also after a checkpoint with ``leave_running``).
+
+        Raises:
+            VmError: QEMU refused (its reason included).
+        """
+        try:
+            await self.qmp.execute("cont")
+        except QMPError as error:
+            raise VmError(f"QEMU did not continue the guest: {error}") from error
+
+    @classmethod
+    async def attach(cls, config: VmConfig, workdir: Path, pid: int, machine: str) -> Vm:
+        """Take over the QEMU ``pid`` that a previous atelet process started in ``workdir``.
+
+        Raises:
+            VmError: the process is gone or is not that VM's QEMU, or its monitor does not answer.
+        """
+        process = AdoptedProcess(pid)
+        try:
+            cmdline = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
+        except OSError:
+            raise VmError(f"QEMU process {pid} is gone") from None
+        if os.fsencode(str(workdir / RAM_FILE)) not in b",".join(cmdline) or not any(b"qemu" in w for w in cmdline[:8]):
+            raise VmError(f"process {pid} is not the QEMU of {workdir}")
+        vm = cls(config, workdir, process, machine)  # type: ignore[arg-type]
+        try:
+            await asyncio.wait_for(vm.qmp.connect(str(workdir / "qmp.sock")), 5)
+        except (OSError, QMPError, TimeoutError) as error:
+            raise VmError(f"the monitor of QEMU process {pid} does not answer: {error}") from error
+        return vm
 
     async def stop(self) -> None:
         """End the VM: QMP ``quit``, then SIGKILL when QEMU does not exit within 5 s."""
@@ -383,6 +436,42 @@ def read_state(snapshot: Path) -> VmState:
         raise VmError(f"snapshot {snapshot} has no readable {META_FILE}: {error}") from None
 
 
+class AdoptedProcess:
+    """The parts of ``asyncio.subprocess.Process`` a ``Vm`` uses, for a QEMU this process did not
+    start (a previous atelet's): its exit is seen by polling, its status is unknown (-1)."""
+
+    def __init__(self, pid: int) -> None:
+        self.pid = pid
+
+    @property
+    def returncode(self) -> int | None:
+        """None while the process lives, else -1 (the status went to whoever reaps it)."""
+        try:
+            state = Path(f"/proc/{self.pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+        except (OSError, IndexError):
+            return -1
+        return -1 if state in ("Z", "X") else None
+
+    async def wait(self) -> int:
+        """Returns once the process exited (polled every 50 ms)."""
+        while self.returncode is None:
+            await asyncio.sleep(0.05)
+        return -1
+
+    def kill(self) -> None:
+        """SIGKILL."""
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(self.pid, 9)
+
+
+def _fsync(path: Path) -> None:
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
 def copy_ram(source: Path, target: Path) -> None:
     """Copy a RAM file (or a disk image) for a restore: a reflink (copy-on-write, no data copied) where the
     filesystem has them, else a full copy (``cp --reflink=auto``)."""
@@ -390,6 +479,18 @@ def copy_ram(source: Path, target: Path) -> None:
                           capture_output=True, text=True, check=False)  # fmt: skip
     if done.returncode != 0:
         raise VmError(f"could not copy the RAM file {source}: {done.stderr.strip()}")
+
+
+async def resolved_machine() -> str:
+    """The versioned machine type ``MACHINE`` is an alias of here, e.g. ``pc-q35-7.2`` (from
+    ``qemu-system-x86_64 -machine help``; a VM started with the alias reports the same)."""
+    process = await asyncio.create_subprocess_exec(QEMU, "-machine", "help", stdout=subprocess.PIPE)
+    out, _ = await process.communicate()
+    for line in out.decode(errors="replace").splitlines():
+        words = line.split()
+        if words and words[0] == MACHINE and "(alias of " in line:
+            return line.rsplit("(alias of ", 1)[1].rstrip(")").strip()
+    raise VmError(f"{QEMU} -machine help names no machine {MACHINE!r}")
 
 
 async def qemu_version() -> str:

@@ -1,0 +1,452 @@
+"""The driver of sandbox class ``microvm``: ``SandboxDriver`` over QEMU (``qemu.Vm``).
+
+A sandbox is one VM: the guest kernel from ``kernel_dir`` (scripts/guest-kernel.sh), an
+initramfs with the container's image and command (``initramfs``), the worker's address on a tap
+bridged with the worker end (``network``), one ext4 disk per durable dir (``disk``). Its files
+live in ``<root>/<container id>/`` (QMP socket, RAM file, QEMU's log, ``sandbox.json``: what
+adoption and the disk read-back need); ``prepare`` writes the initramfs, the disks and
+``plan.json`` into the worker's dir.
+
+How the node's steps map onto a VM:
+
+- ``checkpoint`` (FULL): the device state, the RAM file and a copy of each disk go into the
+  snapshot's ``checkpoint/`` dir with ``vm.json`` (QEMU's version, machine, accelerator, device
+  set; ``qemu.VmState``) and ``guest.json`` (the guest's address then); compression does not
+  apply (the RAM file is stored as it is).
+- The durable dirs stay the node's host dirs (what every snapshot archives): once the VM is
+  stopped or frozen, each disk is read back into its dir (``disk.extract_disk``, from a copy, so
+  a VM that is thawed keeps its disk untouched). So ``kill``, ``freeze`` and a checkpoint leave
+  the dirs current, and a DATA checkpoint needs nothing of its own.
+- ``launch`` with a checkpoint restores the VM (``qemu.Vm.restore``: RAM and disks as they were,
+  copy-on-write where the filesystem allows) and, when it was saved on another address, gives the
+  guest this worker's (``qemu.Vm.readdress``).
+
+The runtime version (``version``: QEMU's version and package, the machine type, the
+accelerator) goes into every FULL manifest: placement restores a FULL snapshot only on a worker
+whose runtime matches (check 4), and the restore compares the whole recorded shape again.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import hashlib
+import json
+import logging
+import math
+import re
+import shutil
+import tempfile
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from atelet.bundle import build_config
+from atelet.drivers.base import SandboxDriver
+from atelet.drivers.microvm import disk, network, qemu
+from atelet.drivers.microvm.initramfs import (
+    INIT,
+    NETWORK_MODULES,
+    GuestImage,
+    build_initramfs,
+    command_for,
+    with_dependencies,
+)
+from atelet.errors import AteletError, internal, invalid, not_found
+from atelet.images import ImageStore
+from atelet.netns import WorkerNet
+from atelet.proto import atelet_pb2 as pb
+
+log = logging.getLogger(__name__)
+
+SANDBOX_CLASS = "microvm"
+PLAN_FILE = "plan.json"
+RECORD_FILE = "sandbox.json"
+GUEST_FILE = "guest.json"
+"""In a FULL checkpoint: the address the guest had when it was saved."""
+DEFAULT_MEMORY_MIB = 256
+"""Guest RAM when the template sets no memory limit."""
+_HOSTNAME = re.compile(r"^[A-Za-z0-9]([A-Za-z0-9.-]{0,62})$")
+
+
+@dataclass
+class _Sandbox:
+    """What the driver keeps per VM (``sandbox.json`` on disk; ``vm`` in memory only)."""
+
+    workdir: Path
+    config: qemu.VmConfig
+    volumes: list[Path]
+    address: str
+    pid: int = 0
+    machine: str = ""
+    vm: qemu.Vm | None = None
+    read_back: bool = False
+    lock: asyncio.Lock = field(default_factory=asyncio.Lock)
+
+    def document(self) -> dict[str, Any]:
+        c = self.config
+        return {
+            "pid": self.pid, "machine": self.machine, "address": self.address,
+            "volumes": [str(v) for v in self.volumes],
+            "config": {"kernel": str(c.kernel), "initramfs": str(c.initramfs), "memory_mib": c.memory_mib,
+                       "vcpus": c.vcpus, "accelerator": c.accelerator, "console": str(c.console),
+                       "cmdline": c.cmdline, "netns": c.netns, "tap": c.tap, "mac": c.mac,
+                       "disks": [str(d) for d in c.disks]},
+        }  # fmt: skip
+
+    @classmethod
+    def load(cls, workdir: Path) -> _Sandbox:
+        data = json.loads((workdir / RECORD_FILE).read_text())
+        c = data["config"]
+        config = qemu.VmConfig(Path(c["kernel"]), Path(c["initramfs"]), int(c["memory_mib"]), int(c["vcpus"]),
+                               c["accelerator"], Path(c["console"]), c["cmdline"], c["netns"], c["tap"], c["mac"],
+                               tuple(Path(d) for d in c["disks"]))  # fmt: skip
+        return cls(workdir, config, [Path(v) for v in data["volumes"]], data["address"], int(data["pid"]),
+                   data["machine"])  # fmt: skip
+
+    def save(self) -> None:
+        tmp = self.workdir / f".{RECORD_FILE}.tmp"
+        tmp.write_text(json.dumps(self.document()))
+        tmp.replace(self.workdir / RECORD_FILE)
+
+
+class MicrovmDriver(SandboxDriver):
+    """QEMU VMs, one per sandbox, under ``root``.
+
+    Args:
+        root: the driver's state dir (one dir per sandbox, plus the initramfs cache).
+        images: where ``prepare`` unpacks the container's image.
+        kernel_dir: the guest kernel: ``vmlinuz`` and ``lib/modules/<version>/``.
+        accelerator: ``kvm`` or ``tcg`` (``atelet.drivers.microvm.accelerator`` chooses).
+        durable_dir_mib: the size of each durable dir's disk (MiB; sparse on the host).
+    """
+
+    sandbox_class = SANDBOX_CLASS
+    exit_grace_seconds = 2.0
+
+    def __init__(self, root: Path, images: ImageStore, kernel_dir: Path, accelerator: str,
+                 durable_dir_mib: int = 256) -> None:
+        self.root = root
+        self.images = images
+        self.kernel_dir = kernel_dir
+        self.accelerator = accelerator
+        self.durable_dir_mib = durable_dir_mib
+        self._sandboxes: dict[str, _Sandbox] = {}
+        self._version = ""
+
+    @property
+    def kernel(self) -> Path:
+        """The guest kernel image."""
+        return self.kernel_dir / "vmlinuz"
+
+    def _modules_dir(self) -> Path:
+        try:
+            return next((self.kernel_dir / "lib/modules").iterdir())
+        except (OSError, StopIteration):
+            raise internal(f"no guest kernel modules in {self.kernel_dir}/lib/modules: run scripts/guest-kernel.sh"
+                           " (scripts/install.sh does)") from None  # fmt: skip
+
+    async def version(self) -> str:
+        """``QEMU <version> (<package>), machine <type>, accelerator <kvm|tcg>``; also checks that
+        the guest kernel is there.
+
+        Raises:
+            AteletError: INTERNAL when QEMU or the guest kernel is missing (what to run named).
+        """
+        if self._version:
+            return self._version
+        if not self.kernel.is_file():
+            raise internal(f"no guest kernel at {self.kernel}: run scripts/guest-kernel.sh (scripts/install.sh does)")
+        self._modules_dir()
+        try:
+            number, machine = await qemu.qemu_version(), await qemu.resolved_machine()
+        except (OSError, qemu.VmError) as error:
+            raise internal(f"microvm workers need {qemu.QEMU} (apt install qemu-system-x86): {error}") from None
+        self._version = f"QEMU {number}, machine {machine}, accelerator {self.accelerator}"
+        return self._version
+
+    async def list(self) -> list[str]:
+        """The container IDs with a dir under ``root``."""
+        if not self.root.is_dir():
+            return []
+        return sorted(p.name for p in self.root.iterdir() if p.is_dir() and (p / RECORD_FILE).exists())
+
+    async def prepare(self, workdir: Path, net: WorkerNet, spec: pb.WorkloadSpec,
+                      volume_dirs: dict[str, Path], hostname: str) -> Path:
+        """Unpacks the image, writes the guest's initramfs (cached per image and command), one
+        disk per durable dir (from its host dir, created when missing) and ``plan.json``.
+
+        Raises:
+            AteletError: INVALID_ARGUMENT for a command not in the image, INTERNAL for a disk
+                that cannot be made.
+        """
+        container = spec.containers[0]
+        image = await self.images.unpack(container.image, "spec.containers[0].image")
+        for d in volume_dirs.values():
+            d.mkdir(parents=True, exist_ok=True)
+        process = build_config(image, container, net.netns_path, volume_dirs).get("process", {})
+        try:
+            command = command_for(list(process.get("args") or []), list(process.get("env") or []),
+                                  process.get("cwd") or "/", image.rootfs)  # fmt: skip
+        except ValueError as error:
+            raise invalid(f"spec.containers[0].command: {error}") from None
+        mounts = list(container.volume_mounts)
+        names = (*NETWORK_MODULES, *disk.DISK_MODULES) if mounts else NETWORK_MODULES
+        modules = with_dependencies(self._modules_dir(), names)
+        initramfs = await asyncio.to_thread(self._initramfs, GuestImage(command, modules=modules, rootfs=image.rootfs))
+        workdir.mkdir(parents=True, exist_ok=True)
+        disks: list[str] = []
+        volumes: list[str] = []
+        words = [network.guest_cmdline(net)]
+        if _HOSTNAME.match(hostname):
+            words.append(f"ate.hostname={hostname}")
+        for index, mount in enumerate(mounts):
+            if not re.fullmatch(r"/[A-Za-z0-9._/-]*", mount.mount_path):
+                raise invalid(f"spec.containers[0].volumeMounts[{index}].mountPath: {mount.mount_path!r} has "
+                              "characters a microvm guest cannot mount at (letters, digits, . _ - / only)")  # fmt: skip
+            image_path = workdir / f"disk{index}.img"
+            try:
+                await asyncio.to_thread(disk.build_disk, volume_dirs[mount.name], image_path, self.durable_dir_mib)
+            except disk.DiskError as error:
+                raise internal(f"durable dir {mount.name}: {error}") from None
+            disks.append(str(image_path))
+            volumes.append(str(volume_dirs[mount.name]))
+            words.append(f"ate.mount=vd{chr(ord('a') + index)}:{mount.mount_path}")
+        memory_mib = math.ceil(spec.memory_bytes / 2**20) if spec.memory_bytes > 0 else DEFAULT_MEMORY_MIB
+        plan = {"initramfs": str(initramfs), "memory_mib": memory_mib,
+                "vcpus": max(1, math.ceil(spec.cpu_millis / 1000)), "cmdline": " ".join(words),
+                "disks": disks, "volumes": volumes}  # fmt: skip
+        (workdir / PLAN_FILE).write_text(json.dumps(plan))
+        return workdir
+
+    def _initramfs(self, guest: GuestImage) -> Path:
+        """The initramfs of ``guest``, built once per content (image, command, modules, init)."""
+        key = hashlib.sha256()
+        for part in (guest.command, str(guest.rootfs), *map(str, guest.modules), str(guest.busybox)):
+            key.update(part.encode() + b"\0")
+        key.update(INIT.read_bytes())
+        cache = self.root.parent / "microvm-initramfs"
+        cache.mkdir(parents=True, exist_ok=True)
+        path = cache / f"{key.hexdigest()[:32]}.cpio"
+        if not path.exists():
+            tmp = Path(tempfile.mkstemp(dir=cache, prefix=".build-")[1])
+            try:
+                build_initramfs(guest, tmp)
+                tmp.replace(path)
+            finally:
+                tmp.unlink(missing_ok=True)
+        return path
+
+    async def launch(self, container_id: str, net: WorkerNet, prepared: Path, log_path: Path,
+                     checkpoint: Path | None) -> None:
+        """Bridges the worker end with the VM's tap, then boots the VM or restores it from
+        ``checkpoint`` (and readdresses its guest when it was saved on another address).
+
+        Raises:
+            AteletError: INTERNAL when QEMU refused (its reason included).
+        """
+        plan = json.loads((prepared / PLAN_FILE).read_text())
+        tap = await network.bridge_tap(net)
+        config = qemu.VmConfig(self.kernel, Path(plan["initramfs"]), int(plan["memory_mib"]), int(plan["vcpus"]),
+                               self.accelerator, log_path, plan["cmdline"], net.netns, tap, network.mac_for(net),
+                               tuple(Path(d) for d in plan["disks"]))  # fmt: skip
+        workdir = self.root / container_id
+        address = f"{net.worker_ip}/{net.prefixlen} {net.host_ip}"
+        sandbox = _Sandbox(workdir, config, [Path(v) for v in plan["volumes"]], address)
+        workdir.mkdir(parents=True, exist_ok=True)
+        log_path.parent.mkdir(parents=True, exist_ok=True)
+        sandbox.save()  # before QEMU starts: a crash from here on leaves a dir to list and delete
+        self._sandboxes[container_id] = sandbox
+        try:
+            if checkpoint is None:
+                vm = await qemu.Vm.boot(config, workdir)
+            else:
+                vm = await qemu.Vm.restore(config, workdir, checkpoint)
+        except qemu.VmError as error:
+            raise internal(f"the VM did not start: {error}") from None
+        sandbox.vm, sandbox.pid, sandbox.machine = vm, vm.process.pid, vm.machine
+        sandbox.config = vm.config  # a restore keeps the card's MAC from the snapshot
+        sandbox.save()
+        if checkpoint is not None and _saved_address(checkpoint) != address:
+            try:
+                await vm.readdress(f"{net.worker_ip}/{net.prefixlen}", net.host_ip)
+            except qemu.VmError as error:
+                raise internal(f"the restored VM did not take this worker's address: {error}") from None
+
+    def _get(self, container_id: str) -> _Sandbox:
+        sandbox = self._sandboxes.get(container_id)
+        if sandbox is None:
+            raise not_found(f"no microvm sandbox {container_id} on this node")
+        return sandbox
+
+    async def checkpoint(self, container_id: str, image_dir: Path, *, leave_running: bool = False,
+                         compress: bool = True) -> None:
+        """Saves the VM into ``image_dir`` (``qemu.Vm.checkpoint``) plus ``guest.json``, then
+        reads the disks back into the durable dirs. ``compress`` does not apply.
+
+        Raises:
+            AteletError: NOT_FOUND, INTERNAL (QEMU's reason included).
+        """
+        sandbox = self._get(container_id)
+        if sandbox.vm is None:
+            raise not_found(f"microvm sandbox {container_id} is not running")
+        try:
+            await sandbox.vm.checkpoint(image_dir, leave_running=leave_running)
+        except qemu.VmError as error:
+            raise internal(f"the VM's checkpoint failed: {error}") from None
+        (image_dir / GUEST_FILE).write_text(json.dumps({"address": sandbox.address}))
+        await self._read_back(sandbox, final=not leave_running)
+
+    async def _read_back(self, sandbox: _Sandbox, *, final: bool) -> None:
+        """Each disk into its durable dir, from a copy (the VM is stopped or frozen). ``final``:
+        the VM will not run again, so later calls do nothing."""
+        async with sandbox.lock:
+            if sandbox.read_back:
+                return
+            for image, target in zip(sandbox.config.disks, sandbox.volumes, strict=True):
+                if not image.exists():
+                    continue
+                with tempfile.TemporaryDirectory(dir=image.parent, prefix=".read-back-") as scratch:
+                    copy = Path(scratch) / image.name
+                    try:
+                        await asyncio.to_thread(qemu.copy_ram, image, copy)
+                        await asyncio.to_thread(disk.extract_disk, copy, target)
+                    except (disk.DiskError, qemu.VmError) as error:
+                        raise internal(f"durable dir {target.name} could not be read back from its disk: "
+                                       f"{error}") from None  # fmt: skip
+            sandbox.read_back = final
+
+    async def freeze(self, container_id: str) -> None:
+        """Stops the guest's vCPUs and reads the disks back into the durable dirs."""
+        sandbox = self._get(container_id)
+        if sandbox.vm is None:
+            raise not_found(f"microvm sandbox {container_id} is not running")
+        try:
+            await sandbox.vm.pause()
+        except qemu.VmError as error:
+            raise internal(str(error)) from None
+        await self._read_back(sandbox, final=False)
+
+    async def thaw(self, container_id: str) -> None:
+        """Lets the guest run again."""
+        sandbox = self._get(container_id)
+        if sandbox.vm is None:
+            raise not_found(f"microvm sandbox {container_id} is not running")
+        try:
+            await sandbox.vm.cont()
+        except qemu.VmError as error:
+            raise internal(str(error)) from None
+
+    async def kill(self, container_id: str) -> bool:
+        """Ends QEMU, then reads the disks back into the durable dirs."""
+        sandbox = self._sandboxes.get(container_id)
+        if sandbox is None or sandbox.vm is None:
+            return False
+        running = sandbox.vm.process.returncode is None
+        await sandbox.vm.stop()
+        await self._read_back(sandbox, final=True)
+        return running
+
+    async def delete(self, container_id: str) -> bool:
+        """Ends QEMU if it runs and removes the sandbox's dir (the disks are not read back)."""
+        sandbox = self._sandboxes.pop(container_id, None)
+        workdir = self.root / container_id
+        if sandbox is None and not workdir.exists():
+            return False
+        if sandbox is not None and sandbox.vm is not None:
+            await sandbox.vm.stop()
+        elif sandbox is None:
+            with contextlib.suppress(OSError, ValueError, KeyError):
+                left = _Sandbox.load(workdir)
+                if left.pid and qemu.AdoptedProcess(left.pid).returncode is None and _is_qemu_of(left.pid, workdir):
+                    qemu.AdoptedProcess(left.pid).kill()
+                    await qemu.AdoptedProcess(left.pid).wait()
+        await asyncio.to_thread(shutil.rmtree, workdir, True)
+        return True
+
+    async def delete_quietly(self, container_id: str) -> None:
+        """``delete``, logging a failure."""
+        try:
+            await self.delete(container_id)
+        except (AteletError, OSError) as error:
+            log.warning("delete of microvm sandbox %s failed: %s", container_id, error)
+
+    async def alive(self, container_id: str) -> bool:
+        """True while the VM's QEMU runs."""
+        sandbox = self._sandboxes.get(container_id)
+        return sandbox is not None and sandbox.vm is not None and sandbox.vm.process.returncode is None
+
+    async def reattach(self, container_id: str, net: WorkerNet, listed: set[str]) -> str:
+        """Takes over the QEMU a previous atelet started (its pid in ``sandbox.json``, its monitor
+        answering, its guest running)."""
+        if container_id not in listed:
+            return "no microvm dir for it any more"
+        workdir = self.root / container_id
+        try:
+            sandbox = _Sandbox.load(workdir)
+        except (OSError, ValueError, KeyError) as error:
+            return f"its record is unreadable: {error}"
+        if not sandbox.pid:
+            return "its QEMU never started"
+        try:
+            vm = await qemu.Vm.attach(sandbox.config, workdir, sandbox.pid, sandbox.machine)
+        except qemu.VmError as error:
+            return str(error)
+        try:
+            status: Any = await vm.qmp.execute("query-status")
+        except Exception as error:  # any monitor failure: not adoptable
+            await vm.stop()
+            return f"its monitor failed: {error}"
+        if status.get("status") != "running":
+            await vm.stop()
+            return f"its guest is {status.get('status')}, not running"
+        sandbox.vm = vm
+        self._sandboxes[container_id] = sandbox
+        return ""
+
+    def exit_watch(self, container_id: str) -> VmExitWatch:
+        """A watch of the VM's QEMU process."""
+        return VmExitWatch(self, self._get(container_id))
+
+
+class VmExitWatch:
+    """Watches one VM's QEMU for its exit (``ExitWatch``)."""
+
+    def __init__(self, driver: MicrovmDriver, sandbox: _Sandbox) -> None:
+        self.driver = driver
+        self.sandbox = sandbox
+
+    async def gone(self) -> None:
+        """Returns once QEMU exited (the guest powered off, or QEMU died); the disks are then
+        read back into the durable dirs."""
+        assert self.sandbox.vm is not None
+        await self.sandbox.vm.process.wait()
+        with contextlib.suppress(AteletError):
+            await self.driver._read_back(self.sandbox, final=True)
+
+    async def reason(self, log_path: Path) -> str:
+        """``the VM stopped (QEMU exit status N); last log line: ...`` (the guest's console, where
+        ate's init says how the workload ended)."""
+        assert self.sandbox.vm is not None
+        code = self.sandbox.vm.process.returncode
+        status = "unknown: QEMU was started by a previous atelet" if code == -1 else str(code)
+        last = ""
+        with contextlib.suppress(OSError):
+            lines = [line for line in log_path.read_text(errors="replace").splitlines() if line.strip()]
+            last = lines[-1].strip()[:300] if lines else ""
+        return f"the VM stopped (QEMU exit status {status}); last log line: {last or '(none)'}"
+
+    async def close(self) -> None:
+        """Nothing to release."""
+
+
+def _saved_address(checkpoint: Path) -> str:
+    with contextlib.suppress(OSError, ValueError, KeyError):
+        return str(json.loads((checkpoint / GUEST_FILE).read_text())["address"])
+    return ""
+
+
+def _is_qemu_of(pid: int, workdir: Path) -> bool:
+    with contextlib.suppress(OSError):
+        return str(workdir).encode() in Path(f"/proc/{pid}/cmdline").read_bytes()
+    return False

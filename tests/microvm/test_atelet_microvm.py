@@ -1,0 +1,221 @@
+"""The atelet's microvm workers on real QEMU (TCG here, MICROVM.md), through its gRPC API as the
+control plane calls it: the example counter runs in a VM, a FULL checkpoint moves its memory and
+its durable dir to another worker, a DATA one only the dir, a damaged RAM file is refused before
+any VM starts, and a restarted atelet adopts the VM that still runs."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import uuid
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import grpc
+import httpx
+import pytest
+import pytest_asyncio
+
+from atelet.proto import atelet_pb2 as pb
+from atelet.settings import AteletSettings
+from tests.atelet.conftest import (
+    Atelet,
+    counter_spec,
+    force_cleanup,
+    make_settings,
+    running_atelet,
+    tls_flags,
+)
+from tests.atelet.test_adoption import Agent
+
+pytestmark = [pytest.mark.qemu, pytest.mark.timeout(300)]
+ROOT = Path(__file__).resolve().parents[2]
+ACTOR = pb.ActorRef(atespace="demo", name="vm1")
+PROBE_SECONDS = 120  # a TCG boot of the Debian kernel and the counter takes seconds; a hang fails instead
+
+
+def op() -> str:
+    return f"op-{uuid.uuid4().hex[:12]}"
+
+
+def microvm_settings(base: Path, kernel_dir: Path) -> AteletSettings:
+    return make_settings(base, workers=0, microvm_workers=2, microvm_kernel_dir=kernel_dir,
+                         microvm_accelerator="tcg", microvm_durable_dir_mib=32)  # fmt: skip
+
+
+@pytest_asyncio.fixture
+async def atelet(short_tmp: Path, kernel_dir: Path) -> AsyncIterator[Atelet]:
+    settings = microvm_settings(short_tmp, kernel_dir)
+    try:
+        async with running_atelet(settings) as a:
+            yield a
+        assert_no_vm_left(settings)
+    finally:
+        kill_vms(settings)
+        force_cleanup(settings)
+
+
+def qemu_pids(settings: AteletSettings) -> list[int]:
+    """The QEMU processes whose files lie under this atelet's state dir."""
+    state = str(Path(settings.state_dir).resolve()).encode()
+    found = []
+    for proc in Path("/proc").iterdir():
+        if proc.name.isdigit():
+            with contextlib.suppress(OSError):
+                cmdline = (proc / "cmdline").read_bytes()
+                if b"qemu-system" in cmdline and state in cmdline:
+                    found.append(int(proc.name))
+    return found
+
+
+def assert_no_vm_left(settings: AteletSettings) -> None:
+    assert qemu_pids(settings) == [], "QEMU processes left"
+    microvm = Path(settings.state_dir).resolve() / "microvm"
+    assert not microvm.exists() or list(microvm.iterdir()) == [], f"VM dirs left: {list(microvm.iterdir())}"
+
+
+def kill_vms(settings: AteletSettings) -> None:
+    for pid in qemu_pids(settings):
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, 9)
+
+
+async def get(ip: str) -> dict:
+    async with httpx.AsyncClient(timeout=20, trust_env=False) as client:
+        response = await client.get(f"http://{ip}:8080/", headers={"Connection": "close"})
+        response.raise_for_status()
+        return response.json()
+
+
+async def run_counter(a: Atelet, worker: str) -> pb.RunResponse:
+    return await a.stub.Run(pb.RunRequest(operation_id=op(), worker=worker, actor=ACTOR, spec=counter_spec(),
+                                          probe_timeout_seconds=PROBE_SECONDS))  # fmt: skip
+
+
+async def checkpoint(a: Atelet, worker: str, scope: int, uri: str) -> pb.CheckpointResponse:
+    return await a.stub.Checkpoint(pb.CheckpointRequest(operation_id=op(), worker=worker, actor=ACTOR, scope=scope,
+                                                        snapshot_uri=uri))  # fmt: skip
+
+
+def restore_request(worker: str, uri: str, manifest: pb.SnapshotManifest) -> pb.RestoreRequest:
+    return pb.RestoreRequest(operation_id=op(), worker=worker, actor=ACTOR, spec=counter_spec(), snapshot_uri=uri,
+                             manifest=manifest, probe_timeout_seconds=PROBE_SECONDS)  # fmt: skip
+
+
+async def test_a_full_checkpoint_moves_the_vms_memory_and_durable_dir_to_another_worker(
+    atelet: Atelet, counter_image: str
+) -> None:
+    run = await run_counter(atelet, "microvm-0")
+    assert await get(run.worker_ip) == {"ip": run.worker_ip, "memory_count": 1, "file_count": 1}
+    assert (await get(run.worker_ip))["memory_count"] == 2
+    uri = f"file://{atelet.snapshot_root}/demo/vm1/1"
+    saved = await checkpoint(atelet, "microvm-0", pb.SNAPSHOT_SCOPE_FULL, uri)
+    manifest = saved.manifest
+    assert manifest.sandbox_class == "microvm"
+    # the runtime placement matches a FULL snapshot against (check 4): QEMU, its machine, the accelerator
+    assert manifest.runsc_version.startswith("QEMU 7.") and ", machine pc-q35-" in manifest.runsc_version
+    assert manifest.runsc_version.endswith(", accelerator tcg")
+    files = {f.path for f in manifest.files}
+    assert {"checkpoint/ram", "checkpoint/state", "checkpoint/vm.json", "checkpoint/disk0",
+            "checkpoint/guest.json", "volumes/data.tar"} <= files, files  # fmt: skip
+    ram = next(f for f in manifest.files if f.path == "checkpoint/ram")
+    assert ram.size_bytes == 256 * 2**20  # the template's memory limit is the VM's RAM
+    health = await atelet.stub.Health(pb.HealthRequest())
+    assert [w.sandbox_state for w in health.workers] == ["idle", "idle"]
+
+    restored = await atelet.stub.Restore(restore_request("microvm-1", uri, manifest))
+    assert restored.worker_ip != run.worker_ip
+    # memory kept (3, not 1), the durable dir too, and the guest answers on the new worker's address
+    assert await get(restored.worker_ip) == {"ip": restored.worker_ip, "memory_count": 3, "file_count": 3}
+    done = await atelet.stub.Terminate(pb.TerminateRequest(operation_id=op(), worker="microvm-1", actor=ACTOR))
+    assert done.was_running
+
+
+async def test_a_data_checkpoint_keeps_the_durable_dir_and_boots_fresh(atelet: Atelet, counter_image: str) -> None:
+    run = await run_counter(atelet, "microvm-0")
+    await get(run.worker_ip)
+    await get(run.worker_ip)
+    uri = f"file://{atelet.snapshot_root}/demo/vm1/2"
+    saved = await checkpoint(atelet, "microvm-0", pb.SNAPSHOT_SCOPE_DATA, uri)
+    assert {f.path for f in saved.manifest.files} == {"volumes/data.tar"}
+    restored = await atelet.stub.Restore(restore_request("microvm-0", uri, saved.manifest))
+    # a cold boot: memory starts again at 1; the file count read back from the VM's disk goes on
+    assert await get(restored.worker_ip) == {"ip": restored.worker_ip, "memory_count": 1, "file_count": 3}
+    await atelet.stub.Terminate(pb.TerminateRequest(operation_id=op(), worker="microvm-0", actor=ACTOR))
+
+
+async def test_a_damaged_ram_file_is_refused_and_the_worker_stays_free(atelet: Atelet, counter_image: str) -> None:
+    run = await run_counter(atelet, "microvm-0")
+    await get(run.worker_ip)
+    uri = f"file://{atelet.snapshot_root}/demo/vm1/3"
+    saved = await checkpoint(atelet, "microvm-0", pb.SNAPSHOT_SCOPE_FULL, uri)
+    ram = atelet.snapshot_root / "demo/vm1/3/checkpoint/ram"
+    with ram.open("r+b") as f:  # one byte of guest memory changed: QEMU itself would not notice
+        f.seek(64 * 2**20)
+        byte = f.read(1)
+        f.seek(64 * 2**20)
+        f.write(bytes([byte[0] ^ 0xFF]))
+    with pytest.raises(grpc.aio.AioRpcError) as refused:
+        await atelet.stub.Restore(restore_request("microvm-1", uri, saved.manifest))
+    assert refused.value.code() == grpc.StatusCode.FAILED_PRECONDITION, refused.value.details()
+    assert "checkpoint/ram" in (refused.value.details() or ""), refused.value.details()
+    assert qemu_pids(atelet.settings) == []  # refused before any VM started
+    health = await atelet.stub.Health(pb.HealthRequest())
+    assert [w.sandbox_state for w in health.workers] == ["idle", "idle"]
+
+
+class MicrovmAgent(Agent):
+    """``python -m atelet`` processes with two microvm workers on one state dir."""
+
+    kernel_dir: Path = Path()
+
+    @property
+    def args(self) -> list[str]:
+        s = self.settings
+        return ["--node", s.node, "--listen", s.listen, "--state-dir", str(s.state_dir),
+                "--snapshot-root", str(s.snapshot_roots[0]), "--image-root", str(ROOT), "--workers", "0",
+                "--microvm-workers", "2", "--microvm-kernel-dir", str(self.kernel_dir),
+                "--microvm-accelerator", "tcg", "--subnet", s.subnet, "--metrics-listen", "",
+                *tls_flags(s.node)]  # fmt: skip
+
+
+async def test_a_restarted_atelet_adopts_the_vm_that_still_runs(
+    short_tmp: Path, kernel_dir: Path, counter_image: str
+) -> None:
+    # The atelet is SIGKILLed with a VM running: the VM runs on (QEMU is in its own session) and
+    # the next atelet on the same state dir takes it over: same QEMU process, memory going on,
+    # and it checkpoints it as if it had started it.
+    settings = make_settings(short_tmp)
+    agent = MicrovmAgent(settings, short_tmp, dict(os.environ))
+    agent.kernel_dir = kernel_dir
+    try:
+        agent.start()
+        channel, stub = agent.stub()
+        async with channel:
+            run = await stub.Run(pb.RunRequest(operation_id=op(), worker="microvm-1", actor=ACTOR, spec=counter_spec(),
+                                               probe_timeout_seconds=PROBE_SECONDS))  # fmt: skip
+            assert (await get(run.worker_ip))["memory_count"] == 1
+        (pid,) = qemu_pids(settings)
+        agent.sigkill()
+        assert qemu_pids(settings) == [pid]  # the VM outlived its atelet
+        agent.start()
+        channel, stub = agent.stub()
+        async with channel:
+            health = await stub.Health(pb.HealthRequest())
+            assert [(w.name, w.sandbox_state) for w in health.workers] == [("microvm-0", "idle"),
+                                                                           ("microvm-1", "running")]  # fmt: skip
+            assert (await get(run.worker_ip))["memory_count"] == 2  # the same guest, not a reboot
+            assert qemu_pids(settings) == [pid]
+            uri = f"file://{Path(settings.snapshot_roots[0]).resolve()}/demo/vm1/9"
+            saved = await stub.Checkpoint(pb.CheckpointRequest(operation_id=op(), worker="microvm-1", actor=ACTOR,
+                                                               scope=pb.SNAPSHOT_SCOPE_FULL, snapshot_uri=uri))
+            assert "checkpoint/ram" in {f.path for f in saved.manifest.files}
+            assert qemu_pids(settings) == []  # the adopted QEMU ended with its checkpoint
+        assert agent.sigterm() == 0
+        assert_no_vm_left(settings)
+    finally:
+        for process in agent.procs:
+            if process.poll() is None:
+                process.kill()
+        kill_vms(settings)
+        force_cleanup(settings)
