@@ -5,11 +5,13 @@ any VM starts, and a restarted atelet adopts the VM that still runs."""
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import os
 import uuid
 from collections.abc import AsyncIterator
 from pathlib import Path
+from typing import Any
 
 import grpc
 import httpx
@@ -211,6 +213,121 @@ async def test_a_restarted_atelet_adopts_the_vm_that_still_runs(
                                                                scope=pb.SNAPSHOT_SCOPE_FULL, snapshot_uri=uri))
             assert "checkpoint/ram" in {f.path for f in saved.manifest.files}
             assert qemu_pids(settings) == []  # the adopted QEMU ended with its checkpoint
+        assert agent.sigterm() == 0
+        assert_no_vm_left(settings)
+    finally:
+        for process in agent.procs:
+            if process.poll() is None:
+                process.kill()
+        kill_vms(settings)
+        force_cleanup(settings)
+
+
+# ---- the kill matrix's microvm cells ---------------------------------------------------------
+# The workflows' kill matrix (tests/durability) parks each atelet call before the gRPC call, so
+# the atelet it kills holds nothing of the call yet. What differs for a VM is a kill in the
+# middle of the call: QEMU runs in its own session and outlives the atelet, stopped where the
+# atelet left it. These cells kill the atelet there (failpoints in atelet/drivers/microvm/qemu.py)
+# and re-send the same call, as the workflow's retry of the activity does.
+
+
+async def wait_reached(failpoints: Path, name: str) -> None:
+    async with asyncio.timeout(PROBE_SECONDS):
+        while not (failpoints / f"{name}.reached").exists():
+            await asyncio.sleep(0.05)
+
+
+def agent_with_failpoints(short_tmp: Path, kernel_dir: Path) -> tuple[MicrovmAgent, Path]:
+    failpoints = short_tmp / "failpoints"
+    failpoints.mkdir()
+    agent = MicrovmAgent(make_settings(short_tmp), short_tmp, dict(os.environ, ATE_FAILPOINTS_DIR=str(failpoints)))
+    agent.kernel_dir = kernel_dir
+    return agent, failpoints
+
+
+async def killed_during(agent: MicrovmAgent, failpoints: Path, name: str, call: Any) -> None:
+    """Arm ``name``, make ``call`` (a coroutine function of a stub), SIGKILL the atelet once the
+    call parks there, disarm, start the atelet again."""
+    (failpoints / name).touch()
+    channel, stub = agent.stub()
+    async with channel:
+        pending = asyncio.ensure_future(call(stub))
+        await wait_reached(failpoints, name)
+        agent.sigkill()
+        with contextlib.suppress(grpc.aio.AioRpcError):
+            await pending  # it dies with its atelet
+    (failpoints / name).unlink()
+    agent.start()
+
+
+async def test_kill_cell_atelet_killed_after_qemu_saved_the_vm_in_a_checkpoint(
+    short_tmp: Path, kernel_dir: Path, counter_image: str
+) -> None:
+    # QEMU has written the device state and stopped the guest; the atelet dies before it ends the
+    # VM or stores the snapshot. The next atelet lets the VM run on (no memory lost), and the
+    # re-sent Checkpoint completes from there: the restored actor counts on (3, 3).
+    agent, failpoints = agent_with_failpoints(short_tmp, kernel_dir)
+    settings = agent.settings
+    uri = f"file://{Path(settings.snapshot_roots[0]).resolve()}/demo/vm1/1"
+    request = pb.CheckpointRequest(operation_id=op(), worker="microvm-0", actor=ACTOR, scope=pb.SNAPSHOT_SCOPE_FULL,
+                                   snapshot_uri=uri)  # fmt: skip
+    try:
+        agent.start()
+        channel, stub = agent.stub()
+        async with channel:
+            run = await stub.Run(pb.RunRequest(operation_id=op(), worker="microvm-0", actor=ACTOR, spec=counter_spec(),
+                                               probe_timeout_seconds=PROBE_SECONDS))  # fmt: skip
+            assert (await get(run.worker_ip))["memory_count"] == 1
+        (pid,) = qemu_pids(settings)
+        await killed_during(agent, failpoints, "Microvm.checkpoint.after_save", lambda s: s.Checkpoint(request))
+        assert qemu_pids(settings) == [pid]  # adopted: the same QEMU
+        assert await get(run.worker_ip) == {"ip": run.worker_ip, "memory_count": 2, "file_count": 2}
+        channel, stub = agent.stub()
+        async with channel:
+            saved = await stub.Checkpoint(request)  # the activity's retry: same operation
+            assert qemu_pids(settings) == []
+            restored = await stub.Restore(restore_request("microvm-1", uri, saved.manifest))
+            assert await get(restored.worker_ip) == {"ip": restored.worker_ip, "memory_count": 3, "file_count": 3}
+            await stub.Terminate(pb.TerminateRequest(operation_id=op(), worker="microvm-1", actor=ACTOR))
+        assert agent.sigterm() == 0
+        assert_no_vm_left(settings)
+    finally:
+        for process in agent.procs:
+            if process.poll() is None:
+                process.kill()
+        kill_vms(settings)
+        force_cleanup(settings)
+
+
+async def test_kill_cell_atelet_killed_after_qemu_loaded_a_restore_on_another_worker(
+    short_tmp: Path, kernel_dir: Path, counter_image: str
+) -> None:
+    # Saved on microvm-0, restored on microvm-1: QEMU has loaded the device state (the guest is
+    # paused, still on microvm-0's address) and the atelet dies before it continues it. The next
+    # atelet continues it and gives it microvm-1's address; the re-sent Restore finds it running
+    # (started by this very operation) and answers; the actor counts on (2, 2) at the new address.
+    agent, failpoints = agent_with_failpoints(short_tmp, kernel_dir)
+    settings = agent.settings
+    uri = f"file://{Path(settings.snapshot_roots[0]).resolve()}/demo/vm1/1"
+    try:
+        agent.start()
+        channel, stub = agent.stub()
+        async with channel:
+            run = await stub.Run(pb.RunRequest(operation_id=op(), worker="microvm-0", actor=ACTOR, spec=counter_spec(),
+                                               probe_timeout_seconds=PROBE_SECONDS))  # fmt: skip
+            assert (await get(run.worker_ip))["memory_count"] == 1
+            saved = await stub.Checkpoint(pb.CheckpointRequest(operation_id=op(), worker="microvm-0", actor=ACTOR,
+                                                               scope=pb.SNAPSHOT_SCOPE_FULL, snapshot_uri=uri))
+        request = restore_request("microvm-1", uri, saved.manifest)
+        await killed_during(agent, failpoints, "Microvm.restore.after_load", lambda s: s.Restore(request))
+        (pid,) = qemu_pids(settings)
+        channel, stub = agent.stub()
+        async with channel:
+            restored = await stub.Restore(request)  # the activity's retry: same operation
+            assert restored.worker_ip != run.worker_ip
+            assert qemu_pids(settings) == [pid]  # the adopted VM, not a second restore
+            assert await get(restored.worker_ip) == {"ip": restored.worker_ip, "memory_count": 2, "file_count": 2}
+            await stub.Terminate(pb.TerminateRequest(operation_id=op(), worker="microvm-1", actor=ACTOR))
         assert agent.sigterm() == 0
         assert_no_vm_left(settings)
     finally:

@@ -80,13 +80,15 @@ class _Sandbox:
     pid: int = 0
     machine: str = ""
     vm: qemu.Vm | None = None
+    addressed: bool = False
+    """The guest has ``address`` (booted with it, or told it after a restore)."""
     read_back: bool = False
     lock: asyncio.Lock = field(default_factory=asyncio.Lock)
 
     def document(self) -> dict[str, Any]:
         c = self.config
         return {
-            "pid": self.pid, "machine": self.machine, "address": self.address,
+            "pid": self.pid, "machine": self.machine, "address": self.address, "addressed": self.addressed,
             "volumes": [str(v) for v in self.volumes],
             "config": {"kernel": str(c.kernel), "initramfs": str(c.initramfs), "memory_mib": c.memory_mib,
                        "vcpus": c.vcpus, "accelerator": c.accelerator, "console": str(c.console),
@@ -102,7 +104,7 @@ class _Sandbox:
                                c["accelerator"], Path(c["console"]), c["cmdline"], c["netns"], c["tap"], c["mac"],
                                tuple(Path(d) for d in c["disks"]))  # fmt: skip
         return cls(workdir, config, [Path(v) for v in data["volumes"]], data["address"], int(data["pid"]),
-                   data["machine"])  # fmt: skip
+                   data["machine"], addressed=bool(data.get("addressed")))  # fmt: skip
 
     def save(self) -> None:
         tmp = self.workdir / f".{RECORD_FILE}.tmp"
@@ -266,12 +268,21 @@ class MicrovmDriver(SandboxDriver):
             raise internal(f"the VM did not start: {error}") from None
         sandbox.vm, sandbox.pid, sandbox.machine = vm, vm.process.pid, vm.machine
         sandbox.config = vm.config  # a restore keeps the card's MAC from the snapshot
+        sandbox.addressed = checkpoint is None or _saved_address(checkpoint) == address
         sandbox.save()
-        if checkpoint is not None and _saved_address(checkpoint) != address:
-            try:
-                await vm.readdress(f"{net.worker_ip}/{net.prefixlen}", net.host_ip)
-            except qemu.VmError as error:
-                raise internal(f"the restored VM did not take this worker's address: {error}") from None
+        await self._address(sandbox)
+
+    async def _address(self, sandbox: _Sandbox) -> None:
+        """Gives the guest its worker's address unless it has it (a VM restored elsewhere)."""
+        if sandbox.addressed or sandbox.vm is None:
+            return
+        ip, gateway = sandbox.address.split()
+        try:
+            await sandbox.vm.readdress(ip, gateway)
+        except qemu.VmError as error:
+            raise internal(f"the restored VM did not take this worker's address: {error}") from None
+        sandbox.addressed = True
+        sandbox.save()
 
     def _get(self, container_id: str) -> _Sandbox:
         sandbox = self._sandboxes.get(container_id)
@@ -358,6 +369,7 @@ class MicrovmDriver(SandboxDriver):
         elif sandbox is None:
             with contextlib.suppress(OSError, ValueError, KeyError):
                 left = _Sandbox.load(workdir)
+                left.pid = left.pid or _pid_file(workdir)
                 if left.pid and qemu.AdoptedProcess(left.pid).returncode is None and _is_qemu_of(left.pid, workdir):
                     qemu.AdoptedProcess(left.pid).kill()
                     await qemu.AdoptedProcess(left.pid).wait()
@@ -378,7 +390,11 @@ class MicrovmDriver(SandboxDriver):
 
     async def reattach(self, container_id: str, net: WorkerNet, listed: set[str]) -> str:
         """Takes over the QEMU a previous atelet started (its pid in ``sandbox.json``, its monitor
-        answering, its guest running)."""
+        answering). A guest that atelet had stopped and not yet ended (killed during a checkpoint
+        after QEMU saved it, during a freeze, or during a restore after QEMU loaded it) runs on
+        from where it was, so the retried call finds the actor as before it; a restored guest
+        is given this worker's address if it was not yet. A VM still loading its state is not
+        adopted (the retried restore starts over)."""
         if container_id not in listed:
             return "no microvm dir for it any more"
         workdir = self.root / container_id
@@ -386,6 +402,7 @@ class MicrovmDriver(SandboxDriver):
             sandbox = _Sandbox.load(workdir)
         except (OSError, ValueError, KeyError) as error:
             return f"its record is unreadable: {error}"
+        sandbox.pid = sandbox.pid or _pid_file(workdir)
         if not sandbox.pid:
             return "its QEMU never started"
         try:
@@ -397,10 +414,19 @@ class MicrovmDriver(SandboxDriver):
         except Exception as error:  # any monitor failure: not adoptable
             await vm.stop()
             return f"its monitor failed: {error}"
-        if status.get("status") != "running":
+        state = status.get("status")
+        try:
+            if state in ("paused", "postmigrate"):
+                log.warning("microvm sandbox %s was left %s by the previous atelet; letting it run on", container_id,
+                            state)  # fmt: skip
+                await vm.cont()
+            elif state != "running":
+                raise qemu.VmError(f"its guest is {state}, not running")
+            sandbox.vm = vm
+            await self._address(sandbox)
+        except (qemu.VmError, AteletError) as error:
             await vm.stop()
-            return f"its guest is {status.get('status')}, not running"
-        sandbox.vm = vm
+            return error.reason if isinstance(error, AteletError) else str(error)
         self._sandboxes[container_id] = sandbox
         return ""
 
@@ -444,6 +470,13 @@ def _saved_address(checkpoint: Path) -> str:
     with contextlib.suppress(OSError, ValueError, KeyError):
         return str(json.loads((checkpoint / GUEST_FILE).read_text())["address"])
     return ""
+
+
+def _pid_file(workdir: Path) -> int:
+    """The pid QEMU wrote into ``workdir`` (0 when none)."""
+    with contextlib.suppress(OSError, ValueError):
+        return int((workdir / qemu.PID_FILE).read_text().strip())
+    return 0
 
 
 def _is_qemu_of(pid: int, workdir: Path) -> bool:

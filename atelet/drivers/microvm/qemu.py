@@ -25,6 +25,8 @@ from typing import Any
 
 from qemu.qmp import QMPClient, QMPError
 
+from domain.failpoints import failpoint
+
 QEMU = "qemu-system-x86_64"
 MACHINE = "q35"
 """The machine type asked for (an alias QEMU resolves to its versioned type, e.g. pc-q35-7.2)."""
@@ -37,6 +39,9 @@ STATE_FILE = "state"
 """The device-state file of a checkpoint (next to ``RAM_FILE`` and ``META_FILE``)."""
 RAM_FILE = "ram"
 META_FILE = "vm.json"
+PID_FILE = "qemu.pid"
+"""QEMU's own record of its pid (in the VM's workdir), written as it starts: an atelet killed
+before it learned the pid still leaves a way to find the process."""
 AGENT_SOCKET = "agent.sock"
 """The host end of the channel to ate's init (in the VM's workdir)."""
 MIGRATE_POLLS = 30000
@@ -119,7 +124,7 @@ def _argv(config: VmConfig, ram: Path, qmp: Path, machine: str, incoming: bool) 
         "-kernel", str(config.kernel), "-initrd", str(config.initramfs),
         "-append", f"console=ttyS0 panic=-1 quiet {config.cmdline}".strip(),
         "-chardev", f"file,id=console,path={config.console},append=on", "-serial", "chardev:console",
-        "-qmp", f"unix:{qmp},server=on,wait=off",
+        "-qmp", f"unix:{qmp},server=on,wait=off", "-pidfile", str(qmp.parent / PID_FILE),
     ]  # fmt: skip
     if config.netns:
         argv = ["ip", "netns", "exec", config.netns, *argv]
@@ -197,6 +202,7 @@ class Vm:
             await vm.qmp.execute("migrate-set-capabilities", _IGNORE_SHARED)
             await vm.qmp.execute("migrate-incoming", {"uri": f"exec:cat {_quote(snapshot / STATE_FILE)}"})
             await vm._wait_status({"paused"}, "load the device state")
+            await failpoint("Microvm.restore.after_load")  # the kill matrix's cell: loaded, not yet running
             await vm.qmp.execute("cont")
         except QMPError as error:
             await vm.stop()
@@ -278,6 +284,7 @@ class Vm:
                 state = VmState(await self._running_version(), self.machine, self.config.accelerator,
                                 self.config.devices, self.config.memory_mib, self.config.vcpus,
                                 self.config.mac)  # fmt: skip
+                await failpoint("Microvm.checkpoint.after_save")  # the kill matrix's cell: saved, still there
             except QMPError as error:
                 raise VmError(f"QEMU refused the checkpoint: {error}") from error
             finally:
