@@ -116,23 +116,7 @@ async def ours(
                 continue
             # The API may answer at finish_resume's commit, before the workflow completed.
             await temporal.get_workflow_handle(f"actor/{ATESPACE}/{ACTOR}").result()
-            h = await workflow_steps(temporal, f"actor/{ATESPACE}/{ACTOR}")
-            la = dict(h["la"])
-            timings = (h.get("result") or {}).get("timings", {})
-            fetch, restore, probe = (timings.get(f"atelet_{k}", 0.0) for k in ("fetch", "restore", "probe"))
-            row = {
-                "total": t_recv - t_send,
-                "front": h["started"] - t_send,
-                "dispatch": h["task_started"] - h["started"],
-                "placement": la["begin_resume"] - h["task_started"],
-                "atelet_fetch": fetch,
-                "atelet_restore": restore,
-                "atelet_probe": probe,
-                "atelet_rpc": (la["atelet_start"] - la["begin_resume"]) - (fetch + restore + probe),
-                "finalize": la["finish_resume"] - la["atelet_start"],
-                "answer": t_recv - la["finish_resume"],
-                "before_completion": t_recv < h["completed"],  # answered at the commit's NOTIFY
-            }
+            row = step_row(await workflow_steps(temporal, f"actor/{ATESPACE}/{ACTOR}"), t_send, t_recv)
             rows.append(row)
             if (i - warmup + 1) % 10 == 0:
                 log(f"activation: {i - warmup + 1}/{cycles} cycles, last {ms(row['total']):.0f} ms")
@@ -140,6 +124,27 @@ async def ours(
         await api.aclose()
         await proxy.aclose()
     return {"rows": rows, "suspend_s": suspend_s}
+
+
+def step_row(h: dict[str, Any], t_send: float, t_recv: float) -> dict[str, Any]:
+    """One cycle's ``STEPS`` (seconds) from its ResumeActor history ``h`` (bench.actors.workflow_steps)
+    and the request's send and receive times (Unix seconds), plus ``total`` and ``before_completion``."""
+    la = dict(h["la"])
+    timings = (h.get("result") or {}).get("timings", {})
+    fetch, restore, probe = (timings.get(f"atelet_{k}", 0.0) for k in ("fetch", "restore", "probe"))
+    return {
+        "total": t_recv - t_send,
+        "front": h["started"] - t_send,
+        "dispatch": h["task_started"] - h["started"],
+        "placement": la["begin_resume"] - h["task_started"],
+        "atelet_fetch": fetch,
+        "atelet_restore": restore,
+        "atelet_probe": probe,
+        "atelet_rpc": (la["atelet_start"] - la["begin_resume"]) - (fetch + restore + probe),
+        "finalize": la["finish_resume"] - la["atelet_start"],
+        "answer": t_recv - la["finish_resume"],
+        "before_completion": t_recv < h["completed"],  # answered at the commit's NOTIFY
+    }
 
 
 async def _snapshot(stack: stack_mod.Stack) -> tuple[str, dict[str, Any], dict[str, Any]]:
@@ -422,9 +427,21 @@ def _template(ballast_mb: int, directory: Path) -> Path:
     return path
 
 
-def run(cycles: int = 50, warmup: int = 3, keep: bool = False, log: Log = print, ballast_mb: int = 0) -> dict[str, Any]:
-    """Run the benchmark (module doc); ``ballast_mb``: MiB of memory the counter holds."""
-    stack = stack_mod.start(workers=1, keep=keep, log=log)
+def run(
+    cycles: int = 50,
+    warmup: int = 3,
+    keep: bool = False,
+    log: Log = print,
+    ballast_mb: int = 0,
+    microvm_cycles: int = 10,
+) -> dict[str, Any]:
+    """Run the benchmark (module doc); ``ballast_mb``: MiB of memory the counter holds;
+    ``microvm_cycles``: cycles of the microvm row (bench/activation_microvm.py; 0: none)."""
+    from bench import activation_microvm
+
+    extra = ("--microvm-workers", "1") if microvm_cycles else ()
+    stack = stack_mod.start(workers=1, keep=keep, log=log, extra=extra)
+    vm: dict[str, Any] | None = None
     try:
         template = _template(ballast_mb, stack.data_dir)
         setup(stack.api_url, stack.token, ATESPACE, [ACTOR], template)
@@ -438,6 +455,8 @@ def run(cycles: int = 50, warmup: int = 3, keep: bool = False, log: Log = print,
         snap_bytes = sum(f.stat().st_size for f in (stack.data_dir / "snapshots").rglob("*") if f.is_file())
         n_snaps = len(list((stack.data_dir / "snapshots").rglob("manifest.json")))
         compression = _compression_written(stack.data_dir / "snapshots")
+        if microvm_cycles:
+            vm = asyncio.run(activation_microvm.run_row(stack, microvm_cycles, min(warmup, 2), log))
     finally:
         stack.stop()
     rows = ours_data["rows"]
@@ -478,6 +497,21 @@ def run(cycles: int = 50, warmup: int = 3, keep: bool = False, log: Log = print,
         f"checkpoint (default flags) p50 {ms(s_checkpoint['p50']):.1f} p95 {ms(s_checkpoint['p95']):.1f}; "
         f"overhead {ms(s_suspend['p50'] - s_checkpoint['p50']):.1f}/{ms(s_suspend['p95'] - s_checkpoint['p95']):.1f}"
     )
+    if vm is not None:
+        out.append("")
+        out.append(f"microvm row ({vm['accelerator']}: QEMU {'with KVM' if vm['accelerator'] == 'kvm' else 'software emulation, no KVM'}), "
+                   f"{len(vm['raw']['ours'])} cycles (ms)")  # fmt: skip
+        out.append(table(hdr, [
+            [n, *(ms(v[k]) for k in ("p50", "p95", "p99", "mean", "max"))]
+            for n, v in (("ours: router GET of a suspended microvm actor", vm["ours"]),
+                         ("floor: raw QEMU restore + first GET", vm["floor"]))
+        ] + [["overhead ours - floor", *(ms(vm["ours"][k] - vm["floor"][k]) for k in ("p50", "p95", "p99", "mean", "max"))]]))  # fmt: skip
+        detail = vm["floor_detail"]
+        out.append(f"floor detail (ms): restore p50 {ms(detail['restore']['p50']):.1f}, first GET p50 "
+                   f"{ms(detail['first_get']['p50']):.1f}; suspend via API p50 {ms(vm['suspend']['p50']):.1f} "
+                   f"p95 {ms(vm['suspend']['p95']):.1f}")  # fmt: skip
+        out.append("ours, where it goes (ms p50): " + ", ".join(f"{k} {ms(v['p50']):.1f}" for k, v in vm["steps"].items()
+                                                              if k in STEPS))  # fmt: skip
     out.append(
         f"snapshots on disk {n_snaps}, "
         f"{snap_bytes / n_snaps / 1e6 if n_snaps else 0:.2f} MB each; RSS of one RUNNING counter sandbox "
@@ -490,6 +524,13 @@ def run(cycles: int = 50, warmup: int = 3, keep: bool = False, log: Log = print,
         f" overhead {ms(s_ours['p50'] - s_floor['p50']):.0f}/{ms(s_ours['p95'] - s_floor['p95']):.0f}"
         f"/{ms(s_ours['p99'] - s_floor['p99']):.0f}"
     )
+    if vm is not None:
+        o, f = vm["ours"], vm["floor"]
+        key += (
+            f" microvm({vm['accelerator']}) ours {ms(o['p50']):.0f}/{ms(o['p95']):.0f}/{ms(o['p99']):.0f}"
+            f" floor {ms(f['p50']):.0f}/{ms(f['p95']):.0f}/{ms(f['p99']):.0f}"
+            f" overhead {ms(o['p50'] - f['p50']):.0f}/{ms(o['p95'] - f['p95']):.0f}/{ms(o['p99'] - f['p99']):.0f}"
+        )
     out.append(key)
     text = "\n".join(out)
     result = {
@@ -509,6 +550,7 @@ def run(cycles: int = 50, warmup: int = 3, keep: bool = False, log: Log = print,
         "sandbox_rss_bytes": sandbox_rss,
         "snapshot_bytes_each": snap_bytes / n_snaps if n_snaps else 0,
         "raw": {"ours": rows, "atelet": atelet_data, "floor": floor_data},
+        "microvm": vm,
         "text": text,
     }
     path = write_result("activation", result)

@@ -21,6 +21,10 @@ def main(argv: list[str] | None = None) -> None:
         "--ballast-mb", type=int, default=0,
         help="MiB of memory the counter holds (BALLAST_MB; half random, half text per page); default 0",
     )  # fmt: skip
+    a.add_argument(
+        "--microvm-cycles", type=int, default=10,
+        help="cycles of the microvm row (the counter as a microvm template vs a raw QEMU restore); 0: none",
+    )  # fmt: skip
     o = sub.add_parser(
         "activation-object-store",
         help="router GET of a suspended counter from S3, warm and cold cache, vs raw download + runsc restore",
@@ -59,7 +63,8 @@ def main(argv: list[str] | None = None) -> None:
     if args.name == "activation":
         from bench import activation
 
-        activation.run(cycles=args.cycles, warmup=args.warmup, keep=args.keep, log=log, ballast_mb=args.ballast_mb)
+        activation.run(cycles=args.cycles, warmup=args.warmup, keep=args.keep, log=log, ballast_mb=args.ballast_mb,
+                       microvm_cycles=args.microvm_cycles)
     elif args.name == "activation-object-store":
         from bench import activation_object_store
 

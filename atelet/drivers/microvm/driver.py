@@ -135,6 +135,9 @@ class MicrovmDriver(SandboxDriver):
         self.durable_dir_mib = durable_dir_mib
         self._sandboxes: dict[str, _Sandbox] = {}
         self._version = ""
+        # the worker namespaces whose bridge and tap this process made: a node makes its workers'
+        # namespaces once, at start, so they stay (bench/README.md, "microvm row": ~4 ip runs saved)
+        self._bridged: dict[str, str] = {}
 
     @property
     def kernel(self) -> Path:
@@ -248,7 +251,8 @@ class MicrovmDriver(SandboxDriver):
             AteletError: INTERNAL when QEMU refused (its reason included).
         """
         plan = json.loads((prepared / PLAN_FILE).read_text())
-        tap = await network.bridge_tap(net)
+        tap = self._bridged.get(net.netns) or await network.bridge_tap(net)
+        self._bridged[net.netns] = tap
         config = qemu.VmConfig(self.kernel, Path(plan["initramfs"]), int(plan["memory_mib"]), int(plan["vcpus"]),
                                self.accelerator, log_path, plan["cmdline"], net.netns, tap, network.mac_for(net),
                                tuple(Path(d) for d in plan["disks"]))  # fmt: skip
