@@ -18,6 +18,7 @@ import httpx
 import pytest
 import pytest_asyncio
 
+from ate.dev.object_store import LocalObjectStore
 from atelet.proto import atelet_pb2 as pb
 from atelet.settings import AteletSettings
 from tests.atelet.conftest import (
@@ -336,3 +337,72 @@ async def test_kill_cell_atelet_killed_after_qemu_loaded_a_restore_on_another_wo
                 process.kill()
         kill_vms(settings)
         force_cleanup(settings)
+
+
+# ---- snapshots in object storage: the frozen path (freeze, save while left running, upload) ----
+
+
+@pytest_asyncio.fixture
+async def s3_atelet(
+    short_tmp: Path, kernel_dir: Path, object_store: LocalObjectStore
+) -> AsyncIterator[tuple[Atelet, str]]:
+    location = f"s3://{object_store.bucket}/{uuid.uuid4().hex[:8]}"
+    settings = microvm_settings(short_tmp, kernel_dir).model_copy(
+        update={"object_store_locations": [location], "object_store_retry_seconds": 2}
+    )
+    try:
+        async with running_atelet(settings) as a:
+            yield a, location
+        assert_no_vm_left(settings)
+    finally:
+        kill_vms(settings)
+        force_cleanup(settings)
+
+
+async def test_a_checkpoint_to_object_storage_keeps_the_vm_until_it_is_stored(
+    s3_atelet: tuple[Atelet, str], counter_image: str
+) -> None:
+    # Bound for S3, the VM is frozen, saved while it stays (the RAM file copied, not moved), its
+    # durable dir read back from a copy of its disk, the snapshot uploaded, and only then ended.
+    atelet, location = s3_atelet
+    run = await run_counter(atelet, "microvm-0")
+    assert await get(run.worker_ip) == {"ip": run.worker_ip, "memory_count": 1, "file_count": 1}
+    uri = f"{location}/demo/actors/vm1/1-{uuid.uuid4().hex[:12]}"
+    saved = await checkpoint(atelet, "microvm-0", pb.SNAPSHOT_SCOPE_FULL, uri)
+    assert {"checkpoint/ram", "checkpoint/state", "checkpoint/disk0", "volumes/data.tar"} <= {
+        f.path for f in saved.manifest.files
+    }
+    assert qemu_pids(atelet.settings) == []  # ended once stored
+    restored = await atelet.stub.Restore(restore_request("microvm-1", uri, saved.manifest))
+    assert await get(restored.worker_ip) == {"ip": restored.worker_ip, "memory_count": 2, "file_count": 2}
+    await atelet.stub.Terminate(pb.TerminateRequest(operation_id=op(), worker="microvm-1", actor=ACTOR))
+
+
+async def test_the_store_dying_during_an_upload_lets_the_vm_run_on(
+    s3_atelet: tuple[Atelet, str], counter_image: str, object_store: LocalObjectStore, tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # The upload fails after QEMU saved the VM (an outgoing migration completed, the guest
+    # stopped): the VM is continued and runs on with its memory and its disk, as if nothing happened.
+    atelet, location = s3_atelet
+    monkeypatch.setenv("ATE_FAILPOINTS_DIR", str(tmp_path))
+    run = await run_counter(atelet, "microvm-0")
+    assert (await get(run.worker_ip))["memory_count"] == 1
+    (pid,) = qemu_pids(atelet.settings)
+    uri = f"{location}/demo/actors/vm1/1-{uuid.uuid4().hex[:12]}"
+    (tmp_path / "Atelet.checkpoint.before_upload").touch()
+    attempt = asyncio.ensure_future(checkpoint(atelet, "microvm-0", pb.SNAPSHOT_SCOPE_FULL, uri))
+    try:
+        await wait_reached(tmp_path, "Atelet.checkpoint.before_upload")
+        object_store.kill()
+        (tmp_path / "Atelet.checkpoint.before_upload").unlink()
+        with pytest.raises(grpc.aio.AioRpcError) as refused:
+            await attempt
+        assert refused.value.code() == grpc.StatusCode.UNAVAILABLE, refused.value.details()
+        assert qemu_pids(atelet.settings) == [pid]  # the same VM, continued
+        assert await get(run.worker_ip) == {"ip": run.worker_ip, "memory_count": 2, "file_count": 2}
+    finally:
+        if object_store.process is None:
+            object_store.start()
+    saved = await checkpoint(atelet, "microvm-0", pb.SNAPSHOT_SCOPE_FULL, uri.replace("/1-", "/2-"))
+    assert saved.manifest.files  # the next attempt works
