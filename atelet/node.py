@@ -79,7 +79,7 @@ class Node:
         self.layout = NodeLayout(Path(settings.state_dir).resolve())
         self.state_dir = self.layout.root
         self.images = ImageStore(settings.image_roots, self.layout.images)
-        classes = {pool.sandbox_class for pool in pools}
+        classes = {pool.sandbox_class for pool in pools if pool.replicas}  # no runsc needed for 0 gVisor workers
         self.drivers: Drivers = {}
         if "gvisor" in classes:
             self.drivers["gvisor"] = GVisorDriver(settings.runsc, self.layout.runsc, self.images)

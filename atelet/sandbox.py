@@ -106,7 +106,17 @@ class SandboxRunner:
         existed = True
         driver = self.drivers[worker.pool.sandbox_class]
         if not already_exited:
-            existed = await driver.kill(cid)
+            try:
+                existed = await driver.kill(cid)
+            except BaseException:
+                if await driver.alive(cid):
+                    raise  # it still runs: nothing changed
+                # gone although the kill reported a failure (e.g. a VM's durable dir not read
+                # back): the worker must say so, or it would stay "running" with nothing on it
+                worker.container_id = None
+                worker.state = "exited" if worker.actor else "idle"
+                self.table.persist(worker)
+                raise
         worker.container_id = None
         worker.state = "exited" if worker.actor else "idle"
         self.table.persist(worker)

@@ -21,7 +21,7 @@ from pathlib import Path
 
 from atelet import probe
 from atelet.drivers import Drivers
-from atelet.errors import invalid, precondition
+from atelet.errors import AteletError, invalid, precondition
 from atelet.images import ImageStore
 from atelet.layout import NodeLayout
 from atelet.proto import atelet_pb2 as pb
@@ -251,7 +251,10 @@ class SandboxOperations:
                 await self.runner.stop(worker, already_exited=True)
             raise
         upload_s = target.store_seconds
-        await driver.thaw(cid)  # runsc signals no paused sandbox: thaw it, then stop it at once
+        try:
+            await driver.thaw(cid)  # runsc signals no paused sandbox: thaw it, then stop it at once
+        except AteletError as error:  # stopped all the same: the snapshot is stored
+            log.warning("thaw of %s before its stop failed: %s", cid, error.reason)
         await self.runner.stop(worker)
         return checkpoint_s, upload_s, manifest
 

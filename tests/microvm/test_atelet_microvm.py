@@ -171,6 +171,7 @@ class MicrovmAgent(Agent):
     """``python -m atelet`` processes with two microvm workers on one state dir."""
 
     kernel_dir: Path = Path()
+    extra: tuple[str, ...] = ()
 
     @property
     def args(self) -> list[str]:
@@ -179,7 +180,7 @@ class MicrovmAgent(Agent):
                 "--snapshot-root", str(s.snapshot_roots[0]), "--image-root", str(ROOT), "--workers", "0",
                 "--microvm-workers", "2", "--microvm-kernel-dir", str(self.kernel_dir),
                 "--microvm-accelerator", "tcg", "--subnet", s.subnet, "--metrics-listen", "",
-                *tls_flags(s.node)]  # fmt: skip
+                *tls_flags(s.node), *self.extra]  # fmt: skip
 
 
 async def test_a_restarted_atelet_adopts_the_vm_that_still_runs(
@@ -406,3 +407,89 @@ async def test_the_store_dying_during_an_upload_lets_the_vm_run_on(
             object_store.start()
     saved = await checkpoint(atelet, "microvm-0", pb.SNAPSHOT_SCOPE_FULL, uri.replace("/1-", "/2-"))
     assert saved.manifest.files  # the next attempt works
+
+
+def durable_count(settings: AteletSettings) -> str:
+    """The counter's file in the actor's durable dir on the node (examples/counter: ``count.txt``)."""
+    return (Path(settings.state_dir).resolve() / "actors/demo/vm1/volumes/data/count.txt").read_text()
+
+
+async def test_a_vm_that_died_while_no_atelet_watched_leaves_its_durable_dir_current(
+    short_tmp: Path, kernel_dir: Path, counter_image: str
+) -> None:
+    # The atelet is SIGKILLed, then the VM dies too: the next atelet cannot adopt it, and reads
+    # its disk back into the durable dir before removing it (else the worker's next sandbox
+    # would overwrite the only copy of what the actor wrote since it started).
+    agent, _ = agent_with_failpoints(short_tmp, kernel_dir)
+    settings = agent.settings
+    try:
+        agent.start()
+        channel, stub = agent.stub()
+        async with channel:
+            run = await stub.Run(pb.RunRequest(operation_id=op(), worker="microvm-0", actor=ACTOR, spec=counter_spec(),
+                                               probe_timeout_seconds=PROBE_SECONDS))  # fmt: skip
+            assert (await get(run.worker_ip))["file_count"] == 1
+            assert (await get(run.worker_ip))["file_count"] == 2
+        agent.sigkill()
+        kill_vms(settings)
+        agent.start()
+        channel, stub = agent.stub()
+        async with channel:
+            health = await stub.Health(pb.HealthRequest())
+            assert [w.sandbox_state for w in health.workers] == ["idle", "idle"]
+        assert durable_count(settings).strip() == "2"
+        assert agent.sigterm() == 0
+        assert_no_vm_left(settings)
+    finally:
+        for process in agent.procs:
+            if process.poll() is None:
+                process.kill()
+        kill_vms(settings)
+        force_cleanup(settings)
+
+
+async def test_a_vm_saved_for_object_storage_is_not_continued_by_a_restarted_atelet(
+    short_tmp: Path, kernel_dir: Path, counter_image: str, object_store: LocalObjectStore
+) -> None:
+    # Killed after QEMU saved the VM for an upload (the VM left stopped, its snapshot perhaps
+    # stored): the next atelet cannot know whether the control plane now holds that snapshot
+    # as the actor's, so it does not continue the VM (two instances of one actor), ends it and
+    # keeps its durable dir; the retried Checkpoint then says the worker runs nothing.
+    location = f"s3://{object_store.bucket}/{uuid.uuid4().hex[:8]}"
+    agent, failpoints = agent_with_failpoints(short_tmp, kernel_dir)
+    agent.extra = ("--object-store-location", location, "--object-store-retry-seconds", "2")
+    settings = agent.settings
+    request = pb.CheckpointRequest(operation_id=op(), worker="microvm-0", actor=ACTOR, scope=pb.SNAPSHOT_SCOPE_FULL,
+                                   snapshot_uri=f"{location}/demo/actors/vm1/1-{uuid.uuid4().hex[:12]}")  # fmt: skip
+    try:
+        agent.start()
+        channel, stub = agent.stub()
+        async with channel:
+            run = await stub.Run(pb.RunRequest(operation_id=op(), worker="microvm-0", actor=ACTOR, spec=counter_spec(),
+                                               probe_timeout_seconds=PROBE_SECONDS))  # fmt: skip
+            assert (await get(run.worker_ip))["file_count"] == 1
+        await killed_during(agent, failpoints, "Atelet.checkpoint.before_upload", lambda s: s.Checkpoint(request))
+        assert qemu_pids(settings) == []  # not continued: ended
+        assert durable_count(settings).strip() == "1"
+        channel, stub = agent.stub()
+        async with channel:
+            with pytest.raises(grpc.aio.AioRpcError) as refused:
+                await stub.Checkpoint(request)
+            assert refused.value.code() == grpc.StatusCode.FAILED_PRECONDITION, refused.value.details()
+        assert agent.sigterm() == 0
+        assert_no_vm_left(settings)
+    finally:
+        for process in agent.procs:
+            if process.poll() is None:
+                process.kill()
+        kill_vms(settings)
+        force_cleanup(settings)
+
+
+def test_a_node_of_microvm_workers_only_runs_no_gvisor_driver(short_tmp: Path, kernel_dir: Path) -> None:
+    # no runsc asked for when the default pool has no worker (the microvm class alone)
+    from atelet.main import pools_of
+    from atelet.node import Node
+
+    settings = microvm_settings(short_tmp, kernel_dir)
+    assert set(Node(settings, pools_of(settings)).drivers) == {"microvm"}

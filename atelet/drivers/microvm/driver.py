@@ -36,8 +36,10 @@ import logging
 import math
 import re
 import shutil
+import signal
 import tempfile
-from dataclasses import dataclass, field
+import time
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -83,12 +85,17 @@ class _Sandbox:
     addressed: bool = False
     """The guest has ``address`` (booted with it, or told it after a restore)."""
     read_back: bool = False
+    """The disks were read back into the durable dirs after the VM ended for good."""
+    saved_running: bool = False
+    """A checkpoint bound for object storage saved the VM and left it (stopped): whether that
+    snapshot got stored is the node's to know, so a restarted atelet must not continue it."""
     lock: asyncio.Lock = field(default_factory=asyncio.Lock)
 
     def document(self) -> dict[str, Any]:
         c = self.config
         return {
             "pid": self.pid, "machine": self.machine, "address": self.address, "addressed": self.addressed,
+            "read_back": self.read_back, "saved_running": self.saved_running,
             "volumes": [str(v) for v in self.volumes],
             "config": {"kernel": str(c.kernel), "initramfs": str(c.initramfs), "memory_mib": c.memory_mib,
                        "vcpus": c.vcpus, "accelerator": c.accelerator, "console": str(c.console),
@@ -104,9 +111,12 @@ class _Sandbox:
                                c["accelerator"], Path(c["console"]), c["cmdline"], c["netns"], c["tap"], c["mac"],
                                tuple(Path(d) for d in c["disks"]))  # fmt: skip
         return cls(workdir, config, [Path(v) for v in data["volumes"]], data["address"], int(data["pid"]),
-                   data["machine"], addressed=bool(data.get("addressed")))  # fmt: skip
+                   data["machine"], addressed=bool(data.get("addressed")), read_back=bool(data.get("read_back")),
+                   saved_running=bool(data.get("saved_running")))  # fmt: skip
 
     def save(self) -> None:
+        if not self.workdir.is_dir():  # removed by delete meanwhile: nothing left to record
+            return
         tmp = self.workdir / f".{RECORD_FILE}.tmp"
         tmp.write_text(json.dumps(self.document()))
         tmp.replace(self.workdir / RECORD_FILE)
@@ -135,6 +145,7 @@ class MicrovmDriver(SandboxDriver):
         self.durable_dir_mib = durable_dir_mib
         self._sandboxes: dict[str, _Sandbox] = {}
         self._version = ""
+        self._machine = ""
         # the worker namespaces whose bridge and tap this process made: a node makes its workers'
         # namespaces once, at start, so they stay (bench/README.md, "microvm row": ~4 ip runs saved)
         self._bridged: dict[str, str] = {}
@@ -167,6 +178,7 @@ class MicrovmDriver(SandboxDriver):
             number, machine = await qemu.qemu_version(), await qemu.resolved_machine()
         except (OSError, qemu.VmError) as error:
             raise internal(f"microvm workers need {qemu.QEMU} (apt install qemu-system-x86): {error}") from None
+        self._machine = machine
         self._version = f"QEMU {number}, machine {machine}, accelerator {self.accelerator}"
         return self._version
 
@@ -197,8 +209,17 @@ class MicrovmDriver(SandboxDriver):
             raise invalid(f"spec.containers[0].command: {error}") from None
         mounts = list(container.volume_mounts)
         names = (*NETWORK_MODULES, *disk.DISK_MODULES) if mounts else NETWORK_MODULES
-        modules = with_dependencies(self._modules_dir(), names)
-        initramfs = await asyncio.to_thread(self._initramfs, GuestImage(command, modules=modules, rootfs=image.rootfs))
+        try:
+            modules = with_dependencies(self._modules_dir(), names)
+        except FileNotFoundError as error:
+            raise internal(f"the guest kernel in {self.kernel_dir} lacks a module the VM needs: {error}") from None
+        try:
+            initramfs = await asyncio.to_thread(self._initramfs, GuestImage(command, modules=modules,
+                                                                            rootfs=image.rootfs))  # fmt: skip
+        except ValueError as error:
+            raise invalid(f"spec.containers[0].image: {container.image} cannot be a microvm guest: {error}") from None
+        except OSError as error:
+            raise internal(f"the guest's initramfs could not be written: {error}") from None
         workdir.mkdir(parents=True, exist_ok=True)
         disks: list[str] = []
         volumes: list[str] = []
@@ -258,7 +279,15 @@ class MicrovmDriver(SandboxDriver):
                                tuple(Path(d) for d in plan["disks"]))  # fmt: skip
         workdir = self.root / container_id
         address = f"{net.worker_ip}/{net.prefixlen} {net.host_ip}"
-        sandbox = _Sandbox(workdir, config, [Path(v) for v in plan["volumes"]], address)
+        try:  # recorded before QEMU starts, so that an atelet killed meanwhile adopts it as it is
+            if checkpoint is None:
+                machine = self._machine or await qemu.resolved_machine()
+            else:
+                saved = qemu.read_state(checkpoint)
+                machine, config = saved.machine, replace(config, mac=saved.mac)
+        except qemu.VmError as error:
+            raise internal(f"the VM did not start: {error}") from None
+        sandbox = _Sandbox(workdir, config, [Path(v) for v in plan["volumes"]], address, machine=machine)
         workdir.mkdir(parents=True, exist_ok=True)
         log_path.parent.mkdir(parents=True, exist_ok=True)
         sandbox.save()  # before QEMU starts: a crash from here on leaves a dir to list and delete
@@ -307,29 +336,57 @@ class MicrovmDriver(SandboxDriver):
             raise not_found(f"microvm sandbox {container_id} is not running")
         try:
             await sandbox.vm.checkpoint(image_dir, leave_running=leave_running)
-        except qemu.VmError as error:
+            (image_dir / GUEST_FILE).write_text(json.dumps({"address": sandbox.address}))
+        except (qemu.VmError, OSError) as error:
+            if sandbox.vm.process.returncode is not None:  # the VM ended with the failure: keep its disks' data
+                with contextlib.suppress(AteletError):
+                    await self._read_back(sandbox, final=True)
             raise internal(f"the VM's checkpoint failed: {error}") from None
-        (image_dir / GUEST_FILE).write_text(json.dumps({"address": sandbox.address}))
+        if leave_running:
+            sandbox.saved_running = True
+            sandbox.save()
         await self._read_back(sandbox, final=not leave_running)
 
     async def _read_back(self, sandbox: _Sandbox, *, final: bool) -> None:
         """Each disk into its durable dir, from a copy (the VM is stopped or frozen). ``final``:
-        the VM will not run again, so later calls do nothing."""
+        the VM will not run again, so later calls do nothing. It runs to its end even when the
+        caller is cancelled (an exit watch cancelled by a stop): a cancelled read-back would
+        leave a half-replaced dir. When a final one fails, the disk is moved next to its
+        durable dir (named in the error) rather than left where the worker's next sandbox would
+        overwrite it.
+
+        Raises:
+            AteletError: INTERNAL naming the durable dir and where its disk was kept.
+        """
+        await asyncio.shield(self._read_back_locked(sandbox, final))
+
+    async def _read_back_locked(self, sandbox: _Sandbox, final: bool) -> None:
         async with sandbox.lock:
             if sandbox.read_back:
                 return
             for image, target in zip(sandbox.config.disks, sandbox.volumes, strict=True):
                 if not image.exists():
                     continue
-                with tempfile.TemporaryDirectory(dir=image.parent, prefix=".read-back-") as scratch:
-                    copy = Path(scratch) / image.name
+                try:
+                    scratch = Path(await asyncio.to_thread(tempfile.mkdtemp, dir=image.parent, prefix=".read-back-"))
                     try:
-                        await asyncio.to_thread(qemu.copy_ram, image, copy)
-                        await asyncio.to_thread(disk.extract_disk, copy, target)
-                    except (disk.DiskError, qemu.VmError) as error:
-                        raise internal(f"durable dir {target.name} could not be read back from its disk: "
-                                       f"{error}") from None  # fmt: skip
+                        await asyncio.to_thread(qemu.copy_ram, image, scratch / image.name)
+                        await asyncio.to_thread(disk.extract_disk, scratch / image.name, target)
+                    finally:
+                        await asyncio.to_thread(shutil.rmtree, scratch, True)
+                except (disk.DiskError, qemu.VmError, OSError) as error:
+                    kept = ""
+                    if final:
+                        with contextlib.suppress(OSError):
+                            target.parent.mkdir(parents=True, exist_ok=True)
+                            destination = target.parent / f".{target.name}.unread-{int(time.time())}.img"
+                            await asyncio.to_thread(shutil.move, str(image), str(destination))
+                            kept = f"; its disk is kept at {destination}"
+                    log.error("durable dir %s could not be read back from its disk %s: %s%s", target, image, error, kept)
+                    raise internal(f"durable dir {target.name} could not be read back from its disk: {error}{kept}") from None
             sandbox.read_back = final
+            if final:
+                sandbox.save()
 
     async def freeze(self, container_id: str) -> None:
         """Stops the guest's vCPUs and reads the disks back into the durable dirs."""
@@ -339,8 +396,13 @@ class MicrovmDriver(SandboxDriver):
         try:
             await sandbox.vm.pause()
         except qemu.VmError as error:
-            raise internal(str(error)) from None
-        await self._read_back(sandbox, final=False)
+            raise internal(f"microvm sandbox {container_id}: {error}") from None
+        try:
+            await self._read_back(sandbox, final=False)
+        except AteletError:
+            with contextlib.suppress(qemu.VmError):  # not frozen for nothing: the guest runs on
+                await sandbox.vm.cont()
+            raise
 
     async def thaw(self, container_id: str) -> None:
         """Lets the guest run again."""
@@ -350,10 +412,21 @@ class MicrovmDriver(SandboxDriver):
         try:
             await sandbox.vm.cont()
         except qemu.VmError as error:
-            raise internal(str(error)) from None
+            raise internal(f"microvm sandbox {container_id}: {error}") from None
+        if sandbox.saved_running:
+            sandbox.saved_running = False
+            sandbox.save()
 
     async def kill(self, container_id: str) -> bool:
-        """Ends QEMU, then reads the disks back into the durable dirs."""
+        """Ends QEMU, then reads the disks back into the durable dirs.
+
+        Returns:
+            True when a running VM was there.
+
+        Raises:
+            AteletError: INTERNAL when a disk could not be read back (the VM is gone anyway;
+                the error says where its disk was kept).
+        """
         sandbox = self._sandboxes.get(container_id)
         if sandbox is None or sandbox.vm is None:
             return False
@@ -363,7 +436,14 @@ class MicrovmDriver(SandboxDriver):
         return running
 
     async def delete(self, container_id: str) -> bool:
-        """Ends QEMU if it runs and removes the sandbox's dir (the disks are not read back)."""
+        """Ends QEMU if it runs and removes the sandbox's dir. A VM whose disks were not read
+        back after it ended (it died while no atelet watched, or this atelet refused to adopt
+        it) has them read back first: its durable dirs stay the actor's (a failure is logged and
+        the disk kept, never raised).
+
+        Returns:
+            False when there was no such sandbox.
+        """
         sandbox = self._sandboxes.pop(container_id, None)
         workdir = self.root / container_id
         if sandbox is None and not workdir.exists():
@@ -372,11 +452,14 @@ class MicrovmDriver(SandboxDriver):
             await sandbox.vm.stop()
         elif sandbox is None:
             with contextlib.suppress(OSError, ValueError, KeyError):
-                left = _Sandbox.load(workdir)
-                left.pid = left.pid or _pid_file(workdir)
-                if left.pid and qemu.AdoptedProcess(left.pid).returncode is None and _is_qemu_of(left.pid, workdir):
-                    qemu.AdoptedProcess(left.pid).kill()
-                    await qemu.AdoptedProcess(left.pid).wait()
+                sandbox = _Sandbox.load(workdir)
+                sandbox.pid = sandbox.pid or _pid_file(workdir)
+                if sandbox.pid and qemu.AdoptedProcess(sandbox.pid).returncode is None and _is_qemu_of(sandbox.pid, workdir):
+                    qemu.AdoptedProcess(sandbox.pid).kill()
+                    await qemu.AdoptedProcess(sandbox.pid).wait()
+        if sandbox is not None and not sandbox.read_back:
+            with contextlib.suppress(AteletError):  # logged, its disk kept
+                await self._read_back(sandbox, final=True)
         await asyncio.to_thread(shutil.rmtree, workdir, True)
         return True
 
@@ -388,7 +471,7 @@ class MicrovmDriver(SandboxDriver):
             log.warning("delete of microvm sandbox %s failed: %s", container_id, error)
 
     async def alive(self, container_id: str) -> bool:
-        """True while the VM's QEMU runs."""
+        """True while the VM's QEMU runs (False for an unknown sandbox)."""
         sandbox = self._sandboxes.get(container_id)
         return sandbox is not None and sandbox.vm is not None and sandbox.vm.process.returncode is None
 
@@ -420,6 +503,9 @@ class MicrovmDriver(SandboxDriver):
             return f"its monitor failed: {error}"
         state = status.get("status")
         try:
+            if state == "postmigrate" and sandbox.saved_running:
+                raise qemu.VmError("it had been saved by a checkpoint bound for object storage whose outcome only the "
+                                   "control plane knows; it is not continued, so the actor never runs twice")  # fmt: skip
             if state in ("paused", "postmigrate"):
                 log.warning("microvm sandbox %s was left %s by the previous atelet; letting it run on", container_id,
                             state)  # fmt: skip
@@ -429,13 +515,17 @@ class MicrovmDriver(SandboxDriver):
             sandbox.vm = vm
             await self._address(sandbox)
         except (qemu.VmError, AteletError) as error:
-            await vm.stop()
+            await vm.stop()  # delete then reads its disks back
             return error.reason if isinstance(error, AteletError) else str(error)
         self._sandboxes[container_id] = sandbox
         return ""
 
     def exit_watch(self, container_id: str) -> VmExitWatch:
-        """A watch of the VM's QEMU process."""
+        """A watch of the VM's QEMU process.
+
+        Raises:
+            AteletError: NOT_FOUND for a sandbox this driver does not hold.
+        """
         return VmExitWatch(self, self._get(container_id))
 
 
@@ -459,15 +549,30 @@ class VmExitWatch:
         ate's init says how the workload ended)."""
         assert self.sandbox.vm is not None
         code = self.sandbox.vm.process.returncode
-        status = "unknown: QEMU was started by a previous atelet" if code == -1 else str(code)
-        last = ""
-        with contextlib.suppress(OSError):
-            lines = [line for line in log_path.read_text(errors="replace").splitlines() if line.strip()]
-            last = lines[-1].strip()[:300] if lines else ""
-        return f"the VM stopped (QEMU exit status {status}); last log line: {last or '(none)'}"
+        if code == -1 and isinstance(self.sandbox.vm.process, qemu.AdoptedProcess):
+            status = "QEMU's exit status unknown: a previous atelet started it"
+        elif code is not None and code < 0:
+            status = f"QEMU killed by signal {-code} ({signal.Signals(-code).name})"
+        else:
+            status = f"QEMU exit status {code}"
+        return f"the VM stopped ({status}); {_last_words(log_path)}"
 
     async def close(self) -> None:
         """Nothing to release."""
+
+
+def _last_words(log_path: Path) -> str:
+    """What ate's init said last on the console (how the workload ended), else the last line."""
+    try:
+        with log_path.open("rb") as f:
+            f.seek(max(0, f.seek(0, 2) - 65536))
+            lines = [line.strip() for line in f.read().decode(errors="replace").splitlines() if line.strip()]
+    except OSError:
+        return "no log"
+    said = [line for line in lines if line.startswith("ate-init: ")]
+    if said:
+        return f"ate's init said: {said[-1][len('ate-init: '):][:300]}"
+    return f"last log line: {lines[-1][:300]}" if lines else "the log is empty"
 
 
 def _saved_address(checkpoint: Path) -> str:

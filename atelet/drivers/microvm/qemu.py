@@ -191,9 +191,9 @@ class Vm:
             raise VmError(f"snapshot {snapshot} was taken with {_shape(state)}; this node would restore it with "
                           f"{_shape(wanted)}")  # fmt: skip
         workdir.mkdir(parents=True, exist_ok=True)
-        copy_ram(snapshot / RAM_FILE, workdir / RAM_FILE)
+        await asyncio.to_thread(copy_ram, snapshot / RAM_FILE, workdir / RAM_FILE)
         for index, disk in enumerate(config.disks):  # as they were at the checkpoint
-            copy_ram(snapshot / f"disk{index}", disk)
+            await asyncio.to_thread(copy_ram, snapshot / f"disk{index}", disk)
         vm = await cls._start(config, workdir, state.machine, incoming=True)
         try:
             running = await vm._running_version()
@@ -287,19 +287,24 @@ class Vm:
                 await failpoint("Microvm.checkpoint.after_save")  # the kill matrix's cell: saved, still there
             except QMPError as error:
                 raise VmError(f"QEMU refused the checkpoint: {error}") from error
+            except BaseException:
+                if leave_running:  # a migration still running would stop the guest once it completes
+                    with contextlib.suppress(Exception):
+                        await self.qmp.execute("migrate_cancel")
+                raise
             finally:
                 if not leave_running:
                     await self.stop()
-            os.fsync(state_fd)
+            await asyncio.to_thread(os.fsync, state_fd)
         finally:
             os.close(state_fd)
         if leave_running:
-            copy_ram(self.ram, snapshot / RAM_FILE)
-            _fsync(snapshot / RAM_FILE)
+            await asyncio.to_thread(copy_ram, self.ram, snapshot / RAM_FILE)
+            await asyncio.to_thread(_fsync, snapshot / RAM_FILE)
         else:
-            shutil.move(str(self.ram), snapshot / RAM_FILE)
+            await asyncio.to_thread(shutil.move, str(self.ram), snapshot / RAM_FILE)
         for index, disk in enumerate(self.config.disks):  # the guest's memory holds these very filesystems
-            copy_ram(disk, snapshot / f"disk{index}")
+            await asyncio.to_thread(copy_ram, disk, snapshot / f"disk{index}")
         meta = snapshot / f".{META_FILE}.tmp"
         meta.write_text(json.dumps(asdict(state)))
         meta.rename(snapshot / META_FILE)  # last: a snapshot with vm.json is complete
@@ -485,7 +490,7 @@ def copy_ram(source: Path, target: Path) -> None:
     done = subprocess.run(["cp", "--reflink=auto", "--sparse=always", str(source), str(target)],
                           capture_output=True, text=True, check=False)  # fmt: skip
     if done.returncode != 0:
-        raise VmError(f"could not copy the RAM file {source}: {done.stderr.strip()}")
+        raise VmError(f"could not copy {source} to {target}: {done.stderr.strip()}")
 
 
 async def resolved_machine() -> str:
