@@ -67,7 +67,9 @@ class RawRestore:
         checkpoint = self._latest_checkpoint()
         state = read_state(checkpoint)
         self.accelerator = state.accelerator
-        initramfs = next((self.stack.data_dir / "atelet" / "microvm-initramfs").glob("*.cpio"))
+        # the one the actor's VMs used: the newest in the atelet's cache (the stack is this run's own)
+        initramfs = max((self.stack.data_dir / "atelet" / "microvm-initramfs").glob("*.cpio"),
+                        key=lambda path: path.stat().st_mtime)  # fmt: skip
         kernel = AteletSettings().guest_kernel_dir / "vmlinuz"
         netns = f"ate-{self.worker['node']}-{self.worker['name']}"
         workdir = self.work / "vm"

@@ -117,7 +117,9 @@ async def test_a_full_checkpoint_moves_the_vms_memory_and_durable_dir_to_another
     assert manifest.sandbox_class == "microvm"
     # the runtime placement matches a FULL snapshot against (check 4): QEMU, its machine, the accelerator
     assert manifest.runsc_version.startswith("QEMU 7.") and ", machine pc-q35-" in manifest.runsc_version
-    assert manifest.runsc_version.endswith(", accelerator tcg")
+    assert manifest.runsc_version.endswith(
+        ", accelerator tcg, devices serial:chardev-file,virtio-net-pci,virtserialport:ate.agent,virtio-blk-pci"
+    )
     files = {f.path for f in manifest.files}
     assert {"checkpoint/ram", "checkpoint/state", "checkpoint/vm.json", "checkpoint/disk0",
             "checkpoint/guest.json", "volumes/data.tar"} <= files, files  # fmt: skip
@@ -162,7 +164,7 @@ async def test_a_damaged_ram_file_is_refused_and_the_worker_stays_free(atelet: A
         await atelet.stub.Restore(restore_request("microvm-1", uri, saved.manifest))
     assert refused.value.code() == grpc.StatusCode.FAILED_PRECONDITION, refused.value.details()
     assert "checkpoint/ram" in (refused.value.details() or ""), refused.value.details()
-    assert qemu_pids(atelet.settings) == []  # refused before any VM started
+    assert qemu_pids(atelet.settings) == []  # no VM left behind by the refusal
     health = await atelet.stub.Health(pb.HealthRequest())
     assert [w.sandbox_state for w in health.workers] == ["idle", "idle"]
 
@@ -361,15 +363,22 @@ async def s3_atelet(
 
 
 async def test_a_checkpoint_to_object_storage_keeps_the_vm_until_it_is_stored(
-    s3_atelet: tuple[Atelet, str], counter_image: str
+    s3_atelet: tuple[Atelet, str], counter_image: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     # Bound for S3, the VM is frozen, saved while it stays (the RAM file copied, not moved), its
     # durable dir read back from a copy of its disk, the snapshot uploaded, and only then ended.
     atelet, location = s3_atelet
+    monkeypatch.setenv("ATE_FAILPOINTS_DIR", str(tmp_path))
     run = await run_counter(atelet, "microvm-0")
     assert await get(run.worker_ip) == {"ip": run.worker_ip, "memory_count": 1, "file_count": 1}
+    (pid,) = qemu_pids(atelet.settings)
     uri = f"{location}/demo/actors/vm1/1-{uuid.uuid4().hex[:12]}"
-    saved = await checkpoint(atelet, "microvm-0", pb.SNAPSHOT_SCOPE_FULL, uri)
+    (tmp_path / "Atelet.checkpoint.before_upload").touch()
+    attempt = asyncio.ensure_future(checkpoint(atelet, "microvm-0", pb.SNAPSHOT_SCOPE_FULL, uri))
+    await wait_reached(tmp_path, "Atelet.checkpoint.before_upload")
+    assert qemu_pids(atelet.settings) == [pid]  # saved, not yet stored: the VM is still there
+    (tmp_path / "Atelet.checkpoint.before_upload").unlink()
+    saved = await attempt
     assert {"checkpoint/ram", "checkpoint/state", "checkpoint/disk0", "volumes/data.tar"} <= {
         f.path for f in saved.manifest.files
     }
@@ -406,7 +415,8 @@ async def test_the_store_dying_during_an_upload_lets_the_vm_run_on(
         if object_store.process is None:
             object_store.start()
     saved = await checkpoint(atelet, "microvm-0", pb.SNAPSHOT_SCOPE_FULL, uri.replace("/1-", "/2-"))
-    assert saved.manifest.files  # the next attempt works
+    assert "checkpoint/ram" in {f.path for f in saved.manifest.files}  # the next attempt works
+    assert qemu_pids(atelet.settings) == []
 
 
 def durable_count(settings: AteletSettings) -> str:

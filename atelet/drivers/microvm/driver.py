@@ -163,8 +163,9 @@ class MicrovmDriver(SandboxDriver):
                            " (scripts/install.sh does)") from None  # fmt: skip
 
     async def version(self) -> str:
-        """``QEMU <version> (<package>), machine <type>, accelerator <kvm|tcg>``; also checks that
-        the guest kernel is there.
+        """``QEMU <version> (<package>), machine <type>, accelerator <kvm|tcg>, devices <kinds>``
+        (the kinds of device this build gives a VM; how many disks is the template's); also
+        checks that the guest kernel is there.
 
         Raises:
             AteletError: INTERNAL when QEMU or the guest kernel is missing (what to run named).
@@ -179,7 +180,8 @@ class MicrovmDriver(SandboxDriver):
         except (OSError, qemu.VmError) as error:
             raise internal(f"microvm workers need {qemu.QEMU} (apt install qemu-system-x86): {error}") from None
         self._machine = machine
-        self._version = f"QEMU {number}, machine {machine}, accelerator {self.accelerator}"
+        kinds = ",".join(dict.fromkeys(qemu.DEVICE_KINDS))
+        self._version = f"QEMU {number}, machine {machine}, accelerator {self.accelerator}, devices {kinds}"
         return self._version
 
     async def list(self) -> list[str]:

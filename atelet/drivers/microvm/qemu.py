@@ -35,6 +35,8 @@ NIC = "virtio-net-pci"
 AGENT = "virtserialport:ate.agent"
 """The channel to ate's init in the guest (``readdress``), with the network card."""
 DISK = "virtio-blk-pci"
+DEVICE_KINDS = (SERIAL, NIC, AGENT, DISK)
+"""Every kind of device a VM of this build may have (in a snapshot's runtime version)."""
 STATE_FILE = "state"
 """The device-state file of a checkpoint (next to ``RAM_FILE`` and ``META_FILE``)."""
 RAM_FILE = "ram"
