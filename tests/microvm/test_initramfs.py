@@ -44,3 +44,11 @@ def test_an_image_with_the_inits_own_names_is_refused(rootfs: Path, tmp_path: Pa
     (rootfs / reserved).write_text("x")
     with pytest.raises(ValueError, match=f"the image has /{reserved}"):
         build_initramfs(GuestImage("true\n", rootfs=rootfs), tmp_path / "initramfs.cpio")
+
+
+def test_a_container_user_runs_the_command_through_su_and_root_runs_it_directly(rootfs: Path) -> None:
+    as_user = command_for(["/usr/bin/app"], ["A=1"], "/", rootfs, user=(1000, 100))
+    assert as_user == "cd / && exec /.ate/bin/su -s /.ate/bin/sh -c 'exec /.ate/bin/env -i A=1 /usr/bin/app' ate-workload\n"
+    assert command_for(["/usr/bin/app"], ["A=1"], "/", rootfs, user=(0, 0)) == command_for(
+        ["/usr/bin/app"], ["A=1"], "/", rootfs
+    )

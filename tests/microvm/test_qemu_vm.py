@@ -323,3 +323,23 @@ async def test_a_vm_restored_on_another_worker_takes_that_workers_address(
     finally:
         await netns.destroy(other)
     assert counts == [1, 2]
+
+
+async def test_the_containers_user_runs_the_workload_and_the_images_users_stay(tmp_path: Path, kernel: Path) -> None:
+    # process.user (1000, 100): the command runs as that uid and gid, not as the guest's root;
+    # the image's own passwd entries are kept beside the one ate adds.
+    rootfs = tmp_path / "rootfs"
+    (rootfs / "etc").mkdir(parents=True)
+    (rootfs / "etc/passwd").write_text("root:x:0:0::/root:/bin/sh\napp:x:1000:100::/home/app:/bin/sh\n")
+    command = command_for(["/.ate/bin/sh", "-c", "/.ate/bin/id; /.ate/bin/grep -c :x: /etc/passwd"], [], "/", None,
+                          user=(1000, 100))  # fmt: skip
+    initramfs = build_initramfs(GuestImage(command, rootfs=rootfs, user=(1000, 100)), tmp_path / "initramfs.cpio")
+    cfg = VmConfig(kernel, initramfs, 128, 1, "tcg", tmp_path / "console.log")
+    vm = await Vm.boot(cfg, tmp_path / "vm")
+    try:
+        await asyncio.wait_for(vm.process.wait(), HANG_GUARD_SECONDS)  # the workload ends, the VM powers off
+    finally:
+        await vm.stop()
+    console = cfg.console.read_text(errors="replace")
+    assert "uid=1000(app) gid=100" in console, console[-800:]  # id names the image's first entry of uid 1000
+    assert "\n3\r" in console or "\n3\n" in console, console[-800:]  # root, app and ate's entry

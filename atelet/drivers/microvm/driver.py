@@ -204,9 +204,11 @@ class MicrovmDriver(SandboxDriver):
         for d in volume_dirs.values():
             d.mkdir(parents=True, exist_ok=True)
         process = build_config(image, container, net.netns_path, volume_dirs).get("process", {})
+        owner = process.get("user") or {}
+        user = (int(owner.get("uid") or 0), int(owner.get("gid") or 0))
         try:
             command = command_for(list(process.get("args") or []), list(process.get("env") or []),
-                                  process.get("cwd") or "/", image.rootfs)  # fmt: skip
+                                  process.get("cwd") or "/", image.rootfs, user)  # fmt: skip
         except ValueError as error:
             raise invalid(f"spec.containers[0].command: {error}") from None
         mounts = list(container.volume_mounts)
@@ -217,7 +219,7 @@ class MicrovmDriver(SandboxDriver):
             raise internal(f"the guest kernel in {self.kernel_dir} lacks a module the VM needs: {error}") from None
         try:
             initramfs = await asyncio.to_thread(self._initramfs, GuestImage(command, modules=modules,
-                                                                            rootfs=image.rootfs))  # fmt: skip
+                                                                            rootfs=image.rootfs, user=user))  # fmt: skip
         except ValueError as error:
             raise invalid(f"spec.containers[0].image: {container.image} cannot be a microvm guest: {error}") from None
         except OSError as error:
@@ -250,7 +252,7 @@ class MicrovmDriver(SandboxDriver):
     def _initramfs(self, guest: GuestImage) -> Path:
         """The initramfs of ``guest``, built once per content (image, command, modules, init)."""
         key = hashlib.sha256()
-        for part in (guest.command, str(guest.rootfs), *map(str, guest.modules), str(guest.busybox)):
+        for part in (guest.command, str(guest.rootfs), *map(str, guest.modules), str(guest.busybox), str(guest.user)):
             key.update(part.encode() + b"\0")
         key.update(INIT.read_bytes())
         cache = self.root.parent / "microvm-initramfs"

@@ -33,19 +33,29 @@ class GuestImage:
         busybox: A statically linked busybox on the host (Debian's busybox-static).
         modules: Kernel module files (``.ko``, uncompressed) to load at boot, in this order.
         rootfs: A root filesystem to put in (an unpacked image's ``rootfs``), or None for none.
+        user: ``(uid, gid)`` the command runs as (the OCI config's ``process.user``), or None
+            for root: the guest gets a passwd entry ``WORKLOAD_USER`` with them, over the
+            image's own ``/etc/passwd`` and ``/etc/group`` (kept, with that entry added).
     """
 
     command: str
     busybox: Path = field(default_factory=lambda: Path(shutil.which("busybox") or "/bin/busybox"))
     modules: tuple[Path, ...] = ()
     rootfs: Path | None = None
+    user: tuple[int, int] | None = None
 
 
-def command_for(args: list[str], env: list[str], cwd: str = "/", rootfs: Path | None = None) -> str:
+WORKLOAD_USER = "ate-workload"
+"""The guest's name for the container's user when it is not root (busybox ``su`` takes names)."""
+
+
+def command_for(args: list[str], env: list[str], cwd: str = "/", rootfs: Path | None = None,
+                user: tuple[int, int] | None = None) -> str:
     """The ``sh`` script that runs a container's process: in ``cwd``, with exactly ``env``
-    (``NAME=value`` items, as in an OCI config) and ``args``. A command named without a path
-    is looked up now in ``rootfs`` along the env's ``PATH``, so the guest runs the image's
-    program and never a busybox applet of the same name.
+    (``NAME=value`` items, as in an OCI config) and ``args``, as ``user`` (``(uid, gid)``; None
+    or uid 0: root) through busybox ``su`` to ``WORKLOAD_USER`` (its supplementary groups are
+    not set). A command named without a path is looked up now in ``rootfs`` along the env's
+    ``PATH``, so the guest runs the image's program and never a busybox applet of the same name.
 
     Raises:
         ValueError: ``args`` is empty, or its command is not in the image.
@@ -61,7 +71,10 @@ def command_for(args: list[str], env: list[str], cwd: str = "/", rootfs: Path | 
         program = found[0]
     words = " ".join(shlex.quote(a) for a in [program, *args[1:]])
     assignments = " ".join(shlex.quote(e) for e in env)
-    return f"cd {shlex.quote(cwd or '/')} && exec /.ate/bin/env -i {assignments} {words}\n"
+    run = f"exec /.ate/bin/env -i {assignments} {words}"
+    if user is not None and user[0] != 0:
+        run = f"exec /.ate/bin/su -s /.ate/bin/sh -c {shlex.quote(run)} {WORKLOAD_USER}"
+    return f"cd {shlex.quote(cwd or '/')} && {run}\n"
 
 
 def _is_file(rootfs: Path, inside: str) -> bool:
@@ -172,6 +185,20 @@ def _add_tree(writer: _Writer, root: Path) -> None:
             # devices, fifos and sockets of an image are not carried (the guest makes its /dev)
 
 
+def _add_user(writer: _Writer, rootfs: Path | None, uid: int, gid: int) -> None:
+    """``/etc/passwd`` and ``/etc/group`` with ``WORKLOAD_USER`` (``uid``, ``gid``) added to the
+    image's own (a later cpio entry of the same name replaces the earlier one)."""
+    for name, line in (("passwd", f"{WORKLOAD_USER}:x:{uid}:{gid}::/:/.ate/bin/sh\n"),
+                       ("group", f"{WORKLOAD_USER}:x:{gid}:\n")):  # fmt: skip
+        own = b""
+        if rootfs is not None and (rootfs / "etc" / name).is_file() and not (rootfs / "etc" / name).is_symlink():
+            own = (rootfs / "etc" / name).read_bytes()
+            own += b"" if not own or own.endswith(b"\n") else b"\n"
+        if rootfs is None or not os.path.lexists(rootfs / "etc"):
+            writer.entry("etc", _DIR | 0o755)
+        writer.entry(f"etc/{name}", _FILE | 0o644, own + line.encode())
+
+
 def build_initramfs(image: GuestImage, path: Path) -> Path:
     """Write the initramfs of ``image`` to ``path`` (uncompressed newc cpio).
 
@@ -197,6 +224,8 @@ def build_initramfs(image: GuestImage, path: Path) -> Path:
         if image.rootfs is None or not os.path.lexists(image.rootfs / directory):
             writer.entry(directory, _DIR | mode)
     writer.entry("dev/console", _CHAR | 0o600, rdev=(5, 1))  # init's stdio before devtmpfs
+    if image.user is not None and image.user[0] != 0:
+        _add_user(writer, image.rootfs, *image.user)
     writer.entry(".ate/busybox", _FILE | 0o755, busybox)
     writer.entry("init", _FILE | 0o755, INIT.read_bytes())
     writer.entry(".ate/command", _FILE | 0o644, image.command.encode())
