@@ -16,6 +16,7 @@ import shutil
 import stat
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import BinaryIO
 
 INIT = Path(__file__).resolve().parent / "init.sh"
 """ate's guest init (package data)."""
@@ -108,24 +109,45 @@ MAX_FILE_BYTES = 2**32 - 1
 
 
 class _Writer:
-    def __init__(self) -> None:
-        self.out = bytearray()
+    """Writes newc entries to ``out`` as they come (a file's data is copied from its path in
+    pieces, so an image of any size is never held in memory)."""
+
+    def __init__(self, out: BinaryIO) -> None:
+        self.out = out
+        self.written = 0
         self.inode = 1
 
-    def entry(self, name: str, mode: int, data: bytes = b"", rdev: tuple[int, int] = (0, 0)) -> None:
-        encoded = os.fsencode(name) + b"\0"
-        if len(data) > MAX_FILE_BYTES:
-            raise ValueError(f"{name} is {len(data)} bytes; a guest initramfs entry holds at most {MAX_FILE_BYTES}")
-        fields = [self.inode, mode, 0, 0, 2 if mode & _DIR else 1, 0, len(data), 0, 0, rdev[0], rdev[1], len(encoded), 0]
-        self.inode += 1
-        self.out += b"070701" + b"".join(f"{value:08x}".encode() for value in fields) + encoded
-        self.out += b"\0" * (-len(self.out) % 4)
-        self.out += data
-        self.out += b"\0" * (-len(self.out) % 4)
+    def _write(self, data: bytes) -> None:
+        self.out.write(data)
+        self.written += len(data)
 
-    def finish(self) -> bytes:
+    def _pad(self) -> None:
+        self._write(b"\0" * (-self.written % 4))
+
+    def entry(self, name: str, mode: int, data: bytes = b"", rdev: tuple[int, int] = (0, 0),
+              source: Path | None = None) -> None:
+        encoded = os.fsencode(name) + b"\0"
+        size = source.stat().st_size if source is not None else len(data)
+        if size > MAX_FILE_BYTES:
+            raise ValueError(f"{name} is {size} bytes; a guest initramfs entry holds at most {MAX_FILE_BYTES}")
+        fields = [self.inode, mode, 0, 0, 2 if mode & _DIR else 1, 0, size, 0, 0, rdev[0], rdev[1], len(encoded), 0]
+        self.inode += 1
+        self._write(b"070701" + b"".join(f"{value:08x}".encode() for value in fields) + encoded)
+        self._pad()
+        if source is None:
+            self._write(data)
+        else:
+            copied = 0
+            with source.open("rb") as f:
+                while piece := f.read(min(1 << 20, size - copied)):
+                    self._write(piece)
+                    copied += len(piece)
+            if copied != size:
+                raise ValueError(f"{name} changed size while it was packed ({size} -> {copied} bytes)")
+        self._pad()
+
+    def finish(self) -> None:
         self.entry("TRAILER!!!", 0)
-        return bytes(self.out)
 
 
 NETWORK_MODULES = ("virtio_pci", "virtio_net", "virtio_console")
@@ -181,7 +203,7 @@ def _add_tree(writer: _Writer, root: Path) -> None:
             elif stat.S_ISDIR(info.st_mode):
                 writer.entry(relative, _DIR | stat.S_IMODE(info.st_mode))
             elif stat.S_ISREG(info.st_mode):
-                writer.entry(relative, _FILE | stat.S_IMODE(info.st_mode), path.read_bytes())
+                writer.entry(relative, _FILE | stat.S_IMODE(info.st_mode), source=path)
             # devices, fifos and sockets of an image are not carried (the guest makes its /dev)
 
 
@@ -213,11 +235,18 @@ def build_initramfs(image: GuestImage, path: Path) -> Path:
     busybox = image.busybox.read_bytes()
     if b"ld-linux" in busybox[:4096] or b"/lib64/ld-" in busybox:
         raise ValueError(f"busybox {image.busybox} is dynamically linked; the guest needs a static one (busybox-static)")
-    writer = _Writer()
+    for reserved in ("init", ".ate"):  # before anything is written
+        if image.rootfs is not None and os.path.lexists(image.rootfs / reserved):
+            raise ValueError(f"the image has /{reserved}, which the guest's init needs for its own")
+    with path.open("wb") as out:
+        writer = _Writer(out)
+        _write_all(writer, image, busybox)
+    return path
+
+
+def _write_all(writer: _Writer, image: GuestImage, busybox: bytes) -> None:
+    """Every entry of ``image``'s initramfs, in the order the kernel unpacks them."""
     if image.rootfs is not None:
-        for reserved in ("init", ".ate"):
-            if os.path.lexists(image.rootfs / reserved):
-                raise ValueError(f"the image has /{reserved}, which the guest's init needs for its own")
         _add_tree(writer, image.rootfs)
     for directory, mode in (("dev", 0o755), ("proc", 0o555), ("sys", 0o555), ("tmp", 0o1777), (".ate", 0o755),
                             (".ate/bin", 0o755), (".ate/modules", 0o755)):  # fmt: skip
@@ -232,8 +261,7 @@ def build_initramfs(image: GuestImage, path: Path) -> Path:
     listed = []
     for module in image.modules:
         name = f".ate/modules/{module.name}"
-        writer.entry(name, _FILE | 0o644, module.read_bytes())
+        writer.entry(name, _FILE | 0o644, source=module)
         listed.append("/" + name)
     writer.entry(".ate/modules.list", _FILE | 0o644, "".join(f"{m}\n" for m in listed).encode())
-    path.write_bytes(writer.finish())
-    return path
+    writer.finish()
