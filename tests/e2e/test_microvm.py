@@ -1,7 +1,7 @@
 """The counter as a microvm template on the real stack (`ate dev --microvm-workers 2`: QEMU under
 TCG here, MICROVM.md), through the same workflows, router and CLI as a gVisor one: the tour (FULL
-keeps memory, DATA only the file), pause and resume, revert, and a snapshot whose RAM file was
-damaged, refused with the actor left SUSPENDED on its snapshot.
+keeps memory, DATA only the file), pause and resume, revert, an async suspend and its upload, and a
+snapshot whose RAM file was damaged, refused with the actor left SUSPENDED on its snapshot.
 
 Counts come from the counter's definition (examples/counter): each request to `/` adds one to
 a memory counter and one to a file counter on the durable dir.
@@ -18,6 +18,7 @@ import pytest
 
 from tests.e2e.conftest import REPO, Stack, running_stack
 from tests.e2e.test_lifecycle import api
+from tests.e2e.test_pause import wait_uploaded
 
 pytestmark = [pytest.mark.slow, pytest.mark.runsc, pytest.mark.qemu]
 PORTS = {"api": 24080, "router": 24000, "atelet": 24085, "temporal": 24233, "ui": 24234, "metrics": 24500}
@@ -27,9 +28,13 @@ TEMPLATE = REPO / "examples/counter/template-microvm.yaml"
 
 @pytest.fixture(scope="module")
 def vm_stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
-    """`ate dev` with one gVisor worker and two microvm workers."""
+    """`ate dev` with one gVisor worker and two microvm workers. A DATA resume is a cold boot,
+    which under TCG takes seconds (more on a loaded machine): the router parks a request up to
+    60 s here instead of its default 5 s (then it answers 504 and the resume goes on)."""
     base = Path(tmp_path_factory.mktemp("ate-dev-microvm"))
-    with running_stack(base, PORTS, "e2e-vm", "10.92.0.0/16", ("--workers", "1", "--microvm-workers", "2")) as s:
+    flags = ("--workers", "1", "--microvm-workers", "2")
+    env = {"ATE_ROUTER_PARKED_REQUEST_BUDGET_SECONDS": "60"}
+    with running_stack(base, PORTS, "e2e-vm", "10.92.0.0/16", flags, env) as s:
         yield s
 
 
@@ -107,3 +112,17 @@ def test_a_damaged_ram_file_is_refused_and_the_actor_keeps_its_snapshot(vm_stack
         f.write(original)
     assert get(vm_stack, "vmc/c1") == {"memory_count": 2, "file_count": 2}
     vm_stack.ate("suspend", "actor", "c1", "-a", "vmc")
+
+
+def test_an_async_suspend_of_a_microvm_actor_uploads_its_vm_in_the_background(vm_stack: Stack) -> None:
+    path = setup(vm_stack, "vma", "a1")
+    assert get(vm_stack, "vma/a1")["memory_count"] == 1
+    assert get(vm_stack, "vma/a1")["memory_count"] == 2
+    answered = api(vm_stack, "POST", path + "/suspend", json={"mode": "async"})
+    assert answered.status_code == 200 and answered.json()["state"] == "SUSPENDED", answered.text
+    actor = wait_uploaded(vm_stack, path, timeout=120)
+    assert (actor["latest_snapshot"]["generation"], actor["latest_snapshot"]["state"]) == (2, "COMPLETED")  # type: ignore[index]
+    (uploaded,) = (vm_stack.data_dir / "snapshots/vma/actors/a1").glob("2-*")
+    assert (uploaded / "checkpoint/ram").is_file() and (uploaded / "checkpoint/vm.json").is_file()
+    assert get(vm_stack, "vma/a1") == {"memory_count": 3, "file_count": 3}  # the uploaded VM, then +1
+    vm_stack.ate("suspend", "actor", "a1", "-a", "vma")

@@ -9,7 +9,7 @@ import asyncio
 import contextlib
 import os
 import uuid
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -191,16 +191,9 @@ async def test_a_restarted_atelet_adopts_the_vm_that_still_runs(
     # The atelet is SIGKILLed with a VM running: the VM runs on (QEMU is in its own session) and
     # the next atelet on the same state dir takes it over: same QEMU process, memory going on,
     # and it checkpoints it as if it had started it.
-    settings = make_settings(short_tmp)
-    agent = MicrovmAgent(settings, short_tmp, dict(os.environ))
-    agent.kernel_dir = kernel_dir
-    try:
-        agent.start()
-        channel, stub = agent.stub()
-        async with channel:
-            run = await stub.Run(pb.RunRequest(operation_id=op(), worker="microvm-1", actor=ACTOR, spec=counter_spec(),
-                                               probe_timeout_seconds=PROBE_SECONDS))  # fmt: skip
-            assert (await get(run.worker_ip))["memory_count"] == 1
+    with microvm_agent(short_tmp, kernel_dir) as (agent, _):
+        settings = agent.settings
+        run = await run_on(agent, "microvm-1")
         (pid,) = qemu_pids(settings)
         agent.sigkill()
         assert qemu_pids(settings) == [pid]  # the VM outlived its atelet
@@ -217,14 +210,6 @@ async def test_a_restarted_atelet_adopts_the_vm_that_still_runs(
                                                                scope=pb.SNAPSHOT_SCOPE_FULL, snapshot_uri=uri))
             assert "checkpoint/ram" in {f.path for f in saved.manifest.files}
             assert qemu_pids(settings) == []  # the adopted QEMU ended with its checkpoint
-        assert agent.sigterm() == 0
-        assert_no_vm_left(settings)
-    finally:
-        for process in agent.procs:
-            if process.poll() is None:
-                process.kill()
-        kill_vms(settings)
-        force_cleanup(settings)
 
 
 # ---- the kill matrix's microvm cells ---------------------------------------------------------
@@ -241,12 +226,35 @@ async def wait_reached(failpoints: Path, name: str) -> None:
             await asyncio.sleep(0.05)
 
 
-def agent_with_failpoints(short_tmp: Path, kernel_dir: Path) -> tuple[MicrovmAgent, Path]:
+@contextlib.contextmanager
+def microvm_agent(short_tmp: Path, kernel_dir: Path, extra: tuple[str, ...] = ()) -> Iterator[tuple[MicrovmAgent, Path]]:
+    """A ``MicrovmAgent`` started (``extra``: more atelet flags) with its failpoints dir; at the end
+    of a block that passed, stopped with SIGTERM, which must leave no VM; always cleaned up."""
     failpoints = short_tmp / "failpoints"
     failpoints.mkdir()
     agent = MicrovmAgent(make_settings(short_tmp), short_tmp, dict(os.environ, ATE_FAILPOINTS_DIR=str(failpoints)))
-    agent.kernel_dir = kernel_dir
-    return agent, failpoints
+    agent.kernel_dir, agent.extra = kernel_dir, extra
+    try:
+        agent.start()
+        yield agent, failpoints
+        assert agent.sigterm() == 0
+        assert_no_vm_left(agent.settings)
+    finally:
+        for process in agent.procs:
+            if process.poll() is None:
+                process.kill()
+        kill_vms(agent.settings)
+        force_cleanup(agent.settings)
+
+
+async def run_on(agent: MicrovmAgent, worker: str) -> pb.RunResponse:
+    """The counter started on ``worker`` of ``agent``, answering its first request (1, 1)."""
+    channel, stub = agent.stub()
+    async with channel:
+        run = await stub.Run(pb.RunRequest(operation_id=op(), worker=worker, actor=ACTOR, spec=counter_spec(),
+                                           probe_timeout_seconds=PROBE_SECONDS))  # fmt: skip
+    assert await get(run.worker_ip) == {"ip": run.worker_ip, "memory_count": 1, "file_count": 1}
+    return run
 
 
 async def killed_during(agent: MicrovmAgent, failpoints: Path, name: str, call: Any) -> None:
@@ -270,18 +278,12 @@ async def test_kill_cell_atelet_killed_after_qemu_saved_the_vm_in_a_checkpoint(
     # QEMU has written the device state and stopped the guest; the atelet dies before it ends the
     # VM or stores the snapshot. The next atelet lets the VM run on (no memory lost), and the
     # re-sent Checkpoint completes from there: the restored actor counts on (3, 3).
-    agent, failpoints = agent_with_failpoints(short_tmp, kernel_dir)
-    settings = agent.settings
-    uri = f"file://{Path(settings.snapshot_roots[0]).resolve()}/demo/vm1/1"
-    request = pb.CheckpointRequest(operation_id=op(), worker="microvm-0", actor=ACTOR, scope=pb.SNAPSHOT_SCOPE_FULL,
-                                   snapshot_uri=uri)  # fmt: skip
-    try:
-        agent.start()
-        channel, stub = agent.stub()
-        async with channel:
-            run = await stub.Run(pb.RunRequest(operation_id=op(), worker="microvm-0", actor=ACTOR, spec=counter_spec(),
-                                               probe_timeout_seconds=PROBE_SECONDS))  # fmt: skip
-            assert (await get(run.worker_ip))["memory_count"] == 1
+    with microvm_agent(short_tmp, kernel_dir) as (agent, failpoints):
+        settings = agent.settings
+        uri = f"file://{Path(settings.snapshot_roots[0]).resolve()}/demo/vm1/1"
+        request = pb.CheckpointRequest(operation_id=op(), worker="microvm-0", actor=ACTOR,
+                                       scope=pb.SNAPSHOT_SCOPE_FULL, snapshot_uri=uri)  # fmt: skip
+        run = await run_on(agent, "microvm-0")
         (pid,) = qemu_pids(settings)
         await killed_during(agent, failpoints, "Microvm.checkpoint.after_save", lambda s: s.Checkpoint(request))
         assert qemu_pids(settings) == [pid]  # adopted: the same QEMU
@@ -293,14 +295,6 @@ async def test_kill_cell_atelet_killed_after_qemu_saved_the_vm_in_a_checkpoint(
             restored = await stub.Restore(restore_request("microvm-1", uri, saved.manifest))
             assert await get(restored.worker_ip) == {"ip": restored.worker_ip, "memory_count": 3, "file_count": 3}
             await stub.Terminate(pb.TerminateRequest(operation_id=op(), worker="microvm-1", actor=ACTOR))
-        assert agent.sigterm() == 0
-        assert_no_vm_left(settings)
-    finally:
-        for process in agent.procs:
-            if process.poll() is None:
-                process.kill()
-        kill_vms(settings)
-        force_cleanup(settings)
 
 
 async def test_kill_cell_atelet_killed_after_qemu_loaded_a_restore_on_another_worker(
@@ -310,16 +304,12 @@ async def test_kill_cell_atelet_killed_after_qemu_loaded_a_restore_on_another_wo
     # paused, still on microvm-0's address) and the atelet dies before it continues it. The next
     # atelet continues it and gives it microvm-1's address; the re-sent Restore finds it running
     # (started by this very operation) and answers; the actor counts on (2, 2) at the new address.
-    agent, failpoints = agent_with_failpoints(short_tmp, kernel_dir)
-    settings = agent.settings
-    uri = f"file://{Path(settings.snapshot_roots[0]).resolve()}/demo/vm1/1"
-    try:
-        agent.start()
+    with microvm_agent(short_tmp, kernel_dir) as (agent, failpoints):
+        settings = agent.settings
+        uri = f"file://{Path(settings.snapshot_roots[0]).resolve()}/demo/vm1/1"
+        run = await run_on(agent, "microvm-0")
         channel, stub = agent.stub()
         async with channel:
-            run = await stub.Run(pb.RunRequest(operation_id=op(), worker="microvm-0", actor=ACTOR, spec=counter_spec(),
-                                               probe_timeout_seconds=PROBE_SECONDS))  # fmt: skip
-            assert (await get(run.worker_ip))["memory_count"] == 1
             saved = await stub.Checkpoint(pb.CheckpointRequest(operation_id=op(), worker="microvm-0", actor=ACTOR,
                                                                scope=pb.SNAPSHOT_SCOPE_FULL, snapshot_uri=uri))
         request = restore_request("microvm-1", uri, saved.manifest)
@@ -332,14 +322,6 @@ async def test_kill_cell_atelet_killed_after_qemu_loaded_a_restore_on_another_wo
             assert qemu_pids(settings) == [pid]  # the adopted VM, not a second restore
             assert await get(restored.worker_ip) == {"ip": restored.worker_ip, "memory_count": 2, "file_count": 2}
             await stub.Terminate(pb.TerminateRequest(operation_id=op(), worker="microvm-1", actor=ACTOR))
-        assert agent.sigterm() == 0
-        assert_no_vm_left(settings)
-    finally:
-        for process in agent.procs:
-            if process.poll() is None:
-                process.kill()
-        kill_vms(settings)
-        force_cleanup(settings)
 
 
 # ---- snapshots in object storage: the frozen path (freeze, save while left running, upload) ----
@@ -430,32 +412,17 @@ async def test_a_vm_that_died_while_no_atelet_watched_leaves_its_durable_dir_cur
     # The atelet is SIGKILLed, then the VM dies too: the next atelet cannot adopt it, and reads
     # its disk back into the durable dir before removing it (else the worker's next sandbox
     # would overwrite the only copy of what the actor wrote since it started).
-    agent, _ = agent_with_failpoints(short_tmp, kernel_dir)
-    settings = agent.settings
-    try:
-        agent.start()
-        channel, stub = agent.stub()
-        async with channel:
-            run = await stub.Run(pb.RunRequest(operation_id=op(), worker="microvm-0", actor=ACTOR, spec=counter_spec(),
-                                               probe_timeout_seconds=PROBE_SECONDS))  # fmt: skip
-            assert (await get(run.worker_ip))["file_count"] == 1
-            assert (await get(run.worker_ip))["file_count"] == 2
+    with microvm_agent(short_tmp, kernel_dir) as (agent, _):
+        run = await run_on(agent, "microvm-0")
+        assert (await get(run.worker_ip))["file_count"] == 2
         agent.sigkill()
-        kill_vms(settings)
+        kill_vms(agent.settings)
         agent.start()
         channel, stub = agent.stub()
         async with channel:
             health = await stub.Health(pb.HealthRequest())
             assert [w.sandbox_state for w in health.workers] == ["idle", "idle"]
-        assert durable_count(settings).strip() == "2"
-        assert agent.sigterm() == 0
-        assert_no_vm_left(settings)
-    finally:
-        for process in agent.procs:
-            if process.poll() is None:
-                process.kill()
-        kill_vms(settings)
-        force_cleanup(settings)
+        assert durable_count(agent.settings).strip() == "2"
 
 
 async def test_a_vm_saved_for_object_storage_is_not_continued_by_a_restarted_atelet(
@@ -466,34 +433,19 @@ async def test_a_vm_saved_for_object_storage_is_not_continued_by_a_restarted_ate
     # as the actor's, so it does not continue the VM (two instances of one actor), ends it and
     # keeps its durable dir; the retried Checkpoint then says the worker runs nothing.
     location = f"s3://{object_store.bucket}/{uuid.uuid4().hex[:8]}"
-    agent, failpoints = agent_with_failpoints(short_tmp, kernel_dir)
-    agent.extra = ("--object-store-location", location, "--object-store-retry-seconds", "2")
-    settings = agent.settings
-    request = pb.CheckpointRequest(operation_id=op(), worker="microvm-0", actor=ACTOR, scope=pb.SNAPSHOT_SCOPE_FULL,
-                                   snapshot_uri=f"{location}/demo/actors/vm1/1-{uuid.uuid4().hex[:12]}")  # fmt: skip
-    try:
-        agent.start()
-        channel, stub = agent.stub()
-        async with channel:
-            run = await stub.Run(pb.RunRequest(operation_id=op(), worker="microvm-0", actor=ACTOR, spec=counter_spec(),
-                                               probe_timeout_seconds=PROBE_SECONDS))  # fmt: skip
-            assert (await get(run.worker_ip))["file_count"] == 1
+    extra = ("--object-store-location", location, "--object-store-retry-seconds", "2")
+    with microvm_agent(short_tmp, kernel_dir, extra) as (agent, failpoints):
+        request = pb.CheckpointRequest(operation_id=op(), worker="microvm-0", actor=ACTOR, scope=pb.SNAPSHOT_SCOPE_FULL,
+                                       snapshot_uri=f"{location}/demo/actors/vm1/1-{uuid.uuid4().hex[:12]}")  # fmt: skip
+        await run_on(agent, "microvm-0")
         await killed_during(agent, failpoints, "Atelet.checkpoint.before_upload", lambda s: s.Checkpoint(request))
-        assert qemu_pids(settings) == []  # not continued: ended
-        assert durable_count(settings).strip() == "1"
+        assert qemu_pids(agent.settings) == []  # not continued: ended
+        assert durable_count(agent.settings).strip() == "1"
         channel, stub = agent.stub()
         async with channel:
             with pytest.raises(grpc.aio.AioRpcError) as refused:
                 await stub.Checkpoint(request)
             assert refused.value.code() == grpc.StatusCode.FAILED_PRECONDITION, refused.value.details()
-        assert agent.sigterm() == 0
-        assert_no_vm_left(settings)
-    finally:
-        for process in agent.procs:
-            if process.poll() is None:
-                process.kill()
-        kill_vms(settings)
-        force_cleanup(settings)
 
 
 def test_a_node_of_microvm_workers_only_runs_no_gvisor_driver(short_tmp: Path, kernel_dir: Path) -> None:
