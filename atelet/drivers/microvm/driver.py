@@ -458,9 +458,11 @@ class MicrovmDriver(SandboxDriver):
             with contextlib.suppress(OSError, ValueError, KeyError):
                 sandbox = _Sandbox.load(workdir)
                 sandbox.pid = sandbox.pid or _pid_file(workdir)
-                if sandbox.pid and qemu.AdoptedProcess(sandbox.pid).returncode is None and _is_qemu_of(sandbox.pid, workdir):
-                    qemu.AdoptedProcess(sandbox.pid).kill()
-                    await qemu.AdoptedProcess(sandbox.pid).wait()
+                if sandbox.pid:
+                    left = qemu.AdoptedProcess(sandbox.pid)  # a pidfd first, then the identity check
+                    if _is_qemu_of(sandbox.pid, workdir):
+                        left.kill()
+                        await left.wait()
         if sandbox is not None and not sandbox.read_back:
             with contextlib.suppress(AteletError):  # logged, its disk kept
                 await self._read_back(sandbox, final=True)

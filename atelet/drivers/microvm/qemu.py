@@ -17,7 +17,9 @@ import asyncio
 import contextlib
 import json
 import os
+import select
 import shutil
+import signal
 import subprocess
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
@@ -384,8 +386,8 @@ class Vm:
         Raises:
             VmError: the process is gone or is not that VM's QEMU, or its monitor does not answer.
         """
-        process = AdoptedProcess(pid)
         try:
+            process = AdoptedProcess(pid)  # before the checks: the pid cannot change hands after this
             cmdline = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
         except OSError:
             raise VmError(f"QEMU process {pid} is gone") from None
@@ -452,19 +454,29 @@ def read_state(snapshot: Path) -> VmState:
 
 class AdoptedProcess:
     """The parts of ``asyncio.subprocess.Process`` a ``Vm`` uses, for a QEMU this process did not
-    start (a previous atelet's): its exit is seen by polling, its status is unknown (-1)."""
+    start (a previous atelet's). It holds a pidfd of the process from the start, so a pid the
+    kernel hands to another process once QEMU is gone is never mistaken for it (never waited
+    for, never killed); its exit status is unknown (-1: whoever reaps it gets it).
+
+    Raises:
+        ProcessLookupError: no process ``pid`` (it is gone already).
+    """
 
     def __init__(self, pid: int) -> None:
         self.pid = pid
+        self._pidfd = os.pidfd_open(pid)
+        self._exited = False
 
     @property
     def returncode(self) -> int | None:
-        """None while the process lives, else -1 (the status went to whoever reaps it)."""
-        try:
-            state = Path(f"/proc/{self.pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
-        except (OSError, IndexError):
-            return -1
-        return -1 if state in ("Z", "X") else None
+        """None while the process lives, else -1."""
+        if not self._exited:
+            poller = select.poll()
+            poller.register(self._pidfd, select.POLLIN)
+            self._exited = bool(poller.poll(0))  # a pidfd is readable once its process exited
+            if self._exited:
+                os.close(self._pidfd)
+        return -1 if self._exited else None
 
     async def wait(self) -> int:
         """Returns once the process exited (polled every 50 ms)."""
@@ -473,9 +485,10 @@ class AdoptedProcess:
         return -1
 
     def kill(self) -> None:
-        """SIGKILL."""
-        with contextlib.suppress(ProcessLookupError):
-            os.kill(self.pid, 9)
+        """SIGKILL (through the pidfd: to this very process or none)."""
+        if self.returncode is None:
+            with contextlib.suppress(ProcessLookupError):
+                signal.pidfd_send_signal(self._pidfd, signal.SIGKILL)
 
 
 def _fsync(path: Path) -> None:
