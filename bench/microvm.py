@@ -6,8 +6,8 @@ FULL checkpoint plus the first GET, against the baseline measured in the same ru
 plus the first GET (what a DATA resume costs). Also the checkpoint itself, and what the restore's
 copy of the RAM file costs (this filesystem has no reflinks: ``cp --reflink=auto`` copies; where
 it has them, the copy is a clone). Labelled with the accelerator (here TCG: nested KVM runs no
-guest, MICROVM.md; the figures say nothing of KVM). The class does not run through the control
-plane yet, so there is no end-to-end row.
+guest, MICROVM.md; the figures say nothing of KVM). The end-to-end row, through the control
+plane against a raw QEMU restore, is `bench activation`'s microvm row (bench/activation_microvm.py).
 """
 
 from __future__ import annotations

@@ -1,7 +1,11 @@
-"""The microvm sandbox class (issue 15), built up in parts: the guest's initramfs with the
-actor's root filesystem and ate's init (``initramfs``, ``init.sh``), its network on the worker's
-address (``network``; a VM restored on another worker is given that worker's address through
-ate's channel, ``Vm.readdress``), its durable dirs as disk images (``disk``) and the QEMU back
-end with its checkpoint and restore (``qemu``). Not yet a ``SandboxDriver``: no worker pool of
-this class, and the node runs one driver for all its workers.
+"""The microvm sandbox class: actors in QEMU virtual machines.
+
+- ``driver``: the class's ``SandboxDriver`` (what the node calls);
+- ``qemu``: the VMM back end, one QEMU per VM over QMP (boot, checkpoint, restore, adopt);
+- ``initramfs`` and ``init.sh``: the guest, the actor's image as its root filesystem and ate's
+  init;
+- ``network``: the worker's address on a tap bridged with the worker's namespace (a VM restored
+  on another worker is given that worker's address through ate's channel, ``Vm.readdress``);
+- ``disk``: the durable dirs as ext4 disk images, read back into the node's dirs;
+- ``accelerator``: KVM where it really runs guests, else TCG.
 """
