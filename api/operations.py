@@ -36,11 +36,6 @@ already shows no operation in flight on the actor (see `start_or_attach`)."""
 _REASONS = {
     "NotFound", "FailedPrecondition", "NoCapacity", "NoMatchingWorker", "InvalidArgument", "AlreadyExists", "Unreachable",
 }  # fmt: skip
-_REASON_OF_TYPE = {"AteletFailedPrecondition": "FailedPrecondition"}
-"""Failure types answered with another reason: an atelet's FAILED_PRECONDITION (a snapshot whose
-files do not match its manifest, a workload that never answered its wakeup probe, a snapshot of
-another runtime) is final, the operation was rolled back, and trying again as things are cannot
-help: a FailedPrecondition, not an Internal error to retry later."""
 
 
 def search_attributes(atespace: str, name: str, operation: Operation) -> TypedSearchAttributes:
@@ -180,7 +175,7 @@ async def wait_result(handle: WorkflowHandle[Any, ResultT], timeout: float, subj
     except WorkflowFailureError as error:
         cause = error.cause
         if isinstance(cause, ApplicationError):
-            reason = cause.type if cause.type in _REASONS else _REASON_OF_TYPE.get(cause.type or "", "Internal")
+            reason = cause.type if cause.type in _REASONS else "Internal"
             details = cause.details[0] if cause.details and isinstance(cause.details[0], dict) else {}
             raise ApiError(cause.message, details, reason=reason) from error
         raise ApiError(f"{what} of {subject} failed: {cause or error}", reason="Internal") from error
