@@ -205,9 +205,10 @@ class WorkerRegistrationBody(Tolerant):
     memory_bytes: int = Field(gt=0, le=MAX_MEMORY_BYTES)
     runtime_version: str = Field(
         default="",
-        max_length=200,
+        max_length=1000,
         description="the runtime that restores its memory snapshots (placement check 4): a runsc build, or the "
-        "VMM's version, machine type and accelerator; empty: the node's runsc_version stands in",
+        "VMM's version, machine type, accelerator and device kinds (a microvm one is ~170 characters); empty: a "
+        "gvisor worker's is the node's runsc_version",
     )
     actor: ActorRefBody | None = None
     sandbox_state: Literal["idle", "running", "exited"] | None = Field(

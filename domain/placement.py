@@ -278,10 +278,32 @@ def _selector(pairs: tuple[tuple[str, str], ...]) -> str:
 
 def _runtime(sandbox_class: str, build: str) -> str:
     """A runtime as messages name it: a gVisor runtime is a runsc build (`runsc 0.0~20240729.0`);
-    a microvm runtime names its VMM itself (`qemu 7.2.22 (Debian ...) pc-q35-7.2 tcg`)."""
+    a microvm runtime names its VMM itself (`QEMU 7.2.22 (Debian ...), machine pc-q35-7.2, accelerator tcg,
+    devices ...`)."""
     if sandbox_class == "gvisor":
         return f"runsc {build}" if build else "a runsc build its node did not report"
     return build or "a runtime its worker did not report"
+
+
+def _runtime_phrase(demand: Demand, counts: dict[str, int]) -> str:
+    """``1 runs X, the snapshot needs Y`` for check 4. A runtime made of ``, ``-separated parts
+    (a microvm one: ``QEMU <version>, machine <type>, accelerator <kvm|tcg>, devices <kinds>``)
+    is named only by the parts that differ from the snapshot's: ``1 runs accelerator tcg, the
+    snapshot needs accelerator kvm``; the snapshot's whole runtime is named when some worker's
+    cannot be compared part by part (it reports none, or another shape)."""
+    needs = demand.runsc_version or ""
+    parts = needs.split(", ")
+    comparable = demand.sandbox_class != "gvisor" and len(parts) > 1
+    alike = [b for b in counts if comparable and b and len(b.split(", ")) == len(parts)]
+    differ = sorted({i for b in alike for i, part in enumerate(b.split(", ")) if part != parts[i]})
+    named = []
+    for build, c in sorted(counts.items()):
+        shown = ", ".join(build.split(", ")[i] for i in differ) if build in alike else _runtime(demand.sandbox_class, build)
+        named.append(f"{c} {_run(c)} {shown}")
+    wanted = ", ".join(parts[i] for i in differ) if alike and len(alike) == len(counts) else _runtime(
+        demand.sandbox_class, needs
+    )
+    return f"{' and '.join(named)}, the snapshot needs {wanted}"
 
 
 def _phrases(tally: Tally, demand: Demand) -> list[str]:
@@ -297,9 +319,7 @@ def _phrases(tally: Tally, demand: Demand) -> list[str]:
         elif check == Check.PINNED_NODE:
             phrases.append(f"{n} not on node {demand.node} (it holds the actor's local snapshot)")
         elif check == Check.RUNTIME:  # the workers it removed are of the demand's class (check 2 came first)
-            builds = [f"{c} {_run(c)} {_runtime(demand.sandbox_class, build)}" for build, c in sorted(counts.items())]
-            needs = _runtime(demand.sandbox_class, demand.runsc_version or "")
-            phrases.append(f"{' and '.join(builds)}, the snapshot needs {needs}")
+            phrases.append(_runtime_phrase(demand, counts))
         elif check == Check.LABELS:
             phrases.append(f"{n} without labels {_selector(demand.selector)}")
         elif check == Check.PLACE:

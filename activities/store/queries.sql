@@ -146,7 +146,7 @@ WHERE w.id = $1;
 -- (activities/store/worker_view.py; at start, after its LISTEN connection is re-made, and at each
 -- periodic resync).
 SELECT w.id, w.node, w.name, w.state, w.sandbox_class, w.labels, w.places, w.cpu_millis, w.memory_bytes,
-       COALESCE(NULLIF(w.runtime_version, ''), n.runsc_version) AS runsc_version, COALESCE(u.places, 0) AS used_places, COALESCE(u.cpu, 0) AS used_cpu,
+       CASE WHEN w.sandbox_class = 'gvisor' THEN COALESCE(NULLIF(w.runtime_version, ''), n.runsc_version) ELSE w.runtime_version END AS runsc_version, COALESCE(u.places, 0) AS used_places, COALESCE(u.cpu, 0) AS used_cpu,
        COALESCE(u.memory, 0) AS used_memory
 FROM workers w
 JOIN nodes n ON n.name = w.node
@@ -159,7 +159,7 @@ LEFT JOIN (
 -- The same for the workers with ids $1 and the workers of the nodes $2 (what notifications named):
 -- index lookups only.
 SELECT w.id, w.node, w.name, w.state, w.sandbox_class, w.labels, w.places, w.cpu_millis, w.memory_bytes,
-       COALESCE(NULLIF(w.runtime_version, ''), n.runsc_version) AS runsc_version, u.places AS used_places, u.cpu AS used_cpu,
+       CASE WHEN w.sandbox_class = 'gvisor' THEN COALESCE(NULLIF(w.runtime_version, ''), n.runsc_version) ELSE w.runtime_version END AS runsc_version, u.places AS used_places, u.cpu AS used_cpu,
        u.memory AS used_memory
 FROM workers w
 JOIN nodes n ON n.name = w.node
@@ -173,7 +173,7 @@ WHERE w.id = ANY($1::bigint[]) OR w.node = ANY($2::text[]);
 -- Lock a worker row (binds to one worker are serialized on it) and return what the placement
 -- checks read of it: the bind checks again what the worker view saw (the view may be stale).
 SELECT w.id, w.node, w.state, w.sandbox_class, w.labels, w.places, w.cpu_millis, w.memory_bytes,
-       COALESCE(NULLIF(w.runtime_version, ''), n.runsc_version) AS runsc_version
+       CASE WHEN w.sandbox_class = 'gvisor' THEN COALESCE(NULLIF(w.runtime_version, ''), n.runsc_version) ELSE w.runtime_version END AS runsc_version
 FROM workers w JOIN nodes n ON n.name = w.node
 WHERE w.id = $1
 FOR UPDATE OF w;

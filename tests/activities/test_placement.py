@@ -238,6 +238,38 @@ async def test_check_4_is_each_workers_runtime(store: Store) -> None:
     assert plan.worker is not None and plan.worker.name == "microvm-0"
 
 
+async def test_check_4_names_only_the_parts_of_a_microvm_runtime_that_differ(store: Store) -> None:
+    """By hand: the snapshot was taken under KVM, the only microvm worker runs the same QEMU,
+    machine and devices under TCG: the message names the accelerators, the hint the whole
+    runtime to run. A second microvm worker that reports no runtime is not given its node's
+    runsc build (that is a gVisor runtime): it is named as not reported."""
+    tcg = "QEMU 7.2.22 (Debian 1:7.2+dfsg-7+deb12u18+b3), machine pc-q35-7.2, accelerator tcg, devices d"
+    kvm = tcg.replace("accelerator tcg", "accelerator kvm")
+    await store.atespaces.create("demo")
+    await store.nodes.register("n2", "127.0.0.2:1", "runsc-1", [worker("microvm-9", sandbox_class="microvm",
+                                                                        runtime_version=kvm)])  # fmt: skip
+    await golden_of(store, "vm-kvm", "microvm", kvm)
+    await store.nodes.retire("n2", "gone")
+    await store.nodes.register("n1", "127.0.0.1:1", "runsc-1", [worker("microvm-0", sandbox_class="microvm",
+                                                                        runtime_version=tcg)])  # fmt: skip
+    ref = ActorRef("demo", "k1")
+    await store.actors.create(ref, "vm-kvm", {})
+    refused = await refusal(store, ref)
+    assert isinstance(refused, NoMatchingWorker)
+    assert refused.message == (
+        "no worker has room for the actor demo/k1: 1 worker: 1 runs accelerator tcg, the snapshot needs accelerator "
+        f"kvm; no worker can take it as configured: run microvm workers with {kvm}"
+    )
+    await store.nodes.register("n1", "127.0.0.1:1", "runsc-1", [
+        worker("microvm-0", sandbox_class="microvm", runtime_version=tcg), worker("microvm-1", sandbox_class="microvm"),
+    ])  # fmt: skip
+    refused = await refusal(store, ref)
+    assert refused.message == (
+        "no worker has room for the actor demo/k1: 2 workers: 1 runs a runtime its worker did not report and 1 runs "
+        f"accelerator tcg, the snapshot needs {kvm}; no worker can take it as configured: run microvm workers with {kvm}"
+    )
+
+
 async def test_check_5_labels(store: Store) -> None:
     await store.nodes.register("n1", "127.0.0.1:1", "v", [worker("w1"), worker("w2", labels={"gpu": "false"})])
     await ready_template(store)

@@ -119,8 +119,8 @@ CASES: list[tuple[str, str, str, Any, str, str]] = [
      "is not a valid label value"),
     ("worker-places", "PUT", "/v1/nodes/n9", worker(places=2**31), "workers[0].places",
      "must be 1, got 2147483648"),
-    ("worker-runtime-long", "PUT", "/v1/nodes/n9", worker(runtime_version="q" * 201), "workers[0].runtime_version",
-     "at most 200 characters"),
+    ("worker-runtime-long", "PUT", "/v1/nodes/n9", worker(runtime_version="q" * 1001), "workers[0].runtime_version",
+     "at most 1000 characters"),
     ("worker-runtime-nul", "PUT", "/v1/nodes/n9", worker(runtime_version="qemu\x00"), "workers[0].runtime_version",
      "must not contain NUL characters"),
     ("node-path-nul", "PUT", "/v1/nodes/n9%00", node(), "path parameter node", "is not a valid node name"),
@@ -190,13 +190,13 @@ async def test_each_workers_runtime_is_stored_and_an_older_atelet_sends_none(
 ) -> None:
     # Placement check 4 reads a worker's runtime_version, or its node's runsc_version when it is ''.
     vm = {**WORKER, "name": "microvm-0", "pool": "microvm", "sandbox_class": "microvm",
-          "runtime_version": "qemu 7.2.22 (Debian 1:7.2+dfsg-7+deb12u18+b3) pc-q35-7.2 tcg"}  # fmt: skip
+          "runtime_version": "QEMU 7.2.22 (Debian 1:7.2+dfsg-7+deb12u18+b3), machine pc-q35-7.2, accelerator tcg"}  # fmt: skip
     response = await api.put("/v1/nodes/n7", json={**node(), "runsc_version": "release-1", "workers": [WORKER, vm]})
     assert response.status_code == 200, response.text
     rows = await api_store.pool.fetch("SELECT name, sandbox_class, runtime_version FROM workers WHERE node = 'n7'")
     assert sorted(tuple(r) for r in rows) == [
         ("default-0", "gvisor", ""),
-        ("microvm-0", "microvm", "qemu 7.2.22 (Debian 1:7.2+dfsg-7+deb12u18+b3) pc-q35-7.2 tcg"),
+        ("microvm-0", "microvm", "QEMU 7.2.22 (Debian 1:7.2+dfsg-7+deb12u18+b3), machine pc-q35-7.2, accelerator tcg"),
     ]
 
 
