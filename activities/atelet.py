@@ -277,7 +277,7 @@ class AteletActivities:
 
         Raises:
             ApplicationError: AteletNotFound when the local snapshot is gone from the node,
-                AteletFailedPrecondition when it does not match its manifest; other codes retried.
+                AteletDataLoss when it does not match its manifest; other codes retried.
         """
         await failpoint(f"{activity.info().workflow_type}.atelet_copy")
         address = request.atelet_address

@@ -27,6 +27,7 @@ _FINAL_GRPC = {
     grpc.StatusCode.INVALID_ARGUMENT: "InvalidArgument",
     grpc.StatusCode.NOT_FOUND: "NotFound",
     grpc.StatusCode.FAILED_PRECONDITION: "FailedPrecondition",
+    grpc.StatusCode.DATA_LOSS: "DataLoss",
     grpc.StatusCode.ALREADY_EXISTS: "AlreadyExists",
     grpc.StatusCode.PERMISSION_DENIED: "PermissionDenied",
     grpc.StatusCode.UNIMPLEMENTED: "Unimplemented",

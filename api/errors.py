@@ -29,6 +29,7 @@ STATUS_BY_REASON = {
     "AlreadyExists": 409,
     "OperationInProgress": 409,
     "FailedPrecondition": 409,
+    "SnapshotDamaged": 409,
     "VersionConflict": 409,
     "NoCapacity": 503,
     "Unreachable": 503,

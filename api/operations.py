@@ -36,6 +36,14 @@ already shows no operation in flight on the actor (see `start_or_attach`)."""
 _REASONS = {
     "NotFound", "FailedPrecondition", "NoCapacity", "NoMatchingWorker", "InvalidArgument", "AlreadyExists", "Unreachable",
 }  # fmt: skip
+DAMAGED = "AteletDataLoss"
+"""The failure type of an operation an atelet refused because a snapshot's files do not match its
+manifest (gRPC DATA_LOSS): final (the same snapshot would be refused again), answered as
+`SnapshotDamaged` with what the user can do."""
+DAMAGED_ADVICE = (
+    "; the actor keeps that snapshot and stays as it was: put the damaged file back from a copy (the snapshot's "
+    "manifest.json has each file's SHA-256), or delete the actor"
+)
 
 
 def search_attributes(atespace: str, name: str, operation: Operation) -> TypedSearchAttributes:
@@ -175,7 +183,9 @@ async def wait_result(handle: WorkflowHandle[Any, ResultT], timeout: float, subj
     except WorkflowFailureError as error:
         cause = error.cause
         if isinstance(cause, ApplicationError):
-            reason = cause.type if cause.type in _REASONS else "Internal"
             details = cause.details[0] if cause.details and isinstance(cause.details[0], dict) else {}
+            if cause.type == DAMAGED:
+                raise ApiError(cause.message + DAMAGED_ADVICE, details, reason="SnapshotDamaged") from error
+            reason = cause.type if cause.type in _REASONS else "Internal"
             raise ApiError(cause.message, details, reason=reason) from error
         raise ApiError(f"{what} of {subject} failed: {cause or error}", reason="Internal") from error

@@ -35,6 +35,12 @@ def precondition(reason: str) -> AteletError:
     return AteletError(grpc.StatusCode.FAILED_PRECONDITION, reason)
 
 
+def damaged(reason: str) -> AteletError:
+    """DATA_LOSS: a snapshot's files do not match its manifest (missing, another size, another
+    SHA-256): no retry of the same call can succeed."""
+    return AteletError(grpc.StatusCode.DATA_LOSS, reason)
+
+
 def unavailable(reason: str) -> AteletError:
     """UNAVAILABLE: retryable (e.g. a connected socket blocked a checkpoint)."""
     return AteletError(grpc.StatusCode.UNAVAILABLE, reason)

@@ -39,7 +39,9 @@ with workflow.unsafe.imports_passed_through():
 NO_PAUSE_AFTER_LAST_ATTEMPT = "upload-no-pause-after-last-attempt"
 """The patch ID of the fix that gives up right after the last failed attempt."""
 
-FINAL_COPY_FAILURES = frozenset({"AteletNotFound", "AteletFailedPrecondition", "AteletInvalidArgument"})
+FINAL_COPY_FAILURES = frozenset(
+    {"AteletNotFound", "AteletFailedPrecondition", "AteletDataLoss", "AteletInvalidArgument"}
+)
 """Copy failures no retry can fix: the local snapshot is gone or does not match its manifest."""
 
 

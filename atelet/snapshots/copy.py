@@ -15,7 +15,7 @@ import shutil
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from atelet.errors import AteletError, invalid, precondition
+from atelet.errors import AteletError, damaged, invalid, precondition
 from atelet.proto import atelet_pb2 as pb
 from atelet.snapshots.manifest import check_sizes, write_manifest
 
@@ -75,7 +75,7 @@ async def copy_snapshot(store: SnapshotStore, source_uri: str, destination_uri: 
         try:
             check_sizes(source, expected)
         except AteletError as exc:
-            raise precondition(f"source_uri: {source_uri!r}: {exc.reason}") from None
+            raise AteletError(exc.code, f"source_uri: {source_uri!r}: {exc.reason}") from None
         if present(expected):
             return expected, False
         staging = store.staging_dir(dest)
@@ -84,7 +84,7 @@ async def copy_snapshot(store: SnapshotStore, source_uri: str, destination_uri: 
                 try:
                     _copy_checked(source / entry.path, staging / entry.path, entry)
                 except AteletError as exc:
-                    raise precondition(f"source_uri: {source_uri!r}: {exc.reason}") from None
+                    raise AteletError(exc.code, f"source_uri: {source_uri!r}: {exc.reason}") from None
             write_manifest(staging, expected)
             for directory in sorted((p for p in staging.rglob("*") if p.is_dir()), reverse=True):
                 _fsync_dir(directory)
@@ -125,9 +125,9 @@ def _copy_checked(src: Path, dst: Path, entry: pb.SnapshotFile) -> None:
         fout.flush()
         os.fsync(fout.fileno())
     if size != entry.size_bytes:
-        raise precondition(f"snapshot file {entry.path}: size {size} != manifest {entry.size_bytes}")
+        raise damaged(f"snapshot file {entry.path}: size {size} != manifest {entry.size_bytes}")
     if digest.hexdigest() != entry.sha256:
-        raise precondition(f"snapshot file {entry.path}: sha256 {digest.hexdigest()} != manifest {entry.sha256}")
+        raise damaged(f"snapshot file {entry.path}: sha256 {digest.hexdigest()} != manifest {entry.sha256}")
     # Mode and times, as shutil.copy2 keeps them; the content was copied above, never linked.
     shutil.copystat(src, dst)
 

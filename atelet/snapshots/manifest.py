@@ -18,7 +18,7 @@ from pathlib import Path
 
 from google.protobuf import json_format
 
-from atelet.errors import precondition
+from atelet.errors import damaged, precondition
 from atelet.proto import atelet_pb2 as pb
 from atelet.snapshots.digests import DIGESTS
 
@@ -70,16 +70,17 @@ def write_manifest(directory: Path, manifest: pb.SnapshotManifest) -> None:
 
 def check_sizes(dest: Path, manifest: pb.SnapshotManifest) -> None:
     """Every file of ``manifest`` is a regular file inside ``dest`` (no symlink out of it) of the
-    listed size; FAILED_PRECONDITION naming the first that is not. Blocking, reads no content."""
+    listed size; DATA_LOSS naming the first that is not (FAILED_PRECONDITION for a bad path in the
+    manifest). Blocking, reads no content."""
     for entry in manifest.files:
         rel = Path(entry.path)
         if not entry.path or rel.is_absolute() or ".." in rel.parts:
             raise precondition(f"manifest.files: bad path {entry.path!r}")
         path = dest / rel
         if not path.is_file():
-            raise precondition(f"snapshot file {entry.path} is missing at {dest}")
+            raise damaged(f"snapshot file {entry.path} is missing at {dest}")
         if not path.resolve().is_relative_to(dest):
-            raise precondition(f"snapshot file {entry.path} at {dest} leads outside the snapshot")
+            raise damaged(f"snapshot file {entry.path} at {dest} leads outside the snapshot")
         size = path.stat().st_size
         if size != entry.size_bytes:
-            raise precondition(f"snapshot file {entry.path}: size {size} != manifest {entry.size_bytes}")
+            raise damaged(f"snapshot file {entry.path}: size {size} != manifest {entry.size_bytes}")

@@ -38,7 +38,16 @@ import obstore
 from obstore.exceptions import PermissionDeniedError, UnauthenticatedError
 from obstore.store import ObjectStore, from_url
 
-from atelet.errors import AteletError, internal, invalid, not_found, permission_denied, precondition, unavailable
+from atelet.errors import (
+    AteletError,
+    damaged,
+    internal,
+    invalid,
+    not_found,
+    permission_denied,
+    precondition,
+    unavailable,
+)
 from atelet.proto import atelet_pb2 as pb
 from atelet.snapshots.manifest import MANIFEST, manifest_from_json, manifest_to_json
 
@@ -246,7 +255,7 @@ class ObjectStores:
                 try:
                     response = await obstore.get_async(store, location.object(entry.path))
                 except FileNotFoundError:
-                    raise precondition(
+                    raise damaged(
                         f"snapshot at {location.uri} is incomplete: file {entry.path} is missing from the store"
                     ) from None
                 except Exception as error:
@@ -310,11 +319,11 @@ async def _stream_to(response: Any, target: Path, entry: pb.SnapshotFile, locati
         os.close(fd)
     where = f"snapshot file {entry.path} at {location.uri}"
     if size > entry.size_bytes:
-        raise precondition(f"{where}: more than the {entry.size_bytes} bytes of the manifest: the snapshot is corrupted")
+        raise damaged(f"{where}: more than the {entry.size_bytes} bytes of the manifest: the snapshot is corrupted")
     if size != entry.size_bytes:
-        raise precondition(f"{where}: {size} bytes, the manifest says {entry.size_bytes}: the snapshot is corrupted")
+        raise damaged(f"{where}: {size} bytes, the manifest says {entry.size_bytes}: the snapshot is corrupted")
     if digest.hexdigest() != entry.sha256:
-        raise precondition(
+        raise damaged(
             f"{where}: sha256 {digest.hexdigest()} != manifest {entry.sha256}: the snapshot is corrupted"
         )
 

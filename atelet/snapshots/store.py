@@ -26,7 +26,7 @@ from pathlib import Path
 
 from google.protobuf import json_format
 
-from atelet.errors import AteletError, internal, not_found, precondition
+from atelet.errors import AteletError, damaged, internal, not_found, precondition
 from atelet.proto import atelet_pb2 as pb
 from atelet.snapshots.copy import copy_snapshot
 from atelet.snapshots.manifest import (
@@ -183,21 +183,21 @@ class SnapshotStore(SnapshotRoots):
 
     @staticmethod
     async def verify_files(dest: Path, manifest: pb.SnapshotManifest, field: str = "", uri: str = "") -> None:
-        """FAILED_PRECONDITION naming the first file of ``manifest`` that is missing at ``dest`` or
-        differs from it (size, then SHA-256); ``field`` and ``uri`` prefix the reason when given."""
+        """DATA_LOSS naming the first file of ``manifest`` that is missing at ``dest`` or differs
+        from it (size, then SHA-256); ``field`` and ``uri`` prefix the reason when given."""
         def check() -> None:
             check_sizes(dest, manifest)
             for entry in manifest.files:
                 digest = sha256_file(dest / entry.path)
                 if digest != entry.sha256:
-                    raise precondition(f"snapshot file {entry.path}: sha256 {digest} != manifest {entry.sha256}")
+                    raise damaged(f"snapshot file {entry.path}: sha256 {digest} != manifest {entry.sha256}")
 
         try:
             await asyncio.to_thread(check)
         except AteletError as exc:
             if not field:
                 raise
-            raise precondition(f"{field}: {uri!r}: {exc.reason}") from None
+            raise AteletError(exc.code, f"{field}: {uri!r}: {exc.reason}") from None
 
     async def verify(self, dest: Path, manifest: pb.SnapshotManifest, sandbox_class: str,
                      runsc_version: str) -> pb.SnapshotManifest:

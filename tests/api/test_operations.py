@@ -18,10 +18,11 @@ from datetime import timedelta
 import pytest
 from temporalio import workflow
 from temporalio.client import Client
+from temporalio.exceptions import ApplicationError
 from temporalio.worker import Worker
 
-from api.errors import OperationInProgress
-from api.operations import start_or_attach
+from api.errors import ApiError, OperationInProgress
+from api.operations import start_or_attach, wait_result
 from domain.states import Operation
 from domain.temporal import TASK_QUEUE
 
@@ -44,10 +45,19 @@ class QuickSuspend:
         return "suspended"
 
 
+@workflow.defn(name="FailingOperation", sandboxed=False)
+class FailingOperation:
+    """Fails the way a rolled-back operation does, with the failure type it is given."""
+
+    @workflow.run
+    async def run(self, failure_type: str) -> None:
+        raise ApplicationError(f"it failed as {failure_type}", type=failure_type, non_retryable=True)
+
+
 @pytest.fixture
 async def client(temporal_address: str) -> AsyncIterator[Client]:
     connected = await Client.connect(temporal_address)
-    async with Worker(connected, task_queue=TASK_QUEUE, workflows=[SleepingResume, QuickSuspend]):
+    async with Worker(connected, task_queue=TASK_QUEUE, workflows=[SleepingResume, QuickSuspend, FailingOperation]):
         yield connected
 
 
@@ -89,3 +99,29 @@ async def test_an_operation_still_running_after_the_grace_is_refused(client: Cli
     with pytest.raises(OperationInProgress):
         await asyncio.wait_for(suspend(client, workflow_id, grace=0.5), 20)
     await client.get_workflow_handle(workflow_id).terminate("test done")
+
+
+@pytest.mark.parametrize(
+    ("failure_type", "reason", "advice"),
+    [
+        # a snapshot whose files do not match its manifest (the atelet's DATA_LOSS): final, with a way out
+        ("AteletDataLoss", "SnapshotDamaged", True),
+        ("NoCapacity", "NoCapacity", False),
+        # any other atelet refusal may clear (a runtime just upgraded, a worker briefly busy): retried
+        ("AteletFailedPrecondition", "Internal", False),
+        ("SomethingNew", "Internal", False),
+    ],
+)
+async def test_a_failed_workflow_is_answered_with_the_reason_of_its_failure_type(
+    client: Client, failure_type: str, reason: str, advice: bool
+) -> None:
+    handle = await client.start_workflow(
+        "FailingOperation", failure_type, id=f"fail-{uuid.uuid4().hex[:8]}", task_queue=TASK_QUEUE
+    )
+    with pytest.raises(ApiError) as failed:
+        await wait_result(handle, 30, "actor t/a1", "operation")
+    assert failed.value.reason == reason
+    assert failed.value.message == f"it failed as {failure_type}" + (
+        "; the actor keeps that snapshot and stays as it was: put the damaged file back from a copy (the "
+        "snapshot's manifest.json has each file's SHA-256), or delete the actor" if advice else ""
+    )

@@ -142,7 +142,7 @@ async def test_copy_over_grpc(tmp_path: Path) -> None:
         for m in (manifest, pb.SnapshotManifest()):
             with pytest.raises(grpc.aio.AioRpcError) as err:
                 await copy("local:///actor/demo/c1/3", f"file://{snaps}/demo/c1/4", m)
-            assert err.value.code() == grpc.StatusCode.FAILED_PRECONDITION
+            assert err.value.code() == grpc.StatusCode.DATA_LOSS
             assert "checkpoint/pages.img" in (err.value.details() or "")
             assert "source_uri" in (err.value.details() or "")
         assert not (snaps / "demo/c1/4").exists()
@@ -150,7 +150,7 @@ async def test_copy_over_grpc(tmp_path: Path) -> None:
         (source / "volumes/data.tar").write_bytes(b"short")
         with pytest.raises(grpc.aio.AioRpcError) as err:
             await copy("local:///actor/demo/c1/3", f"file://{snaps}/demo/c1/4", manifest)
-        assert err.value.code() == grpc.StatusCode.FAILED_PRECONDITION
+        assert err.value.code() == grpc.StatusCode.DATA_LOSS
         assert "volumes/data.tar" in (err.value.details() or "")
         # The upload already done still answers (it does not need the source).
         assert (await copy("local:///actor/demo/c1/3", dest_uri, manifest)).manifest == manifest
@@ -239,7 +239,7 @@ async def test_upload_of_a_paused_counter_restores_with_its_count(atelet: Atelet
         await atelet.stub.CopySnapshot(pb.CopySnapshotRequest(
             operation_id=op(), source_uri=local_uri, destination_uri=f"file://{atelet.snapshot_root}/demo/c1/4",
             manifest=ckpt.manifest))
-    assert err.value.code() == grpc.StatusCode.FAILED_PRECONDITION
+    assert err.value.code() == grpc.StatusCode.DATA_LOSS
     assert biggest in (err.value.details() or "")
     assert not (atelet.snapshot_root / "demo/c1/4").exists()
     (source / biggest).write_bytes(saved)

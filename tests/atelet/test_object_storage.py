@@ -154,7 +154,7 @@ async def test_a_corrupted_or_incomplete_snapshot_is_never_restored(
 
     with pytest.raises(grpc.aio.AioRpcError) as err:
         await b.stub.Restore(restore_request(uri, done.manifest, counter_image))
-    assert err.value.code() == grpc.StatusCode.FAILED_PRECONDITION
+    assert err.value.code() == grpc.StatusCode.DATA_LOSS
     assert f"snapshot file {largest.path} at {uri}: sha256" in (err.value.details() or "")
     assert "the snapshot is corrupted" in (err.value.details() or "")
     assert await idle(b)

@@ -112,7 +112,7 @@ async def test_tampered_snapshot_is_refused(atelet: Atelet, counter_image: str) 
                             snapshot_uri=uri, manifest=ckpt.manifest, probe_timeout_seconds=20)
     with pytest.raises(grpc.aio.AioRpcError) as err:
         await atelet.stub.Restore(req)
-    assert err.value.code() == grpc.StatusCode.FAILED_PRECONDITION
+    assert err.value.code() == grpc.StatusCode.DATA_LOSS  # damaged: no retry of it can succeed
     assert "volumes/data.tar" in (err.value.details() or "")
 
     wrong_version = pb.SnapshotManifest()

@@ -162,7 +162,7 @@ async def test_a_damaged_ram_file_is_refused_and_the_worker_stays_free(atelet: A
         f.write(bytes([byte[0] ^ 0xFF]))
     with pytest.raises(grpc.aio.AioRpcError) as refused:
         await atelet.stub.Restore(restore_request("microvm-1", uri, saved.manifest))
-    assert refused.value.code() == grpc.StatusCode.FAILED_PRECONDITION, refused.value.details()
+    assert refused.value.code() == grpc.StatusCode.DATA_LOSS, refused.value.details()
     assert "checkpoint/ram" in (refused.value.details() or ""), refused.value.details()
     assert qemu_pids(atelet.settings) == []  # no VM left behind by the refusal
     health = await atelet.stub.Health(pb.HealthRequest())

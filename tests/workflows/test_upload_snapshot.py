@@ -5,6 +5,7 @@ reservation abandoned; copy failures no retry can fix."""
 from __future__ import annotations
 
 import grpc
+import pytest
 
 from activities.store import NotFound
 from domain.operations.atelet_calls import AteletCheckpointResult, AteletCopyInput
@@ -112,11 +113,18 @@ async def test_the_tries_are_retry_seconds_apart_doubling_and_the_last_failure_g
     assert await ate.timers() == [2.0, 4.0, 8.0]
 
 
-async def test_a_copy_no_retry_can_fix_abandons_at_once(ate: Ate) -> None:
-    gone = "local snapshot local:///demo/actors/c1/4-op is not on this node"
+@pytest.mark.parametrize(
+    ("code", "why"),
+    [
+        (grpc.StatusCode.NOT_FOUND, "local snapshot local:///demo/actors/c1/4-op is not on this node"),
+        # the local copy's files do not match its manifest (the atelet's DATA_LOSS)
+        (grpc.StatusCode.DATA_LOSS, "source_uri: 'local:///demo/actors/c1/4-op': snapshot file ram: sha256 1 != manifest 2"),
+    ],
+)
+async def test_a_copy_no_retry_can_fix_abandons_at_once(ate: Ate, code: grpc.StatusCode, why: str) -> None:
     ate.fakes.script("begin_upload", PLAN).script("abandon_upload", None)
-    ate.fakes.script("atelet_copy_snapshot", atelet_failure(grpc.StatusCode.NOT_FOUND, gone, "CopySnapshot"))
+    ate.fakes.script("atelet_copy_snapshot", atelet_failure(code, why, "CopySnapshot"))
     result = await ate.execute(RUN, REQUEST, id=ID)
     assert ate.fakes.names() == ["begin_upload", "atelet_copy_snapshot", "abandon_upload"]
-    assert result.skipped == f"upload failed: while calling atelet CopySnapshot on 127.0.0.1:8085: {gone}"
+    assert result.skipped == f"upload failed: while calling atelet CopySnapshot on 127.0.0.1:8085: {why}"
     assert await ate.timers() == []
