@@ -42,7 +42,8 @@ manifest (gRPC DATA_LOSS): final (the same snapshot would be refused again), ans
 `SnapshotDamaged` with what the user can do."""
 DAMAGED_ADVICE = (
     "; the actor keeps that snapshot and stays as it was: put the damaged file back from a copy (the snapshot's "
-    "manifest.json has each file's SHA-256), or delete the actor"
+    "manifest.json has each file's SHA-256), start a new actor from an earlier tagged snapshot "
+    "('ate create actor NEW --from-tag ATESPACE/TAG'), or delete the actor"
 )
 
 

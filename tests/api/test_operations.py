@@ -123,5 +123,6 @@ async def test_a_failed_workflow_is_answered_with_the_reason_of_its_failure_type
     assert failed.value.reason == reason
     assert failed.value.message == f"it failed as {failure_type}" + (
         "; the actor keeps that snapshot and stays as it was: put the damaged file back from a copy (the "
-        "snapshot's manifest.json has each file's SHA-256), or delete the actor" if advice else ""
+        "snapshot's manifest.json has each file's SHA-256), start a new actor from an earlier tagged snapshot "
+        "('ate create actor NEW --from-tag ATESPACE/TAG'), or delete the actor" if advice else ""
     )
