@@ -11,6 +11,7 @@ reused (one per node and address; made again when the certificate files were ren
 from __future__ import annotations
 
 import asyncio
+import time
 from collections.abc import Awaitable
 from typing import TypeVar
 
@@ -183,13 +184,17 @@ class AteletActivities:
 
     @activity_defn("atelet_start")
     async def start(self, request: AteletRunInput) -> AteletRunResult:
-        """Boot (no snapshot) or restore (snapshot) the holder's workload on the worker.
+        """Boot (no snapshot) or restore (snapshot) the holder's workload on the worker; with
+        `mark_running`, then mark the holder RUNNING (see `_mark_running`), and answer a repeat
+        after that commit with success at once.
 
         Raises:
             ApplicationError: non-retryable for INVALID_ARGUMENT/NOT_FOUND/FAILED_PRECONDITION,
                 retryable otherwise.
         """
         await failpoint(f"{activity.info().workflow_type}.atelet_call")
+        if request.mark_running and activity.info().attempt > 1 and await self._marked_already(request):
+            return AteletRunResult(worker_ip=request.worker.ip)
         await self._still_placed(request.placement or request.holder.workflow_id, request.worker, request.operation_id)
         address = request.worker.atelet_address
         stub = await self.stub(address, request.worker.node)
@@ -209,7 +214,12 @@ class AteletActivities:
                     timeout=self.call_timeout_seconds,
                 ),
             )
-            return AteletRunResult(worker_ip=run.worker_ip, timings={"boot": run.boot_seconds, "probe": run.probe_seconds})
+            booted = AteletRunResult(
+                worker_ip=run.worker_ip, timings={"boot": run.boot_seconds, "probe": run.probe_seconds}
+            )
+            if request.mark_running:
+                await self._mark_running(request, booted)
+            return booted
         manifest = pb.SnapshotManifest()
         if request.snapshot.manifest:
             ParseDict(request.snapshot.manifest, manifest, ignore_unknown_fields=True)
@@ -229,7 +239,7 @@ class AteletActivities:
                 timeout=self.call_timeout_seconds,
             ),
         )
-        return AteletRunResult(
+        result = AteletRunResult(
             worker_ip=restored.worker_ip,
             timings={
                 "fetch": restored.fetch_seconds,
@@ -238,6 +248,40 @@ class AteletActivities:
             },
             snapshot_cache_hit=restored.snapshot_cache_hit,
         )
+        if request.mark_running:
+            await self._mark_running(request, result)
+        return result
+
+    async def _marked_already(self, request: AteletRunInput) -> bool:
+        """Whether an earlier attempt of this call marked the holder RUNNING (its answer was
+        lost): the retry must then answer success without touching the sandbox (asked from the
+        second attempt on; a first attempt has no earlier one). A database
+        that does not answer counts as no (the call then goes on as a first attempt would)."""
+        if self.store is None:
+            return False
+        try:
+            return await self.store.resumes.finished(request.holder, request.operation_id)
+        except Exception as error:  # Postgres down or restarting: decide as a first attempt would
+            activity.logger.warning("could not check whether %s is RUNNING already: %s", request.holder.key, error)
+            return False
+
+    async def _mark_running(self, request: AteletRunInput, result: AteletRunResult) -> None:
+        """ResumeActor's finalize, done here right after the restore answered: RESUMING ->
+        RUNNING in one commit whose NOTIFY lets the api-server answer the resume at once
+        (bench/README.md, "activation"). Any failure leaves `result.marked_running_at` None and
+        the workflow runs its own `finish_resume` step, which retries through a database
+        restart and raises the store's error in the user's terms."""
+        await failpoint(f"{activity.info().workflow_type}.before_finalize")
+        if self.store is None:
+            return
+        started = time.monotonic()
+        try:
+            await self.store.resumes.finish(request.holder, request.operation_id)
+        except Exception as error:  # a store refusal, Postgres down: the workflow's own step decides
+            activity.logger.warning("marking %s RUNNING is left to the workflow: %s", request.holder.key, error)
+            return
+        result.marked_running_at = time.time()
+        result.timings["finalize"] = time.monotonic() - started
 
     @activity_defn("atelet_checkpoint")
     async def checkpoint(self, request: AteletCheckpointInput) -> AteletCheckpointResult:

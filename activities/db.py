@@ -62,6 +62,12 @@ class DbActivities:
         await failpoint("ResumeActor.before_finalize")
         await self.store.resumes.finish(request.actor, request.operation_id)
 
+    @activity_defn("resume_finished")
+    async def resume_finished(self, request: FinishInput) -> bool:
+        """Whether this operation marked the actor RUNNING already (a restore that marked it and
+        then lost its answer): the workflow must not roll such an actor back."""
+        return await self.store.resumes.finished(request.actor, request.operation_id)
+
     @activity_defn("rollback_resume")
     async def rollback_resume(self, request: FinishInput) -> None:
         """RESUMING -> SUSPENDED (or PAUSED) and free the place, recording the error."""

@@ -68,11 +68,12 @@ STEP_DOC = {
     "atelet_fetch": "atelet: verify manifest + extract durable dirs",
     "atelet_restore": "atelet: netns ensure + runsc restore",
     "atelet_probe": "atelet: wakeup probe until 200",
-    "atelet_rpc": "atelet_start minus fetch/restore/probe (workflow task hand-off to the activity, gRPC, "
-    "spec conversion, image resolve, bundle write, activity completion)",
-    "finalize": "atelet_start completed -> finish_resume done (a workflow task, then the local activity)",
-    "answer": "finish_resume done -> response (its commit's NOTIFY or the workflow's completion, whichever "
-    "reaches the API first; API get_actor, router proxy, actor reply)",
+    "atelet_rpc": "begin_resume done -> the RUNNING commit's start, minus fetch/restore/probe (workflow "
+    "task hand-off to the activity, placement check, gRPC, spec conversion, image resolve, bundle write)",
+    "finalize": "the RUNNING commit in the restore's activity (a run that fell back to the workflow's "
+    "finish_resume step: atelet_start completed -> finish_resume done)",
+    "answer": "RUNNING commit -> response (its NOTIFY or the workflow's completion, whichever reaches the API "
+    "first; API get_actor, router proxy, actor reply)",
 }
 
 
@@ -140,10 +141,31 @@ def step_row(h: dict[str, Any], t_send: float, t_recv: float) -> dict[str, Any]:
         "atelet_fetch": fetch,
         "atelet_restore": restore,
         "atelet_probe": probe,
-        "atelet_rpc": (la["atelet_start"] - la["begin_resume"]) - (fetch + restore + probe),
+        **_restore_and_finalize(h, la, fetch + restore + probe, t_recv),
+        "before_completion": t_recv < h["completed"],  # answered at the commit's NOTIFY
+    }
+
+
+def _restore_and_finalize(
+    h: dict[str, Any], la: dict[str, float], atelet_own: float, t_recv: float
+) -> dict[str, float]:
+    """``atelet_rpc``, ``finalize`` and ``answer`` (seconds) of one cycle: when the restore's
+    activity marked the actor RUNNING itself (its result's ``marked_running_at``), the finalize is
+    its commit and the answer runs from that commit; otherwise (a run that fell back to the
+    workflow's ``finish_resume`` step) from the activity's completion to that step's marker."""
+    started = (h.get("results") or {}).get("atelet_start") or {}
+    marked = started.get("marked_running_at")
+    if marked is not None:
+        finalize = started.get("timings", {}).get("finalize", 0.0)
+        return {
+            "atelet_rpc": (marked - finalize - la["begin_resume"]) - atelet_own,
+            "finalize": finalize,
+            "answer": t_recv - marked,
+        }
+    return {
+        "atelet_rpc": (la["atelet_start"] - la["begin_resume"]) - atelet_own,
         "finalize": la["finish_resume"] - la["atelet_start"],
         "answer": t_recv - la["finish_resume"],
-        "before_completion": t_recv < h["completed"],  # answered at the commit's NOTIFY
     }
 
 

@@ -46,7 +46,8 @@ def _ts(event: Any) -> float:
 async def workflow_steps(temporal: Any, workflow_id: str) -> dict[str, Any]:
     """Wall-clock times of a finished workflow (latest run): server events and activity completions.
 
-    Returns {"started", "task_started", "completed", "result", "la": [(activity_type, complete_time)]}.
+    Returns {"started", "task_started", "completed", "result", "la": [(activity_type, complete_time)],
+    "results": {activity_type: decoded result of its last ActivityTaskCompleted}}.
     Local activities' completion times come from their marker's `data` (Core SDK marker format);
     regular activities' (the atelet calls) from their ActivityTaskCompleted event.
     """
@@ -64,7 +65,10 @@ async def workflow_steps(temporal: Any, workflow_id: str) -> dict[str, Any]:
             scheduled[e.event_id] = e.activity_task_scheduled_event_attributes.activity_type.name
         elif kind == 12:  # ACTIVITY_TASK_COMPLETED
             done = e.activity_task_completed_event_attributes
-            out["la"].append((scheduled.get(done.scheduled_event_id), _ts(e)))
+            name = scheduled.get(done.scheduled_event_id)
+            out["la"].append((name, _ts(e)))
+            if done.result.payloads:
+                out.setdefault("results", {})[name] = json.loads(done.result.payloads[0].data)
         elif kind == 25:  # MARKER_RECORDED
             details = e.marker_recorded_event_attributes.details
             if "data" in details and details["data"].payloads:

@@ -99,6 +99,7 @@ def activities(db: DbActivities, atelets: AteletActivities) -> list[Callable[...
     return [
         db.begin_resume,
         db.finish_resume,
+        db.resume_finished,
         db.rollback_resume,
         db.begin_suspend,
         db.drain_routers,

@@ -7,13 +7,22 @@ Steps (each an idempotent local activity keyed by this run's ID as operation ID)
    actor placed anywhere.
 2. restore: `atelet_start` restores the latest snapshot (or the golden one) onto the worker and
    waits for the wakeup probes.
-3. finalize: `finish_resume` marks RUNNING.
+3. finalize: RESUMING -> RUNNING. Since the patch FINALIZE_IN_RESTORE_PATCH the `atelet_start`
+   activity commits it itself as soon as the restore answers (`mark_running`), so the commit's
+   NOTIFY, on which the api-server answers the resume, does not wait for the activity's
+   completion to travel through the Temporal server and a workflow task (~6 ms; bench/README.md,
+   "activation"). The `finish_resume` step runs only when that commit did not happen (Postgres
+   was down: the step retries through a restart), and for runs from before the patch. When the
+   restore step fails after an attempt committed (its answer was lost), `resume_finished` tells
+   the workflow the actor is RUNNING, and it is not rolled back.
 If the restore fails for good, the sandbox is terminated and the actor rolled back to
 SUSPENDED (PAUSED when it came from there) with its worker freed: never left in RESUMING with a worker held (the reference
 system's failure #1665).
 """
 
 from __future__ import annotations
+
+from typing import NoReturn
 
 from temporalio import workflow
 from temporalio.exceptions import ApplicationError
@@ -33,7 +42,12 @@ with workflow.unsafe.imports_passed_through():
     from domain.operations.common import FinishInput
     from domain.operations.resume import BeginResumeInput, ResumeActorInput, ResumeActorResult, ResumePlan
     from domain.operations.revert import FenceInput
+    from domain.refs import ActorRef, WorkerRef
     from domain.states import Operation
+
+FINALIZE_IN_RESTORE_PATCH = "finalize-in-restore"
+"""The `workflow.patched` ID of the restore step that marks the actor RUNNING itself; runs recorded
+before it replay with their own `finish_resume` step."""
 
 
 @workflow.defn(name=Operation.RESUME.value)
@@ -76,8 +90,10 @@ class ResumeActorWorkflow:
         assert plan.worker is not None and plan.spec is not None
         show_step(f"restore on worker {plan.worker.pool}/{plan.worker.name} ({plan.worker.node})")
         started = workflow.time()
+        mark_running = workflow.patched(FINALIZE_IN_RESTORE_PATCH)
+        restored: AteletRunResult | None
         try:
-            restored: AteletRunResult = await atelet_step(
+            restored = await atelet_step(
                 "atelet_start",
                 AteletRunInput(
                     operation_id=operation_id,
@@ -86,6 +102,7 @@ class ResumeActorWorkflow:
                     spec=plan.spec,
                     snapshot=plan.snapshot,
                     probe_timeout_seconds=request.probe_timeout_seconds,
+                    mark_running=mark_running,
                 ),
                 result_type=AteletRunResult,
                 timeout=boot_timeout(request.probe_timeout_seconds),
@@ -93,36 +110,52 @@ class ResumeActorWorkflow:
         except ApplicationError as error:
             if error.type == "Superseded":  # a revert took the actor over: nothing here is ours to undo
                 raise
-            show_step("rollback")
-            try:
-                await atelet_step(
-                    "atelet_terminate",
-                    AteletTerminateInput(operation_id=operation_id, worker=plan.worker, holder=actor),
-                    result_type=bool,
-                )
-            except ApplicationError:
-                # The sandbox may still be there: keep the worker out of placement until its
-                # atelet reports it idle (or is told to stop the stray at its next heartbeat).
-                await db_step(
-                    "fence_worker",
-                    FenceInput(
-                        worker_id=plan.worker.worker_id,
-                        reason=f"fenced: terminate of {actor.key} failed after a failed restore",
-                    ),
-                )
-            await db_step("rollback_resume", FinishInput(actor=actor, operation_id=operation_id, error=error.message))
-            raise reraise(error, f"resume of actor {actor.key} failed and was rolled back: ") from error
+            finish = FinishInput(actor=actor, operation_id=operation_id)
+            if not (mark_running and await db_step("resume_finished", finish, result_type=bool)):
+                await self._roll_back(plan.worker, actor, operation_id, error)
+            restored = None  # an attempt marked the actor RUNNING and its answer was lost: done
         timings["atelet"] = workflow.time() - started
-        timings.update({f"atelet_{k}": v for k, v in restored.timings.items()})
-        show_step("finalize")
-        started = workflow.time()
-        await db_step("finish_resume", FinishInput(actor=actor, operation_id=operation_id))
-        timings["finalize"] = workflow.time() - started
+        if restored is not None:
+            timings.update({f"atelet_{k}": v for k, v in restored.timings.items()})
+        if restored is not None and restored.marked_running_at is None:
+            show_step("finalize")
+            started = workflow.time()
+            await db_step("finish_resume", FinishInput(actor=actor, operation_id=operation_id))
+            timings["finalize"] = workflow.time() - started
         show_step("done")
         return ResumeActorResult(
             actor=actor,
             worker=plan.worker,
             restored_generation=plan.snapshot.generation if plan.snapshot else None,
             timings=timings,
-            snapshot_cache_hit=restored.snapshot_cache_hit,
+            snapshot_cache_hit=restored.snapshot_cache_hit if restored is not None else False,
         )
+
+    async def _roll_back(
+        self, worker: WorkerRef, actor: ActorRef, operation_id: str, error: ApplicationError
+    ) -> NoReturn:
+        """Undo a resume whose restore failed for good: terminate the sandbox (or fence the
+        worker when that fails), then RESUMING -> SUSPENDED (or PAUSED) with the worker freed.
+
+        Raises:
+            ApplicationError: always: `error`'s type, its message prefixed with what happened.
+        """
+        show_step("rollback")
+        try:
+            await atelet_step(
+                "atelet_terminate",
+                AteletTerminateInput(operation_id=operation_id, worker=worker, holder=actor),
+                result_type=bool,
+            )
+        except ApplicationError:
+            # The sandbox may still be there: keep the worker out of placement until its
+            # atelet reports it idle (or is told to stop the stray at its next heartbeat).
+            await db_step(
+                "fence_worker",
+                FenceInput(
+                    worker_id=worker.worker_id,
+                    reason=f"fenced: terminate of {actor.key} failed after a failed restore",
+                ),
+            )
+        await db_step("rollback_resume", FinishInput(actor=actor, operation_id=operation_id, error=error.message))
+        raise reraise(error, f"resume of actor {actor.key} failed and was rolled back: ") from error

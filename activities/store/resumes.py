@@ -140,6 +140,12 @@ class Resumes:
                 f"actor {ref.key} is no longer resuming under operation {operation_id} (state: {row['state']})"
             )
 
+    async def finished(self, ref: ActorRef, operation_id: str) -> bool:
+        """Whether this operation already marked the actor RUNNING (`finish` committed); False
+        for an unknown actor or one in any other state or under another operation."""
+        row = await self.pool.fetchrow(Q["get_actor"], ref.atespace, ref.name)
+        return row is not None and row["state"] == ActorState.RUNNING and row["operation_id"] == operation_id
+
     async def rollback(self, ref: ActorRef, operation_id: str, error: str) -> None:
         """RESUMING -> SUSPENDED (PAUSED when it came from there) after a failed resume; frees
         the place (idempotent)."""

@@ -21,6 +21,9 @@ class AteletRunInput:
     probe_timeout_seconds: float
     placement: str | None = None
     """The placement holder key this call runs under (default: the holder's workflow ID)."""
+    mark_running: bool = False
+    """After a successful restore, mark the holder RUNNING (ResumeActor's finalize) in the same
+    activity: the commit's NOTIFY reaches the api-server without waiting for a workflow task."""
 
 
 @dataclass
@@ -31,6 +34,9 @@ class AteletRunResult:
     worker_ip: str
     timings: dict[str, float] = field(default_factory=dict)
     snapshot_cache_hit: bool = False
+    marked_running_at: float | None = None
+    """Unix time (seconds) of the commit that marked the holder RUNNING, when `mark_running` asked
+    for it; None otherwise, and for a repeat that found the holder RUNNING already."""
 
 
 @dataclass

@@ -57,13 +57,18 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
-@pytest.fixture(scope="session")
-def counter_image() -> str:
+def build_counter_image() -> str:
     """Builds examples/counter (idempotent) and returns its image reference."""
     if shutil.which("go") is None and not (REPO / "examples/counter/oci/index.json").exists():
         pytest.skip("needs go to build examples/counter")
     subprocess.run([str(REPO / "examples/counter/build.sh")], check=True, capture_output=True)
     return COUNTER_IMAGE
+
+
+@pytest.fixture(scope="session")
+def counter_image() -> str:
+    """Builds examples/counter (idempotent) and returns its image reference."""
+    return build_counter_image()
 
 
 @pytest.fixture

@@ -52,6 +52,9 @@ Handle = WorkflowHandle[Any, Any]
 Scenario = Callable[[Ate], Awaitable[Handle]]
 
 RESTORED = AteletRunResult(worker_ip="10.88.0.2", timings={"restore": 0.25})
+MARKED = AteletRunResult(
+    worker_ip="10.88.0.2", timings={"restore": 0.25, "finalize": 0.004}, marked_running_at=1_796_000_000.0
+)
 CHECKPOINTED = AteletCheckpointResult(manifest=MANIFEST, size_bytes=8192, timings={"checkpoint": 0.4})
 LOCAL = snapshot(4, local=True, manifest=MANIFEST)
 RESUME_PLAN = ResumePlan(already_running=False, worker=worker(1), snapshot=snapshot(3, manifest=MANIFEST), spec=SPEC)
@@ -69,8 +72,18 @@ async def settled(handle: Handle) -> Handle:
 
 
 async def resume_restored(ate: Ate) -> Handle:
-    ate.fakes.script("begin_resume", RESUME_PLAN).script("atelet_start", UNAVAILABLE, RESTORED)
-    ate.fakes.script("finish_resume", None)
+    ate.fakes.script("begin_resume", RESUME_PLAN).script("atelet_start", UNAVAILABLE, MARKED)
+    return await settled(await ate.start(ResumeActorWorkflow.run, ResumeActorInput(actor=C1), id=C1.workflow_id))
+
+
+async def resume_finalized_by_the_workflow(ate: Ate) -> Handle:
+    ate.fakes.script("begin_resume", RESUME_PLAN).script("atelet_start", RESTORED).script("finish_resume", None)
+    return await settled(await ate.start(ResumeActorWorkflow.run, ResumeActorInput(actor=C1), id=C1.workflow_id))
+
+
+async def resume_marked_then_its_answer_lost(ate: Ate) -> Handle:
+    ate.fakes.script("begin_resume", RESUME_PLAN).script("atelet_start", PROBE_FAILED)
+    ate.fakes.script("resume_finished", True)
     return await settled(await ate.start(ResumeActorWorkflow.run, ResumeActorInput(actor=C1), id=C1.workflow_id))
 
 
@@ -81,13 +94,14 @@ async def resume_already_running(ate: Ate) -> Handle:
 
 async def resume_rolled_back_and_fenced(ate: Ate) -> Handle:
     ate.fakes.script("begin_resume", RESUME_PLAN).script("atelet_start", PROBE_FAILED)
+    ate.fakes.script("resume_finished", False)
     ate.fakes.script("atelet_terminate", UNAVAILABLE).script("fence_worker", None).script("rollback_resume", None)
     return await settled(await ate.start(ResumeActorWorkflow.run, ResumeActorInput(actor=C1), id=C1.workflow_id))
 
 
 async def resume_detached_from_full_node(ate: Ate) -> Handle:
     full = store_failure(PinnedNodeFull("actor demo/c1 is PAUSED on node node-a, which has no room"))
-    ate.fakes.script("begin_resume", full, RESUME_PLAN).script("atelet_start", RESTORED).script("finish_resume", None)
+    ate.fakes.script("begin_resume", full, RESUME_PLAN).script("atelet_start", MARKED)
     ate.fakes.script(
         "begin_suspend",
         SuspendPlan(already_suspended=False, snapshot=snapshot(4), upload_from=LOCAL, atelet_address=ATELET),
@@ -224,6 +238,8 @@ async def snapshot_gc_rounds(ate: Ate) -> Handle:
 
 SCENARIOS: dict[str, Scenario] = {
     "resume_actor_restored_after_a_retry": resume_restored,
+    "resume_actor_finalized_by_the_workflow": resume_finalized_by_the_workflow,
+    "resume_actor_marked_running_then_its_answer_lost": resume_marked_then_its_answer_lost,
     "resume_actor_already_running": resume_already_running,
     "resume_actor_rolled_back_and_fenced": resume_rolled_back_and_fenced,
     "resume_actor_detached_from_a_full_node": resume_detached_from_full_node,

@@ -28,6 +28,12 @@ RUN = ResumeActorWorkflow.run
 ID = C1.workflow_id
 PLAN = ResumePlan(already_running=False, worker=worker(1), snapshot=snapshot(3, manifest=MANIFEST), spec=SPEC)
 RESTORED = AteletRunResult(worker_ip="10.88.0.2", timings={"restore": 0.25, "probe": 0.05})
+MARKED = AteletRunResult(
+    worker_ip="10.88.0.2",
+    timings={"restore": 0.25, "probe": 0.05, "finalize": 0.004},
+    marked_running_at=1_796_000_000.0,
+)
+"""A restore whose activity marked the actor RUNNING itself (`mark_running`)."""
 PROBE_NEVER_ANSWERED = "wakeup probe GET :8080/readyz of container counter got no answer within 30 s"
 
 
@@ -35,11 +41,12 @@ def script_happy(ate: Ate) -> None:
     ate.fakes.script("begin_resume", PLAN).script("atelet_start", RESTORED).script("finish_resume", None)
 
 
-async def test_resume_places_restores_and_finalizes(ate: Ate) -> None:
-    script_happy(ate)
+async def test_resume_places_and_restores_and_the_restore_marks_the_actor_running(ate: Ate) -> None:
+    ate.fakes.script("begin_resume", PLAN).script("atelet_start", MARKED)
     result = await ate.execute(RUN, ResumeActorInput(actor=C1), id=ID)
     op = ate.run_id
-    assert ate.fakes.names() == ["begin_resume", "atelet_start", "finish_resume"]
+    # No finish_resume step: the restore's activity committed RUNNING itself.
+    assert ate.fakes.names() == ["begin_resume", "atelet_start"]
     assert ate.fakes.inputs("begin_resume") == [BeginResumeInput(actor=C1, operation_id=op)]
     assert ate.fakes.inputs("atelet_start") == [
         AteletRunInput(
@@ -49,13 +56,33 @@ async def test_resume_places_restores_and_finalizes(ate: Ate) -> None:
             spec=SPEC,
             snapshot=snapshot(3, manifest=MANIFEST),
             probe_timeout_seconds=30.0,
+            mark_running=True,
         )
     ]
-    assert ate.fakes.inputs("finish_resume") == [FinishInput(actor=C1, operation_id=op)]
     assert result.actor == C1 and result.worker == worker(1)
     assert result.restored_generation == 3 and not result.already_running
-    assert {"placement", "atelet", "finalize", "atelet_restore", "atelet_probe"} <= set(result.timings)
+    assert {"placement", "atelet", "atelet_restore", "atelet_probe", "atelet_finalize"} <= set(result.timings)
+    assert "finalize" not in result.timings
     assert result.timings["atelet_restore"] == 0.25
+
+
+async def test_a_restore_that_could_not_mark_the_actor_running_leaves_it_to_the_finalize_step(ate: Ate) -> None:
+    script_happy(ate)  # atelet_start answers without marked_running_at (Postgres was down for it)
+    result = await ate.execute(RUN, ResumeActorInput(actor=C1), id=ID)
+    assert ate.fakes.names() == ["begin_resume", "atelet_start", "finish_resume"]
+    assert ate.fakes.inputs("finish_resume") == [FinishInput(actor=C1, operation_id=ate.run_id)]
+    assert {"placement", "atelet", "finalize"} <= set(result.timings)
+
+
+async def test_a_restore_that_marked_the_actor_running_and_then_failed_is_not_rolled_back(ate: Ate) -> None:
+    # An attempt committed RUNNING, its answer was lost, and the retries failed: the actor runs.
+    ate.fakes.script("begin_resume", PLAN)
+    ate.fakes.script("atelet_start", atelet_failure(grpc.StatusCode.UNAVAILABLE, "atelet restarting"))
+    ate.fakes.script("resume_finished", True)
+    result = await ate.execute(RUN, ResumeActorInput(actor=C1), id=ID)
+    assert ate.fakes.names() == ["begin_resume", *["atelet_start"] * 4, "resume_finished"]
+    assert ate.fakes.inputs("resume_finished") == [FinishInput(actor=C1, operation_id=ate.run_id)]
+    assert result.worker == worker(1) and result.restored_generation == 3
 
 
 async def test_first_resume_boots_from_the_golden_snapshot_and_reports_no_generation(ate: Ate) -> None:
@@ -105,13 +132,14 @@ async def test_no_room_is_refused_with_the_placement_hint(ate: Ate) -> None:
 async def test_a_failed_restore_terminates_and_rolls_back(ate: Ate) -> None:
     ate.fakes.script("begin_resume", PLAN)
     ate.fakes.script("atelet_start", atelet_failure(grpc.StatusCode.FAILED_PRECONDITION, PROBE_NEVER_ANSWERED))
-    ate.fakes.script("atelet_terminate", True).script("rollback_resume", None)
+    ate.fakes.script("resume_finished", False).script("atelet_terminate", True).script("rollback_resume", None)
     failure = await ate.failure(RUN, ResumeActorInput(actor=C1), id=ID)
     op = ate.run_id
     cause = f"while calling atelet Restore on 127.0.0.1:8085: {PROBE_NEVER_ANSWERED}"
     assert failure.type == "AteletFailedPrecondition"
     assert failure.message == f"resume of actor demo/c1 failed and was rolled back: {cause}"
-    assert ate.fakes.names() == ["begin_resume", "atelet_start", "atelet_terminate", "rollback_resume"]
+    names = ["begin_resume", "atelet_start", "resume_finished", "atelet_terminate", "rollback_resume"]
+    assert ate.fakes.names() == names
     assert ate.fakes.inputs("atelet_terminate") == [AteletTerminateInput(operation_id=op, worker=worker(1), holder=C1)]
     assert ate.fakes.inputs("rollback_resume") == [FinishInput(actor=C1, operation_id=op, error=cause)]
 
@@ -120,7 +148,7 @@ async def test_a_failed_restore_whose_terminate_fails_too_fences_the_worker(ate:
     ate.fakes.script("begin_resume", PLAN)
     ate.fakes.script("atelet_start", atelet_failure(grpc.StatusCode.FAILED_PRECONDITION, PROBE_NEVER_ANSWERED))
     ate.fakes.script("atelet_terminate", atelet_failure(grpc.StatusCode.UNAVAILABLE, "connection refused", "Terminate"))
-    ate.fakes.script("fence_worker", None).script("rollback_resume", None)
+    ate.fakes.script("resume_finished", False).script("fence_worker", None).script("rollback_resume", None)
     failure = await ate.failure(RUN, ResumeActorInput(actor=C1), id=ID)
     assert failure.message.startswith("resume of actor demo/c1 failed and was rolled back: ")
     # An unreachable atelet is retried a few times before the worker is fenced.
@@ -129,6 +157,7 @@ async def test_a_failed_restore_whose_terminate_fails_too_fences_the_worker(ate:
     assert ate.fakes.names() == [
         "begin_resume",
         "atelet_start",
+        "resume_finished",
         *["atelet_terminate"] * 4,
         "fence_worker",
         "rollback_resume",
