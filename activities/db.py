@@ -21,7 +21,7 @@ from domain.operations.common import ActorOperation, FinishInput
 from domain.operations.drain import BeginDrainInput, CrashInput, DrainPlan, Leftover
 from domain.operations.golden import GoldenPlan, GoldenSnapshotInput
 from domain.operations.pause import PausePlan
-from domain.operations.resume import BeginResumeInput, ResumePlan
+from domain.operations.resume import BeginResumeInput, ResumePlan, ResumeProgress
 from domain.operations.revert import FenceInput, FinishRevertInput, RevertPlan
 from domain.operations.router_drain import (
     DRAIN_ACK_MARGIN_SECONDS,
@@ -67,6 +67,12 @@ class DbActivities:
         """Whether this operation marked the actor RUNNING already (a restore that marked it and
         then lost its answer): the workflow must not roll such an actor back."""
         return await self.store.resumes.finished(request.actor, request.operation_id)
+
+    @activity_defn("resume_progress")
+    async def resume_progress(self, request: FinishInput) -> ResumeProgress:
+        """How far this operation's place_and_restore got (`Resumes.progress`), read after it
+        failed: RUNNING (its answer was lost), RESUMING on a worker (to roll back), or nothing."""
+        return await self.store.resumes.progress(request.actor, request.operation_id)
 
     @activity_defn("rollback_resume")
     async def rollback_resume(self, request: FinishInput) -> None:

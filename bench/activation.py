@@ -19,10 +19,10 @@ response. In the same run, interleaved (one of each per cycle while the actor is
   starts from the actor's own snapshot, restored and checkpointed once before the first cycle.
 
 The overhead is broken into steps from data the code records anyway: Temporal history event
-times (workflow started, first workflow task started, completed), the completion times of the
-steps (begin_resume and finish_resume from their local-activity markers, atelet_start, a regular
-activity, from its ActivityTaskCompleted event) and the atelet's own fetch/restore/probe seconds
-returned in the ResumeActor result.
+times (workflow started, first workflow task started, completed), the results of the regular
+activities (place_and_restore's placement seconds and its RUNNING commit's time,
+`marked_running_at`), the local-activity markers of a run that took its steps one by one, and the
+atelet's own fetch/restore/probe seconds returned in the ResumeActor result.
 """
 
 from __future__ import annotations
@@ -64,12 +64,13 @@ STEPS = [
 STEP_DOC = {
     "front": "client send -> WorkflowExecutionStarted (router parse, router->API, API get_actor, start_workflow)",
     "dispatch": "WorkflowExecutionStarted -> first WorkflowTaskStarted (matching, poll)",
-    "placement": "begin_resume local activity (placement + bind, one Postgres transaction)",
+    "placement": "placement + bind, one Postgres transaction (in place_and_restore; or the begin_resume "
+    "local activity, until its completion)",
     "atelet_fetch": "atelet: verify manifest + extract durable dirs",
     "atelet_restore": "atelet: netns ensure + runsc restore",
     "atelet_probe": "atelet: wakeup probe until 200",
-    "atelet_rpc": "begin_resume done -> the RUNNING commit's start, minus fetch/restore/probe (workflow "
-    "task hand-off to the activity, placement check, gRPC, spec conversion, image resolve, bundle write)",
+    "atelet_rpc": "first workflow task started -> the RUNNING commit's start, minus placement/fetch/restore/"
+    "probe (the workflow task, the hand-off to the activity, gRPC, the atelet's checks, bundle write)",
     "finalize": "the RUNNING commit in the restore's activity (a run that fell back to the workflow's "
     "finish_resume step: atelet_start completed -> finish_resume done)",
     "answer": "RUNNING commit -> response (its NOTIFY or the workflow's completion, whichever reaches the API "
@@ -129,40 +130,55 @@ async def ours(
 
 def step_row(h: dict[str, Any], t_send: float, t_recv: float) -> dict[str, Any]:
     """One cycle's ``STEPS`` (seconds) from its ResumeActor history ``h`` (bench.actors.workflow_steps)
-    and the request's send and receive times (Unix seconds), plus ``total`` and ``before_completion``."""
+    and the request's send and receive times (Unix seconds), plus ``total`` and ``before_completion``.
+
+    Two shapes: one ``place_and_restore`` activity (placement, restore and the RUNNING commit; its
+    placement is the store transaction's own time, and ``atelet_rpc`` runs from the first workflow
+    task's start to the commit's start, minus placement, fetch, restore and probe), or the steps
+    one by one (a ``begin_resume`` local activity, then ``atelet_start``)."""
     la = dict(h["la"])
     timings = (h.get("result") or {}).get("timings", {})
     fetch, restore, probe = (timings.get(f"atelet_{k}", 0.0) for k in ("fetch", "restore", "probe"))
-    return {
+    results = h.get("results") or {}
+    row = {
         "total": t_recv - t_send,
         "front": h["started"] - t_send,
         "dispatch": h["task_started"] - h["started"],
-        "placement": la["begin_resume"] - h["task_started"],
         "atelet_fetch": fetch,
         "atelet_restore": restore,
         "atelet_probe": probe,
-        **_restore_and_finalize(h, la, fetch + restore + probe, t_recv),
         "before_completion": t_recv < h["completed"],  # answered at the commit's NOTIFY
     }
-
-
-def _restore_and_finalize(
-    h: dict[str, Any], la: dict[str, float], atelet_own: float, t_recv: float
-) -> dict[str, float]:
-    """``atelet_rpc``, ``finalize`` and ``answer`` (seconds) of one cycle: when the restore's
-    activity marked the actor RUNNING itself (its result's ``marked_running_at``), the finalize is
-    its commit and the answer runs from that commit; otherwise (a run that fell back to the
-    workflow's ``finish_resume`` step) from the activity's completion to that step's marker."""
-    started = (h.get("results") or {}).get("atelet_start") or {}
+    atelet_own = fetch + restore + probe
+    one = results.get("place_and_restore")
+    if one is not None and "begin_resume" not in la:
+        placement = one.get("placement_seconds", 0.0)
+        restored = one.get("restored") or {}
+        marked, finalize = restored.get("marked_running_at"), restored.get("timings", {}).get("finalize", 0.0)
+        if marked is not None:
+            return row | {
+                "placement": placement,
+                "atelet_rpc": (marked - finalize - h["task_started"]) - placement - atelet_own,
+                "finalize": finalize,
+                "answer": t_recv - marked,
+            }
+        return row | {
+            "placement": placement,
+            "atelet_rpc": (la["place_and_restore"] - h["task_started"]) - placement - atelet_own,
+            "finalize": la["finish_resume"] - la["place_and_restore"],
+            "answer": t_recv - la["finish_resume"],
+        }
+    row["placement"] = la["begin_resume"] - h["task_started"]
+    started = results.get("atelet_start") or {}
     marked = started.get("marked_running_at")
     if marked is not None:
         finalize = started.get("timings", {}).get("finalize", 0.0)
-        return {
+        return row | {
             "atelet_rpc": (marked - finalize - la["begin_resume"]) - atelet_own,
             "finalize": finalize,
             "answer": t_recv - marked,
         }
-    return {
+    return row | {
         "atelet_rpc": (la["atelet_start"] - la["begin_resume"]) - atelet_own,
         "finalize": la["finish_resume"] - la["atelet_start"],
         "answer": t_recv - la["finish_resume"],

@@ -1,6 +1,12 @@
 """ResumeActor: SUSPENDED|PAUSED -> RESUMING -> RUNNING (placement, atelet restore, finalize).
 
-Steps (each an idempotent local activity keyed by this run's ID as operation ID):
+Since the patch ONE_ACTIVITY_PATCH the three steps below run in one regular activity,
+`place_and_restore` (each part idempotent for this run's ID as operation ID): no workflow task
+separates the placement from the restore or the restore from the RUNNING commit whose NOTIFY
+answers the resume (bench/README.md, "activation"). When it fails, `resume_progress` tells what
+is left: a RESUMING actor on a worker is rolled back as below, a RUNNING one (an attempt whose
+answer was lost) is done, and a refused placement left nothing. A PAUSED actor whose node is full
+takes the steps one by one after the detach. Runs recorded before the patch replay the steps:
 1. placement: `begin_resume` chooses a worker and binds it, marking RESUMING (one transaction).
    A PAUSED actor is placed on the node holding its local snapshot; when that node is full
    and another has room, the local snapshot is first uploaded (`workflows.detach`) and the
@@ -40,10 +46,25 @@ from workflows.steps import (
 with workflow.unsafe.imports_passed_through():
     from domain.operations.atelet_calls import AteletRunInput, AteletRunResult, AteletTerminateInput
     from domain.operations.common import FinishInput
-    from domain.operations.resume import BeginResumeInput, ResumeActorInput, ResumeActorResult, ResumePlan
+    from domain.operations.resume import (
+        BeginResumeInput,
+        PlaceAndRestoreInput,
+        PlaceAndRestoreResult,
+        ResumeActorInput,
+        ResumeActorResult,
+        ResumePlan,
+        ResumeProgress,
+    )
     from domain.operations.revert import FenceInput
     from domain.refs import ActorRef, WorkerRef
     from domain.states import Operation
+
+ONE_ACTIVITY_PATCH = "place-and-restore"
+"""The `workflow.patched` ID of the one activity that places, restores and marks RUNNING; runs
+recorded before it replay with their steps one by one."""
+
+PLACEMENT_REFUSALS = frozenset({"NotFound", "FailedPrecondition", "NoCapacity", "ActorUnreachable", "InvalidArgument"})
+"""Failure types of `place_and_restore` that only its placement raises, before anything is bound."""
 
 FINALIZE_IN_RESTORE_PATCH = "finalize-in-restore"
 """The `workflow.patched` ID of the restore step that marks the actor RUNNING itself; runs recorded
@@ -67,30 +88,101 @@ class ResumeActorWorkflow:
                 atelet's reason when the restore failed (the actor is then SUSPENDED again).
         """
         operation_id = workflow.info().run_id
-        actor = request.actor
         timings: dict[str, float] = {}
+        if workflow.patched(ONE_ACTIVITY_PATCH):
+            return await self._in_one_activity(request, operation_id, timings)
         show_step("placement")
         started = workflow.time()
         try:
-            plan: ResumePlan = await db_step(
-                "begin_resume", BeginResumeInput(actor=actor, operation_id=operation_id), result_type=ResumePlan
-            )
+            plan = await self._place(request.actor, operation_id)
         except ApplicationError as error:
             if error.type != "PinnedNodeFull":
                 raise
-            await detach_paused(actor, operation_id)
-            timings["detach"] = workflow.time() - started
-            show_step("placement after detach")
-            plan = await db_step(
-                "begin_resume", BeginResumeInput(actor=actor, operation_id=operation_id), result_type=ResumePlan
-            )
+            return await self._after_detach(request, operation_id, timings, started, None)
         timings["placement"] = workflow.time() - started
         if plan.already_running:
+            return ResumeActorResult(actor=request.actor, worker=plan.worker, already_running=True, timings=timings)
+        return await self._restore(request, operation_id, plan, timings, None)
+
+    async def _in_one_activity(
+        self, request: ResumeActorInput, operation_id: str, timings: dict[str, float]
+    ) -> ResumeActorResult:
+        """Placement, restore and finalize in `place_and_restore` (module doc)."""
+        actor = request.actor
+        show_step("placement and restore")
+        started = workflow.time()
+        try:
+            done: PlaceAndRestoreResult = await atelet_step(
+                "place_and_restore",
+                PlaceAndRestoreInput(
+                    actor=actor, operation_id=operation_id, probe_timeout_seconds=request.probe_timeout_seconds
+                ),
+                result_type=PlaceAndRestoreResult,
+                timeout=boot_timeout(request.probe_timeout_seconds),
+            )
+        except ApplicationError as error:
+            if error.type == "PinnedNodeFull":
+                return await self._after_detach(request, operation_id, timings, started, True)
+            if error.type in PLACEMENT_REFUSALS or error.type == "Superseded":
+                raise
+            finish = FinishInput(actor=actor, operation_id=operation_id)
+            progress = await db_step("resume_progress", finish, result_type=ResumeProgress)
+            if progress.running:  # an attempt restored and marked it RUNNING; its answer was lost
+                timings["atelet"] = workflow.time() - started
+                show_step("done")
+                return ResumeActorResult(actor=actor, worker=progress.worker, timings=timings)
+            if progress.worker is not None:
+                await self._roll_back(progress.worker, actor, operation_id, error)
+            raise
+        plan = done.plan
+        timings["placement"] = done.placement_seconds
+        if plan.already_running and not done.resumed_earlier:
             return ResumeActorResult(actor=actor, worker=plan.worker, already_running=True, timings=timings)
+        return await self._finish(actor, operation_id, plan, done.restored, timings, started)
+
+    async def _place(self, actor: ActorRef, operation_id: str) -> ResumePlan:
+        """The placement step, `begin_resume` (a local activity)."""
+        plan: ResumePlan = await db_step(
+            "begin_resume", BeginResumeInput(actor=actor, operation_id=operation_id), result_type=ResumePlan
+        )
+        return plan
+
+    async def _after_detach(
+        self,
+        request: ResumeActorInput,
+        operation_id: str,
+        timings: dict[str, float],
+        started: float,
+        mark_running: bool | None,
+    ) -> ResumeActorResult:
+        """A PAUSED actor whose node is full: upload its local snapshot (`workflows.detach`), then
+        place it anywhere and restore it step by step."""
+        await detach_paused(request.actor, operation_id)
+        timings["detach"] = workflow.time() - started
+        show_step("placement after detach")
+        plan = await self._place(request.actor, operation_id)
+        timings["placement"] = workflow.time() - started
+        if plan.already_running:
+            return ResumeActorResult(actor=request.actor, worker=plan.worker, already_running=True, timings=timings)
+        return await self._restore(request, operation_id, plan, timings, mark_running)
+
+    async def _restore(
+        self,
+        request: ResumeActorInput,
+        operation_id: str,
+        plan: ResumePlan,
+        timings: dict[str, float],
+        mark_running: bool | None,
+    ) -> ResumeActorResult:
+        """The restore step, `atelet_start` (marking RUNNING itself when `mark_running`; None:
+        when FINALIZE_IN_RESTORE_PATCH says so, asked here as the runs before ONE_ACTIVITY_PATCH
+        did), then the finalize; a restore that fails for good is rolled back."""
+        actor = request.actor
         assert plan.worker is not None and plan.spec is not None
         show_step(f"restore on worker {plan.worker.pool}/{plan.worker.name} ({plan.worker.node})")
         started = workflow.time()
-        mark_running = workflow.patched(FINALIZE_IN_RESTORE_PATCH)
+        if mark_running is None:
+            mark_running = workflow.patched(FINALIZE_IN_RESTORE_PATCH)
         restored: AteletRunResult | None
         try:
             restored = await atelet_step(
@@ -114,6 +206,19 @@ class ResumeActorWorkflow:
             if not (mark_running and await db_step("resume_finished", finish, result_type=bool)):
                 await self._roll_back(plan.worker, actor, operation_id, error)
             restored = None  # an attempt marked the actor RUNNING and its answer was lost: done
+        return await self._finish(actor, operation_id, plan, restored, timings, started)
+
+    async def _finish(
+        self,
+        actor: ActorRef,
+        operation_id: str,
+        plan: ResumePlan,
+        restored: AteletRunResult | None,
+        timings: dict[str, float],
+        started: float,
+    ) -> ResumeActorResult:
+        """Record the restore's timings and run the `finish_resume` step unless the restore's
+        activity marked the actor RUNNING itself (or an earlier attempt did: `restored` None)."""
         timings["atelet"] = workflow.time() - started
         if restored is not None:
             timings.update({f"atelet_{k}": v for k, v in restored.timings.items()})

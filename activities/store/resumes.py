@@ -25,7 +25,7 @@ from activities.store.records import spec_of
 from activities.store.snapshots import Snapshots
 from activities.store.sql import QUERIES as Q
 from domain.liveness import unreachable_message
-from domain.operations.resume import ResumePlan
+from domain.operations.resume import ResumePlan, ResumeProgress
 from domain.refs import ActorRef
 from domain.states import TRANSITIONS, ActorState, Operation
 
@@ -145,6 +145,23 @@ class Resumes:
         for an unknown actor or one in any other state or under another operation."""
         row = await self.pool.fetchrow(Q["get_actor"], ref.atespace, ref.name)
         return row is not None and row["state"] == ActorState.RUNNING and row["operation_id"] == operation_id
+
+    async def progress(self, ref: ActorRef, operation_id: str) -> ResumeProgress:
+        """How far this operation got: RUNNING under it (`finish` committed), or RESUMING under
+        it on a worker (bound, not finished), or neither (nothing of it is left to undo)."""
+        async with self.pool.acquire() as connection:
+            row = await connection.fetchrow(Q["get_actor"], ref.atespace, ref.name)
+            if row is None or row["operation_id"] != operation_id:
+                return ResumeProgress(running=False)
+            if row["state"] == ActorState.RUNNING:
+                return ResumeProgress(
+                    running=True, worker=await self.placement.worker_ref(connection, row["worker_id"])
+                )
+            if row["state"] == ActorState.RESUMING and row["worker_id"] is not None:
+                return ResumeProgress(
+                    running=False, worker=await self.placement.worker_ref(connection, row["worker_id"])
+                )
+            return ResumeProgress(running=False)
 
     async def rollback(self, ref: ActorRef, operation_id: str, error: str) -> None:
         """RESUMING -> SUSPENDED (PAUSED when it came from there) after a failed resume; frees

@@ -1,7 +1,8 @@
-"""ResumeActor's restore activity marks the actor RUNNING itself (`AteletRunInput.mark_running`),
-on a real store and a real hollow atelet: the commit follows the atelet's answer in the same
-activity, a repeat after that commit answers success without calling the atelet again, and
-without the flag the actor stays RESUMING for the workflow's own finalize step."""
+"""ResumeActor's activities that mark the actor RUNNING themselves, on a real store and a real
+hollow atelet: `atelet_start` with `mark_running` commits right after the atelet's answer, and
+`place_and_restore` places, restores and commits in one activity; a repeat after the commit
+answers without calling the atelet again; without the flag the actor stays RESUMING for the
+workflow's own finalize step; `Resumes.progress` tells what a failed resume left."""
 
 from __future__ import annotations
 
@@ -16,6 +17,7 @@ from activities.atelet import AteletActivities
 from activities.store import Store
 from activities.store.records import WorkerRegistration
 from domain.operations.atelet_calls import AteletRunInput
+from domain.operations.resume import PlaceAndRestoreInput, ResumeProgress
 from domain.refs import ActorRef
 from domain.states import SnapshotScope
 from tests.activities.test_store import GIB, SPEC, ready_template
@@ -108,3 +110,55 @@ async def test_without_mark_running_the_actor_stays_resuming(store: Store, tmp_p
     actor = await store.actors.get(C1)
     assert (actor.state, actor.operation_id) == ("RESUMING", "op-1")
     assert not await store.resumes.finished(C1, "op-1")
+
+
+async def test_place_and_restore_places_restores_and_marks_running_and_a_retry_finds_it_done(
+    store: Store, tmp_path: Path, counter_image: str
+) -> None:
+    settings = make_settings(tmp_path, hollow=True)
+    await store.nodes.register(settings.node, settings.listen, "hollow", [default_worker(0), default_worker(1)])
+    await ready_template(store, SPEC | {"containers": [{"name": "c", "image": counter_image}]})
+    await store.actors.create(C1, "counter", {})
+    # The golden snapshot's URI is the template's storage location, which this hollow atelet
+    # does not serve: point the template's golden snapshot at its snapshot root.
+    root = Path(settings.snapshot_roots[0]).resolve()
+    async with store.pool.acquire() as connection:
+        await connection.execute("UPDATE snapshots SET uri = $1", f"file://{root}/demo/templates/counter/0")
+    call = PlaceAndRestoreInput(actor=C1, operation_id="op-1", probe_timeout_seconds=5.0)
+    activities = AteletActivities(store, tls=control_plane_tls(), call_timeout_seconds=10)
+    try:
+        async with running_atelet(settings):
+            done = await ActivityEnvironment().run(activities.place_and_restore, call)
+        assert not done.plan.already_running and done.plan.worker is not None
+        assert done.plan.worker.name in ("default-0", "default-1") and done.placement_seconds > 0
+        assert done.restored is not None and done.restored.marked_running_at is not None
+        actor = await store.actors.get(C1)
+        assert (actor.state, actor.operation_id) == ("RUNNING", "op-1")
+        assert actor.worker is not None and actor.worker.name == done.plan.worker.name
+        assert await store.resumes.progress(C1, "op-1") == ResumeProgress(running=True, worker=done.plan.worker)
+        # The atelet is gone: a retry (the first answer was lost) finds the actor RUNNING under
+        # this operation, says so, and calls nothing.
+        retry = ActivityEnvironment()
+        retry.info = replace(retry.info, attempt=2)
+        again = await retry.run(activities.place_and_restore, call)
+        assert again.plan.already_running and again.resumed_earlier and again.restored is None
+        # Another operation's first attempt is told the actor runs already, not that it resumed it.
+        other = await ActivityEnvironment().run(
+            activities.place_and_restore, PlaceAndRestoreInput(actor=C1, operation_id="op-2", probe_timeout_seconds=5)
+        )
+        assert other.plan.already_running and not other.resumed_earlier
+    finally:
+        await activities.close()
+
+
+async def test_progress_of_a_resume_tells_bound_from_running_from_nothing(store: Store, tmp_path: Path) -> None:
+    await store.nodes.register("n1", "127.0.0.1:1", "v", [default_worker(0)])
+    await ready_template(store)
+    await store.actors.create(C1, "counter", {})
+    assert await store.resumes.progress(C1, "op-1") == ResumeProgress(running=False, worker=None)
+    plan = await store.resumes.begin(C1, "op-1")
+    assert await store.resumes.progress(C1, "op-1") == ResumeProgress(running=False, worker=plan.worker)
+    assert await store.resumes.progress(C1, "op-other") == ResumeProgress(running=False, worker=None)
+    await store.resumes.finish(C1, "op-1")
+    assert await store.resumes.progress(C1, "op-1") == ResumeProgress(running=True, worker=plan.worker)
+    assert await store.resumes.progress(ActorRef("demo", "nobody"), "op-1") == ResumeProgress(running=False)

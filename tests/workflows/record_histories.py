@@ -28,7 +28,7 @@ from domain.operations.atelet_calls import AteletCheckpointResult, AteletRunResu
 from domain.operations.drain import DrainPlan, EvictionDeadlineInput, Leftover
 from domain.operations.golden import GoldenPlan, GoldenSnapshotInput
 from domain.operations.pause import PauseActorInput, PausePlan
-from domain.operations.resume import ResumeActorInput, ResumePlan
+from domain.operations.resume import PlaceAndRestoreResult, ResumeActorInput, ResumePlan, ResumeProgress
 from domain.operations.revert import RevertActorInput, RevertPlan
 from domain.operations.snapshot_gc import GarbageSnapshot, SnapshotGcInput
 from domain.operations.suspend import BeginSuspendInput, SuspendActorInput, SuspendPlan
@@ -72,36 +72,38 @@ async def settled(handle: Handle) -> Handle:
 
 
 async def resume_restored(ate: Ate) -> Handle:
-    ate.fakes.script("begin_resume", RESUME_PLAN).script("atelet_start", UNAVAILABLE, MARKED)
+    ate.fakes.script("place_and_restore", UNAVAILABLE, PlaceAndRestoreResult(plan=RESUME_PLAN, restored=MARKED))
     return await settled(await ate.start(ResumeActorWorkflow.run, ResumeActorInput(actor=C1), id=C1.workflow_id))
 
 
 async def resume_finalized_by_the_workflow(ate: Ate) -> Handle:
-    ate.fakes.script("begin_resume", RESUME_PLAN).script("atelet_start", RESTORED).script("finish_resume", None)
+    ate.fakes.script("place_and_restore", PlaceAndRestoreResult(plan=RESUME_PLAN, restored=RESTORED))
+    ate.fakes.script("finish_resume", None)
     return await settled(await ate.start(ResumeActorWorkflow.run, ResumeActorInput(actor=C1), id=C1.workflow_id))
 
 
 async def resume_marked_then_its_answer_lost(ate: Ate) -> Handle:
-    ate.fakes.script("begin_resume", RESUME_PLAN).script("atelet_start", PROBE_FAILED)
-    ate.fakes.script("resume_finished", True)
+    ate.fakes.script("place_and_restore", PROBE_FAILED)
+    ate.fakes.script("resume_progress", ResumeProgress(running=True, worker=worker(1)))
     return await settled(await ate.start(ResumeActorWorkflow.run, ResumeActorInput(actor=C1), id=C1.workflow_id))
 
 
 async def resume_already_running(ate: Ate) -> Handle:
-    ate.fakes.script("begin_resume", ResumePlan(already_running=True, worker=worker(1), spec=SPEC))
+    plan = ResumePlan(already_running=True, worker=worker(1), spec=SPEC)
+    ate.fakes.script("place_and_restore", PlaceAndRestoreResult(plan=plan))
     return await settled(await ate.start(ResumeActorWorkflow.run, ResumeActorInput(actor=C1), id=C1.workflow_id))
 
 
 async def resume_rolled_back_and_fenced(ate: Ate) -> Handle:
-    ate.fakes.script("begin_resume", RESUME_PLAN).script("atelet_start", PROBE_FAILED)
-    ate.fakes.script("resume_finished", False)
+    ate.fakes.script("place_and_restore", PROBE_FAILED)
+    ate.fakes.script("resume_progress", ResumeProgress(running=False, worker=worker(1)))
     ate.fakes.script("atelet_terminate", UNAVAILABLE).script("fence_worker", None).script("rollback_resume", None)
     return await settled(await ate.start(ResumeActorWorkflow.run, ResumeActorInput(actor=C1), id=C1.workflow_id))
 
 
 async def resume_detached_from_full_node(ate: Ate) -> Handle:
     full = store_failure(PinnedNodeFull("actor demo/c1 is PAUSED on node node-a, which has no room"))
-    ate.fakes.script("begin_resume", full, RESUME_PLAN).script("atelet_start", MARKED)
+    ate.fakes.script("place_and_restore", full).script("begin_resume", RESUME_PLAN).script("atelet_start", MARKED)
     ate.fakes.script(
         "begin_suspend",
         SuspendPlan(already_suspended=False, snapshot=snapshot(4), upload_from=LOCAL, atelet_address=ATELET),
