@@ -136,8 +136,10 @@ def test_cli_lifecycle_commands(stack: Stack) -> None:
         while not (stack.failpoints / "ResumeActor.atelet_call.reached").exists() and time.monotonic() < deadline:
             time.sleep(0.05)
         in_flight = stack.ate("get", "operations", "-a", "cli", "--actor", "k1").stdout
-        # the workflow's own step: the restore runs as a regular activity, so the workflow answers
-        assert "ResumeActor" in in_flight and "restore on worker default/default-" in in_flight, in_flight
+        # the workflow's own step: placement and restore run as one regular activity, so the
+        # workflow answers while it waits; the actor is RESUMING on its worker meanwhile
+        assert "ResumeActor" in in_flight and "placement and restore" in in_flight, in_flight
+        assert "RESUMING" in stack.ate("get", "actor", "k1", "-a", "cli").stdout
     finally:
         armed.unlink(missing_ok=True)
         (stack.failpoints / "ResumeActor.atelet_call.reached").unlink(missing_ok=True)
