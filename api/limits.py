@@ -3,12 +3,14 @@
 
 A `Content-Length` above the limit is answered at once, without calling the app. A body sent
 without one (chunked) is counted as the app reads it; the read that passes the limit raises
-`BodyTooLarge`, which the error handlers answer with the same 413. Either way the connection is
-closed after the answer, so the rest of the body is never read.
+`BodyTooLarge`, which the error handlers answer with the same 413, after reading and dropping
+what the client already sent of the rest (bounded, `_drain`). Either way the connection is closed
+after the answer, and the rest of the body is never handed to the app.
 """
 
 from __future__ import annotations
 
+import asyncio
 import json
 
 from starlette.exceptions import HTTPException
@@ -60,10 +62,42 @@ class BodySizeLimit:
             if message["type"] == "http.request":
                 received += len(message.get("body", b""))
                 if received > self.max_bytes:
+                    if message.get("more_body", False):
+                        await _drain(receive)
                     raise BodyTooLarge(self.max_bytes)
             return message
 
         await self.app(scope, counted, send)
+
+
+DRAIN_SECONDS = 1.0
+"""How long the rest of a refused streamed body is read and dropped before the 413 is sent."""
+
+DRAIN_MAX_BYTES = 8 * 1024 * 1024
+"""How much of the rest of a refused streamed body is read and dropped at most before the 413."""
+
+
+async def _drain(receive: Receive) -> None:
+    """Read and drop what the client already sent of a refused body (at most DRAIN_MAX_BYTES, for
+    at most DRAIN_SECONDS), as nginx's lingering close does: a socket closed with unread bytes
+    in its receive buffer is reset by the kernel, and the reset can destroy the 413 before the
+    client has read it."""
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + DRAIN_SECONDS
+    drained = 0
+    while drained <= DRAIN_MAX_BYTES:
+        remaining = deadline - loop.time()
+        if remaining <= 0:
+            return
+        try:
+            message = await asyncio.wait_for(receive(), remaining)
+        except TimeoutError:
+            return
+        if message["type"] != "http.request":
+            return
+        drained += len(message.get("body", b""))
+        if not message.get("more_body", False):
+            return
 
 
 def _content_length(scope: Scope) -> int | None:
