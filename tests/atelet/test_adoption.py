@@ -81,8 +81,14 @@ class Agent:
         self.proc.wait(10)
 
     def sigterm(self) -> int:
+        """SIGTERM the current atelet and wait for its exit status (its log in the failure when
+        it does not stop within 60 s: CI run 20 once saw that, with nothing to tell why)."""
         self.proc.send_signal(signal.SIGTERM)
-        return self.proc.wait(60)
+        try:
+            return self.proc.wait(60)
+        except subprocess.TimeoutExpired:
+            log = self.log_path.read_text(errors="replace")[-20000:]
+            raise AssertionError(f"atelet did not stop within 60 s of SIGTERM; the end of its log:\n{log}") from None
 
     def stub(self) -> tuple[grpc.aio.Channel, pb_grpc.AteletStub]:
         channel = control_plane_tls().channel(self.settings.listen, self.settings.node)
