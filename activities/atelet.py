@@ -338,6 +338,8 @@ class AteletActivities:
             ApplicationError: as for `start`; UNAVAILABLE (e.g. a connection still open) is retried.
         """
         await failpoint(f"{activity.info().workflow_type}.atelet_checkpoint")
+        if request.complete_suspend and activity.info().attempt > 1 and await self._completed_already(request):
+            return AteletCheckpointResult(manifest={}, size_bytes=0, completed_earlier=True)
         await self._still_placed(request.placement or request.holder.workflow_id, request.worker, request.operation_id)
         address = request.worker.atelet_address
         stub = await self.stub(address, request.worker.node)
@@ -355,11 +357,48 @@ class AteletActivities:
                 timeout=self.call_timeout_seconds,
             ),
         )
-        return AteletCheckpointResult(
+        result = AteletCheckpointResult(
             manifest=MessageToDict(done.manifest, preserving_proto_field_name=True),
             size_bytes=done.size_bytes,
             timings={"checkpoint": done.checkpoint_seconds, "upload": done.upload_seconds},
         )
+        if request.complete_suspend:
+            await self._complete_suspend(request, result)
+        return result
+
+    async def _completed_already(self, request: AteletCheckpointInput) -> bool:
+        """Whether an earlier attempt of this call completed the suspend (its answer was lost):
+        the worker is free by then, so the retry must answer without the atelet. A database that
+        does not answer counts as no."""
+        if self.store is None:
+            return False
+        try:
+            return await self.store.suspends.completed(request.holder, request.snapshot.snapshot_id)
+        except Exception as error:  # Postgres down or restarting: decide as a first attempt would
+            activity.logger.warning("could not check whether %s is SUSPENDED already: %s", request.holder.key, error)
+            return False
+
+    async def _complete_suspend(self, request: AteletCheckpointInput, result: AteletCheckpointResult) -> None:
+        """SuspendActor's finalize, right after the checkpoint answered: snapshot COMPLETED with
+        the atelet's manifest, actor SUSPENDED, worker freed, in one commit whose NOTIFY lets the
+        api-server answer at once. Any failure leaves `result.completed_at` None and the workflow
+        runs its own `complete_suspend` step (which retries through a database restart and raises
+        the store's error in the user's terms)."""
+        await failpoint(f"{activity.info().workflow_type}.before_finalize")
+        if self.store is None:
+            return
+        started = time.monotonic()
+        try:
+            await self.store.suspends.complete(
+                request.holder, request.operation_id, request.snapshot.snapshot_id, result.manifest, result.size_bytes
+            )
+        except Exception as error:  # a store refusal, Postgres down: the workflow's own step decides
+            activity.logger.warning(
+                "completing the suspend of %s is left to the workflow: %s", request.holder.key, error
+            )
+            return
+        result.completed_at = time.time()
+        result.timings["finalize"] = time.monotonic() - started
 
     @activity_defn("atelet_copy_snapshot")
     async def copy_snapshot(self, request: AteletCopyInput) -> AteletCheckpointResult:

@@ -30,7 +30,7 @@ from domain.operations.router_drain import (
     RouterDrainResult,
 )
 from domain.operations.snapshot_gc import GarbageSnapshot, SnapshotGcInput
-from domain.operations.suspend import BeginSuspendInput, CompleteSnapshotInput, SuspendPlan
+from domain.operations.suspend import BeginSuspendInput, CompleteSnapshotInput, SuspendCompletedInput, SuspendPlan
 from domain.operations.upload import CompleteUploadInput, UploadInput, UploadPlan
 
 log = logging.getLogger(__name__)
@@ -96,6 +96,12 @@ class DbActivities:
         await self.store.suspends.complete(
             request.actor, request.operation_id, request.snapshot_id, request.manifest, request.size_bytes
         )
+
+    @activity_defn("suspend_completed")
+    async def suspend_completed(self, request: SuspendCompletedInput) -> bool:
+        """Whether the suspend already completed with this snapshot (a checkpoint activity that
+        completed it and then lost its answer): the workflow must not roll it back."""
+        return await self.store.suspends.completed(request.actor, request.snapshot_id)
 
     @activity_defn("rollback_suspend")
     async def rollback_suspend(self, request: CompleteSnapshotInput) -> None:

@@ -1,13 +1,14 @@
-"""The api-server's LISTEN on ``ate_actor_changes``: a resume answers when its actor is RUNNING.
+"""The api-server's LISTEN on ``ate_actor_changes``: a resume answers when its actor is RUNNING,
+a sync suspend when it is SUSPENDED.
 
 The trigger on ``actors`` NOTIFYs ``"<atespace>/<name> <STATE>"`` at the commit of every change
-(activities/store/migrations). A resume request registers what it waits for before it starts
-(or attaches to) the ResumeActor workflow, and answers as soon as the commit of ``finish_resume``
-(the workflow's last step) says RUNNING, instead of waiting for the workflow to complete and
-for Temporal to hand its result back (issue 14: "The router may learn that an actor is RUNNING
-from the store's notification"). The workflow's result is still awaited alongside: without the
-LISTEN (lost, re-making) nothing is faster, and nothing is wrong.
-"""
+(activities/store/migrations). A request registers what it waits for before it starts (or
+attaches to) the workflow, and answers as soon as the commit of the operation's last step (the
+RUNNING commit of ``place_and_restore``, the SUSPENDED commit of ``atelet_checkpoint``) says so,
+instead of waiting for the workflow to complete and for Temporal to hand its result back (issue
+14: "The router may learn that an actor is RUNNING from the store's notification"). The
+workflow's result is still awaited alongside: without the LISTEN (lost, re-making) nothing is
+faster, and nothing is wrong."""
 
 from __future__ import annotations
 

@@ -106,6 +106,7 @@ def activities(db: DbActivities, atelets: AteletActivities) -> list[Callable[...
         db.drain_routers,
         db.complete_suspend,
         db.rollback_suspend,
+        db.suspend_completed,
         db.begin_pause,
         db.complete_pause,
         db.begin_upload,

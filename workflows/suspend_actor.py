@@ -18,6 +18,12 @@ Steps (idempotent local activities, operation ID = this run's ID):
 4. finalize: `complete_suspend` marks the snapshot COMPLETED (with the manifest), the actor
    SUSPENDED with it as latest, and frees the place, in one transaction. A snapshot is never
    promoted without its data: only the manifest returned by a finished checkpoint completes it.
+   Since the patch CHECKPOINT_COMPLETES_PATCH the `atelet_checkpoint` activity commits it itself
+   as soon as the atelet answers (`complete_suspend`), so the commit's NOTIFY, on which the
+   api-server answers the suspend, does not wait for a workflow task; the step runs only when
+   that commit did not happen (Postgres was down) and for runs from before the patch. When the
+   checkpoint step fails after an attempt committed (its answer was lost), `suspend_completed`
+   tells the workflow, and it is not rolled back.
 If the checkpoint fails for good, the actor goes back to RUNNING (its sandbox still runs), or
 to PAUSED when the upload failed (its local snapshot is still on its node); the PENDING
 snapshot row is dropped. An uploaded local snapshot is left to the snapshot GC.
@@ -42,11 +48,22 @@ from workflows.steps import (
 
 with workflow.unsafe.imports_passed_through():
     from domain.operations.atelet_calls import AteletCheckpointInput, AteletCheckpointResult, AteletCopyInput
-    from domain.operations.suspend import BeginSuspendInput, SuspendActorInput, SuspendActorResult, SuspendPlan
+    from domain.operations.suspend import (
+        BeginSuspendInput,
+        SuspendActorInput,
+        SuspendActorResult,
+        SuspendCompletedInput,
+        SuspendPlan,
+    )
     from domain.operations.upload import UploadSnapshotInput, UploadSnapshotResult
+    from domain.refs import SnapshotRef
     from domain.states import Operation, SnapshotStorage
     from domain.temporal import WORKFLOW_TASK_TIMEOUT, upload_workflow_id
     from workflows.search_attributes import operation_attributes
+
+CHECKPOINT_COMPLETES_PATCH = "checkpoint-completes-suspend"
+"""The `workflow.patched` ID of the checkpoint step that completes the suspend itself; runs
+recorded before it replay with their own `complete_suspend` step."""
 
 
 @workflow.defn(name=Operation.SUSPEND.value)
@@ -80,6 +97,7 @@ class SuspendActorWorkflow:
             return SuspendActorResult(actor=actor, already_suspended=True, timings=timings)
         assert plan.snapshot is not None
         started = workflow.time()
+        complete = False
         try:
             done: AteletCheckpointResult
             if plan.upload_from is not None:
@@ -102,30 +120,58 @@ class SuspendActorWorkflow:
                     timings["drain"] = drained.waited_seconds
                 started = workflow.time()
                 show_step(f"checkpoint {plan.snapshot.scope.value} on worker {plan.worker.pool}/{plan.worker.name}")
+                complete = workflow.patched(CHECKPOINT_COMPLETES_PATCH)
                 done = await atelet_step(
                     "atelet_checkpoint",
                     AteletCheckpointInput(
-                        operation_id=operation_id, worker=plan.worker, holder=actor, snapshot=plan.snapshot
+                        operation_id=operation_id,
+                        worker=plan.worker,
+                        holder=actor,
+                        snapshot=plan.snapshot,
+                        complete_suspend=complete,
                     ),
                     result_type=AteletCheckpointResult,
                 )
         except ApplicationError as error:
+            if complete and await db_step(
+                "suspend_completed",
+                SuspendCompletedInput(actor=actor, snapshot_id=plan.snapshot.snapshot_id),
+                result_type=bool,
+            ):
+                # An attempt completed the suspend and its answer was lost: nothing to roll back.
+                return await self._finish(request, plan.snapshot, timings, started, None)
             show_step("rollback")
             await drop_snapshot(actor, operation_id, plan.snapshot.snapshot_id, error.message)
             kept = "it stays PAUSED" if plan.upload_from is not None else "it keeps running"
             raise reraise(error, f"suspend of actor {actor.key} failed; {kept}: ") from error
+        return await self._finish(request, plan.snapshot, timings, started, done)
+
+    async def _finish(
+        self,
+        request: SuspendActorInput,
+        snapshot: SnapshotRef,
+        timings: dict[str, float],
+        started: float,
+        done: AteletCheckpointResult | None,
+    ) -> SuspendActorResult:
+        """The finalize, unless the checkpoint's activity completed the suspend itself (or an
+        earlier attempt did: `done` None or `completed_earlier`), then the upload of an async
+        suspend's local snapshot."""
+        actor, operation_id = request.actor, workflow.info().run_id
         timings["atelet"] = workflow.time() - started
-        timings.update({f"atelet_{k}": v for k, v in done.timings.items()})
-        show_step("finalize")
-        started = workflow.time()
-        await settle_snapshot("complete_suspend", actor, operation_id, plan.snapshot.snapshot_id, done)
-        timings["finalize"] = workflow.time() - started
+        if done is not None:
+            timings.update({f"atelet_{k}": v for k, v in done.timings.items()})
+        if done is not None and done.completed_at is None and not done.completed_earlier:
+            show_step("finalize")
+            started = workflow.time()
+            await settle_snapshot("complete_suspend", actor, operation_id, snapshot.snapshot_id, done)
+            timings["finalize"] = workflow.time() - started
         upload_id = None
-        if plan.snapshot.storage == SnapshotStorage.LOCAL:
-            upload_id = await self._start_upload(request, plan.snapshot.snapshot_id)
+        if snapshot.storage == SnapshotStorage.LOCAL:
+            upload_id = await self._start_upload(request, snapshot.snapshot_id)
         show_step("done" if upload_id is None else f"done; uploading in {upload_id}")
         return SuspendActorResult(
-            actor=actor, generation=plan.snapshot.generation, timings=timings, upload_workflow_id=upload_id
+            actor=actor, generation=snapshot.generation, timings=timings, upload_workflow_id=upload_id
         )
 
     @staticmethod

@@ -131,6 +131,16 @@ class Suspends:
             await connection.execute(Q["delete_placement"], ref.workflow_id)
             await connection.execute(Q["finish_operation"], operation_id, "ok", None, None)
 
+    async def completed(self, ref: ActorRef, snapshot_id: int) -> bool:
+        """Whether `complete` committed for this snapshot: the actor is SUSPENDED with it as its
+        latest (or, after an async suspend, its local) snapshot."""
+        row = await self.pool.fetchrow(Q["get_actor"], ref.atespace, ref.name)
+        return (
+            row is not None
+            and row["state"] == ActorState.SUSPENDED
+            and snapshot_id in (row["snapshot_id"], row["local_snapshot_id"])
+        )
+
     async def rollback(self, ref: ActorRef, operation_id: str, snapshot_id: int, error: str) -> None:
         """SUSPENDING|PAUSING -> RUNNING after a failed checkpoint, or SUSPENDING -> PAUSED after a
         failed upload of the local snapshot; the PENDING snapshot row is dropped (idempotent)."""

@@ -223,8 +223,9 @@ async def _operate(
     Answers at once when the actor already rests in `resting` (the router relies on this for
     resume). When Postgres shows no operation in flight, a workflow of another kind holding the
     lock is only closing: it is given `CLOSING_GRACE_SECONDS` before the 409. With `changes`
-    (a resume), it answers as soon as the commit of the workflow's last step NOTIFYs the actor
-    in `resting`, not only once the workflow's result comes back (api.actor_changes).
+    (a resume, a sync suspend), it answers as soon as the commit of the operation's last step
+    NOTIFYs the actor in `resting`, not only once the workflow's result comes back
+    (api.actor_changes).
     """
     actor = await store.actors.get(ref)
     if actor.state == resting:
@@ -334,18 +335,21 @@ async def suspend_actor(
     store: StoreDep,
     temporal: TemporalDep,
     settings: SettingsDep,
+    changes: ActorChangesDep,
     body: SuspendRequest | None = None,
 ) -> ActorPublic:
     """Suspend the actor and return it SUSPENDED. Mode sync: its snapshot is in the storage
-    location. Mode async: its checkpoint is on its node, pinned there, and an UploadSnapshot
-    workflow uploads it in the background (`upload_pending` until then)."""
+    location; the answer comes as soon as the suspend's finalize committed. Mode async: its
+    checkpoint is on its node, pinned there, and an UploadSnapshot workflow uploads it in the
+    background (`upload_pending` until then); the answer comes once that workflow is started."""
     ref = ActorRef(atespace, name)
     with timed(Operation.SUSPEND.value):
         timeout = (body.timeout_seconds if body else None) or settings.suspend_timeout_seconds
         argument = SuspendActorInput(actor=ref, mode=body.mode if body else "sync")
         return await _operate(
-            store, temporal, ref, Operation.SUSPEND, argument, SuspendActorResult, ActorState.SUSPENDED, timeout
-        )
+            store, temporal, ref, Operation.SUSPEND, argument, SuspendActorResult, ActorState.SUSPENDED, timeout,
+            changes if argument.mode == "sync" else None,
+        )  # fmt: skip
 
 
 @router.post(PREFIX + "/{name}/pause", **needs(Permission.ACTORS_OPERATE))

@@ -60,6 +60,10 @@ class AteletCheckpointInput:
     snapshot: SnapshotRef
     placement: str | None = None
     """The placement holder key this call runs under (default: the holder's workflow ID)."""
+    complete_suspend: bool = False
+    """After a successful checkpoint, complete the suspend (SuspendActor's finalize: snapshot
+    COMPLETED, actor SUSPENDED, worker freed) in the same activity, so the commit's NOTIFY reaches
+    the api-server without waiting for a workflow task."""
 
 
 @dataclass
@@ -69,6 +73,12 @@ class AteletCheckpointResult:
     manifest: dict[str, Any]
     size_bytes: int
     timings: dict[str, float] = field(default_factory=dict)
+    completed_at: float | None = None
+    """Unix time (seconds) of the commit that completed the suspend, when `complete_suspend` asked
+    for it; None otherwise (the workflow's own finalize step then runs)."""
+    completed_earlier: bool = False
+    """An earlier attempt of this call completed the suspend (its answer was lost); `manifest` is
+    then empty: the store has the real one."""
 
 
 @dataclass

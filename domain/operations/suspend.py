@@ -68,3 +68,11 @@ class CompleteSnapshotInput:
     snapshot_id: int
     manifest: dict[str, Any]
     size_bytes: int
+
+
+@dataclass
+class SuspendCompletedInput:
+    """Input of suspend_completed: did `snapshot_id` become the SUSPENDED actor's snapshot?"""
+
+    actor: ActorRef
+    snapshot_id: int

@@ -2,7 +2,8 @@
 hollow atelet: `atelet_start` with `mark_running` commits right after the atelet's answer, and
 `place_and_restore` places, restores and commits in one activity; a repeat after the commit
 answers without calling the atelet again; without the flag the actor stays RESUMING for the
-workflow's own finalize step; `Resumes.progress` tells what a failed resume left."""
+workflow's own finalize step; `Resumes.progress` tells what a failed resume left. Likewise
+`atelet_checkpoint` with `complete_suspend` commits the suspend right after the checkpoint."""
 
 from __future__ import annotations
 
@@ -16,7 +17,7 @@ from temporalio.testing import ActivityEnvironment
 from activities.atelet import AteletActivities
 from activities.store import Store
 from activities.store.records import WorkerRegistration
-from domain.operations.atelet_calls import AteletRunInput
+from domain.operations.atelet_calls import AteletCheckpointInput, AteletRunInput
 from domain.operations.resume import PlaceAndRestoreInput, ResumeProgress
 from domain.refs import ActorRef
 from domain.states import SnapshotScope
@@ -162,3 +163,37 @@ async def test_progress_of_a_resume_tells_bound_from_running_from_nothing(store:
     await store.resumes.finish(C1, "op-1")
     assert await store.resumes.progress(C1, "op-1") == ResumeProgress(running=True, worker=plan.worker)
     assert await store.resumes.progress(ActorRef("demo", "nobody"), "op-1") == ResumeProgress(running=False)
+
+
+async def test_the_checkpoint_completes_the_suspend_and_a_retry_answers_without_the_atelet(
+    store: Store, tmp_path: Path, counter_image: str
+) -> None:
+    settings = make_settings(tmp_path, hollow=True)
+    root = Path(settings.snapshot_roots[0]).resolve()
+    call = await resuming(store, counter_image, settings.node, settings.listen, root, "op-1")
+    activities = AteletActivities(store, tls=control_plane_tls(), call_timeout_seconds=10)
+    try:
+        async with running_atelet(settings):
+            await ActivityEnvironment().run(activities.start, call)  # RUNNING on the hollow worker
+            plan = await store.suspends.begin(C1, "op-s")
+            assert plan.worker is not None and plan.snapshot is not None
+            snapshot = replace(plan.snapshot, uri=f"file://{root}/demo/c1/2")
+            checkpoint = AteletCheckpointInput(
+                operation_id="op-s", worker=plan.worker, holder=C1, snapshot=snapshot, complete_suspend=True
+            )
+            before = time.time()
+            done = await ActivityEnvironment().run(activities.checkpoint, checkpoint)
+            after = time.time()
+        assert done.completed_at is not None and before <= done.completed_at <= after
+        actor = await store.actors.get(C1)
+        assert actor.state == "SUSPENDED" and actor.worker is None
+        assert actor.latest_snapshot is not None and actor.latest_snapshot.snapshot_id == snapshot.snapshot_id
+        assert await store.suspends.completed(C1, snapshot.snapshot_id)
+        # The atelet is gone and the worker free: a retry (the first answer was lost) must say
+        # the suspend completed without calling it.
+        retry = ActivityEnvironment()
+        retry.info = replace(retry.info, attempt=2)
+        again = await retry.run(activities.checkpoint, checkpoint)
+        assert again.completed_earlier and again.completed_at is None
+    finally:
+        await activities.close()

@@ -56,6 +56,9 @@ MARKED = AteletRunResult(
     worker_ip="10.88.0.2", timings={"restore": 0.25, "finalize": 0.004}, marked_running_at=1_796_000_000.0
 )
 CHECKPOINTED = AteletCheckpointResult(manifest=MANIFEST, size_bytes=8192, timings={"checkpoint": 0.4})
+COMPLETED = AteletCheckpointResult(
+    manifest=MANIFEST, size_bytes=8192, timings={"checkpoint": 0.4, "finalize": 0.003}, completed_at=1_796_000_000.0
+)
 LOCAL = snapshot(4, local=True, manifest=MANIFEST)
 RESUME_PLAN = ResumePlan(already_running=False, worker=worker(1), snapshot=snapshot(3, manifest=MANIFEST), spec=SPEC)
 UNAVAILABLE = atelet_failure(grpc.StatusCode.UNAVAILABLE, "atelet restarting")
@@ -114,9 +117,14 @@ async def resume_detached_from_full_node(ate: Ate) -> Handle:
 
 async def suspend_sync(ate: Ate) -> Handle:
     ate.fakes.script("begin_suspend", SuspendPlan(already_suspended=False, worker=worker(1), snapshot=snapshot(4)))
-    ate.fakes.script("drain_routers", DRAINED).script("atelet_checkpoint", CHECKPOINTED).script(
-        "complete_suspend", None
-    )
+    ate.fakes.script("drain_routers", DRAINED).script("atelet_checkpoint", COMPLETED)
+    return await settled(await ate.start(SuspendActorWorkflow.run, SuspendActorInput(actor=C1), id=C1.workflow_id))
+
+
+async def suspend_completed_then_its_answer_lost(ate: Ate) -> Handle:
+    ate.fakes.script("begin_suspend", SuspendPlan(already_suspended=False, worker=worker(1), snapshot=snapshot(4)))
+    ate.fakes.script("drain_routers", DRAINED).script("atelet_checkpoint", PROBE_FAILED)
+    ate.fakes.script("suspend_completed", True)
     return await settled(await ate.start(SuspendActorWorkflow.run, SuspendActorInput(actor=C1), id=C1.workflow_id))
 
 
@@ -246,6 +254,7 @@ SCENARIOS: dict[str, Scenario] = {
     "resume_actor_rolled_back_and_fenced": resume_rolled_back_and_fenced,
     "resume_actor_detached_from_a_full_node": resume_detached_from_full_node,
     "suspend_actor_sync": suspend_sync,
+    "suspend_actor_completed_then_its_answer_lost": suspend_completed_then_its_answer_lost,
     "suspend_actor_async_starts_its_upload": suspend_async_with_upload,
     "suspend_actor_from_paused_rolled_back": suspend_from_paused_rolled_back,
     "pause_actor_after_a_retry": pause,

@@ -114,6 +114,7 @@ async def test_an_actor_busy_with_another_operation_is_left_to_it_and_checked_ag
 
 async def test_a_failed_child_suspend_leaves_the_actor_to_the_deadline(ate: Ate) -> None:
     ate.fakes.script("begin_suspend", suspend_plan).script("rollback_suspend", None)
+    ate.fakes.script("suspend_completed", False)
     ate.fakes.script("drain_routers", DRAINED).script(
         "atelet_checkpoint", atelet_failure(grpc.StatusCode.FAILED_PRECONDITION, "open connection", "Checkpoint")
     )
@@ -122,10 +123,11 @@ async def test_a_failed_child_suspend_leaves_the_actor_to_the_deadline(ate: Ate)
     ate.fakes.script("atelet_terminate", True).script("crash_after_deadline", None)
     result = await ate.execute(RUN, EvictionDeadlineInput(node=NODE, deadline_seconds=60.0), id=ID)
     assert (result.suspended, result.crashed) == ([], ["demo/a1"])
-    assert ate.fakes.names()[:5] == [
+    assert ate.fakes.names()[:6] == [
         "begin_drain",
         "begin_suspend",
         "drain_routers",
         "atelet_checkpoint",
+        "suspend_completed",
         "rollback_suspend",
     ]

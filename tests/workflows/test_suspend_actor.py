@@ -5,6 +5,7 @@ an already SUSPENDED actor."""
 from __future__ import annotations
 
 import asyncio
+from dataclasses import replace
 
 import grpc
 import pytest
@@ -13,7 +14,13 @@ from activities.store import NotFound, StoreError
 from activities.store.errors import refused
 from domain.operations.atelet_calls import AteletCheckpointInput, AteletCheckpointResult, AteletCopyInput
 from domain.operations.router_drain import RouterDrainInput
-from domain.operations.suspend import BeginSuspendInput, CompleteSnapshotInput, SuspendActorInput, SuspendPlan
+from domain.operations.suspend import (
+    BeginSuspendInput,
+    CompleteSnapshotInput,
+    SuspendActorInput,
+    SuspendCompletedInput,
+    SuspendPlan,
+)
 from domain.operations.upload import CompleteUploadInput, UploadInput, UploadPlan, UploadSnapshotInput
 from domain.states import TRANSITIONS, Operation
 from domain.temporal import upload_workflow_id
@@ -52,8 +59,9 @@ async def test_a_sync_suspend_checkpoints_to_the_storage_location_and_finalizes(
     assert ate.fakes.inputs("begin_suspend") == [BeginSuspendInput(actor=C1, operation_id=op, mode="sync")]
     assert ate.fakes.inputs("drain_routers") == [RouterDrainInput(actor=C1, operation_id=op)]
     assert ate.fakes.inputs("atelet_checkpoint") == [
-        AteletCheckpointInput(operation_id=op, worker=worker(1), holder=C1, snapshot=RESERVED)
+        AteletCheckpointInput(operation_id=op, worker=worker(1), holder=C1, snapshot=RESERVED, complete_suspend=True)
     ]
+    # CHECKPOINTED has no completed_at (the activity could not commit): the workflow's step does.
     assert ate.fakes.inputs("complete_suspend") == [
         CompleteSnapshotInput(
             actor=C1, operation_id=op, snapshot_id=RESERVED.snapshot_id, manifest=MANIFEST, size_bytes=8192
@@ -63,6 +71,36 @@ async def test_a_sync_suspend_checkpoints_to_the_storage_location_and_finalizes(
     assert result.upload_workflow_id is None
     assert result.timings["atelet_checkpoint"] == 0.4
     assert result.timings["drain"] == DRAINED.waited_seconds  # how long the step waited for the replicas
+
+
+async def test_a_checkpoint_that_completed_the_suspend_itself_needs_no_finalize_step(ate: Ate) -> None:
+    script_happy(ate)
+    completed = replace(CHECKPOINTED, timings={**CHECKPOINTED.timings, "finalize": 0.003}, completed_at=1.8e9)
+    ate.fakes.script("atelet_checkpoint", completed)
+    result = await ate.execute(RUN, SuspendActorInput(actor=C1), id=ID)
+    assert ate.fakes.names() == ["begin_suspend", "drain_routers", "atelet_checkpoint"]
+    assert result.generation == 4 and result.timings["atelet_finalize"] == 0.003 and "finalize" not in result.timings
+
+
+async def test_a_checkpoint_that_completed_and_then_failed_is_not_rolled_back(ate: Ate) -> None:
+    # An attempt committed SUSPENDED, its answer was lost, and the retries failed.
+    script_happy(ate)
+    ate.fakes.script(
+        "atelet_checkpoint", atelet_failure(grpc.StatusCode.UNAVAILABLE, "atelet restarting", "Checkpoint")
+    )
+    ate.fakes.script("suspend_completed", True)
+    result = await ate.execute(RUN, SuspendActorInput(actor=C1), id=ID)
+    assert ate.fakes.names() == ["begin_suspend", "drain_routers", *["atelet_checkpoint"] * 4, "suspend_completed"]
+    assert ate.fakes.inputs("suspend_completed") == [SuspendCompletedInput(actor=C1, snapshot_id=RESERVED.snapshot_id)]
+    assert result.generation == 4 and not result.already_suspended
+
+
+async def test_a_retry_that_finds_the_suspend_completed_earlier_needs_no_finalize_step(ate: Ate) -> None:
+    script_happy(ate)
+    ate.fakes.script("atelet_checkpoint", AteletCheckpointResult(manifest={}, size_bytes=0, completed_earlier=True))
+    result = await ate.execute(RUN, SuspendActorInput(actor=C1), id=ID)
+    assert ate.fakes.names() == ["begin_suspend", "drain_routers", "atelet_checkpoint"]
+    assert result.generation == 4
 
 
 async def test_a_drain_that_fails_for_good_rolls_back_before_any_checkpoint(ate: Ate) -> None:
@@ -100,7 +138,7 @@ async def test_a_state_that_allows_no_suspend_is_refused_naming_both_states(ate:
 
 
 async def test_a_failed_checkpoint_drops_the_snapshot_and_the_actor_keeps_running(ate: Ate) -> None:
-    ate.fakes.script("begin_suspend", PLAN).script("rollback_suspend", None)
+    ate.fakes.script("begin_suspend", PLAN).script("rollback_suspend", None).script("suspend_completed", False)
     refusal = "cannot checkpoint: the sandbox has an open TCP connection"
     ate.fakes.script("drain_routers", DRAINED).script(
         "atelet_checkpoint", atelet_failure(grpc.StatusCode.FAILED_PRECONDITION, refusal, "Checkpoint")
@@ -109,7 +147,8 @@ async def test_a_failed_checkpoint_drops_the_snapshot_and_the_actor_keeps_runnin
     cause = f"while calling atelet Checkpoint on 127.0.0.1:8085: {refusal}"
     assert failure.type == "AteletFailedPrecondition"
     assert failure.message == f"suspend of actor demo/c1 failed; it keeps running: {cause}"
-    assert ate.fakes.names() == ["begin_suspend", "drain_routers", "atelet_checkpoint", "rollback_suspend"]
+    names = ["begin_suspend", "drain_routers", "atelet_checkpoint", "suspend_completed", "rollback_suspend"]
+    assert ate.fakes.names() == names
     assert ate.fakes.inputs("rollback_suspend") == [
         CompleteSnapshotInput(
             actor=C1, operation_id=ate.run_id, snapshot_id=RESERVED.snapshot_id, manifest={"error": cause}, size_bytes=0
