@@ -1,7 +1,7 @@
 """Benchmarks 2 and 3: the control plane (hollow atelet: no runsc) against a bare Temporal workflow.
 
 temporal-floor: sequential latency, interleaved per cycle so both see the same machine state:
-  floor      BenchFloor (no-op local, regular, local activity: ResumeActor's shape) started +
+  floor      BenchFloor (one no-op regular activity: ResumeActor's shape) started +
              awaited by a Temporal client;
   wf         ResumeActor started + awaited by a Temporal client directly (same call as the API);
   api        POST /v1/.../resume through the REST API (what the router waits for);
@@ -132,7 +132,7 @@ def run_latency(cycles: int = 100, keep: bool = False, log: Log = print) -> dict
             s[k]["p95"] / s["floor"]["p95"],
         ]
         for k, name in (
-            ("floor", "floor: BenchFloor, no-op local+regular+local activities (client)"),
+            ("floor", "floor: BenchFloor, one no-op regular activity (client)"),
             ("wf", "ResumeActor via Temporal client (hollow)"),
             ("api", "ResumeActor via REST API (hollow)"),
             ("suspend", "SuspendActor via REST API (hollow)"),

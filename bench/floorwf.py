@@ -1,12 +1,12 @@
-"""The bare-Temporal floor: a workflow of three activities that do nothing, in ResumeActor's shape.
+"""The bare-Temporal floor: a workflow of one activity that does nothing, in ResumeActor's shape.
 
-Same shape as ResumeActor: a local activity with the options of workflows.steps.db_step, a
-regular one with those of workflows.steps.atelet_step (heartbeat timeout, on the same task
-queue, so eagerly executed), and a local one again. (Until the atelet calls became regular
-activities the floor was three local activities; bench/README.md has both figures.)
-and a worker with the settings of temporal_worker.main.build_worker (WorkerSettings defaults, 20
-workflow-task pollers, sticky ratio 0.5, the same Prometheus runtime), on its own task queue of
-the same Temporal server. Run as its own process, like `ate worker`:
+Same shape as ResumeActor (since it places, restores and marks RUNNING in one activity,
+`place_and_restore`): one regular activity with the options of workflows.steps.atelet_step
+(heartbeat timeout, on the same task queue, so eagerly executed), and a worker with the
+settings of temporal_worker.main.build_worker (WorkerSettings defaults, 20 workflow-task
+pollers, sticky ratio 0.5, the same Prometheus runtime), on its own task queue of the same
+Temporal server. Earlier floors: three local activities, then local + regular + local
+(bench/README.md has their figures). Run as its own process, like `ate worker`:
 `python -m bench.floorwf --address HOST:PORT` prints `floor: ready` and serves until SIGTERM.
 """
 
@@ -39,21 +39,13 @@ async def noop(value: str) -> str:
 class FloorWorkflow:
     @workflow.run
     async def run(self, value: str) -> str:
-        value = await self._local(value)
-        value = await workflow.execute_activity(
+        result: str = await workflow.execute_activity(
             "bench_noop",
             value,
             result_type=str,
             start_to_close_timeout=timedelta(seconds=120),
             heartbeat_timeout=timedelta(seconds=5),
             retry_policy=_RETRY,
-        )
-        return await self._local(value)
-
-    @staticmethod
-    async def _local(value: str) -> str:
-        result: str = await workflow.execute_local_activity(
-            "bench_noop", value, result_type=str, start_to_close_timeout=timedelta(seconds=15), retry_policy=_RETRY
         )
         return result
 
