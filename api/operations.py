@@ -28,9 +28,13 @@ from domain.temporal import TASK_QUEUE, WORKFLOW_TASK_TIMEOUT, search_attribute_
 
 ResultT = TypeVar("ResultT")
 
-CLOSING_GRACE_SECONDS = 3.0
+CLOSING_GRACE_SECONDS = 10.0
 """How long a request waits for another kind of operation's workflow to close when Postgres
-already shows no operation in flight on the actor (see `start_or_attach`)."""
+already shows no operation in flight on the actor (see `start_or_attach`). A resume and a sync
+suspend answer at their last commit, before their workflow closes; when the worker dies right
+then, the closing waits for the sticky queue's failover (WORKFLOW_TASK_TIMEOUT, 3 s) and a
+worker to take it: 3 s was too short for a worker's restart (tests/durability/test_node_loss.py
+met a 409 there)."""
 
 # Workflow failure types that are a user-facing reason of their own; anything else is Internal.
 _REASONS = {
