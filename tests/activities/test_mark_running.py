@@ -8,7 +8,8 @@ workflow's own finalize step; `Resumes.progress` tells what a failed resume left
 from __future__ import annotations
 
 import time
-from dataclasses import replace
+from collections.abc import AsyncIterator
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import pytest
@@ -17,6 +18,7 @@ from temporalio.testing import ActivityEnvironment
 from activities.atelet import AteletActivities
 from activities.store import Store
 from activities.store.records import WorkerRegistration
+from atelet.settings import AteletSettings
 from domain.operations.atelet_calls import AteletCheckpointInput, AteletRunInput
 from domain.operations.resume import PlaceAndRestoreInput, ResumeProgress
 from domain.refs import ActorRef
@@ -34,6 +36,26 @@ def counter_image() -> str:
     return build_counter_image()
 
 
+@dataclass
+class Hollow:
+    """A hollow test atelet's settings (not started), its snapshot root, and the activities."""
+
+    settings: AteletSettings
+    root: Path
+    activities: AteletActivities
+
+
+@pytest.fixture
+async def hollow(store: Store, tmp_path: Path) -> AsyncIterator[Hollow]:
+    """Settings of a hollow atelet and the atelet activities on the store (closed afterwards)."""
+    settings = make_settings(tmp_path, hollow=True)
+    activities = AteletActivities(store, tls=control_plane_tls(), call_timeout_seconds=10)
+    try:
+        yield Hollow(settings, Path(settings.snapshot_roots[0]).resolve(), activities)
+    finally:
+        await activities.close()
+
+
 def default_worker(index: int) -> WorkerRegistration:
     """The registration of a test atelet's worker `default-<index>` (atelet/workers.py names them)."""
     return WorkerRegistration(
@@ -48,15 +70,24 @@ def default_worker(index: int) -> WorkerRegistration:
     )
 
 
-async def resuming(store: Store, image: str, node: str, listen: str, snapshot_root: Path, op: str) -> AteletRunInput:
+def second_attempt() -> ActivityEnvironment:
+    """An activity environment whose `activity.info().attempt` is 2 (a retry)."""
+    environment = ActivityEnvironment()
+    environment.info = replace(environment.info, attempt=2)
+    return environment
+
+
+async def resuming(store: Store, image: str, hollow: Hollow, op: str) -> AteletRunInput:
     """Actor demo/c1 RESUMING under `op` on the node's worker, and the restore call its workflow makes
     (its snapshot URI under the atelet's snapshot root, which a hollow atelet accepts unread)."""
-    await store.nodes.register(node, listen, "hollow", [default_worker(0), default_worker(1)])
+    await store.nodes.register(
+        hollow.settings.node, hollow.settings.listen, "hollow", [default_worker(0), default_worker(1)]
+    )
     await ready_template(store, SPEC | {"containers": [{"name": "c", "image": image}]})
     await store.actors.create(C1, "counter", {})
     plan = await store.resumes.begin(C1, op)
     assert plan.worker is not None and plan.spec is not None and plan.snapshot is not None
-    snapshot = replace(plan.snapshot, uri=f"file://{snapshot_root}/demo/c1/1", scope=SnapshotScope.FULL)
+    snapshot = replace(plan.snapshot, uri=f"file://{hollow.root}/demo/c1/1", scope=SnapshotScope.FULL)
     return AteletRunInput(
         operation_id=op,
         worker=plan.worker,
@@ -69,44 +100,28 @@ async def resuming(store: Store, image: str, node: str, listen: str, snapshot_ro
 
 
 async def test_the_restore_marks_the_actor_running_and_a_repeat_answers_without_the_atelet(
-    store: Store, tmp_path: Path, counter_image: str
+    store: Store, hollow: Hollow, counter_image: str
 ) -> None:
-    settings = make_settings(tmp_path, hollow=True)
-    root = Path(settings.snapshot_roots[0]).resolve()
-    call = await resuming(store, counter_image, settings.node, settings.listen, root, "op-1")
-    activities = AteletActivities(store, tls=control_plane_tls(), call_timeout_seconds=10)
-    try:
-        async with running_atelet(settings):
-            before = time.time()
-            result = await ActivityEnvironment().run(activities.start, call)
-            after = time.time()
-        actor = await store.actors.get(C1)
-        assert (actor.state, actor.operation_id) == ("RUNNING", "op-1")
-        assert result.marked_running_at is not None and before <= result.marked_running_at <= after
-        assert result.timings["finalize"] > 0
-        assert await store.resumes.finished(C1, "op-1")
-        assert not await store.resumes.finished(C1, "op-2")
-        # The atelet is gone now: a repeat (the first answer was lost) must not need it.
-        retry = ActivityEnvironment()
-        retry.info = replace(retry.info, attempt=2)
-        again = await retry.run(activities.start, call)
-        assert again.marked_running_at is None and again.worker_ip == call.worker.ip
-    finally:
-        await activities.close()
+    call = await resuming(store, counter_image, hollow, "op-1")
+    async with running_atelet(hollow.settings):
+        before = time.time()
+        result = await ActivityEnvironment().run(hollow.activities.start, call)
+        after = time.time()
+    actor = await store.actors.get(C1)
+    assert (actor.state, actor.operation_id) == ("RUNNING", "op-1")
+    assert result.marked_running_at is not None and before <= result.marked_running_at <= after
+    assert result.timings["finalize"] > 0
+    assert await store.resumes.finished(C1, "op-1")
+    assert not await store.resumes.finished(C1, "op-2")
+    # The atelet is gone now: a repeat (the first answer was lost) must not need it.
+    again = await second_attempt().run(hollow.activities.start, call)
+    assert again.marked_running_at is None and again.worker_ip == call.worker.ip
 
 
-async def test_without_mark_running_the_actor_stays_resuming(store: Store, tmp_path: Path, counter_image: str) -> None:
-    settings = make_settings(tmp_path, hollow=True)
-    root = Path(settings.snapshot_roots[0]).resolve()
-    call = replace(
-        await resuming(store, counter_image, settings.node, settings.listen, root, "op-1"), mark_running=False
-    )
-    activities = AteletActivities(store, tls=control_plane_tls(), call_timeout_seconds=10)
-    try:
-        async with running_atelet(settings):
-            result = await ActivityEnvironment().run(activities.start, call)
-    finally:
-        await activities.close()
+async def test_without_mark_running_the_actor_stays_resuming(store: Store, hollow: Hollow, counter_image: str) -> None:
+    call = replace(await resuming(store, counter_image, hollow, "op-1"), mark_running=False)
+    async with running_atelet(hollow.settings):
+        result = await ActivityEnvironment().run(hollow.activities.start, call)
     assert result.marked_running_at is None and "finalize" not in result.timings
     actor = await store.actors.get(C1)
     assert (actor.state, actor.operation_id) == ("RESUMING", "op-1")
@@ -114,42 +129,36 @@ async def test_without_mark_running_the_actor_stays_resuming(store: Store, tmp_p
 
 
 async def test_place_and_restore_places_restores_and_marks_running_and_a_retry_finds_it_done(
-    store: Store, tmp_path: Path, counter_image: str
+    store: Store, hollow: Hollow, counter_image: str
 ) -> None:
-    settings = make_settings(tmp_path, hollow=True)
+    settings = hollow.settings
     await store.nodes.register(settings.node, settings.listen, "hollow", [default_worker(0), default_worker(1)])
     await ready_template(store, SPEC | {"containers": [{"name": "c", "image": counter_image}]})
     await store.actors.create(C1, "counter", {})
     # The golden snapshot's URI is the template's storage location, which this hollow atelet
     # does not serve: point the template's golden snapshot at its snapshot root.
-    root = Path(settings.snapshot_roots[0]).resolve()
     async with store.pool.acquire() as connection:
-        await connection.execute("UPDATE snapshots SET uri = $1", f"file://{root}/demo/templates/counter/0")
+        await connection.execute("UPDATE snapshots SET uri = $1", f"file://{hollow.root}/demo/templates/counter/0")
     call = PlaceAndRestoreInput(actor=C1, operation_id="op-1", probe_timeout_seconds=5.0)
-    activities = AteletActivities(store, tls=control_plane_tls(), call_timeout_seconds=10)
-    try:
-        async with running_atelet(settings):
-            done = await ActivityEnvironment().run(activities.place_and_restore, call)
-        assert not done.plan.already_running and done.plan.worker is not None
-        assert done.plan.worker.name in ("default-0", "default-1") and done.placement_seconds > 0
-        assert done.restored is not None and done.restored.marked_running_at is not None
-        actor = await store.actors.get(C1)
-        assert (actor.state, actor.operation_id) == ("RUNNING", "op-1")
-        assert actor.worker is not None and actor.worker.name == done.plan.worker.name
-        assert await store.resumes.progress(C1, "op-1") == ResumeProgress(running=True, worker=done.plan.worker)
-        # The atelet is gone: a retry (the first answer was lost) finds the actor RUNNING under
-        # this operation, says so, and calls nothing.
-        retry = ActivityEnvironment()
-        retry.info = replace(retry.info, attempt=2)
-        again = await retry.run(activities.place_and_restore, call)
-        assert again.plan.already_running and again.resumed_earlier and again.restored is None
-        # Another operation's first attempt is told the actor runs already, not that it resumed it.
-        other = await ActivityEnvironment().run(
-            activities.place_and_restore, PlaceAndRestoreInput(actor=C1, operation_id="op-2", probe_timeout_seconds=5)
-        )
-        assert other.plan.already_running and not other.resumed_earlier
-    finally:
-        await activities.close()
+    async with running_atelet(settings):
+        done = await ActivityEnvironment().run(hollow.activities.place_and_restore, call)
+    assert not done.plan.already_running and done.plan.worker is not None
+    assert done.plan.worker.name in ("default-0", "default-1") and done.placement_seconds > 0
+    assert done.restored is not None and done.restored.marked_running_at is not None
+    actor = await store.actors.get(C1)
+    assert (actor.state, actor.operation_id) == ("RUNNING", "op-1")
+    assert actor.worker is not None and actor.worker.name == done.plan.worker.name
+    assert await store.resumes.progress(C1, "op-1") == ResumeProgress(running=True, worker=done.plan.worker)
+    # The atelet is gone: a retry (the first answer was lost) finds the actor RUNNING under this
+    # operation, says so, and calls nothing.
+    again = await second_attempt().run(hollow.activities.place_and_restore, call)
+    assert again.plan.already_running and again.resumed_earlier and again.restored is None
+    # Another operation's first attempt is told the actor runs already, not that it resumed it.
+    other = await ActivityEnvironment().run(
+        hollow.activities.place_and_restore,
+        PlaceAndRestoreInput(actor=C1, operation_id="op-2", probe_timeout_seconds=5),
+    )
+    assert other.plan.already_running and not other.resumed_earlier
 
 
 async def test_progress_of_a_resume_tells_bound_from_running_from_nothing(store: Store, tmp_path: Path) -> None:
@@ -166,34 +175,26 @@ async def test_progress_of_a_resume_tells_bound_from_running_from_nothing(store:
 
 
 async def test_the_checkpoint_completes_the_suspend_and_a_retry_answers_without_the_atelet(
-    store: Store, tmp_path: Path, counter_image: str
+    store: Store, hollow: Hollow, counter_image: str
 ) -> None:
-    settings = make_settings(tmp_path, hollow=True)
-    root = Path(settings.snapshot_roots[0]).resolve()
-    call = await resuming(store, counter_image, settings.node, settings.listen, root, "op-1")
-    activities = AteletActivities(store, tls=control_plane_tls(), call_timeout_seconds=10)
-    try:
-        async with running_atelet(settings):
-            await ActivityEnvironment().run(activities.start, call)  # RUNNING on the hollow worker
-            plan = await store.suspends.begin(C1, "op-s")
-            assert plan.worker is not None and plan.snapshot is not None
-            snapshot = replace(plan.snapshot, uri=f"file://{root}/demo/c1/2")
-            checkpoint = AteletCheckpointInput(
-                operation_id="op-s", worker=plan.worker, holder=C1, snapshot=snapshot, complete_suspend=True
-            )
-            before = time.time()
-            done = await ActivityEnvironment().run(activities.checkpoint, checkpoint)
-            after = time.time()
-        assert done.completed_at is not None and before <= done.completed_at <= after
-        actor = await store.actors.get(C1)
-        assert actor.state == "SUSPENDED" and actor.worker is None
-        assert actor.latest_snapshot is not None and actor.latest_snapshot.snapshot_id == snapshot.snapshot_id
-        assert await store.suspends.completed(C1, snapshot.snapshot_id)
-        # The atelet is gone and the worker free: a retry (the first answer was lost) must say
-        # the suspend completed without calling it.
-        retry = ActivityEnvironment()
-        retry.info = replace(retry.info, attempt=2)
-        again = await retry.run(activities.checkpoint, checkpoint)
-        assert again.completed_earlier and again.completed_at is None
-    finally:
-        await activities.close()
+    call = await resuming(store, counter_image, hollow, "op-1")
+    async with running_atelet(hollow.settings):
+        await ActivityEnvironment().run(hollow.activities.start, call)  # RUNNING on the hollow worker
+        plan = await store.suspends.begin(C1, "op-s")
+        assert plan.worker is not None and plan.snapshot is not None
+        snapshot = replace(plan.snapshot, uri=f"file://{hollow.root}/demo/c1/2")
+        checkpoint = AteletCheckpointInput(
+            operation_id="op-s", worker=plan.worker, holder=C1, snapshot=snapshot, complete_suspend=True
+        )
+        before = time.time()
+        done = await ActivityEnvironment().run(hollow.activities.checkpoint, checkpoint)
+        after = time.time()
+    assert done.completed_at is not None and before <= done.completed_at <= after
+    actor = await store.actors.get(C1)
+    assert actor.state == "SUSPENDED" and actor.worker is None
+    assert actor.latest_snapshot is not None and actor.latest_snapshot.snapshot_id == snapshot.snapshot_id
+    assert await store.suspends.completed(C1, snapshot.snapshot_id)
+    # The atelet is gone and the worker free: a retry (the first answer was lost) must say the
+    # suspend completed without calling it.
+    again = await second_attempt().run(hollow.activities.checkpoint, checkpoint)
+    assert again.completed_earlier and again.completed_at is None
