@@ -204,7 +204,7 @@ class AteletActivities:
         """ResumeActor's placement, restore and finalize in one activity: `begin_resume`'s
         transaction (SUSPENDED|PAUSED -> RESUMING on a chosen worker), the atelet's Restore (or
         Run), then RESUMING -> RUNNING (`_mark_running`). One activity instead of a local
-        activity and a regular one saves the workflow task between them (~8 ms; bench/README.md,
+        activity and a regular one took 5-7 ms off the critical path (bench/README.md,
         "activation"). Each part is idempotent for the operation, so a retry after any crash
         finds the same worker, the atelet's recorded answer and the same commit.
 
@@ -302,8 +302,8 @@ class AteletActivities:
     async def _marked_already(self, request: AteletRunInput) -> bool:
         """Whether an earlier attempt of this call marked the holder RUNNING (its answer was
         lost): the retry must then answer success without touching the sandbox (asked from the
-        second attempt on; a first attempt has no earlier one). A database
-        that does not answer counts as no (the call then goes on as a first attempt would)."""
+        second attempt on; a first attempt has no earlier one). A database that does not answer
+        counts as no (the call then goes on as a first attempt would)."""
         if self.store is None:
             return False
         try:
