@@ -94,8 +94,18 @@ async def store(database_url: str) -> AsyncIterator[Store]:
 def object_store(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalObjectStore]:
     """A real S3 server (SeaweedFS, bucket `ate`) for the whole session; its credentials and
     endpoint are in this process's environment (AWS_*), where obstore's default chain reads them."""
-    server = LocalObjectStore(Path(tmp_path_factory.mktemp("s3")), free_base_port())
-    endpoint = server.start()
+    # Its five ports are picked free, then bound by the server a moment later: another process
+    # may take one in between (CI run 22: "Port allocation failed: port 38178 for Admin ... is not
+    # available"), so a server that exits before it is ready is started again on other ports.
+    for attempt in range(3):
+        server = LocalObjectStore(Path(tmp_path_factory.mktemp("s3")), free_base_port())
+        try:
+            endpoint = server.start()
+            break
+        except RuntimeError:
+            server.stop()
+            if attempt == 2:
+                raise
     saved = {k: os.environ.get(k) for k in endpoint.environment()}
     os.environ.update(endpoint.environment())
     try:
