@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Awaitable
+from collections.abc import Awaitable, Callable
 from typing import TypeVar
 
 import grpc
@@ -243,6 +243,13 @@ class AteletActivities:
 
     async def _start(self, request: AteletRunInput) -> AteletRunResult:
         """The atelet's Run (no snapshot) or Restore, then `_mark_running` when asked (`start`)."""
+        result = await self._run_or_restore(request)
+        if request.mark_running:
+            await self._mark_running(request, result)
+        return result
+
+    async def _run_or_restore(self, request: AteletRunInput) -> AteletRunResult:
+        """The atelet's Run (no snapshot) or Restore of the holder's workload on the worker."""
         address = request.worker.atelet_address
         stub = await self.stub(address, request.worker.node)
         spec = workload_spec(request.spec)
@@ -261,12 +268,9 @@ class AteletActivities:
                     timeout=self.call_timeout_seconds,
                 ),
             )
-            booted = AteletRunResult(
+            return AteletRunResult(
                 worker_ip=run.worker_ip, timings={"boot": run.boot_seconds, "probe": run.probe_seconds}
             )
-            if request.mark_running:
-                await self._mark_running(request, booted)
-            return booted
         manifest = pb.SnapshotManifest()
         if request.snapshot.manifest:
             ParseDict(request.snapshot.manifest, manifest, ignore_unknown_fields=True)
@@ -286,7 +290,7 @@ class AteletActivities:
                 timeout=self.call_timeout_seconds,
             ),
         )
-        result = AteletRunResult(
+        return AteletRunResult(
             worker_ip=restored.worker_ip,
             timings={
                 "fetch": restored.fetch_seconds,
@@ -295,40 +299,61 @@ class AteletActivities:
             },
             snapshot_cache_hit=restored.snapshot_cache_hit,
         )
-        if request.mark_running:
-            await self._mark_running(request, result)
-        return result
 
     async def _marked_already(self, request: AteletRunInput) -> bool:
         """Whether an earlier attempt of this call marked the holder RUNNING (its answer was
-        lost): the retry must then answer success without touching the sandbox (asked from the
-        second attempt on; a first attempt has no earlier one). A database that does not answer
-        counts as no (the call then goes on as a first attempt would)."""
-        if self.store is None:
-            return False
-        try:
-            return await self.store.resumes.finished(request.holder, request.operation_id)
-        except Exception as error:  # Postgres down or restarting: decide as a first attempt would
-            activity.logger.warning("could not check whether %s is RUNNING already: %s", request.holder.key, error)
-            return False
+        lost): the retry must then answer success without touching the sandbox."""
+        return await self._done_earlier(
+            request.holder, "RUNNING", lambda store: store.resumes.finished(request.holder, request.operation_id)
+        )
 
     async def _mark_running(self, request: AteletRunInput, result: AteletRunResult) -> None:
         """ResumeActor's finalize, done here right after the restore answered: RESUMING ->
         RUNNING in one commit whose NOTIFY lets the api-server answer the resume at once
         (bench/README.md, "activation"). Any failure leaves `result.marked_running_at` None and
-        the workflow runs its own `finish_resume` step, which retries through a database
-        restart and raises the store's error in the user's terms."""
+        the workflow runs its own `finish_resume` step (`_finalize_here`)."""
+        result.marked_running_at = await self._finalize_here(
+            request.holder,
+            "marking RUNNING",
+            lambda store: store.resumes.finish(request.holder, request.operation_id),
+            result.timings,
+        )
+
+    async def _done_earlier(self, holder: ActorRef, state: str, check: Callable[[Store], Awaitable[bool]]) -> bool:
+        """Whether an earlier attempt of this call committed its operation's finalize, as `check`
+        asks the store (callers ask from the second attempt on; a first attempt has no earlier
+        one). No store, or a database that does not answer, counts as no: the call then goes on
+        as a first attempt would."""
+        if self.store is None:
+            return False
+        try:
+            return await check(self.store)
+        except Exception as error:  # Postgres down or restarting: decide as a first attempt would
+            activity.logger.warning("could not check whether %s is %s already: %s", holder.key, state, error)
+            return False
+
+    async def _finalize_here(
+        self, holder: ActorRef, what: str, commit: Callable[[Store], Awaitable[None]], timings: dict[str, float]
+    ) -> float | None:
+        """An operation's finalize `commit`, run in the activity right after the atelet answered
+        (after the `<workflow>.before_finalize` failpoint); its seconds go to `timings["finalize"]`.
+
+        Returns:
+            The commit's Unix time (seconds), or None without a store or when the commit failed
+            (a store refusal, Postgres down): the workflow's own finalize step then runs, which
+            retries through a database restart and raises the store's error in the user's terms.
+        """
         await failpoint(f"{activity.info().workflow_type}.before_finalize")
         if self.store is None:
-            return
+            return None
         started = time.monotonic()
         try:
-            await self.store.resumes.finish(request.holder, request.operation_id)
+            await commit(self.store)
         except Exception as error:  # a store refusal, Postgres down: the workflow's own step decides
-            activity.logger.warning("marking %s RUNNING is left to the workflow: %s", request.holder.key, error)
-            return
-        result.marked_running_at = time.time()
-        result.timings["finalize"] = time.monotonic() - started
+            activity.logger.warning("%s %s is left to the workflow: %s", what, holder.key, error)
+            return None
+        timings["finalize"] = time.monotonic() - started
+        return time.time()
 
     @activity_defn("atelet_checkpoint")
     async def checkpoint(self, request: AteletCheckpointInput) -> AteletCheckpointResult:
@@ -368,37 +393,26 @@ class AteletActivities:
 
     async def _completed_already(self, request: AteletCheckpointInput) -> bool:
         """Whether an earlier attempt of this call completed the suspend (its answer was lost):
-        the worker is free by then, so the retry must answer without the atelet. A database that
-        does not answer counts as no."""
-        if self.store is None:
-            return False
-        try:
-            return await self.store.suspends.completed(request.holder, request.snapshot.snapshot_id)
-        except Exception as error:  # Postgres down or restarting: decide as a first attempt would
-            activity.logger.warning("could not check whether %s is SUSPENDED already: %s", request.holder.key, error)
-            return False
+        the worker is free by then, so the retry must answer without the atelet."""
+        return await self._done_earlier(
+            request.holder,
+            "SUSPENDED",
+            lambda store: store.suspends.completed(request.holder, request.snapshot.snapshot_id),
+        )
 
     async def _complete_suspend(self, request: AteletCheckpointInput, result: AteletCheckpointResult) -> None:
         """SuspendActor's finalize, right after the checkpoint answered: snapshot COMPLETED with
         the atelet's manifest, actor SUSPENDED, worker freed, in one commit whose NOTIFY lets the
         api-server answer at once. Any failure leaves `result.completed_at` None and the workflow
-        runs its own `complete_suspend` step (which retries through a database restart and raises
-        the store's error in the user's terms)."""
-        await failpoint(f"{activity.info().workflow_type}.before_finalize")
-        if self.store is None:
-            return
-        started = time.monotonic()
-        try:
-            await self.store.suspends.complete(
+        runs its own `complete_suspend` step (`_finalize_here`)."""
+        result.completed_at = await self._finalize_here(
+            request.holder,
+            "completing the suspend of",
+            lambda store: store.suspends.complete(
                 request.holder, request.operation_id, request.snapshot.snapshot_id, result.manifest, result.size_bytes
-            )
-        except Exception as error:  # a store refusal, Postgres down: the workflow's own step decides
-            activity.logger.warning(
-                "completing the suspend of %s is left to the workflow: %s", request.holder.key, error
-            )
-            return
-        result.completed_at = time.time()
-        result.timings["finalize"] = time.monotonic() - started
+            ),
+            result.timings,
+        )
 
     @activity_defn("atelet_copy_snapshot")
     async def copy_snapshot(self, request: AteletCopyInput) -> AteletCheckpointResult:

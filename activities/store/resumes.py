@@ -134,7 +134,7 @@ class Resumes:
             row = await self.pool.fetchrow(Q["get_actor"], ref.atespace, ref.name)
             if row is None:
                 raise NotFound(f"actor {ref.key} not found")
-            if row["state"] == ActorState.RUNNING and row["operation_id"] == operation_id:
+            if _running_under(row, operation_id):
                 return
             raise FailedPrecondition(
                 f"actor {ref.key} is no longer resuming under operation {operation_id} (state: {row['state']})"
@@ -143,25 +143,18 @@ class Resumes:
     async def finished(self, ref: ActorRef, operation_id: str) -> bool:
         """Whether this operation already marked the actor RUNNING (`finish` committed); False
         for an unknown actor or one in any other state or under another operation."""
-        row = await self.pool.fetchrow(Q["get_actor"], ref.atespace, ref.name)
-        return row is not None and row["state"] == ActorState.RUNNING and row["operation_id"] == operation_id
+        return _running_under(await self.pool.fetchrow(Q["get_actor"], ref.atespace, ref.name), operation_id)
 
     async def progress(self, ref: ActorRef, operation_id: str) -> ResumeProgress:
         """How far this operation got: RUNNING under it (`finish` committed), or RESUMING under
         it on a worker (bound, not finished), or neither (nothing of it is left to undo)."""
         async with self.pool.acquire() as connection:
             row = await connection.fetchrow(Q["get_actor"], ref.atespace, ref.name)
-            if row is None or row["operation_id"] != operation_id:
+            running = _running_under(row, operation_id)
+            bound = row is not None and row["state"] == ActorState.RESUMING and row["operation_id"] == operation_id
+            if row is None or not (running or bound) or row["worker_id"] is None:
                 return ResumeProgress(running=False)
-            if row["state"] == ActorState.RUNNING:
-                return ResumeProgress(
-                    running=True, worker=await self.placement.worker_ref(connection, row["worker_id"])
-                )
-            if row["state"] == ActorState.RESUMING and row["worker_id"] is not None:
-                return ResumeProgress(
-                    running=False, worker=await self.placement.worker_ref(connection, row["worker_id"])
-                )
-            return ResumeProgress(running=False)
+            return ResumeProgress(running=running, worker=await self.placement.worker_ref(connection, row["worker_id"]))
 
     async def rollback(self, ref: ActorRef, operation_id: str, error: str) -> None:
         """RESUMING -> SUSPENDED (PAUSED when it came from there) after a failed resume; frees
@@ -172,6 +165,11 @@ class Resumes:
             if placement is not None and (updated is not None or placement["operation_id"] == operation_id):
                 await connection.execute(Q["delete_placement"], ref.workflow_id)
             await connection.execute(Q["finish_operation"], operation_id, "failed", error, None)
+
+
+def _running_under(row: asyncpg.Record | None, operation_id: str) -> bool:
+    """Whether the actor row says RUNNING, marked so by `operation_id` (its `finish` committed)."""
+    return row is not None and row["state"] == ActorState.RUNNING and row["operation_id"] == operation_id
 
 
 async def unreachable(connection: asyncpg.Connection, ref: ActorRef) -> ActorUnreachable:

@@ -120,12 +120,7 @@ class Suspends:
                     Q["mark_actor_suspended"], ref.atespace, ref.name, operation_id, snapshot_id
                 )
             if updated is None:
-                row = await connection.fetchrow(Q["get_actor"], ref.atespace, ref.name)
-                if (
-                    row is not None
-                    and row["state"] == ActorState.SUSPENDED
-                    and snapshot_id in (row["snapshot_id"], row["local_snapshot_id"])
-                ):
+                if _suspended_with(await connection.fetchrow(Q["get_actor"], ref.atespace, ref.name), snapshot_id):
                     return
                 raise FailedPrecondition(f"actor {ref.key} is no longer suspending under operation {operation_id}")
             await connection.execute(Q["delete_placement"], ref.workflow_id)
@@ -134,12 +129,7 @@ class Suspends:
     async def completed(self, ref: ActorRef, snapshot_id: int) -> bool:
         """Whether `complete` committed for this snapshot: the actor is SUSPENDED with it as its
         latest (or, after an async suspend, its local) snapshot."""
-        row = await self.pool.fetchrow(Q["get_actor"], ref.atespace, ref.name)
-        return (
-            row is not None
-            and row["state"] == ActorState.SUSPENDED
-            and snapshot_id in (row["snapshot_id"], row["local_snapshot_id"])
-        )
+        return _suspended_with(await self.pool.fetchrow(Q["get_actor"], ref.atespace, ref.name), snapshot_id)
 
     async def rollback(self, ref: ActorRef, operation_id: str, snapshot_id: int, error: str) -> None:
         """SUSPENDING|PAUSING -> RUNNING after a failed checkpoint, or SUSPENDING -> PAUSED after a
@@ -148,3 +138,13 @@ class Suspends:
             await connection.fetchval(Q["rollback_actor_suspend"], ref.atespace, ref.name, operation_id, error)
             await connection.execute(Q["delete_pending_snapshot"], snapshot_id)
             await connection.execute(Q["finish_operation"], operation_id, "failed", error, None)
+
+
+def _suspended_with(row: asyncpg.Record | None, snapshot_id: int) -> bool:
+    """Whether the actor row says SUSPENDED with this snapshot as its latest (or, after an async
+    suspend, its local) one: `complete` committed for it."""
+    return (
+        row is not None
+        and row["state"] == ActorState.SUSPENDED
+        and snapshot_id in (row["snapshot_id"], row["local_snapshot_id"])
+    )
