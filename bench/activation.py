@@ -149,39 +149,25 @@ def step_row(h: dict[str, Any], t_send: float, t_recv: float) -> dict[str, Any]:
         "atelet_probe": probe,
         "before_completion": t_recv < h["completed"],  # answered at the commit's NOTIFY
     }
-    atelet_own = fetch + restore + probe
     one = results.get("place_and_restore")
-    if one is not None and "begin_resume" not in la:
-        placement = one.get("placement_seconds", 0.0)
-        restored = one.get("restored") or {}
-        marked, finalize = restored.get("marked_running_at"), restored.get("timings", {}).get("finalize", 0.0)
-        if marked is not None:
-            return row | {
-                "placement": placement,
-                "atelet_rpc": (marked - finalize - h["task_started"]) - placement - atelet_own,
-                "finalize": finalize,
-                "answer": t_recv - marked,
-            }
-        return row | {
-            "placement": placement,
-            "atelet_rpc": (la["place_and_restore"] - h["task_started"]) - placement - atelet_own,
-            "finalize": la["finish_resume"] - la["place_and_restore"],
-            "answer": t_recv - la["finish_resume"],
-        }
-    row["placement"] = la["begin_resume"] - h["task_started"]
-    started = results.get("atelet_start") or {}
-    marked = started.get("marked_running_at")
-    if marked is not None:
-        finalize = started.get("timings", {}).get("finalize", 0.0)
-        return row | {
-            "atelet_rpc": (marked - finalize - la["begin_resume"]) - atelet_own,
-            "finalize": finalize,
-            "answer": t_recv - marked,
-        }
+    if one is not None and "begin_resume" not in la:  # one activity: placement timed inside it
+        step, placement = "place_and_restore", one.get("placement_seconds", 0.0)
+        origin, restored = h["task_started"] + placement, one.get("restored") or {}
+    else:  # step by step: the begin_resume marker ends the placement
+        step, placement = "atelet_start", la["begin_resume"] - h["task_started"]
+        origin, restored = la["begin_resume"], results.get("atelet_start") or {}
+    marked = restored.get("marked_running_at")
+    if marked is not None:  # the activity's own RUNNING commit
+        finalize = restored.get("timings", {}).get("finalize", 0.0)
+        rpc_end, answered_from = marked - finalize, marked
+    else:  # the workflow's finish_resume step after the activity's completion
+        finalize = la["finish_resume"] - la[step]
+        rpc_end, answered_from = la[step], la["finish_resume"]
     return row | {
-        "atelet_rpc": (la["atelet_start"] - la["begin_resume"]) - atelet_own,
-        "finalize": la["finish_resume"] - la["atelet_start"],
-        "answer": t_recv - la["finish_resume"],
+        "placement": placement,
+        "atelet_rpc": rpc_end - origin - (fetch + restore + probe),
+        "finalize": finalize,
+        "answer": t_recv - answered_from,
     }
 
 
