@@ -152,11 +152,17 @@ class ApiClient:
             flight = asyncio.ensure_future(self._fetch_routing(atespace, template))
             self._routing_flights[key] = flight
             flight.add_done_callback(lambda _f: self._routing_flights.pop(key, None))
-        routing = await asyncio.shield(flight)
-        self._routings[key] = routing
-        return routing
+        return await asyncio.shield(flight)
 
     async def _fetch_routing(self, atespace: str, template: str) -> TemplateRouting:
+        # Remembered inside the flight, before it completes: the flight leaves the table in its
+        # done callback, which runs before its waiters wake, so a caller arriving in between must
+        # find the answer here (CI run 24 fetched a template twice under 20 concurrent requests).
+        routing = await self._read_routing(atespace, template)
+        self._routings[(atespace, template)] = routing
+        return routing
+
+    async def _read_routing(self, atespace: str, template: str) -> TemplateRouting:
         url = f"{self.base_url}/v1/atespaces/{atespace}/templates/{template}"
         try:
             resp = await self._client.get(url)
