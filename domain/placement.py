@@ -61,6 +61,9 @@ class WorkerShape:
     places: int
     cpu_millis: int
     memory_bytes: int
+    drain_held: bool = False
+    """UNAVAILABLE because its actor crashed and the router replicas have yet to drain that actor
+    (activities/store/crashes.py); the "no room" message says so, since it passes in seconds."""
 
     @classmethod
     def of(
@@ -73,6 +76,7 @@ class WorkerShape:
         places: int,
         cpu_millis: int,
         memory_bytes: int,
+        drain_held: bool = False,
     ) -> WorkerShape:
         """Build from a worker row's values (labels as a mapping)."""
         return cls(
@@ -83,6 +87,7 @@ class WorkerShape:
             places=places,
             cpu_millis=cpu_millis,
             memory_bytes=memory_bytes,
+            drain_held=drain_held and state == WorkerState.UNAVAILABLE,
         )
 
 
@@ -218,6 +223,10 @@ def refusal(shape: WorkerShape, on_node: bool, used: Usage, demand: Demand) -> C
     return None
 
 
+DRAIN_HELD = "held until the router replicas drained the actor that crashed there (seconds; retry)"
+"""How the "no room" message names workers that are `drain_held`."""
+
+
 @dataclass
 class Tally:
     """How many workers each check removed, for the "no room" message.
@@ -245,7 +254,7 @@ class Tally:
             self.candidates += count
         else:
             detail = {
-                Check.ACTIVE: shape.state,
+                Check.ACTIVE: DRAIN_HELD if shape.drain_held else shape.state,
                 Check.SANDBOX_CLASS: shape.sandbox_class,
                 Check.RUNTIME: shape.runsc_version,
             }.get(check, "")

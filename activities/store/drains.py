@@ -7,6 +7,7 @@ from datetime import datetime
 
 import asyncpg
 
+from activities.store.crashes import hold_for_drain, hold_router_draining_workers
 from activities.store.errors import NotFound
 from activities.store.placement import Placement
 from activities.store.sql import QUERIES as Q
@@ -74,10 +75,14 @@ class Drains:
             if worker_id is None:
                 await connection.execute(Q["crash_paused_actor_after_deadline"], ref.atespace, ref.name, node, reason)
                 return
-            await connection.execute(Q["crash_actor_after_deadline"], ref.atespace, ref.name, worker_id, reason)
+            version = await connection.fetchval(
+                Q["crash_actor_after_deadline"], ref.atespace, ref.name, worker_id, reason
+            )
             if actor is not None and actor["in_progress_snapshot_id"] is not None:  # a suspend that lost the race
                 await connection.execute(Q["delete_pending_snapshot"], actor["in_progress_snapshot_id"])
             await connection.execute(Q["delete_placement"], ref.workflow_id)
+            if version is not None:  # it may have been serving: the routers drop its address first
+                await hold_for_drain(connection, ref, worker_id, version)
 
     async def end(self, node: str) -> None:
         """Clear a node's drain: its workers take actors again at the next heartbeat."""
@@ -85,3 +90,4 @@ class Drains:
             if await connection.fetchval(Q["mark_node_draining"], node, None) is None:
                 raise NotFound(f"node {node} not found")
             await connection.execute(Q["set_node_workers_state"], node, "ACTIVE", None)
+            await hold_router_draining_workers(connection, node)

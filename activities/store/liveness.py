@@ -13,6 +13,7 @@ from dataclasses import dataclass
 
 import asyncpg
 
+from activities.store.crashes import hold_for_drain
 from activities.store.sql import QUERIES as Q
 from domain.liveness import NODE_LEASE_SECONDS, UNREACHABLE_GRACE_SECONDS
 from domain.refs import ActorRef
@@ -94,9 +95,11 @@ class Liveness:
                     f"{why}: its sandbox is taken as lost and is terminated if the node returns; bring the actor "
                     f"back to its last completed snapshot with 'ate revert actor {ref.name} -a {ref.atespace}'"
                 )
-                if await connection.fetchval(Q["crash_unreachable_actor"], ref.atespace, ref.name, reason) is None:
+                version = await connection.fetchval(Q["crash_unreachable_actor"], ref.atespace, ref.name, reason)
+                if version is None:
                     continue
                 await connection.execute(Q["delete_placement"], ref.workflow_id)
+                await hold_for_drain(connection, ref, row["worker_id"], version)
                 crashed.append(ref)
         return crashed
 

@@ -8,6 +8,7 @@ from dataclasses import dataclass
 
 import asyncpg
 
+from activities.store.crashes import crash_on_worker, hold_for_drain, hold_router_draining_workers
 from activities.store.errors import InvalidArgument, NodeRetired, NotFound
 from activities.store.records import WorkerRecord, WorkerRegistration
 from activities.store.sql import QUERIES as Q
@@ -116,6 +117,7 @@ class Nodes:
             await connection.execute(Q["retire_missing_workers"], node, [w.name for w in workers])
             orders = [] if running is None else await self._reconcile(connection, node, running, exited)
             await connection.execute(Q["hold_unready_pod_workers"], node)
+            await hold_router_draining_workers(connection, node)
             return orders
 
     async def sync_pod(self, node: str, address: str, worker: WorkerRegistration, ready: bool) -> bool:
@@ -185,7 +187,10 @@ class Nodes:
                     await connection.execute(Q["delete_pending_snapshot"], row["in_progress_snapshot_id"])
             await connection.execute(Q["delete_placements_of_node"], node)
             for row in released:
-                await connection.execute(Q["delete_placement"], ActorRef(row["atespace"], row["name"]).workflow_id)
+                ref = ActorRef(row["atespace"], row["name"])
+                await connection.execute(Q["delete_placement"], ref.workflow_id)
+                if row["state"] == ActorState.CRASHED:  # it ran there: the routers drop its address
+                    await hold_for_drain(connection, ref, None, row["version"])
             await connection.execute(Q["delete_workers_of_node"], node)
             await connection.execute(Q["retire_node"], node)
             return [(ActorRef(r["atespace"], r["name"]), r["state"]) for r in released]
@@ -203,11 +208,7 @@ class Nodes:
         """RUNNING or UNREACHABLE on `worker_id` -> CRASHED with the reason, place freed. Returns
         whether it applied."""
         async with self.pool.acquire() as connection, connection.transaction():
-            updated = await connection.fetchval(Q["crash_actor_on_worker"], ref.atespace, ref.name, worker_id, reason)
-            if updated is None:
-                return False
-            await connection.execute(Q["delete_placement"], ref.workflow_id)
-            return True
+            return await crash_on_worker(connection, ref, worker_id, reason)
 
     async def record_sandbox_exit(self, node: str, worker: str, ref: ActorRef, reason: str) -> bool:
         """An atelet saw a sandbox exit on its own: its RUNNING (or UNREACHABLE) actor becomes CRASHED.
@@ -277,14 +278,13 @@ class Nodes:
                 if row["state"] != ActorState.RUNNING or not row["settled"]:
                     continue
                 if running is None or not _held_by(row["holder"], *running):
-                    await connection.execute(
-                        Q["crash_actor_on_worker"],
-                        row["atespace"],
-                        row["name"],
+                    await crash_on_worker(
+                        connection,
+                        ActorRef(row["atespace"], row["name"]),
                         row["worker_id"],
                         f"sandbox not found on worker {worker} ({node}): the node lost it (restart or crash)",
+                        row["holder"],
                     )
-                    await connection.execute(Q["delete_placement"], row["holder"])
         for order in orders:
             worker_id = await connection.fetchval(Q["worker_by_name"], node, order.worker)
             if worker_id is not None:
@@ -313,15 +313,14 @@ class Nodes:
             await connection.execute(Q["mark_actor_reachable"], ref.atespace, ref.name, row["worker_id"])
             return None
         what = "its sandbox exited meanwhile" if there else "it no longer has the actor's sandbox (restart or crash)"
-        await connection.execute(
-            Q["crash_actor_on_worker"],
-            ref.atespace,
-            ref.name,
+        await crash_on_worker(
+            connection,
+            ref,
             row["worker_id"],
             f"node {node} answered again but {what} on worker {worker}; bring the actor back to its last "
             f"completed snapshot with 'ate revert actor {ref.name} -a {ref.atespace}'",
+            row["holder"],
         )
-        await connection.execute(Q["delete_placement"], row["holder"])
         return FencingOrder(worker=worker, atespace=ref.atespace, name=ref.name) if there else None
 
     async def alive(self, connection: asyncpg.Connection, node: str) -> bool:

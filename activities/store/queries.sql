@@ -145,7 +145,8 @@ WHERE w.id = $1;
 -- placement check 4) and what its places hold: the worker view's full load
 -- (activities/store/worker_view.py; at start, after its LISTEN connection is re-made, and at each
 -- periodic resync).
-SELECT w.id, w.node, w.name, w.state, w.sandbox_class, w.labels, w.places, w.cpu_millis, w.memory_bytes,
+SELECT w.id, w.node, w.name, w.state, w.router_drain_id, w.sandbox_class, w.labels, w.places, w.cpu_millis,
+       w.memory_bytes,
        CASE WHEN w.sandbox_class = 'gvisor' THEN COALESCE(NULLIF(w.runtime_version, ''), n.runsc_version) ELSE w.runtime_version END AS runsc_version, COALESCE(u.places, 0) AS used_places, COALESCE(u.cpu, 0) AS used_cpu,
        COALESCE(u.memory, 0) AS used_memory
 FROM workers w
@@ -158,7 +159,8 @@ LEFT JOIN (
 -- view_some_workers --
 -- The same for the workers with ids $1 and the workers of the nodes $2 (what notifications named):
 -- index lookups only.
-SELECT w.id, w.node, w.name, w.state, w.sandbox_class, w.labels, w.places, w.cpu_millis, w.memory_bytes,
+SELECT w.id, w.node, w.name, w.state, w.router_drain_id, w.sandbox_class, w.labels, w.places, w.cpu_millis,
+       w.memory_bytes,
        CASE WHEN w.sandbox_class = 'gvisor' THEN COALESCE(NULLIF(w.runtime_version, ''), n.runsc_version) ELSE w.runtime_version END AS runsc_version, u.places AS used_places, u.cpu AS used_cpu,
        u.memory AS used_memory
 FROM workers w
@@ -670,7 +672,7 @@ WHERE w.node = n.name AND n.name = $1 AND n.pod_not_ready
 -- The pod is Ready again: its workers held back as "pod not Ready" are ACTIVE (unless fenced or
 -- draining, which the heartbeat's reconciliation re-applies).
 UPDATE workers SET state = 'ACTIVE', state_reason = NULL, updated_at = now()
-WHERE node = $1 AND state = 'UNAVAILABLE' AND state_reason = 'pod not Ready';
+WHERE node = $1 AND state = 'UNAVAILABLE' AND state_reason = 'pod not Ready' AND router_drain_id IS NULL;
 
 -- release_actors_of_node --
 -- A node is gone for good (its pod was deleted): every actor bound to its workers or pinned to it
@@ -686,7 +688,7 @@ UPDATE actors a SET
                       WHEN a.state IN ('RUNNING', 'UNREACHABLE') THEN $3 ELSE $2 END,
     version = a.version + 1, updated_at = now()
 WHERE a.worker_id IN (SELECT id FROM workers WHERE node = $1) OR a.pinned_node = $1
-RETURNING a.atespace, a.name, a.state;
+RETURNING a.atespace, a.name, a.state, a.version;
 
 -- lock_actors_of_node --
 -- The actors bound to a node's workers or pinned to it, locked, with their in-progress snapshot.
@@ -776,6 +778,48 @@ INSERT INTO router_drain_acks (drain_id, replica)
 SELECT id, $2 FROM router_drains WHERE id = $1
 ON CONFLICT DO NOTHING
 RETURNING drain_id;
+
+-- hold_worker_for_router_drain --
+-- Worker $1's actor crashed: hold the worker UNAVAILABLE (reason $3) until the live router replicas
+-- drained that actor (drain $2); nothing to hold when no replica is live.
+UPDATE workers SET router_drain_id = $2, state = 'UNAVAILABLE', state_reason = $3, updated_at = now()
+WHERE id = $1 AND EXISTS (
+    SELECT 1 FROM router_replicas r WHERE r.last_seen_at > now() - make_interval(secs => r.lease_seconds)
+)
+RETURNING id;
+
+-- hold_router_draining_workers --
+-- At node $1's heartbeat: its workers whose crashed actor a live router replica has yet to drain stay
+-- UNAVAILABLE; a replica is waited for until its drain timeout plus $2 s (at most $3 s) passed since the
+-- drain was recorded, as the drain step before a checkpoint waits. The drains that are done are
+-- forgotten (`release_router_drained_workers`).
+UPDATE workers w
+SET state = 'UNAVAILABLE', updated_at = now(),
+    state_reason = 'held until every router replica has drained ' || d.atespace || '/' || d.name
+                   || ' (its sandbox crashed on this worker); free again within '
+                   || ceil(LEAST(r.wait, $3))::int || ' s of the crash'
+FROM router_drains d,
+     LATERAL (
+         SELECT max(x.drain_timeout_seconds + $2) AS wait FROM router_replicas x
+         WHERE x.last_seen_at > now() - make_interval(secs => x.lease_seconds)
+           AND NOT EXISTS (SELECT 1 FROM router_drain_acks a WHERE a.drain_id = d.id AND a.replica = x.name)
+           AND d.requested_at > now() - make_interval(secs => LEAST(x.drain_timeout_seconds + $2, $3))
+     ) r
+WHERE w.node = $1 AND d.id = w.router_drain_id AND r.wait IS NOT NULL
+RETURNING w.id;
+
+-- release_router_drained_workers --
+-- Forget the router drains of node $1's workers that no live replica is waited for any more (the
+-- bound as in `hold_router_draining_workers`); the heartbeat's registration made them ACTIVE.
+UPDATE workers w SET router_drain_id = NULL
+FROM router_drains d
+WHERE w.node = $1 AND d.id = w.router_drain_id AND NOT EXISTS (
+    SELECT 1 FROM router_replicas x
+    WHERE x.last_seen_at > now() - make_interval(secs => x.lease_seconds)
+      AND NOT EXISTS (SELECT 1 FROM router_drain_acks a WHERE a.drain_id = d.id AND a.replica = x.name)
+      AND d.requested_at > now() - make_interval(secs => LEAST(x.drain_timeout_seconds + $2, $3))
+)
+RETURNING w.id;
 
 -- router_drain_exists --
 -- Whether drain $1 exists.

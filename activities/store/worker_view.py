@@ -132,6 +132,7 @@ def _row_worker(row: asyncpg.Record) -> ViewedWorker:
             places=int(row["places"]),
             cpu_millis=int(row["cpu_millis"]),
             memory_bytes=int(row["memory_bytes"]),
+            drain_held=row["router_drain_id"] is not None,
         ),
         used=Usage(int(row["used_places"]), int(row["used_cpu"]), int(row["used_memory"])),
     )
