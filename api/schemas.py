@@ -311,6 +311,9 @@ class WorkerPublic(BaseModel):
     sandbox_class: str
     labels: dict[str, str]
     state: str
+    state_reason: str | None = None
+    """Why an UNAVAILABLE worker takes no actor (fenced, node lost, draining, pod not Ready,
+    held for the routers' drain of a crashed actor); None when ACTIVE."""
     places: int
     used_places: int
     cpu_millis: int

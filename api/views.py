@@ -79,6 +79,7 @@ def worker_view(worker: WorkerRecord) -> WorkerPublic:
         sandbox_class=worker.sandbox_class,
         labels=worker.labels,
         state=worker.state,
+        state_reason=worker.state_reason if worker.state != "ACTIVE" else None,
         places=worker.places,
         used_places=len(worker.holders),
         cpu_millis=worker.cpu_millis,

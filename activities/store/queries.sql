@@ -308,7 +308,7 @@ WHERE node = $1 AND NOT (name = ANY($2::text[])) AND state <> 'UNAVAILABLE';
 
 -- list_workers --
 -- Every worker with its node, usage and the holders on it.
-SELECT w.id, w.node, w.name, w.pool, w.ip, w.sandbox_class, w.labels, w.state, w.places,
+SELECT w.id, w.node, w.name, w.pool, w.ip, w.sandbox_class, w.labels, w.state, w.state_reason, w.places,
        w.cpu_millis, w.memory_bytes, n.address AS atelet_address,
        COALESCE(array_agg(p.holder ORDER BY p.holder) FILTER (WHERE p.holder IS NOT NULL), '{}') AS holders,
        COALESCE(sum(p.cpu_millis), 0) AS used_cpu, COALESCE(sum(p.memory_bytes), 0) AS used_memory

@@ -164,6 +164,7 @@ class WorkerRecord:
     sandbox_class: str
     labels: dict[str, str]
     state: str
+    state_reason: str | None
     places: int
     cpu_millis: int
     memory_bytes: int
@@ -184,6 +185,7 @@ class WorkerRecord:
             sandbox_class=row["sandbox_class"],
             labels=_json(row["labels"]),
             state=row["state"],
+            state_reason=row["state_reason"],
             places=row["places"],
             cpu_millis=row["cpu_millis"],
             memory_bytes=row["memory_bytes"],

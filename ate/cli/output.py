@@ -27,7 +27,7 @@ class OutputFormat(StrEnum):
 
 
 ACTOR_COLUMNS = ("ATESPACE", "NAME", "TEMPLATE", "STATE", "WORKER POD", "WORKER IPS", "VERSION", "AGE")
-WORKER_COLUMNS = ("POOL", "WORKER", "NODE", "IP", "STATE", "ACTORS")
+WORKER_COLUMNS = ("POOL", "WORKER", "NODE", "IP", "STATE", "ACTORS", "REASON")
 TEMPLATE_COLUMNS = ("ATESPACE", "NAME", "PHASE", "SANDBOX CLASS", "AGE", "REASON")
 ATESPACE_COLUMNS = ("NAME", "AGE")
 
@@ -129,9 +129,11 @@ def actor_row(actor: dict[str, Any], now: datetime | None = None) -> list[str]:
 
 
 def worker_row(worker: dict[str, Any], now: datetime | None = None) -> list[str]:
-    """One row of WORKER_COLUMNS; ACTORS is `<actors placed>/<places>`."""
+    """One row of WORKER_COLUMNS; ACTORS is `<actors placed>/<places>`; REASON says why an
+    UNAVAILABLE worker takes no actor (cut to REASON_WIDTH)."""
     actors = worker.get("actors")
     count = len(actors) if isinstance(actors, list) else worker.get("used_places", 0)
+    reason = worker.get("state_reason")
     return [
         _text(worker.get("pool")),
         _text(worker.get("name")),
@@ -139,6 +141,7 @@ def worker_row(worker: dict[str, Any], now: datetime | None = None) -> list[str]
         _text(worker.get("ip")),
         _text(worker.get("state")),
         f"{count}/{worker.get('places', 0)}",
+        one_line(str(reason), REASON_WIDTH) if reason else NONE,
     ]
 
 

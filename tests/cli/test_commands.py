@@ -179,8 +179,8 @@ def test_get_workers_and_atespaces(ate, api_server: ServerThread) -> None:
         },
     ]
     result = ate("get", "workers")
-    assert result.stdout.splitlines()[0].split() == ["POOL", "WORKER", "NODE", "IP", "STATE", "ACTORS"]
-    assert result.stdout.splitlines()[1].split() == ["default", "vm-w-0", "vm", "10.77.0.2", "ACTIVE", "1/1"]
+    assert result.stdout.splitlines()[0].split() == ["POOL", "WORKER", "NODE", "IP", "STATE", "ACTORS", "REASON"]
+    assert result.stdout.splitlines()[1].split() == ["default", "vm-w-0", "vm", "10.77.0.2", "ACTIVE", "1/1", "<none>"]
 
     ate("create", "atespace", "listed")
     result = ate("get", "atespaces")

@@ -149,10 +149,21 @@ def test_worker_table() -> None:
         "actors": ["demo/c1"],
     }
     idle = {**worker, "name": "vm-w-1", "ip": "10.77.0.3", "used_places": 0, "actors": [], "places": 4}
-    lines = render([worker, idle], OutputFormat.table, columns=WORKER_COLUMNS, row=worker_row, now=NOW).splitlines()
-    assert split_columns(lines[0]) == ["POOL", "WORKER", "NODE", "IP", "STATE", "ACTORS"]
-    assert split_columns(lines[1]) == ["default", "vm-w-0", "vm", "10.77.0.2", "ACTIVE", "1/1"]
-    assert split_columns(lines[2]) == ["default", "vm-w-1", "vm", "10.77.0.3", "ACTIVE", "0/4"]
+    held = {
+        **idle, "name": "vm-w-2", "ip": "10.77.0.4", "places": 1, "state": "UNAVAILABLE",
+        "state_reason": "held until every router replica has drained demo/c9 (its sandbox crashed on this worker)",
+    }  # fmt: skip
+    lines = render(
+        [worker, idle, held], OutputFormat.table, columns=WORKER_COLUMNS, row=worker_row, now=NOW
+    ).splitlines()
+    assert split_columns(lines[0]) == ["POOL", "WORKER", "NODE", "IP", "STATE", "ACTORS", "REASON"]
+    assert split_columns(lines[1]) == ["default", "vm-w-0", "vm", "10.77.0.2", "ACTIVE", "1/1", "<none>"]
+    assert split_columns(lines[2]) == ["default", "vm-w-1", "vm", "10.77.0.3", "ACTIVE", "0/4", "<none>"]
+    # The reason, cut to 60 characters (59 and an ellipsis), as a template's REASON is.
+    assert split_columns(lines[3]) == [
+        "default", "vm-w-2", "vm", "10.77.0.4", "UNAVAILABLE", "0/1",
+        "held until every router replica has drained demo/c9 (its sa…",
+    ]  # fmt: skip
 
 
 READY_TEMPLATE = {
