@@ -102,15 +102,20 @@ class Runsc:
             tail = _read_from(log_path, offset).strip().splitlines()[-3:]
             raise internal(f"runsc {verb[0]} failed (exit {code}): {' | '.join(tail)} (log {log_path})")
 
-    async def run(self, container_id: str, bundle: Path, log_path: Path, *, timeout: float = 60) -> None:
-        """``runsc run -detach``: boots the bundle's sandbox and returns once it started."""
-        await self._detached(["run", "-detach", f"--bundle={bundle}", container_id], log_path, timeout)
+    async def run(self, container_id: str, bundle: Path, log_path: Path, *, timeout: float = 60,
+                  pid_file: Path | None = None) -> None:
+        """``runsc run -detach``: boots the bundle's sandbox and returns once it started; the
+        sandbox's pid goes to ``pid_file`` when given."""
+        pid = [f"-pid-file={pid_file}"] if pid_file is not None else []
+        await self._detached(["run", "-detach", *pid, f"--bundle={bundle}", container_id], log_path, timeout)
 
     async def restore(self, container_id: str, bundle: Path, image_path: Path, log_path: Path,
-                      *, timeout: float = 120) -> None:
-        """``runsc restore --detach``: restores the checkpoint in image_path into a new sandbox."""
+                      *, timeout: float = 120, pid_file: Path | None = None) -> None:
+        """``runsc restore --detach``: restores the checkpoint in image_path into a new sandbox;
+        the sandbox's pid goes to ``pid_file`` when given."""
+        pid = [f"-pid-file={pid_file}"] if pid_file is not None else []
         await self._detached(
-            ["restore", "-detach", f"--bundle={bundle}", f"--image-path={image_path}", container_id],
+            ["restore", "-detach", *pid, f"--bundle={bundle}", f"--image-path={image_path}", container_id],
             log_path, timeout)
 
     async def _call(self, verb: list[str], timeout: float | None) -> proc.Result:

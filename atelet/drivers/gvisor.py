@@ -10,13 +10,15 @@ quirks of runsc with network namespaces: runsc strips the worker end's address a
 
 from __future__ import annotations
 
+import json
 import logging
 from pathlib import Path
 
 from atelet import netns, watch
 from atelet.bundle import build_config, write_bundle
+from atelet.cgroups import CgroupError, set_cpu_limit
 from atelet.drivers.base import SandboxDriver
-from atelet.errors import AteletError
+from atelet.errors import AteletError, internal
 from atelet.images import ImageStore
 from atelet.netns import WorkerNet
 from atelet.proto import atelet_pb2 as pb
@@ -25,6 +27,15 @@ from atelet.runsc import Runsc, pid_alive
 log = logging.getLogger(__name__)
 
 SANDBOX_CLASS = "gvisor"
+
+CPU_MILLIS_ANNOTATION = "dev.ate.cpu-millis"
+"""The bundle's annotation that keeps the template's CPU limit (millicores) for ``launch``."""
+
+
+def _cpu_millis(bundle: Path) -> int:
+    """The CPU limit ``prepare`` recorded in the bundle (0: none)."""
+    config = json.loads((bundle / "config.json").read_text())
+    return int(config.get("annotations", {}).get(CPU_MILLIS_ANNOTATION, "0"))
 
 
 class GVisorDriver(SandboxDriver):
@@ -58,18 +69,32 @@ class GVisorDriver(SandboxDriver):
         image = await self.images.unpack(container.image, "spec.containers[0].image")
         for d in volume_dirs.values():
             d.mkdir(parents=True, exist_ok=True)
-        config = build_config(image, container, net.netns_path, volume_dirs,
-                              spec.cpu_millis, spec.memory_bytes, hostname=hostname)
+        # The CPU limit is left out of the bundle and written once the sandbox is up (atelet.cgroups):
+        # its start is not throttled by the actor's quota.
+        config = build_config(image, container, net.netns_path, volume_dirs, 0, spec.memory_bytes, hostname=hostname)
+        config.setdefault("annotations", {})[CPU_MILLIS_ANNOTATION] = str(spec.cpu_millis)
         return write_bundle(workdir, config)
 
     async def launch(self, container_id: str, net: WorkerNet, prepared: Path, log_path: Path,
                      checkpoint: Path | None) -> None:
-        """Re-applies the worker end's address, then ``runsc run`` or ``runsc restore`` (detached)."""
+        """Re-applies the worker end's address, then ``runsc run`` or ``runsc restore`` (detached),
+        then writes the template's CPU limit into the sandbox's cgroup (a sandbox whose limit
+        cannot be written is deleted: INTERNAL)."""
         await netns.ensure(net)
+        pid_file = prepared / "sandbox.pid"
+        pid_file.unlink(missing_ok=True)
         if checkpoint is None:
-            await self.runsc.run(container_id, prepared, log_path)
+            await self.runsc.run(container_id, prepared, log_path, pid_file=pid_file)
         else:
-            await self.runsc.restore(container_id, prepared, checkpoint, log_path)
+            await self.runsc.restore(container_id, prepared, checkpoint, log_path, pid_file=pid_file)
+        cpu_millis = _cpu_millis(prepared)
+        if cpu_millis > 0:
+            try:
+                set_cpu_limit(int(pid_file.read_text().strip()), cpu_millis)
+            except (OSError, ValueError, CgroupError) as exc:
+                await self.delete_quietly(container_id)
+                raise internal(f"sandbox {container_id} started, but its CPU limit could not be set, so it was "
+                               f"deleted: {exc}") from exc
 
     async def checkpoint(self, container_id: str, image_dir: Path, *, leave_running: bool = False,
                          compress: bool = True) -> None:

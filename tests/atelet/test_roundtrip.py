@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import subprocess
 import uuid
 from pathlib import Path
 
@@ -34,9 +35,31 @@ async def run_counter(a: Atelet, worker: str, image: str) -> pb.RunResponse:
                                           spec=counter_spec(image), probe_timeout_seconds=20))
 
 
+def cpu_limit_of(a: Atelet, worker: str) -> tuple[int, int]:
+    """(quota, period) in µs of the CPU cgroup of the sandbox running on `worker`, read from
+    runsc's list and the kernel's files (cgroup v1 `cpu.cfs_*`, or v2 `cpu.max`)."""
+    root = Path(a.settings.state_dir) / "runsc"
+    listed = subprocess.run(["runsc", "--root", str(root), "list", "-format=json"],
+                            capture_output=True, text=True, check=True)
+    [pid] = [c["pid"] for c in json.loads(listed.stdout or "[]")
+             if c["id"].startswith(worker) and c["status"] == "running"]
+    for line in Path(f"/proc/{pid}/cgroup").read_text().splitlines():
+        _, controllers, path = line.split(":", 2)
+        if "cpu" in controllers.split(","):
+            directory = Path("/sys/fs/cgroup") / controllers / path.lstrip("/")
+            return (int((directory / "cpu.cfs_quota_us").read_text()),
+                    int((directory / "cpu.cfs_period_us").read_text()))
+        if controllers == "":
+            quota, period = (Path("/sys/fs/cgroup") / path.lstrip("/") / "cpu.max").read_text().split()
+            return int(quota), int(period)
+    raise AssertionError(f"no CPU cgroup for pid {pid}")
+
+
 async def test_full_roundtrip_moves_memory_and_data(atelet: Atelet, counter_image: str) -> None:
     run = await run_counter(atelet, "default-0", counter_image)
     assert (await get(run.worker_ip)) == {"ip": run.worker_ip, "memory_count": 1, "file_count": 1}
+    # The template's 500m CPU limit holds once the sandbox is up: 50 ms every 100 ms.
+    assert cpu_limit_of(atelet, "default-0") == (50_000, 100_000)
     assert (await get(run.worker_ip))["memory_count"] == 2
 
     uri = f"file://{atelet.snapshot_root}/demo/c1/1"
@@ -64,6 +87,7 @@ async def test_full_roundtrip_moves_memory_and_data(atelet: Atelet, counter_imag
     restored = await atelet.stub.Restore(restore_req)
     assert restored.worker_ip != run.worker_ip
     assert (await get(restored.worker_ip)) == {"ip": restored.worker_ip, "memory_count": 3, "file_count": 3}
+    assert cpu_limit_of(atelet, "default-1") == (50_000, 100_000)
 
     # A repeated Restore (same operation_id) returns the first result: no second restore.
     assert (await atelet.stub.Restore(restore_req)) == restored
