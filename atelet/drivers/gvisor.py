@@ -32,10 +32,18 @@ CPU_MILLIS_ANNOTATION = "dev.ate.cpu-millis"
 """The bundle's annotation that keeps the template's CPU limit (millicores) for ``launch``."""
 
 
-def _cpu_millis(bundle: Path) -> int:
-    """The CPU limit ``prepare`` recorded in the bundle (0: none)."""
+def confine(bundle: Path, pid: int) -> None:
+    """Write the CPU limit ``prepare`` recorded in ``bundle`` (none: nothing to do) into the
+    cgroup of the sandbox process ``pid``; idempotent.
+
+    Raises:
+        OSError, ValueError: the bundle's config cannot be read.
+        CgroupError: the cgroup cannot be found or written.
+    """
     config = json.loads((bundle / "config.json").read_text())
-    return int(config.get("annotations", {}).get(CPU_MILLIS_ANNOTATION, "0"))
+    cpu_millis = int(config.get("annotations", {}).get(CPU_MILLIS_ANNOTATION, "0"))
+    if cpu_millis > 0:
+        set_cpu_limit(pid, cpu_millis)
 
 
 class GVisorDriver(SandboxDriver):
@@ -87,14 +95,12 @@ class GVisorDriver(SandboxDriver):
             await self.runsc.run(container_id, prepared, log_path, pid_file=pid_file)
         else:
             await self.runsc.restore(container_id, prepared, checkpoint, log_path, pid_file=pid_file)
-        cpu_millis = _cpu_millis(prepared)
-        if cpu_millis > 0:
-            try:
-                set_cpu_limit(int(pid_file.read_text().strip()), cpu_millis)
-            except (OSError, ValueError, CgroupError) as exc:
-                await self.delete_quietly(container_id)
-                raise internal(f"sandbox {container_id} started, but its CPU limit could not be set, so it was "
-                               f"deleted: {exc}") from exc
+        try:
+            confine(prepared, int(pid_file.read_text().strip()))
+        except (OSError, ValueError, CgroupError) as exc:
+            await self.delete_quietly(container_id)
+            raise internal(f"sandbox {container_id} started, but its CPU limit could not be set, so it was "
+                           f"deleted: {exc}") from exc
 
     async def checkpoint(self, container_id: str, image_dir: Path, *, leave_running: bool = False,
                          compress: bool = True) -> None:
@@ -134,14 +140,18 @@ class GVisorDriver(SandboxDriver):
         return pid_alive(int(state.get("pid") or 0))
 
     async def reattach(self, container_id: str, net: WorkerNet, listed: set[str]) -> str:
-        """Checks that runsc lists the sandbox as running with a live process, then re-applies
-        the host end's address (``netns.attach``)."""
+        """Checks that runsc lists the sandbox as running with a live process, writes its CPU limit
+        again (``confine``), then re-applies the host end's address (``netns.attach``)."""
         if container_id not in listed:
             return "runsc no longer knows it"
         state = await self.runsc.state(container_id)
         pid = int(state.get("pid") or 0) if state else 0
         if not state or state.get("status") != "running" or not pid_alive(pid):
             return f"it is not running (runsc: {state.get('status') if state else 'unknown'}, pid {pid})"
+        try:  # the previous atelet may have stopped between the start and the limit's write
+            confine(Path(str(state.get("bundle", ""))), pid)
+        except (OSError, ValueError, CgroupError) as exc:
+            return f"its CPU limit could not be set: {exc}"
         try:
             await netns.attach(net, pid)
         except AteletError as exc:

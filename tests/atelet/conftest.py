@@ -219,3 +219,34 @@ def counter_spec(image: str = COUNTER_IMAGE) -> pb.WorkloadSpec:
         volumes=[pb.Volume(name="data", durable_dir=True)],
         cpu_millis=500, memory_bytes=256 * 2**20,
     )
+
+
+def _cpu_cgroup_files(pid: int) -> tuple[Path, Path] | Path:
+    """The CPU limit's files of process `pid`: (cfs_quota_us, cfs_period_us) on cgroup v1, or
+    cpu.max on v2, from /proc/<pid>/cgroup."""
+    for line in Path(f"/proc/{pid}/cgroup").read_text().splitlines():
+        _, controllers, path = line.split(":", 2)
+        if "cpu" in controllers.split(","):
+            directory = Path("/sys/fs/cgroup") / controllers / path.lstrip("/")
+            return directory / "cpu.cfs_quota_us", directory / "cpu.cfs_period_us"
+        if controllers == "":
+            return Path("/sys/fs/cgroup") / path.lstrip("/") / "cpu.max"
+    raise AssertionError(f"no CPU cgroup for pid {pid}")
+
+
+def cpu_limit_of_pid(pid: int) -> tuple[int, int]:
+    """(quota, period) in µs of the CPU cgroup of process `pid`; quota -1: no limit."""
+    files = _cpu_cgroup_files(pid)
+    if isinstance(files, tuple):
+        return int(files[0].read_text()), int(files[1].read_text())
+    quota, period = files.read_text().split()
+    return (-1 if quota == "max" else int(quota)), int(period)
+
+
+def lift_cpu_limit_of_pid(pid: int) -> None:
+    """Remove the CPU limit of process `pid`'s cgroup (as if it was never written)."""
+    files = _cpu_cgroup_files(pid)
+    if isinstance(files, tuple):
+        files[0].write_text("-1")
+    else:
+        files.write_text("max")

@@ -26,7 +26,9 @@ from tests.atelet.conftest import (
     assert_nothing_left,
     control_plane_tls,
     counter_spec,
+    cpu_limit_of_pid,
     force_cleanup,
+    lift_cpu_limit_of_pid,
     make_settings,
     runsc_missing,
     tls_flags,
@@ -171,11 +173,17 @@ async def test_sigkilled_atelet_adopts_its_running_sandbox(agent: Agent, api: Fa
     assert record["actor"] == {"atespace": "demo", "name": "p1"} and record["operation"]["id"] == "ad-run-1"
     assert record["probe"] == {"ip": run.worker_ip, "port": 8080, "path": "/readyz"}
 
+    assert cpu_limit_of_pid(pid) == (50_000, 100_000)  # the template's 500m
+
     agent.sigkill()
     # While the atelet is down the host end of the worker's veth loses its address (as when the
     # host's network is reconfigured): adoption puts it back without touching the namespace.
     net = record["net"]
     subprocess.run(["ip", "addr", "flush", "dev", net["host_if"]], check=True)
+    # And the sandbox has no CPU limit, as when the atelet was killed after runsc started it and
+    # before it wrote the limit: adoption writes it.
+    lift_cpu_limit_of_pid(pid)
+    assert cpu_limit_of_pid(pid)[0] == -1
     killed = time.monotonic()
     restart = agent.start()
     channel, stub = agent.stub()
@@ -184,6 +192,7 @@ async def test_sigkilled_atelet_adopts_its_running_sandbox(agent: Agent, api: Fa
         assert beat_after(api, killed)["default-0"] == {"atespace": "demo", "name": "p1"}
         # The same sandbox in the same namespace: never recreated, and it kept its memory.
         assert agent.sandbox_pid("default-0") == pid and agent.netns_inode("default-0") == inode
+        assert cpu_limit_of_pid(pid) == (50_000, 100_000)
         first_get = time.monotonic()
         assert await get_count(run.worker_ip) == 3
         get_s = time.monotonic() - first_get

@@ -12,7 +12,7 @@ import httpx
 import pytest
 
 from atelet.proto import atelet_pb2 as pb
-from tests.atelet.conftest import Atelet, checkpoint_compression, counter_spec
+from tests.atelet.conftest import Atelet, checkpoint_compression, counter_spec, cpu_limit_of_pid
 
 pytestmark = [pytest.mark.runsc, pytest.mark.asyncio]
 ACTOR = pb.ActorRef(atespace="demo", name="c1")
@@ -37,22 +37,13 @@ async def run_counter(a: Atelet, worker: str, image: str) -> pb.RunResponse:
 
 def cpu_limit_of(a: Atelet, worker: str) -> tuple[int, int]:
     """(quota, period) in µs of the CPU cgroup of the sandbox running on `worker`, read from
-    runsc's list and the kernel's files (cgroup v1 `cpu.cfs_*`, or v2 `cpu.max`)."""
+    runsc's list and the kernel's files."""
     root = Path(a.settings.state_dir) / "runsc"
     listed = subprocess.run(["runsc", "--root", str(root), "list", "-format=json"],
                             capture_output=True, text=True, check=True)
     [pid] = [c["pid"] for c in json.loads(listed.stdout or "[]")
              if c["id"].startswith(worker) and c["status"] == "running"]
-    for line in Path(f"/proc/{pid}/cgroup").read_text().splitlines():
-        _, controllers, path = line.split(":", 2)
-        if "cpu" in controllers.split(","):
-            directory = Path("/sys/fs/cgroup") / controllers / path.lstrip("/")
-            return (int((directory / "cpu.cfs_quota_us").read_text()),
-                    int((directory / "cpu.cfs_period_us").read_text()))
-        if controllers == "":
-            quota, period = (Path("/sys/fs/cgroup") / path.lstrip("/") / "cpu.max").read_text().split()
-            return int(quota), int(period)
-    raise AssertionError(f"no CPU cgroup for pid {pid}")
+    return cpu_limit_of_pid(pid)
 
 
 async def test_full_roundtrip_moves_memory_and_data(atelet: Atelet, counter_image: str) -> None:
