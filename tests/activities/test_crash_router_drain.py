@@ -15,16 +15,9 @@ import pytest
 from activities.store import NoCapacity, Store
 from domain.refs import ActorRef
 from tests.activities.test_lifecycle import running_actor
-from tests.activities.test_store import ready_template, worker
+from tests.activities.test_node_loss import WORKERS, stage
 
-WORKERS = [worker("w0"), worker("w1")]
-
-
-@pytest.fixture
-async def stage(store: Store) -> Store:
-    await store.nodes.register("n1", "127.0.0.1:1", "v", WORKERS)
-    await ready_template(store)
-    return store
+__all__ = ["stage"]  # the fixture: node n1 with workers w0 and w1, the template `counter` Ready
 
 
 async def home_of(store: Store, ref: ActorRef) -> str:
