@@ -17,6 +17,7 @@ from api.schemas import (
     WorkerPublic,
 )
 from domain.names import check_label_name
+from domain.states import WorkerState
 
 
 def actor_view(actor: ActorRecord) -> ActorPublic:
@@ -79,7 +80,7 @@ def worker_view(worker: WorkerRecord) -> WorkerPublic:
         sandbox_class=worker.sandbox_class,
         labels=worker.labels,
         state=worker.state,
-        state_reason=worker.state_reason if worker.state != "ACTIVE" else None,
+        state_reason=worker.state_reason if worker.state != WorkerState.ACTIVE else None,
         places=worker.places,
         used_places=len(worker.holders),
         cpu_millis=worker.cpu_millis,

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import asyncpg
 
+from activities.store.router_drains import record_drain
 from activities.store.sql import QUERIES as Q
 from domain.operations.router_drain import DRAIN_ACK_MARGIN_SECONDS, MAX_DRAIN_WAIT_SECONDS
 from domain.refs import ActorRef
@@ -25,19 +26,6 @@ def drain_operation_id(ref: ActorRef, version: int) -> str:
     """The operation ID of the router drain of `ref`'s crash at actor version `version` (one
     drain per crash; the same crash recorded again gets the same drain)."""
     return f"crash/{ref.key}/{version}"
-
-
-async def record_crash_drain(connection: asyncpg.Connection, ref: ActorRef, version: int) -> int:
-    """Record the router drain of `ref`'s crash and NOTIFY the replicas (delivered at commit).
-
-    Returns:
-        The drain's ID.
-    """
-    drain_id: int = await connection.fetchval(
-        Q["record_router_drain"], drain_operation_id(ref, version), ref.atespace, ref.name
-    )
-    await connection.execute(Q["notify_router_drain"], f"{drain_id} {ref.key}")
-    return drain_id
 
 
 async def crash_on_worker(
@@ -61,7 +49,7 @@ async def crash_on_worker(
 async def hold_for_drain(connection: asyncpg.Connection, ref: ActorRef, worker_id: int | None, version: int) -> None:
     """Record the router drain of `ref`'s crash at `version` and hold `worker_id` (None: the
     worker is gone) UNAVAILABLE until the live replicas drained it."""
-    drain_id = await record_crash_drain(connection, ref, version)
+    drain_id = await record_drain(connection, ref, drain_operation_id(ref, version))
     if worker_id is not None:
         await connection.execute(
             Q["hold_worker_for_router_drain"],

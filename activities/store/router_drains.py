@@ -20,6 +20,15 @@ DRAIN_CHANNEL = "ate_router_drains"
 """The NOTIFY channel of drain requests; payload `<drain id> <atespace>/<name>`."""
 
 
+async def record_drain(connection: asyncpg.Connection, actor: ActorRef, operation_id: str) -> int:
+    """Record the drain of `actor` for operation `operation_id` (the same row for a retry of that
+    operation) and NOTIFY the listening replicas (delivered when the caller's transaction
+    commits); return the drain's ID."""
+    drain_id: int = await connection.fetchval(Q["record_router_drain"], operation_id, actor.atespace, actor.name)
+    await connection.execute(Q["notify_router_drain"], f"{drain_id} {actor.key}")
+    return drain_id
+
+
 @dataclass(frozen=True)
 class PendingDrain:
     """A drain a replica has yet to carry out and acknowledge."""
@@ -81,11 +90,7 @@ class RouterDrains:
         retry of that operation) and NOTIFY the listening replicas; return the drain's ID."""
         async with self.pool.acquire() as connection:
             await connection.execute(Q["prune_router_drains"])
-            drain_id: int = await connection.fetchval(
-                Q["record_router_drain"], operation_id, actor.atespace, actor.name
-            )
-            await connection.execute(Q["notify_router_drain"], f"{drain_id} {actor.key}")
-        return drain_id
+            return await record_drain(connection, actor, operation_id)
 
     async def waiting(self, drain_id: int) -> DrainProgress:
         """Which live replicas have acknowledged drain `drain_id` and which have not."""
