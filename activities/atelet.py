@@ -211,7 +211,8 @@ class AteletActivities:
         Raises:
             ApplicationError: the store's refusals of the placement (NotFound,
                 FailedPrecondition, NoCapacity, PinnedNodeFull, ActorUnreachable; nothing was
-                placed), or the atelet's failure of the restore (`start`'s errors; the actor is
+                placed), Superseded (the place was taken over before the atelet was called), or
+                the atelet's failure of the restore (`start`'s errors; the actor is
                 then RESUMING on `ResumeProgress.worker`).
         """
         if self.store is None:
@@ -228,6 +229,9 @@ class AteletActivities:
             return PlaceAndRestoreResult(plan=plan, placement_seconds=placement, resumed_earlier=earlier)
         assert plan.worker is not None and plan.spec is not None
         await failpoint("ResumeActor.atelet_call")
+        # A revert may have taken the place over since `begin` (this activity goes on after its
+        # workflow ended): a restore now would start a second sandbox of the actor on this node.
+        await self._still_placed(request.actor.workflow_id, plan.worker, request.operation_id)
         restored = await self._start(
             AteletRunInput(
                 operation_id=request.operation_id,

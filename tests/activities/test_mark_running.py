@@ -7,18 +7,22 @@ workflow's own finalize step; `Resumes.progress` tells what a failed resume left
 
 from __future__ import annotations
 
+import asyncio
 import time
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, replace
 from pathlib import Path
 
 import pytest
+from temporalio.exceptions import ApplicationError
 from temporalio.testing import ActivityEnvironment
 
 from activities.atelet import AteletActivities
 from activities.store import Store
 from activities.store.records import WorkerRegistration
+from atelet.proto import atelet_pb2 as pb
 from atelet.settings import AteletSettings
+from domain.failpoints import ENV as FAILPOINTS_ENV
 from domain.operations.atelet_calls import AteletCheckpointInput, AteletRunInput
 from domain.operations.resume import PlaceAndRestoreInput, ResumeProgress
 from domain.refs import ActorRef
@@ -99,6 +103,18 @@ async def resuming(store: Store, image: str, hollow: Hollow, op: str) -> AteletR
     )
 
 
+async def suspended_on_the_hollow_node(store: Store, hollow: Hollow, image: str) -> None:
+    """Actor demo/c1 SUSPENDED at its template's golden snapshot, the hollow node's two workers free."""
+    settings = hollow.settings
+    await store.nodes.register(settings.node, settings.listen, "hollow", [default_worker(0), default_worker(1)])
+    await ready_template(store, SPEC | {"containers": [{"name": "c", "image": image}]})
+    await store.actors.create(C1, "counter", {})
+    # The golden snapshot's URI is the template's storage location, which this hollow atelet
+    # does not serve: point the template's golden snapshot at its snapshot root.
+    async with store.pool.acquire() as connection:
+        await connection.execute("UPDATE snapshots SET uri = $1", f"file://{hollow.root}/demo/templates/counter/0")
+
+
 async def test_the_restore_marks_the_actor_running_and_a_repeat_answers_without_the_atelet(
     store: Store, hollow: Hollow, counter_image: str
 ) -> None:
@@ -132,13 +148,7 @@ async def test_place_and_restore_places_restores_and_marks_running_and_a_retry_f
     store: Store, hollow: Hollow, counter_image: str
 ) -> None:
     settings = hollow.settings
-    await store.nodes.register(settings.node, settings.listen, "hollow", [default_worker(0), default_worker(1)])
-    await ready_template(store, SPEC | {"containers": [{"name": "c", "image": counter_image}]})
-    await store.actors.create(C1, "counter", {})
-    # The golden snapshot's URI is the template's storage location, which this hollow atelet
-    # does not serve: point the template's golden snapshot at its snapshot root.
-    async with store.pool.acquire() as connection:
-        await connection.execute("UPDATE snapshots SET uri = $1", f"file://{hollow.root}/demo/templates/counter/0")
+    await suspended_on_the_hollow_node(store, hollow, counter_image)
     call = PlaceAndRestoreInput(actor=C1, operation_id="op-1", probe_timeout_seconds=5.0)
     async with running_atelet(settings):
         done = await ActivityEnvironment().run(hollow.activities.place_and_restore, call)
@@ -159,6 +169,39 @@ async def test_place_and_restore_places_restores_and_marks_running_and_a_retry_f
         PlaceAndRestoreInput(actor=C1, operation_id="op-2", probe_timeout_seconds=5),
     )
     assert other.plan.already_running and not other.resumed_earlier
+
+
+async def test_place_and_restore_starts_nothing_once_a_revert_took_the_place_over(
+    store: Store, hollow: Hollow, counter_image: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The activity goes on after a revert ended its workflow (test_lifecycle's stuck resume):
+    once its place is gone it must not restore, or the node would run a second sandbox of the
+    actor, which the actor's next resume shares its durable dirs with (CI run of stop 21: the
+    resumed actor's /data vanished)."""
+    await suspended_on_the_hollow_node(store, hollow, counter_image)
+    failpoints = tmp_path / "failpoints"
+    failpoints.mkdir()
+    monkeypatch.setenv(FAILPOINTS_ENV, str(failpoints))
+    armed = failpoints / "ResumeActor.atelet_call"
+    armed.touch()
+    call = PlaceAndRestoreInput(actor=C1, operation_id="op-1", probe_timeout_seconds=5.0)
+    async with running_atelet(hollow.settings) as atelet:
+        resume = asyncio.create_task(ActivityEnvironment().run(hollow.activities.place_and_restore, call))
+        deadline = time.monotonic() + 20
+        while not (failpoints / "ResumeActor.atelet_call.reached").exists():
+            assert time.monotonic() < deadline and not resume.done(), "the activity never reached the atelet call"
+            await asyncio.sleep(0.02)
+        assert (await store.actors.get(C1)).state == "RESUMING"
+        await store.reverts.begin(C1, "op-revert")
+        await store.reverts.finish(C1, "op-revert", "reverted while the resume was stuck")
+        armed.unlink()
+        with pytest.raises(ApplicationError) as raised:
+            await asyncio.wait_for(resume, 20)
+        health = await atelet.stub.Health(pb.HealthRequest())
+    assert raised.value.type == "Superseded" and raised.value.non_retryable
+    assert [w.sandbox_state for w in health.workers] == ["idle", "idle"]  # no sandbox was started
+    actor = await store.actors.get(C1)
+    assert (actor.state, actor.worker) == ("SUSPENDED", None)
 
 
 async def test_progress_of_a_resume_tells_bound_from_running_from_nothing(store: Store, tmp_path: Path) -> None:
