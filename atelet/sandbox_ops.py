@@ -8,7 +8,8 @@ and answers success instead of starting a second one.
 
 Errors: INVALID_ARGUMENT (spec, URIs, names), NOT_FOUND (unknown worker, no snapshot),
 FAILED_PRECONDITION (worker busy with another actor, actor not on the worker, snapshot exists,
-manifest mismatch), UNAVAILABLE (probe timeout, checkpoint blocked), INTERNAL.
+manifest mismatch), UNAVAILABLE (probe timeout, checkpoint blocked, the actor runs on another worker
+of the node: ``WorkerTable.claim``), INTERNAL.
 """
 
 from __future__ import annotations
@@ -80,16 +81,16 @@ class SandboxOperations:
             already = await self._started_by(worker, actor, req.operation_id, "run", req)
             if already is not None:
                 return pb.RunResponse(worker_ip=worker.net.worker_ip, probe_seconds=already)
-            self.table.claim(worker, actor)
-            if self.hollow:
-                worker.actor, worker.state = actor, "running"
-                return pb.RunResponse(worker_ip=worker.net.worker_ip)
-            shutil.rmtree(self.layout.actor_dir(actor), ignore_errors=True)  # a cold boot starts empty
-            boot, probe_s = await self.runner.boot(worker, actor, req.spec, None, req.probe_timeout_seconds,
-                                                   (req.operation_id, "run"))
-            await failpoint("Atelet.run.after_boot")
-            log.info("run %s/%s on %s: boot %.3fs probe %.3fs", *actor, worker.name, boot, probe_s)
-            return pb.RunResponse(worker_ip=worker.net.worker_ip, boot_seconds=boot, probe_seconds=probe_s)
+            with self.table.claim(worker, actor):
+                if self.hollow:
+                    worker.actor, worker.state = actor, "running"
+                    return pb.RunResponse(worker_ip=worker.net.worker_ip)
+                shutil.rmtree(self.layout.actor_dir(actor), ignore_errors=True)  # a cold boot starts empty
+                boot, probe_s = await self.runner.boot(worker, actor, req.spec, None, req.probe_timeout_seconds,
+                                                       (req.operation_id, "run"))
+                await failpoint("Atelet.run.after_boot")
+                log.info("run %s/%s on %s: boot %.3fs probe %.3fs", *actor, worker.name, boot, probe_s)
+                return pb.RunResponse(worker_ip=worker.net.worker_ip, boot_seconds=boot, probe_seconds=probe_s)
 
     async def restore(self, req: pb.RestoreRequest) -> pb.RestoreResponse:
         """Restores ``req.actor`` on ``req.worker`` from the snapshot at ``req.snapshot_uri``: its
@@ -110,32 +111,32 @@ class SandboxOperations:
             already = await self._started_by(worker, actor, req.operation_id, "restore", req)
             if already is not None:
                 return pb.RestoreResponse(worker_ip=worker.net.worker_ip, probe_seconds=already)
-            self.table.claim(worker, actor)
-            if self.hollow:
-                worker.actor, worker.state = actor, "running"
-                return pb.RestoreResponse(worker_ip=worker.net.worker_ip)
-            start = time.monotonic()
-            async with self.snapshots.open_for_restore(req.snapshot_uri, req.manifest, worker.pool.sandbox_class,
-                                                       self.table.runtime_version(worker)) as opened:
-                dest, manifest = opened.directory, opened.manifest
-                snapshot_files = {f.path for f in manifest.files}
-                actor_dir = self.layout.actor_dir(actor)
-                shutil.rmtree(actor_dir, ignore_errors=True)
-                for name, host_dir in self.layout.volume_dirs(actor, req.spec).items():
-                    tar_rel = f"{VOLUMES_DIR}/{name}.tar"
-                    if tar_rel in snapshot_files:
-                        await asyncio.to_thread(extract_dir, dest / tar_rel, host_dir)
-                fetch = time.monotonic() - start
-                image_path = dest / CHECKPOINT_DIR if manifest.scope == pb.SNAPSHOT_SCOPE_FULL else None
-                boot, probe_s = await self.runner.boot(worker, actor, req.spec, image_path,
-                                                       req.probe_timeout_seconds, (req.operation_id, "restore"))
-            await failpoint("Atelet.restore.after_boot")
-            log.info("restore %s/%s (%s) on %s: fetch %.3fs%s restore %.3fs probe %.3fs", *actor,
-                     pb.SnapshotScope.Name(manifest.scope), worker.name, fetch,
-                     " (cache hit)" if opened.cache_hit else "", boot, probe_s)
-            return pb.RestoreResponse(worker_ip=worker.net.worker_ip, fetch_seconds=fetch,
-                                      restore_seconds=boot, probe_seconds=probe_s,
-                                      snapshot_cache_hit=opened.cache_hit)
+            with self.table.claim(worker, actor):
+                if self.hollow:
+                    worker.actor, worker.state = actor, "running"
+                    return pb.RestoreResponse(worker_ip=worker.net.worker_ip)
+                start = time.monotonic()
+                async with self.snapshots.open_for_restore(req.snapshot_uri, req.manifest, worker.pool.sandbox_class,
+                                                           self.table.runtime_version(worker)) as opened:
+                    dest, manifest = opened.directory, opened.manifest
+                    snapshot_files = {f.path for f in manifest.files}
+                    actor_dir = self.layout.actor_dir(actor)
+                    shutil.rmtree(actor_dir, ignore_errors=True)
+                    for name, host_dir in self.layout.volume_dirs(actor, req.spec).items():
+                        tar_rel = f"{VOLUMES_DIR}/{name}.tar"
+                        if tar_rel in snapshot_files:
+                            await asyncio.to_thread(extract_dir, dest / tar_rel, host_dir)
+                    fetch = time.monotonic() - start
+                    image_path = dest / CHECKPOINT_DIR if manifest.scope == pb.SNAPSHOT_SCOPE_FULL else None
+                    boot, probe_s = await self.runner.boot(worker, actor, req.spec, image_path,
+                                                           req.probe_timeout_seconds, (req.operation_id, "restore"))
+                await failpoint("Atelet.restore.after_boot")
+                log.info("restore %s/%s (%s) on %s: fetch %.3fs%s restore %.3fs probe %.3fs", *actor,
+                         pb.SnapshotScope.Name(manifest.scope), worker.name, fetch,
+                         " (cache hit)" if opened.cache_hit else "", boot, probe_s)
+                return pb.RestoreResponse(worker_ip=worker.net.worker_ip, fetch_seconds=fetch,
+                                          restore_seconds=boot, probe_seconds=probe_s,
+                                          snapshot_cache_hit=opened.cache_hit)
 
     async def checkpoint(self, req: pb.CheckpointRequest) -> pb.CheckpointResponse:
         """Checkpoints ``req.actor`` on ``req.worker`` to ``req.snapshot_uri`` and frees the worker.

@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 
 from atelet import metrics, netns
 from atelet.assignments import Assignment, AssignmentStore
-from atelet.errors import not_found, precondition
+from atelet.errors import not_found, precondition, unavailable
 from atelet.layout import NodeLayout
 from atelet.proto import atelet_pb2 as pb
 from atelet.settings import AteletSettings
@@ -80,6 +80,7 @@ class WorkerTable:
         # the runtime build per sandbox class, stamped into each record; set by Node.start
         self.runtime_versions: dict[str, str] = {}
         self.by_name: dict[str, Worker] = {}
+        self._starting: dict[tuple[str, str], str] = {}  # actor -> the worker starting it (claim)
         index = 0
         for pool in pools:
             for i in range(pool.replicas):
@@ -108,16 +109,34 @@ class WorkerTable:
                             f"(workers: {', '.join(self.by_name) or 'none'})")
         return worker
 
-    @staticmethod
-    def claim(worker: Worker, actor: tuple[str, str]) -> None:
-        """Checks that ``worker`` holds no actor, before ``actor`` is started on it.
+    @contextmanager
+    def claim(self, worker: Worker, actor: tuple[str, str]) -> Iterator[None]:
+        """Holds ``actor`` for ``worker`` while the block starts its sandbox: the worker must hold no
+        actor, and no other worker of the node may run ``actor`` or be starting it. The actor's
+        durable dirs are the node's (``NodeLayout.actor_dir``), so a second sandbox of it here
+        would share them, and its start would empty them under the first (a resume that went on
+        after a revert took its place over did exactly that).
 
         Raises:
-            AteletError: FAILED_PRECONDITION naming what the worker runs.
+            AteletError: FAILED_PRECONDITION naming what the worker runs; UNAVAILABLE (retryable)
+                naming the other worker.
         """
         if worker.actor is not None:
             raise precondition(f"worker {worker.name} is busy: it runs {describe(worker.actor)} "
                                f"(state {worker.state}), wanted it for {describe(actor)}")
+        elsewhere = self._starting.get(actor)
+        if elsewhere is None:
+            elsewhere = next((other.name for other in self.by_name.values()
+                              if other is not worker and other.actor == actor and other.state == "running"), None)
+        if elsewhere is not None and elsewhere != worker.name:
+            raise unavailable(f"{describe(actor)} already runs on worker {elsewhere} of node {self.node}, and a "
+                              f"second sandbox of it would share its durable dirs; the control plane has the "
+                              f"node terminate a sandbox it no longer places at the node's next heartbeat: retry")
+        self._starting[actor] = worker.name
+        try:
+            yield
+        finally:
+            del self._starting[actor]
 
     def persist(self, worker: Worker) -> None:
         """Records what runs on ``worker`` (removes the record when it is idle); not in hollow mode."""
