@@ -17,9 +17,11 @@ from pathlib import Path
 
 from atelet import probe
 from atelet.drivers import Drivers
+from atelet.errors import AteletError
 from atelet.exits import ExitWatcher
 from atelet.layout import NodeLayout
 from atelet.proto import atelet_pb2 as pb
+from atelet.watch import last_log_line
 from atelet.workers import Worker, WorkerTable
 
 DEFAULT_PROBE_TIMEOUT = 30.0  # seconds, when the request gives none
@@ -74,10 +76,18 @@ class SandboxRunner:
             boot = time.monotonic() - start
             probe_seconds = 0.0
             if container.wakeup_probe.port:
-                probe_seconds = await probe.wait_ready(worker.net.worker_ip, container.wakeup_probe.port,
-                                                       container.wakeup_probe.path or "/",
-                                                       probe_timeout or DEFAULT_PROBE_TIMEOUT,
-                                                       container=container.name, retryable=False)
+                try:
+                    probe_seconds = await probe.wait_ready(worker.net.worker_ip, container.wakeup_probe.port,
+                                                           container.wakeup_probe.path or "/",
+                                                           probe_timeout or DEFAULT_PROBE_TIMEOUT,
+                                                           container=container.name, retryable=False)
+                except AteletError as error:
+                    # What the workload said last tells why it never answered (a crash at start,
+                    # a port it does not listen on) better than the probe can.
+                    line = last_log_line(self.layout.log_path(actor))
+                    if not line:
+                        raise
+                    raise AteletError(error.code, f"{error.reason}; last log line: {line}") from error
             self.exits.watch(worker)
             return boot, probe_seconds
         except BaseException:

@@ -26,6 +26,42 @@ def pytest_configure(config: pytest.Config) -> None:
     os.environ["ATE_CONFIG"] = str(Path(tempfile.mkdtemp(prefix="ate-config-")) / "config.yaml")
 
 
+STACK_LOG_LINES = 25
+"""How many last lines of each process's log a failed test of a whole stack shows."""
+
+
+def _stack_logs(item: pytest.Item) -> Path | None:
+    """The log dir of the stack (e2e or durability) a test uses, if any."""
+    for value in getattr(item, "funcargs", {}).values():
+        logs = getattr(value, "logs", None)
+        if logs is None and isinstance(getattr(value, "data_dir", None), Path):
+            logs = value.data_dir / "logs"
+        if isinstance(logs, Path) and logs.is_dir():
+            return logs
+    return None
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) -> Iterator[None]:
+    """A failed test of a whole stack shows the last lines of each of its processes' logs (the
+    Temporal server's aside): a CI run's output is all there is to read of that machine."""
+    outcome = yield
+    report = outcome.get_result()  # type: ignore[attr-defined]
+    if not report.failed:
+        return
+    logs = _stack_logs(item)
+    if logs is None:
+        return
+    for log in sorted(logs.glob("*.log")):
+        if log.name.startswith("temporal"):
+            continue
+        try:
+            lines = log.read_text(errors="replace").splitlines()[-STACK_LOG_LINES:]
+        except OSError:
+            continue
+        report.sections.append((f"last lines of {log.name}", "\n".join(line[:400] for line in lines)))
+
+
 @pytest.fixture(scope="session")
 def postgres_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     """An admin URL of a real PostgreSQL server for the whole session."""

@@ -1,6 +1,6 @@
 """A boot whose wakeup probe never answers fails once the probe's timeout passes, for good
 (FAILED_PRECONDITION: retrying the same boot would wait as long again), with a reason that names
-the probe and the container, and leaves the worker free (real runsc, real gRPC)."""
+the probe and the container and gives the workload's last log line, and leaves the worker free (real runsc, real gRPC)."""
 
 from __future__ import annotations
 
@@ -31,7 +31,10 @@ async def test_a_probe_on_a_port_nothing_listens_on_fails_at_its_timeout(atelet:
         )
     waited = time.monotonic() - started
     assert err.value.code() == grpc.StatusCode.FAILED_PRECONDITION
-    assert err.value.details() == "wakeup probe GET :9999/readyz of container counter got no answer in 2 s (last: no connection)"
+    reason, _, said = err.value.details().partition("; last log line: ")
+    assert reason == "wakeup probe GET :9999/readyz of container counter got no answer in 2 s (last: no connection)"
+    # what the counter logged last (examples/counter/main.go) names the port it listens on
+    assert said.endswith("counter: listening on 0.0.0.0:8080, data dir /data"), err.value.details()
     assert waited >= 2, waited  # it waited out the probe's timeout (no retry here: that is the workflow's call)
 
     health = {w.name: w.sandbox_state for w in (await atelet.stub.Health(pb.HealthRequest())).workers}
