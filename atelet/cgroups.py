@@ -23,6 +23,11 @@ class CgroupError(Exception):
     """The sandbox's cgroup could not be found or written; the message says which file."""
 
 
+class SharedCgroup(CgroupError):
+    """The process's CPU cgroup is not one runsc made for its container (the name of that cgroup
+    holds the container ID): a limit written there would throttle other processes too."""
+
+
 def cpu_cgroup_dir(pid: int, root: Path = CGROUP_ROOT) -> tuple[Path, int]:
     """The directory of the CPU cgroup of process `pid` and the cgroup version (1 or 2).
 
@@ -49,14 +54,22 @@ def cpu_cgroup_dir(pid: int, root: Path = CGROUP_ROOT) -> tuple[Path, int]:
     raise CgroupError(f"no CPU cgroup of process {pid} under {root} (its cgroups: {'; '.join(lines)})")
 
 
-def set_cpu_limit(pid: int, cpu_millis: int, root: Path = CGROUP_ROOT) -> Path:
-    """Limit the CPU cgroup of process `pid` to `cpu_millis` millicores (a quota of
-    `cpu_millis * 100` µs every 100 ms); returns the file written.
+def set_cpu_limit(pid: int, cpu_millis: int, container_id: str, root: Path = CGROUP_ROOT) -> Path:
+    """Limit the CPU cgroup of process `pid`, the sandbox of runsc container `container_id`, to
+    `cpu_millis` millicores (a quota of `cpu_millis * 100` µs every 100 ms); returns the file written.
+
+    runsc puts a container's processes in a cgroup of its own, named after the container ID unless
+    the bundle names one (``/<id>``; on cgroup v2 possibly with a leaf below it); the limit is only
+    written into such a cgroup.
 
     Raises:
+        SharedCgroup: the cgroup's path does not name the container.
         CgroupError: the cgroup cannot be found or written.
     """
     directory, version = cpu_cgroup_dir(pid, root)
+    if container_id not in directory.parts:
+        raise SharedCgroup(f"the CPU cgroup of sandbox {container_id} (process {pid}) is {directory}, not one "
+                           "runsc made for it")
     quota = max(1000, cpu_millis * CPU_PERIOD_US // 1000)
     try:
         if version == 1:

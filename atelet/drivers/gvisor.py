@@ -15,8 +15,8 @@ import logging
 from pathlib import Path
 
 from atelet import netns, watch
-from atelet.bundle import build_config, write_bundle
-from atelet.cgroups import CgroupError, set_cpu_limit
+from atelet.bundle import CPU_PERIOD_US, build_config, write_bundle
+from atelet.cgroups import CgroupError, SharedCgroup, set_cpu_limit
 from atelet.drivers.base import SandboxDriver
 from atelet.errors import AteletError, internal
 from atelet.images import ImageStore
@@ -32,18 +32,31 @@ CPU_MILLIS_ANNOTATION = "dev.ate.cpu-millis"
 """The bundle's annotation that keeps the template's CPU limit (millicores) for ``launch``."""
 
 
-def confine(bundle: Path, pid: int) -> None:
+def confine(bundle: Path, pid: int, container_id: str) -> None:
     """Write the CPU limit ``prepare`` recorded in ``bundle`` (none: nothing to do) into the
-    cgroup of the sandbox process ``pid``; idempotent.
+    cgroup of the sandbox process ``pid`` of container ``container_id``; idempotent.
 
     Raises:
         OSError, ValueError: the bundle's config cannot be read.
+        SharedCgroup: the process is not in a cgroup of its container's own.
         CgroupError: the cgroup cannot be found or written.
     """
     config = json.loads((bundle / "config.json").read_text())
     cpu_millis = int(config.get("annotations", {}).get(CPU_MILLIS_ANNOTATION, "0"))
     if cpu_millis > 0:
-        set_cpu_limit(pid, cpu_millis)
+        set_cpu_limit(pid, cpu_millis, container_id)
+
+
+def limit_in_bundle(bundle: Path) -> None:
+    """Move the CPU limit ``prepare`` recorded as an annotation into the bundle's resources,
+    where runsc applies it before the sandbox starts (and ``confine`` then has nothing to do)."""
+    path = bundle / "config.json"
+    config = json.loads(path.read_text())
+    cpu_millis = int(config.get("annotations", {}).pop(CPU_MILLIS_ANNOTATION, "0"))
+    if cpu_millis > 0:
+        resources = config.setdefault("linux", {}).setdefault("resources", {})
+        resources["cpu"] = {"quota": cpu_millis * CPU_PERIOD_US // 1000, "period": CPU_PERIOD_US}
+    write_bundle(bundle, config)
 
 
 class GVisorDriver(SandboxDriver):
@@ -61,6 +74,9 @@ class GVisorDriver(SandboxDriver):
     def __init__(self, binary: str, root: Path, images: ImageStore) -> None:
         self.runsc = Runsc(binary, root)
         self.images = images
+        # True once runsc was seen to leave a sandbox in a cgroup it shares (``launch``): from then
+        # on runsc applies the CPU limit itself, before the sandbox starts.
+        self.limit_at_start = False
 
     async def version(self) -> str:
         """The runsc build (``runsc --version``)."""
@@ -81,13 +97,38 @@ class GVisorDriver(SandboxDriver):
         # its start is not throttled by the actor's quota.
         config = build_config(image, container, net.netns_path, volume_dirs, 0, spec.memory_bytes, hostname=hostname)
         config.setdefault("annotations", {})[CPU_MILLIS_ANNOTATION] = str(spec.cpu_millis)
-        return write_bundle(workdir, config)
+        write_bundle(workdir, config)
+        if self.limit_at_start:
+            limit_in_bundle(workdir)
+        return workdir
 
     async def launch(self, container_id: str, net: WorkerNet, prepared: Path, log_path: Path,
                      checkpoint: Path | None) -> None:
         """Re-applies the worker end's address, then ``runsc run`` or ``runsc restore`` (detached),
         then writes the template's CPU limit into the sandbox's cgroup (a sandbox whose limit
-        cannot be written is deleted: INTERNAL)."""
+        cannot be written is deleted: INTERNAL). Should runsc have left the sandbox in a cgroup
+        that is not its container's own, the limit is not written there (it would throttle the
+        other processes in it): the sandbox is deleted and started again with the limit in its
+        bundle, as every later one is (``limit_at_start``)."""
+        try:
+            await self._start(container_id, net, prepared, log_path, checkpoint)
+        except SharedCgroup as exc:
+            log.warning("%s; the CPU limit goes into the bundle from now on (runsc applies it before the "
+                        "sandbox starts, which slows the start)", exc)
+            self.limit_at_start = True
+            await self.delete_quietly(container_id)
+            limit_in_bundle(prepared)
+            await self._start(container_id, net, prepared, log_path, checkpoint)
+
+    async def _start(self, container_id: str, net: WorkerNet, prepared: Path, log_path: Path,
+                     checkpoint: Path | None) -> None:
+        """One start of the sandbox and the write of its CPU limit (``launch``).
+
+        Raises:
+            SharedCgroup: the sandbox runs, in a cgroup that is not its own.
+            AteletError: runsc failed, or INTERNAL when the limit could not be written (the
+                sandbox was deleted).
+        """
         await netns.ensure(net)
         pid_file = prepared / "sandbox.pid"
         pid_file.unlink(missing_ok=True)
@@ -96,7 +137,9 @@ class GVisorDriver(SandboxDriver):
         else:
             await self.runsc.restore(container_id, prepared, checkpoint, log_path, pid_file=pid_file)
         try:
-            confine(prepared, int(pid_file.read_text().strip()))
+            confine(prepared, int(pid_file.read_text().strip()), container_id)
+        except SharedCgroup:
+            raise
         except (OSError, ValueError, CgroupError) as exc:
             await self.delete_quietly(container_id)
             raise internal(f"sandbox {container_id} started, but its CPU limit could not be set, so it was "
@@ -149,7 +192,7 @@ class GVisorDriver(SandboxDriver):
         if not state or state.get("status") != "running" or not pid_alive(pid):
             return f"it is not running (runsc: {state.get('status') if state else 'unknown'}, pid {pid})"
         try:  # the previous atelet may have stopped between the start and the limit's write
-            confine(Path(str(state.get("bundle", ""))), pid)
+            confine(Path(str(state.get("bundle", ""))), pid, container_id)
         except (OSError, ValueError, CgroupError) as exc:
             return f"its CPU limit could not be set: {exc}"
         try:
