@@ -260,7 +260,7 @@ class Node:
                 # The actor's dir is the node's, not the worker's: when the actor was meanwhile
                 # placed on another worker here (its old sandbox exited, it was reverted and
                 # resumed), that sandbox owns it now.
-                if not any(other.actor == actor for other in self.workers.values() if other is not worker):
+                if not self.table.elsewhere(worker, actor):
                     shutil.rmtree(self.layout.actor_dir(actor), ignore_errors=True)
             self.table.free(worker)
             self.table.update_metrics()

@@ -266,7 +266,8 @@ class SandboxOperations:
 
     async def terminate(self, req: pb.TerminateRequest) -> pb.TerminateResponse:
         """Stops and deletes ``req.actor``'s sandbox on ``req.worker`` (running or exited) and its
-        durable dirs; fine when the actor is not there.
+        durable dirs, unless another worker of the node holds the actor now (they are its then);
+        fine when the actor is not there.
 
         Returns:
             ``was_running``: a running sandbox was stopped.
@@ -282,7 +283,8 @@ class SandboxOperations:
             was_running = worker.state == "running"
             if not self.hollow:
                 await self.runner.stop(worker)
-                shutil.rmtree(self.layout.actor_dir(actor), ignore_errors=True)
+                if not self.table.elsewhere(worker, actor):
+                    shutil.rmtree(self.layout.actor_dir(actor), ignore_errors=True)
             self.table.free(worker)
             return pb.TerminateResponse(was_running=was_running)
 

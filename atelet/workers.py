@@ -109,6 +109,12 @@ class WorkerTable:
                             f"(workers: {', '.join(self.by_name) or 'none'})")
         return worker
 
+    def elsewhere(self, worker: Worker, actor: tuple[str, str]) -> bool:
+        """Whether another worker of the node than ``worker`` holds ``actor`` (running or exited):
+        then the actor's durable dirs (the node's) are that worker's, and whatever ends the sandbox
+        on ``worker`` leaves them."""
+        return any(other.actor == actor for other in self.by_name.values() if other is not worker)
+
     @contextmanager
     def claim(self, worker: Worker, actor: tuple[str, str]) -> Iterator[None]:
         """Holds ``actor`` for ``worker`` while the block starts its sandbox: the worker must hold no

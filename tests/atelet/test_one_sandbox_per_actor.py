@@ -6,6 +6,8 @@ actor that runs, or is being started, on another worker of the node is refused a
 from __future__ import annotations
 
 import asyncio
+import subprocess
+import time
 import uuid
 from pathlib import Path
 
@@ -72,6 +74,38 @@ async def test_of_two_starts_of_one_actor_at_once_one_is_refused(short_tmp: Path
             workers = (await a.stub.Health(pb.HealthRequest())).workers
             [running] = [w for w in workers if w.sandbox_state == "running"]
             assert await count(running.ip) == {"memory": 1, "file": 1}
+        assert_nothing_left(settings)
+    finally:
+        force_cleanup(settings)
+
+
+async def test_a_terminate_of_the_actors_old_sandbox_leaves_its_new_one_the_durable_dir(
+        short_tmp: Path, counter_image: str) -> None:
+    # c1's sandbox on default-0 exited and c1 was started again on default-1 of the same node (the
+    # guard allows it: nothing runs on default-0). A late Terminate of the old one (a rollback or a
+    # revert that reached the node only now) must leave the dir the new sandbox uses.
+    settings = make_settings(short_tmp)
+    spec = counter_spec(counter_image)
+    try:
+        async with running_atelet(settings) as a:
+            await a.stub.Run(run("default-0", spec))
+            root = Path(settings.state_dir).resolve() / "runsc"
+            [old] = [c for c in subprocess.run(["runsc", f"--root={root}", "list", "-quiet"], capture_output=True,
+                                               text=True, check=True).stdout.split() if c.startswith("default-0-")]
+            subprocess.run(["runsc", f"--root={root}", "kill", old, "KILL"], check=True)
+            deadline = time.monotonic() + 10
+            while (await a.stub.Health(pb.HealthRequest())).workers[0].sandbox_state != "exited":
+                assert time.monotonic() < deadline, "the killed sandbox was never seen to exit"
+                await asyncio.sleep(0.05)
+            await a.stub.Run(run("default-1", spec))
+            ip1 = (await a.stub.Health(pb.HealthRequest())).workers[1].ip
+            assert await count(ip1) == {"memory": 1, "file": 1}
+            done = await a.stub.Terminate(pb.TerminateRequest(operation_id=f"op-{uuid.uuid4().hex[:12]}",
+                                                              worker="default-0", actor=C1))
+            assert not done.was_running  # it had exited
+            states = [w.sandbox_state for w in (await a.stub.Health(pb.HealthRequest())).workers]
+            assert states == ["idle", "running"]
+            assert await count(ip1) == {"memory": 2, "file": 2}  # its /data is still there
         assert_nothing_left(settings)
     finally:
         force_cleanup(settings)
