@@ -37,6 +37,9 @@ ERROR = "error"  # anything else (500 Internal, unexpected answers)
 
 RETRYABLE = frozenset({BUSY, NO_CAPACITY, TIMEOUT, UNREACHABLE, ACTOR_UNREACHABLE, ERROR})
 
+RELEASE_TIMEOUT_SECONDS = 2.0
+"""How long a stopping replica waits for the API to take its lease back (it stops anyway)."""
+
 @dataclass(frozen=True, slots=True)
 class ResumeReply:
     """The classified answer to one resume call.
@@ -249,6 +252,23 @@ class ApiClient:
             for d in drains
             if isinstance(d, dict) and {"id", "atespace", "name"} <= d.keys()
         ]
+
+    async def release(self, replica: str) -> None:
+        """Give this replica's lease back at a clean stop (``DELETE /v1/routers/<replica>``).
+
+        Raises:
+            LookupFailed: The API is unreachable or did not take it.
+        """
+        url = f"{self.base_url}/v1/routers/{replica}"
+        try:
+            resp = await self._client.delete(url, timeout=httpx.Timeout(RELEASE_TIMEOUT_SECONDS))
+        except httpx.TransportError as exc:
+            raise LookupFailed(f"cannot give the lease of router replica {replica} back: {exc!r}") from exc
+        if resp.status_code != 204:
+            raise LookupFailed(
+                f"the API did not take the lease of router replica {replica} back: "
+                f"{_json(resp).get('message') or resp.status_code}"
+            )
 
     async def ack_drain(self, replica: str, drain_id: int) -> None:
         """Tell the API that this replica has drained ``drain_id``.

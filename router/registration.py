@@ -6,7 +6,8 @@ drains it has not acknowledged. Drains also arrive at once by NOTIFY on ``ate_ro
 (payload ``"<id> <atespace>/<name>"``) through the cache's LISTEN connection; the heartbeat
 brings any that a lost connection missed. Each drain is carried out by ``DrainGate.drain`` and
 then acknowledged (``POST /v1/routers/<replica>/drains/<id>/ack``); a failed acknowledgement is
-sent again when the next heartbeat lists the drain.
+sent again when the next heartbeat lists the drain. A replica that stops cleanly gives its lease
+back (``DELETE /v1/routers/<replica>``), so drains do not wait for it.
 
 The lease: the control plane waits only for replicas heard from within their lease. So the
 replica holds a lease only until ``lease_seconds - LEASE_MARGIN_SECONDS`` after it *sent* its
@@ -99,7 +100,10 @@ class Registration:
         self._task = asyncio.create_task(self._run(), name="ate-router-heartbeat")
 
     async def stop(self) -> None:
-        """Stop the heartbeats and the drains in progress."""
+        """Stop the heartbeats and the drains in progress, then give the lease back (called once
+        the replica's requests have finished): drains stop waiting for this replica at once
+        instead of until its lease runs out. Its lease is over here first, so it sends nothing
+        more to a worker even if the API does not answer."""
         tasks = [t for t in (self._task, *self._drains.values()) if t is not None]
         for task in tasks:
             task.cancel()
@@ -107,6 +111,18 @@ class Registration:
             with contextlib.suppress(asyncio.CancelledError):
                 await task
         self._task = None
+        registered = self.lease_until != float("-inf")
+        self.lease_until = float("-inf")
+        self._was_leased = False
+        self.cache.clear()
+        if not registered:
+            return
+        try:
+            await self.api.release(self.replica)
+        except LookupFailed as exc:
+            log.warning("router replica %s: %s; drains wait for it until its lease runs out", self.replica, exc)
+            return
+        log.info("router replica %s: lease given back", self.replica)
 
     def on_notification(self, payload: str) -> None:
         """Apply one ``ate_router_drains`` payload ``"<id> <atespace>/<name>"``."""

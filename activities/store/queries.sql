@@ -733,6 +733,11 @@ ON CONFLICT (name) DO UPDATE
 SET last_seen_at = now(), lease_seconds = EXCLUDED.lease_seconds, drain_timeout_seconds = EXCLUDED.drain_timeout_seconds
 RETURNING started_at;
 
+-- release_router_lease --
+-- Replica $1 stopped cleanly and gives its lease back: no longer live from now on (its row is kept
+-- for `GET /v1/routers` until forget_silent_routers drops it); NULL when no such replica.
+UPDATE router_replicas SET lease_seconds = 0, last_seen_at = now() WHERE name = $1 RETURNING name;
+
 -- forget_silent_routers --
 -- Drop replicas silent for an hour past their lease (a stopped replica's row is kept that long, for `GET /v1/routers`).
 DELETE FROM router_replicas WHERE last_seen_at < now() - make_interval(secs => lease_seconds) - interval '1 hour';

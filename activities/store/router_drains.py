@@ -60,7 +60,7 @@ class DrainProgress:
 
 
 class RouterDrains:
-    """heartbeat, list, request, waiting and acknowledge."""
+    """heartbeat, release, list, request, waiting and acknowledge."""
 
     def __init__(self, pool: asyncpg.Pool) -> None:
         self.pool = pool
@@ -73,6 +73,17 @@ class RouterDrains:
             await connection.execute(Q["forget_silent_routers"])
             rows = await connection.fetch(Q["pending_router_drains"], replica)
         return [PendingDrain(r["id"], ActorRef(r["atespace"], r["name"])) for r in rows]
+
+    async def release(self, replica: str) -> None:
+        """`replica` stopped cleanly and gives its lease back: from now on no drain waits for it and
+        no worker is held for it (as once a silent replica's lease ran out).
+
+        Raises:
+            NotFound: no replica of that name is registered.
+        """
+        async with self.pool.acquire() as connection:
+            if await connection.fetchval(Q["release_router_lease"], replica) is None:
+                raise NotFound(f"router replica {replica} is not registered")
 
     async def replicas(self) -> list[RouterReplica]:
         """Every registered replica, by name."""

@@ -45,6 +45,14 @@ async def heartbeat_router(replica: str, body: RouterHeartbeat, store: StoreDep)
     }
 
 
+@router.delete("/v1/routers/{replica}", status_code=204, **needs(Permission.ROUTERS_REGISTER))
+async def release_router(replica: str, store: StoreDep) -> None:
+    """A replica that stopped cleanly (its requests finished) gives its lease back: drains stop
+    waiting for it at once instead of until its lease runs out. It stays listed, not live, until
+    it has been silent for an hour. 404 for an unknown replica."""
+    await store.router_drains.release(replica)
+
+
 @router.post("/v1/routers/{replica}/drains/{drain_id}/ack", **needs(Permission.ROUTERS_REGISTER))
 async def acknowledge_drain(
     replica: str, drain_id: Annotated[int, Path(ge=1, le=2**63 - 1)], store: StoreDep

@@ -36,6 +36,21 @@ async def test_a_drain_is_listed_to_each_replica_until_it_acknowledges(store: St
         await store.router_drains.acknowledge(999999, "r1")
 
 
+
+async def test_a_released_replica_is_waited_for_no_more_and_a_heartbeat_brings_it_back(store: Store) -> None:
+    await store.router_drains.heartbeat("r1", 10.0, 10.0)
+    await store.router_drains.heartbeat("r2", 10.0, 10.0)
+    drain = await store.router_drains.request(C1, "op-release")
+    await store.router_drains.release("r1")  # r1 stopped cleanly
+    progress = await store.router_drains.waiting(drain)
+    assert (progress.acknowledged, progress.missing) == ([], ["r2"])
+    listed = {r.name: (r.live, r.lease_seconds) for r in await store.router_drains.replicas()}
+    assert listed == {"r1": (False, 0.0), "r2": (True, 10.0)}  # still listed, not live
+    with pytest.raises(NotFound, match="router replica nobody is not registered"):
+        await store.router_drains.release("nobody")
+    await store.router_drains.heartbeat("r1", 10.0, 10.0)  # started again under the same name
+    assert (await store.router_drains.waiting(drain)).missing == ["r1", "r2"]
+
 async def test_a_drain_request_is_notified_on_ate_router_drains(store: Store, database_url: str) -> None:
     listener = await asyncpg.connect(database_url)
     got: asyncio.Queue[str] = asyncio.Queue()

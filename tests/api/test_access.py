@@ -68,6 +68,7 @@ ROUTES: dict[tuple[str, str], str] = {
     ("POST", "/v1/accessreviews"): "router",
     ("GET", "/v1/routers"): "cluster-viewer",
     ("PUT", "/v1/routers/{replica}"): "router",
+    ("DELETE", "/v1/routers/{replica}"): "router",
     ("POST", "/v1/routers/{replica}/drains/{drain_id}/ack"): "router",
     ("GET", "/v1/whoami"): "authenticated",
     ("GET", "/healthz"): "public",
@@ -87,10 +88,11 @@ ROUTER_ROUTES = {
     ("POST", "/v1/atespaces/{atespace}/actors/{name}/resume"),
     ("POST", "/v1/accessreviews"),
     ("PUT", "/v1/routers/{replica}"),
+    ("DELETE", "/v1/routers/{replica}"),
     ("POST", "/v1/routers/{replica}/drains/{drain_id}/ack"),
 }
 """What the router role may call: reading actors and templates, resuming, access reviews, its
-replica's heartbeat and drain acknowledgements."""
+replica's heartbeat, drain acknowledgements and the release of its lease."""
 
 PATH_VALUES = {
     "atespace": "walk",

@@ -228,6 +228,7 @@ class FakeApi:
         self.drains: list[tuple[int, str]] = []
         self.acks: list[tuple[str, int]] = []
         self.heartbeats: Counter[str] = Counter()
+        self.released: list[str] = []
         self.refuse_heartbeats = False
         self.app = FastAPI()
         self.app.post("/v1/atespaces/{atespace}/actors/{name}/resume")(self.resume)
@@ -237,6 +238,7 @@ class FakeApi:
         self.app.get("/healthz")(self.healthz)
         self.app.put("/v1/routers/{replica}")(self.heartbeat)
         self.app.post("/v1/routers/{replica}/drains/{drain_id}/ack")(self.ack)
+        self.app.delete("/v1/routers/{replica}", status_code=204)(self.release)
 
     def script(self, key: str, *steps: Step) -> None:
         """Answer resumes of ``key`` with ``steps`` in order, repeating the last one."""
@@ -292,6 +294,10 @@ class FakeApi:
         pending = [(i, k) for i, k in self.drains if (replica, i) not in self.acks]
         drains = [{"id": i, "atespace": k.split("/")[0], "name": k.split("/")[1]} for i, k in pending]
         return JSONResponse({"replica": replica, "lease_seconds": 10.0, "drains": drains})
+
+    async def release(self, replica: str) -> None:
+        """A replica gives its lease back at its clean stop."""
+        self.released.append(replica)
 
     async def ack(self, replica: str, drain_id: int) -> JSONResponse:
         self.acks.append((replica, drain_id))

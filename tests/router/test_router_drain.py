@@ -91,6 +91,16 @@ async def test_a_drain_listed_by_the_heartbeat_is_carried_out_and_acknowledged_o
     assert env.api.acks == [(replica, 3)]
 
 
+
+@pytest.mark.asyncio
+async def test_a_stopping_replica_gives_its_lease_back_after_its_requests_finished(start_router) -> None:
+    env = await start_router()
+    registration = env.router.registration
+    assert registration.leased() and env.api.released == []
+    await registration.stop()
+    assert env.api.released == [registration.replica]  # drains stop waiting for it at once
+    assert not registration.leased()  # and it sends nothing more to a worker
+
 @pytest.mark.asyncio
 async def test_a_request_outlasting_the_drain_timeout_is_cut_off(start_router) -> None:
     env = await start_router(drain_timeout_seconds=0.3)
