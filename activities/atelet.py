@@ -460,9 +460,11 @@ class AteletActivities:
 
     @activity_defn("atelet_terminate")
     async def terminate(self, request: AteletTerminateInput) -> bool:
-        """Stop and delete the holder's sandbox on the worker (idempotent). Returns whether one ran."""
+        """Stop and delete the holder's sandbox on the worker (idempotent; with `only_own`, only
+        the one this operation's Run or Restore started). Returns whether one ran."""
         address = request.worker.atelet_address
         stub = await self.stub(address, request.worker.node)
+        own = [call_id(request.operation_id, "run"), call_id(request.operation_id, "restore")]
         done = await self._call(
             address,
             "Terminate",
@@ -471,6 +473,7 @@ class AteletActivities:
                     operation_id=call_id(request.operation_id, "terminate"),
                     worker=request.worker.name,
                     actor=_ref(request.holder),
+                    started_by=own if request.only_own else [],
                 ),
                 timeout=60,
             ),

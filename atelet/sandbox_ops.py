@@ -83,7 +83,7 @@ class SandboxOperations:
                 return pb.RunResponse(worker_ip=worker.net.worker_ip, probe_seconds=already)
             with self.table.claim(worker, actor):
                 if self.hollow:
-                    worker.actor, worker.state = actor, "running"
+                    worker.actor, worker.state, worker.operation = actor, "running", (req.operation_id, "run")
                     return pb.RunResponse(worker_ip=worker.net.worker_ip)
                 shutil.rmtree(self.layout.actor_dir(actor), ignore_errors=True)  # a cold boot starts empty
                 boot, probe_s = await self.runner.boot(worker, actor, req.spec, None, req.probe_timeout_seconds,
@@ -113,7 +113,7 @@ class SandboxOperations:
                 return pb.RestoreResponse(worker_ip=worker.net.worker_ip, probe_seconds=already)
             with self.table.claim(worker, actor):
                 if self.hollow:
-                    worker.actor, worker.state = actor, "running"
+                    worker.actor, worker.state, worker.operation = actor, "running", (req.operation_id, "restore")
                     return pb.RestoreResponse(worker_ip=worker.net.worker_ip)
                 start = time.monotonic()
                 async with self.snapshots.open_for_restore(req.snapshot_uri, req.manifest, worker.pool.sandbox_class,
@@ -267,7 +267,8 @@ class SandboxOperations:
     async def terminate(self, req: pb.TerminateRequest) -> pb.TerminateResponse:
         """Stops and deletes ``req.actor``'s sandbox on ``req.worker`` (running or exited) and its
         durable dirs, unless another worker of the node holds the actor now (they are its then);
-        fine when the actor is not there.
+        fine when the actor is not there. With ``req.started_by``, only a sandbox one of those
+        Run/Restore operation IDs started (another one is left running: ``was_running`` False).
 
         Returns:
             ``was_running``: a running sandbox was stopped.
@@ -279,6 +280,11 @@ class SandboxOperations:
         worker = self.table.get(req.worker)
         async with worker.lock:
             if worker.actor != actor:
+                return pb.TerminateResponse(was_running=False)
+            started_by = worker.operation[0] if worker.operation else None
+            if req.started_by and started_by not in req.started_by:
+                log.info("terminate of %s/%s on %s skipped: its sandbox was started by %s, not by %s", *actor,
+                         worker.name, started_by, " or ".join(req.started_by))
                 return pb.TerminateResponse(was_running=False)
             was_running = worker.state == "running"
             if not self.hollow:

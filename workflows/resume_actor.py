@@ -249,7 +249,7 @@ class ResumeActorWorkflow:
         try:
             await atelet_step(
                 "atelet_terminate",
-                AteletTerminateInput(operation_id=operation_id, worker=worker, holder=actor),
+                AteletTerminateInput(operation_id=operation_id, worker=worker, holder=actor, only_own=True),
                 result_type=bool,
             )
         except ApplicationError:

@@ -193,14 +193,16 @@ class CheckpointResponse(_message.Message):
     def __init__(self, manifest: _Optional[_Union[SnapshotManifest, _Mapping]] = ..., size_bytes: _Optional[int] = ..., checkpoint_seconds: _Optional[float] = ..., upload_seconds: _Optional[float] = ...) -> None: ...
 
 class TerminateRequest(_message.Message):
-    __slots__ = ("operation_id", "worker", "actor")
+    __slots__ = ("operation_id", "worker", "actor", "started_by")
     OPERATION_ID_FIELD_NUMBER: _ClassVar[int]
     WORKER_FIELD_NUMBER: _ClassVar[int]
     ACTOR_FIELD_NUMBER: _ClassVar[int]
+    STARTED_BY_FIELD_NUMBER: _ClassVar[int]
     operation_id: str
     worker: str
     actor: ActorRef
-    def __init__(self, operation_id: _Optional[str] = ..., worker: _Optional[str] = ..., actor: _Optional[_Union[ActorRef, _Mapping]] = ...) -> None: ...
+    started_by: _containers.RepeatedScalarFieldContainer[str]
+    def __init__(self, operation_id: _Optional[str] = ..., worker: _Optional[str] = ..., actor: _Optional[_Union[ActorRef, _Mapping]] = ..., started_by: _Optional[_Iterable[str]] = ...) -> None: ...
 
 class TerminateResponse(_message.Message):
     __slots__ = ("was_running",)

@@ -83,8 +83,11 @@ class AteletCheckpointResult:
 
 @dataclass
 class AteletTerminateInput:
-    """Stop whatever the holder runs on a worker (best effort, idempotent)."""
+    """Stop whatever the holder runs on a worker (best effort, idempotent); with `only_own`, only
+    a sandbox that this operation's own Run or Restore started (a rollback: if a revert took the
+    actor over and it runs again on the same worker, that sandbox is not this one's to stop)."""
 
     operation_id: str
     worker: WorkerRef
     holder: ActorRef
+    only_own: bool = False
