@@ -89,7 +89,13 @@ async def trickling(port: int) -> bytes:
             except ConnectionError:
                 break
             await asyncio.sleep(0.05)
-        return await asyncio.wait_for(closed, 60)
+        try:
+            return await asyncio.wait_for(closed, 60)
+        except ConnectionResetError:
+            # Closed too, without an answer: nginx drops a connection whose head timed out at
+            # once (no lingering close), so a byte that arrived after its last read makes the
+            # kernel reset it (seen once in CI on the nginx data path).
+            return b""
     finally:
         writer.close()
 
