@@ -35,6 +35,7 @@ from router.upstream_client import (
     Cuttable,
     UpstreamBroken,
     UpstreamClient,
+    UpstreamCut,
     UpstreamResponse,
     UpstreamTimeout,
 )
@@ -258,8 +259,9 @@ async def open_upstream(
     Raises:
         UpstreamConnectError: The TCP connection could not be made (nothing was sent).
         ClientGone: The client went away while its body was being forwarded.
-        RouteError: 502 when the worker failed after the connection was made; 504 when it did
-            not start answering within the response head timeout (or the request timeout).
+        RouteError: 502 when the worker failed after the connection was made; 503 when a drain
+            cut the request off first; 504 when it did not start answering within the response
+            head timeout (or the request timeout).
     """
     raw_path = scope.get("raw_path") or scope["path"].encode()
     query = scope.get("query_string") or b""
@@ -274,6 +276,8 @@ async def open_upstream(
         return await client.open(upstream, method, target, headers, body if has_body else None, deadline, tag)
     except UpstreamTimeout as exc:
         raise response_head_timeout(actor, upstream, exc.what) from exc
+    except UpstreamCut as exc:
+        raise cut_by_drain(actor) from exc
     except UpstreamBroken as exc:
         raise upstream_failed(actor, upstream, str(exc) or type(exc).__name__) from exc
 
@@ -283,6 +287,18 @@ def response_head_timeout(actor: str, upstream: Upstream | str, what: str) -> Ro
     (``"response head within 120s"``)."""
     return RouteError(504, TIMEOUT, f"actor {actor} at {upstream} sent no {what}; retry, or raise "
                       "the router's --response-head-timeout if it needs longer")  # fmt: skip
+
+
+def cut_by_drain(actor: str) -> RouteError:
+    """The 503 of a request a drain cut off before the actor answered it."""
+    return RouteError(
+        503,
+        ERROR,
+        f"actor {actor} is being suspended and this request did not finish within the router's "
+        "--drain-timeout, so it was cut off before the actor answered; send it again (the actor "
+        "resumes at its next request), or raise --drain-timeout for requests that take longer",
+        retry_after=1,
+    )
 
 
 def upstream_failed(actor: str, upstream: Upstream | str, detail: str) -> RouteError:

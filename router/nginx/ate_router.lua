@@ -464,6 +464,10 @@ function M.failed()
     return ngx.exec(ngx.var.ate_body == "1" and "@proxy_body" or "@proxy")
   end
   local kind = not connected and "connect" or (ngx.var.ate_failed_status == "504" and "timeout" or "broken")
+  if kind == "broken" and ngx.var.ate_counted == "1"
+      and (control:get("c:" .. actor) or 0) > (tonumber(ngx.var.ate_seq) or 0) then
+    kind = "cut"  -- a drain cut its actor's requests before this one was answered
+  end
   local res = ngx.location.capture("/_ate/failed", { args = { kind = kind, actor = actor, upstream = upstream } })
   if not res.header["x-ate-outcome"] then
     return control_unavailable()

@@ -7,7 +7,7 @@ worker (``x``). The answer is either where the actor serves (200 with ``X-Ate-Up
 ``X-Ate-Host``, ``X-Ate-Actor``, ``X-Ate-Strip``, ``X-Ate-Parked`` and ``X-Ate-Cache``: ``public``,
 ``token`` or ``no``), or the exact status, text and ``Retry-After`` of the Python data path,
 with ``X-Ate-Outcome``. ``GET /failed`` gives the texts of a worker that failed (``kind``
-``connect``, ``timeout`` or ``broken``); ``GET /statusz`` the status page. Under ``/relay``
+``connect``, ``timeout``, ``cut`` by a drain or ``broken``); ``GET /statusz`` the status page. Under ``/relay``
 nginx hands over whole requests (WebSockets, event streams, chunked uploads), which the Python
 router proxies itself (``relayed``).
 
@@ -38,7 +38,7 @@ from router.nginx.admin import NginxAdmin
 from router.nginx.config import RELAY_PREFIX
 from router.nginx.drain import NginxDrainGate
 from router.nginx.metrics import NginxRequestMetrics, RelayedTally
-from router.proxy import response_head_timeout, upstream_failed
+from router.proxy import cut_by_drain, response_head_timeout, upstream_failed
 from router.settings import RouterSettings
 from router.target import Target, TargetError, is_label, target_from_headers
 from router.types import Upstream
@@ -296,6 +296,8 @@ class ControlService:
         elif kind == "timeout":
             read = max(self.settings.response_head_timeout_seconds, self.settings.idle_timeout_seconds)
             error = response_head_timeout(key, upstream, f"response head within {read:g}s")
+        elif kind == "cut":
+            error = cut_by_drain(key)
         else:
             error = upstream_failed(key, upstream, "it closed the connection or sent no valid HTTP response head")
         await _answer(send, error.status, error.message, error.outcome, error.retry_after)

@@ -123,6 +123,46 @@ async def test_a_request_outlasting_the_drain_timeout_is_cut_off(start_router) -
     assert await last_outcome(env, "/stall") == ("/stall", 200, "error")
 
 
+
+@pytest.mark.asyncio
+async def test_a_request_cut_before_its_answer_is_told_so_and_its_worker_connection_reset(start_router) -> None:
+    # A worker still working on the request when the drain timeout ends: the client is told
+    # why, and the worker's end of the connection is reset, not closed half-way (a gVisor
+    # snapshot taken with a half-closed connection restores without a working listener:
+    # tests/atelet/test_checkpoint_after_cut.py).
+    env = await start_router(drain_timeout_seconds=0.3)
+    ended: asyncio.Future[str] = asyncio.get_running_loop().create_future()
+
+    async def working(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        await reader.readuntil(b"\r\n\r\n")
+        try:
+            rest = await reader.read()
+            what = "closed" if rest == b"" else f"more bytes: {rest!r}"
+        except ConnectionResetError:
+            what = "reset"
+        if not ended.done():
+            ended.set_result(what)
+        writer.close()
+
+    server = await asyncio.start_server(working, "127.0.0.1", 0)
+    env.api.worker_port = server.sockets[0].getsockname()[1]
+    try:
+        request = asyncio.create_task(env.client.get("/work", headers=H))
+        await until(in_flight_is(env, 1))
+        outcome = await env.router.drains.drain(1, KEY)
+        assert (outcome.result, outcome.waited_for, outcome.cut) == ("cut", 1, 1)
+        response = await request
+        assert await asyncio.wait_for(ended, 10) == "reset"
+    finally:
+        server.close()
+    assert response.status_code == 503, response.text
+    assert response.text == (
+        "actor demo/c1 is being suspended and this request did not finish within the router's --drain-timeout, "
+        "so it was cut off before the actor answered; send it again (the actor resumes at its next request), "
+        "or raise --drain-timeout for requests that take longer\n"
+    )
+    assert response.headers["retry-after"] == "1"
+
 @pytest.mark.asyncio
 async def test_a_request_arriving_during_the_drain_is_held_then_served_after_the_resume(start_router) -> None:
     env = await start_router()
