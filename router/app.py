@@ -48,6 +48,9 @@ log = logging.getLogger(__name__)
 
 _TARGET_HEADER = TARGET_HEADER.encode()
 
+STOP_GRACE_SECONDS = 10
+"""At the router's stop, how long requests in flight get to finish before they are cut off (503)."""
+
 
 class ActorRouter:
     """Routes one HTTP or WebSocket request to its actor; an ASGI app for ``scope["type"]``
@@ -169,6 +172,14 @@ class ActorRouter:
             return
         try:
             outcome = await self._route(scope, receive, send_with_id, started)
+        except asyncio.CancelledError:
+            # The router is stopping and the request outlasted its grace (uvicorn cancels it):
+            # say so, where no answer began (uvicorn would send a bare 500), and log it as cut.
+            outcome = errors.ERROR
+            if status == 0:
+                with contextlib.suppress(Exception):
+                    await _answer_stopping(send_with_id, target_of(scope))
+            raise
         finally:
             elapsed = loop.time() - started
             self.observe(outcome, elapsed)
@@ -390,3 +401,14 @@ def create_app(
     app = Starlette(routes=routes, lifespan=lifespan)
     app.state.router = router
     return app
+
+
+async def _answer_stopping(send: Any, target: str) -> None:
+    """The 503 of a request the router's stop cut off before any answer began."""
+    text = (f"the router is stopping and this request to actor {target} did not finish within its "
+            f"{STOP_GRACE_SECONDS:g} s grace; send it again (another router replica, or this one once it "
+            "is back, takes it)\n").encode()
+    headers = [(b"content-type", b"text/plain; charset=utf-8"), (b"content-length", str(len(text)).encode()),
+               (b"retry-after", b"1"), (b"connection", b"close")]
+    await send({"type": "http.response.start", "status": 503, "headers": headers})
+    await send({"type": "http.response.body", "body": text, "more_body": False})

@@ -14,7 +14,7 @@ from types import FrameType
 import uvicorn
 from starlette.applications import Starlette
 
-from router.app import create_app
+from router.app import STOP_GRACE_SECONDS, create_app
 from router.metrics import serve_metrics
 from router.sessions import Sessions
 from router.settings import RouterSettings, split_host_port
@@ -25,8 +25,6 @@ log = logging.getLogger("router")
 
 SESSIONS_END_SECONDS = 5.0
 """At shutdown, how long the open WebSockets and event streams get to finish closing."""
-GRACEFUL_SHUTDOWN_SECONDS = 10
-"""At shutdown, how long other requests in flight get to finish before they are cut off."""
 
 
 class _Server(uvicorn.Server):
@@ -34,7 +32,7 @@ class _Server(uvicorn.Server):
 
     At shutdown it stops listening, then ends the open WebSockets (close 1001 to both sides)
     and event streams (clean end of the body) itself, and only then lets uvicorn wait for the
-    other requests: uvicorn alone would wait ``GRACEFUL_SHUTDOWN_SECONDS`` for exchanges that
+    other requests: uvicorn alone would wait ``STOP_GRACE_SECONDS`` for exchanges that
     never end and then cut them off (its own WebSocket close says 1012, with no reason).
     """
 
@@ -195,7 +193,7 @@ def uvicorn_config(settings: RouterSettings) -> uvicorn.Config:
         access_log=False,
         server_header=False,
         date_header=False,
-        timeout_graceful_shutdown=GRACEFUL_SHUTDOWN_SECONDS,
+        timeout_graceful_shutdown=STOP_GRACE_SECONDS,
         lifespan="on",
         proxy_headers=False,
     )

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import os
 import signal
 import subprocess
@@ -10,10 +11,11 @@ import time
 from pathlib import Path
 
 import httpx
+import pytest
 
 from router.main import build_settings, parse_args
 from router.settings import RouterSettings, split_host_port
-from tests.router.router_harness import free_port
+from tests.router.router_harness import FakeApi, free_port, serve
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -67,3 +69,61 @@ def test_process_serves_metrics_and_stops_on_sigterm() -> None:
         if proc.poll() is None:
             proc.kill()
             proc.wait()
+
+
+@pytest.mark.asyncio
+async def test_a_request_outlasting_the_stop_grace_is_told_that_the_router_is_stopping(tmp_path: Path) -> None:
+    # A worker that works on the request for longer than the router's stop grace (10 s): the
+    # client gets a 503 saying why (uvicorn alone sends a bare 500), the worker a reset.
+    got_head = asyncio.Event()
+    ended: asyncio.Future[str] = asyncio.get_running_loop().create_future()
+
+    async def working(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        await reader.readuntil(b"\r\n\r\n")
+        got_head.set()
+        try:
+            rest = await reader.read()
+            what = "closed" if rest == b"" else f"more bytes: {rest!r}"
+        except ConnectionResetError:
+            what = "reset"
+        if not ended.done():
+            ended.set_result(what)
+        writer.close()
+
+    worker = await asyncio.start_server(working, "127.0.0.1", 0)
+    api = FakeApi(worker.sockets[0].getsockname()[1])
+    port = free_port()
+    env = {k: v for k, v in os.environ.items() if not k.startswith("ATE_")} | {"PYTHONPATH": str(ROOT)}
+    try:
+        async with serve(api.app) as served, httpx.AsyncClient(timeout=60) as client:
+            with (tmp_path / "router.log").open("w") as log:
+                proc = subprocess.Popen(
+                    [sys.executable, "-m", "router", "--listen", f"127.0.0.1:{port}",
+                     "--metrics-listen", f"127.0.0.1:{free_port()}", "--api-server", served.url],
+                    cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=log, text=True,
+                )  # fmt: skip
+            try:
+                assert proc.stdout is not None
+                ready = await asyncio.to_thread(proc.stdout.readline)
+                assert ready.strip() == f"router: ready on 127.0.0.1:{port}", (tmp_path / "router.log").read_text()
+                request = asyncio.create_task(
+                    client.get(f"http://127.0.0.1:{port}/work", headers={"ate-target-actor": "demo/c1"})
+                )
+                await asyncio.wait_for(got_head.wait(), 20)
+                proc.send_signal(signal.SIGTERM)
+                response = await request
+                assert await asyncio.wait_for(ended, 10) == "reset"
+                assert await asyncio.to_thread(proc.wait, 30) == 0
+            finally:
+                if proc.poll() is None:
+                    proc.kill()
+                    proc.wait()
+    finally:
+        worker.close()
+    assert response.status_code == 503, response.text
+    assert response.text == (
+        "the router is stopping and this request to actor demo/c1 did not finish within its 10 s grace; "
+        "send it again (another router replica, or this one once it is back, takes it)\n"
+    )
+    assert response.headers["retry-after"] == "1"
+    assert "GET /work 503 error" in (tmp_path / "router.log").read_text()  # logged as cut, not ok
