@@ -70,11 +70,10 @@ class Resumes:
                 snapshot = await self.snapshots.ref(connection, snapshot_id) if snapshot_id else None
                 return ResumePlan(already_running=False, worker=worker, snapshot=snapshot, spec=spec)
             if state == ActorState.CRASHED:
-                raise FailedPrecondition(
-                    f"actor {ref.key} is CRASHED ({actor['last_error'] or 'no reason recorded'}); bring it back "
-                    f"to its last completed snapshot with 'ate revert actor {ref.name} -a {ref.atespace}'",
-                    {"state": state},
-                )
+                reason = actor["last_error"] or "no reason recorded"
+                revert = f"'ate revert actor {ref.name} -a {ref.atespace}'"
+                hint = "" if revert in reason else f"; bring it back to its last completed snapshot with {revert}"
+                raise FailedPrecondition(f"actor {ref.key} is CRASHED ({reason}){hint}", {"state": state})
             if state == ActorState.UNREACHABLE:
                 raise await unreachable(connection, ref)
             if not RESUME.allows(state):

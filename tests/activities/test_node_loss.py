@@ -169,6 +169,9 @@ async def test_past_the_grace_the_actor_is_crashed_and_its_returning_sandbox_ter
     assert "'ate revert actor a1 -a demo'" in actor.last_error
     assert await placements(stage) == {}
     assert (await history(stage, ref))[0][:2] == ("NodeLost", "crashed")
+    with pytest.raises(FailedPrecondition) as refused:  # a resume names the way out once, not twice
+        await stage.resumes.begin(ref, "r-after-crash")
+    assert refused.value.message == f"actor demo/a1 is CRASHED ({actor.last_error})"
 
     # the node comes back with the sandbox: it is terminated, never adopted
     orders = await stage.nodes.register("n1", "127.0.0.1:1", "v", WORKERS, {home: ("demo", "a1"), other: None})
