@@ -65,12 +65,26 @@ class AteGroup(TyperGroup):
         try:
             return super().invoke(ctx)
         except ApiError as exc:
-            typer.echo(f"error: {exc.message}", err=True)
+            typer.echo(f"error: {explained(exc)}", err=True)
             raise typer.Exit(1) from None
         except ConfigError as exc:
             typer.echo(f"error: {exc}", err=True)
             raise typer.Exit(1) from None
 
+
+
+def explained(error: ApiError) -> str:
+    """The API's message, with what to do added where the API's text alone leaves it open: a
+    409 OperationInProgress names the operation that holds the actor and how to follow it (the
+    API's text is fixed by ARCHITECTURE.md; the operation is in its details)."""
+    details = error.details or {}
+    operation = details.get("operation")
+    if error.reason != "OperationInProgress" or not isinstance(operation, str):
+        return error.message
+    actor = str(details.get("actor", "")).removeprefix("actor ")
+    atespace, _, name = actor.partition("/")
+    follow = f"; follow it with 'ate get operations -a {atespace} --actor {name}'" if atespace and name else ""
+    return f"{error.message}: {operation} is running; try again once it has ended{follow}"
 
 def new_typer(name: str, help_text: str) -> typer.Typer:
     """A verb's Typer: no-args shows help, errors print the API message."""

@@ -27,7 +27,7 @@ def error_app() -> FastAPI:
         body = {
             "reason": "OperationInProgress",
             "message": "another operation is in progress for this actor",
-            "details": {"operation": "SuspendActor"},
+            "details": {"operation": "SuspendActor", "actor": f"actor {atespace}/{name}", "workflow_id": "x"},
         }
         return JSONResponse(body, status_code=409)
 
@@ -54,7 +54,11 @@ def test_api_error_message_goes_to_stderr(error_server: ServerThread) -> None:
 def test_conflict_message(error_server: ServerThread) -> None:
     result = runner.invoke(app, ["resume", "actor", "c1", "-a", "demo"], env={"ATE_SERVER": error_server.url})
     assert result.exit_code == 1
-    assert result.stderr == "error: another operation is in progress for this actor\n"
+    # the API's fixed text (ARCHITECTURE.md), then the operation from its details and how to follow it
+    assert result.stderr == (
+        "error: another operation is in progress for this actor: SuspendActor is running; try again once it has "
+        "ended; follow it with 'ate get operations -a demo --actor c1'\n"
+    )
 
 
 def test_non_json_error(error_server: ServerThread) -> None:
@@ -67,7 +71,7 @@ def test_client_raises_structured_errors(error_server: ServerThread) -> None:
     with ApiClient(error_server.url) as api, pytest.raises(ApiError) as caught:
         api.resume_actor("demo", "c1")
     assert (caught.value.status, caught.value.reason) == (409, "OperationInProgress")
-    assert caught.value.details == {"operation": "SuspendActor"}
+    assert caught.value.details == {"operation": "SuspendActor", "actor": "actor demo/c1", "workflow_id": "x"}
 
 
 def test_connection_refused(closed_port_url: str) -> None:
