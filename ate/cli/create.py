@@ -8,7 +8,7 @@ from typing import Annotated, Any
 
 import typer
 
-from ate.cli.client import ApiClient
+from ate.cli.client import ApiClient, ApiError
 from ate.cli.common import AtespaceOpt, OutputOpt, client, new_typer
 from ate.cli.manifest import ManifestError, load_template_spec
 from ate.cli.output import print_actors, print_atespaces, print_templates, print_tokens
@@ -67,13 +67,39 @@ def poll_delays() -> Iterator[float]:
 def wait_for_template(
     api: ApiClient, atespace: str, name: str, template: dict[str, Any], timeout: float
 ) -> dict[str, Any]:
-    """Poll a template until its phase is Ready or Failed, or `timeout` seconds passed."""
+    """Poll a template until its phase is Ready or Failed, or `timeout` seconds passed; meanwhile
+    print (to stderr) what its golden snapshot's workflow is doing each time that changes, e.g.
+    that it waits for a free worker and why none has room (a template stays Pending, with no
+    reason, while it waits)."""
     deadline = time.monotonic() + timeout
     delays = poll_delays()
+    said = ""
     while template.get("phase") not in FINAL_PHASES and time.monotonic() < deadline:
         time.sleep(min(next(delays), max(deadline - time.monotonic(), 0)))
         template = api.get_template(atespace, name)
+        if template.get("phase") in FINAL_PHASES:
+            break
+        step = golden_step(api, atespace, name)
+        if step and _shape(step) != _shape(said):
+            typer.echo(f"template/{name}: {step}", err=True)
+            said = step
     return template
+
+
+def golden_step(api: ApiClient, atespace: str, name: str) -> str:
+    """The step the golden snapshot workflow of template `atespace/name` is at ('' if none is
+    in flight, or the operations cannot be read with this token)."""
+    workflow_id = f"template/{atespace}/{name}"
+    try:
+        running = api.list_operations(atespace)
+    except ApiError:
+        return ""
+    return next((str(op.get("step") or "") for op in running if op.get("workflow_id") == workflow_id), "")
+
+
+def _shape(step: str) -> str:
+    """A step without its numbers: a wait's growing seconds do not make it news."""
+    return re.sub(r"[0-9.]+", "#", step)
 
 
 @app.command("template")

@@ -32,6 +32,8 @@ class Store:
     requests: list[tuple[str, str, str]] = field(default_factory=list)
     outcomes: dict[tuple[str, str], tuple[str, str | None]] = field(default_factory=dict)
     """Phase and reason a Pending template shows from its next GET on."""
+    waiting: dict[tuple[str, str], int] = field(default_factory=dict)
+    """GETs a template stays Pending for, its golden snapshot waiting for a free worker."""
 
 
 def build_app() -> FastAPI:
@@ -111,9 +113,23 @@ def build_app() -> FastAPI:
             "created_at": CREATED_AT,
         }
         store.templates[key] = template
-        if not wait and not body["name"].startswith("later"):  # "later*" stay Pending
+        if not wait and body["name"].startswith("slow"):  # "slow*" wait for a worker for 3 GETs
+            store.waiting[key] = 3
+            store.outcomes[key] = outcome
+        elif not wait and not body["name"].startswith("later"):  # "later*" stay Pending
             store.outcomes[key] = outcome
         return dict(template)
+
+    @app.get("/v1/operations")
+    async def running_operations(atespace: str | None = None) -> dict[str, Any]:
+        items = [
+            {"workflow_id": f"template/{a}/{n}", "operation": "GoldenSnapshot", "atespace": a, "actor": None,
+             "started_at": CREATED_AT,
+             "step": f"waiting for a free worker ({10 * (3 - left)} s so far): no worker has room for the golden "
+                     f"boot of template {a}/{n}: 2 workers: 2 full"}
+            for (a, n), left in store.waiting.items() if left > 0 and atespace in (None, a)
+        ]  # fmt: skip
+        return {"items": items}
 
     @app.get("/v1/atespaces/{atespace}/templates")
     async def list_templates(atespace: str) -> dict[str, Any]:
@@ -126,6 +142,9 @@ def build_app() -> FastAPI:
         if (atespace, name) not in store.templates:
             raise ApiFailure(404, "NotFound", f"template {atespace}/{name} not found")
         template = store.templates[(atespace, name)]
+        if store.waiting.get((atespace, name), 0) > 0:
+            store.waiting[(atespace, name)] -= 1
+            return template
         outcome = store.outcomes.pop((atespace, name), None)
         if outcome is not None:
             template.update(phase=outcome[0], reason=outcome[1])

@@ -202,3 +202,17 @@ def test_process_commands_forward_args(monkeypatch: pytest.MonkeyPatch) -> None:
         ("atelet.main", ["--node", "n1", "--workers", "2"]),
         ("router.main", ["--listen", "127.0.0.1:8000"]),
     ]
+
+
+def test_create_template_says_when_its_golden_snapshot_waits_for_a_worker(api_server, ate, tmp_path: Path) -> None:
+    assert ate("create", "atespace", "busy").exit_code == 0
+    template_file = tmp_path / "template.yaml"
+    template_file.write_text(TEMPLATE_YAML)
+    result = ate("create", "template", "slow", "-a", "busy", "-f", str(template_file))
+    assert (result.exit_code, result.stdout) == (0, "template/slow created (Ready)\n")
+    # Said once, not at every poll: the growing seconds are no news.
+    assert result.stderr == (
+        "template/slow: created, waiting for Ready (golden snapshot)...\n"
+        "template/slow: waiting for a free worker (10 s so far): no worker has room for the golden boot of "
+        "template busy/slow: 2 workers: 2 full\n"
+    )
