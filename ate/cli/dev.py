@@ -71,9 +71,10 @@ def dev(
     and stops everything; state survives a restart.
 
     A part that exits after it was ready is restarted after 1 s, 2 s, 4 s... (at most 30 s);
-    5 crashes of one part within 60 s stop everything. A restarted atelet removes the sandboxes
-    and network namespaces its previous run left; if it is not running when ate dev stops, ate dev
-    lists them with the commands that remove them.
+    5 crashes of one part within 60 s stop everything. A restarted atelet adopts the sandboxes
+    its previous run left still running (their actors keep their memory) and removes the rest
+    with their network namespaces; if it is not running when ate dev stops, ate dev lists what is
+    left with the commands that remove it.
 
     If ate dev itself is killed (even with kill -9), every part but PostgreSQL gets SIGTERM.
     PostgreSQL keeps running; the next ate dev with the same --data-dir adopts it.
