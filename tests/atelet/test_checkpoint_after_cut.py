@@ -12,27 +12,14 @@ from __future__ import annotations
 import asyncio
 import socket
 import struct
-import uuid
 
-import httpx
 import pytest
 
 from atelet.proto import atelet_pb2 as pb
 from tests.atelet.conftest import Atelet, counter_spec
+from tests.atelet.test_roundtrip import ACTOR, get, op
 
 pytestmark = [pytest.mark.runsc, pytest.mark.asyncio]
-ACTOR = pb.ActorRef(atespace="demo", name="c1")
-
-
-def op() -> str:
-    return f"op-{uuid.uuid4().hex[:12]}"
-
-
-async def get(ip: str) -> dict:
-    async with httpx.AsyncClient(timeout=5) as client:
-        response = await client.get(f"http://{ip}:8080/", headers={"Connection": "close"})
-        response.raise_for_status()
-        return response.json()
 
 
 def open_slow_request(ip: str) -> socket.socket:

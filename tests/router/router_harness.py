@@ -71,6 +71,42 @@ async def serve(app: Any, lifespan: str = "off") -> AsyncIterator[Served]:
         sock.close()
 
 
+
+@dataclass
+class WorkingWorker:
+    """A raw worker that reads a request head and then works on it without ever answering;
+    ``ended`` tells how the router let go of the connection: ``reset``, ``closed`` (a FIN) or the
+    bytes it sent after the head."""
+
+    server: asyncio.Server
+    got_head: asyncio.Event
+    ended: asyncio.Future[str]
+
+    @property
+    def port(self) -> int:
+        return int(self.server.sockets[0].getsockname()[1])
+
+
+async def working_worker() -> WorkingWorker:
+    """Start a ``WorkingWorker`` on 127.0.0.1 (close its ``server`` afterwards)."""
+    got_head = asyncio.Event()
+    ended: asyncio.Future[str] = asyncio.get_running_loop().create_future()
+
+    async def working(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        await reader.readuntil(b"\r\n\r\n")
+        got_head.set()
+        try:
+            rest = await reader.read()
+            what = "closed" if rest == b"" else f"more bytes: {rest!r}"
+        except ConnectionResetError:
+            what = "reset"
+        if not ended.done():
+            ended.set_result(what)
+        writer.close()
+
+    server = await asyncio.start_server(working, "127.0.0.1", 0)
+    return WorkingWorker(server, got_head, ended)
+
 def free_port() -> int:
     """A port nothing listens on (bound, then released)."""
     with socket.socket() as s:

@@ -16,7 +16,7 @@ import pytest
 
 from router.metrics import DRAIN_HELD
 from router.nginx import drain as nginx_drain
-from tests.router.router_harness import Step
+from tests.router.router_harness import Step, working_worker
 
 H = {"ate-target-actor": "demo/c1"}
 KEY = "demo/c1"
@@ -131,30 +131,17 @@ async def test_a_request_cut_before_its_answer_is_told_so_and_its_worker_connect
     # snapshot taken with a half-closed connection restores without a working listener:
     # tests/atelet/test_checkpoint_after_cut.py).
     env = await start_router(drain_timeout_seconds=0.3)
-    ended: asyncio.Future[str] = asyncio.get_running_loop().create_future()
-
-    async def working(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        await reader.readuntil(b"\r\n\r\n")
-        try:
-            rest = await reader.read()
-            what = "closed" if rest == b"" else f"more bytes: {rest!r}"
-        except ConnectionResetError:
-            what = "reset"
-        if not ended.done():
-            ended.set_result(what)
-        writer.close()
-
-    server = await asyncio.start_server(working, "127.0.0.1", 0)
-    env.api.worker_port = server.sockets[0].getsockname()[1]
+    worker = await working_worker()
+    env.api.worker_port = worker.port
     try:
         request = asyncio.create_task(env.client.get("/work", headers=H))
         await until(in_flight_is(env, 1))
         outcome = await env.router.drains.drain(1, KEY)
         assert (outcome.result, outcome.waited_for, outcome.cut) == ("cut", 1, 1)
         response = await request
-        assert await asyncio.wait_for(ended, 10) == "reset"
+        assert await asyncio.wait_for(worker.ended, 10) == "reset"
     finally:
-        server.close()
+        worker.server.close()
     assert response.status_code == 503, response.text
     assert response.text == (
         "actor demo/c1 is being suspended and this request did not finish within the router's --drain-timeout, "

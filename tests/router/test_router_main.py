@@ -15,7 +15,7 @@ import pytest
 
 from router.main import build_settings, parse_args
 from router.settings import RouterSettings, split_host_port
-from tests.router.router_harness import FakeApi, free_port, serve
+from tests.router.router_harness import FakeApi, free_port, serve, working_worker
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -75,23 +75,8 @@ def test_process_serves_metrics_and_stops_on_sigterm() -> None:
 async def test_a_request_outlasting_the_stop_grace_is_told_that_the_router_is_stopping(tmp_path: Path) -> None:
     # A worker that works on the request for longer than the router's stop grace (10 s): the
     # client gets a 503 saying why (uvicorn alone sends a bare 500), the worker a reset.
-    got_head = asyncio.Event()
-    ended: asyncio.Future[str] = asyncio.get_running_loop().create_future()
-
-    async def working(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        await reader.readuntil(b"\r\n\r\n")
-        got_head.set()
-        try:
-            rest = await reader.read()
-            what = "closed" if rest == b"" else f"more bytes: {rest!r}"
-        except ConnectionResetError:
-            what = "reset"
-        if not ended.done():
-            ended.set_result(what)
-        writer.close()
-
-    worker = await asyncio.start_server(working, "127.0.0.1", 0)
-    api = FakeApi(worker.sockets[0].getsockname()[1])
+    worker = await working_worker()
+    api = FakeApi(worker.port)
     port = free_port()
     env = {k: v for k, v in os.environ.items() if not k.startswith("ATE_")} | {"PYTHONPATH": str(ROOT)}
     try:
@@ -109,17 +94,17 @@ async def test_a_request_outlasting_the_stop_grace_is_told_that_the_router_is_st
                 request = asyncio.create_task(
                     client.get(f"http://127.0.0.1:{port}/work", headers={"ate-target-actor": "demo/c1"})
                 )
-                await asyncio.wait_for(got_head.wait(), 20)
+                await asyncio.wait_for(worker.got_head.wait(), 20)
                 proc.send_signal(signal.SIGTERM)
                 response = await request
-                assert await asyncio.wait_for(ended, 10) == "reset"
+                assert await asyncio.wait_for(worker.ended, 10) == "reset"
                 assert await asyncio.to_thread(proc.wait, 30) == 0
             finally:
                 if proc.poll() is None:
                     proc.kill()
                     proc.wait()
     finally:
-        worker.close()
+        worker.server.close()
     assert response.status_code == 503, response.text
     assert response.text == (
         "the router is stopping and this request to actor demo/c1 did not finish within its 10 s grace; "
