@@ -28,6 +28,12 @@ def _merge_env(base: list[str], overrides: dict[str, str]) -> list[str]:
     return [f"{k}={v}" for k, v in env.items()]
 
 
+
+def cpu_resources(cpu_millis: int) -> dict[str, int]:
+    """The OCI ``linux.resources.cpu`` of a limit of ``cpu_millis`` millicores: a quota of
+    ``cpu_millis * 100`` µs every ``CPU_PERIOD_US`` (100 ms)."""
+    return {"quota": cpu_millis * CPU_PERIOD_US // 1000, "period": CPU_PERIOD_US}
+
 def build_config(
     image: UnpackedImage,
     container: pb.Container,
@@ -60,7 +66,7 @@ def build_config(
     config["mounts"] = mounts
     resources: dict[str, Any] = {}
     if cpu_millis > 0:
-        resources["cpu"] = {"quota": cpu_millis * CPU_PERIOD_US // 1000, "period": CPU_PERIOD_US}
+        resources["cpu"] = cpu_resources(cpu_millis)
     if memory_bytes > 0:
         resources["memory"] = {"limit": memory_bytes}
     if resources:

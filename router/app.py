@@ -405,10 +405,6 @@ def create_app(
 
 async def _answer_stopping(send: Any, target: str) -> None:
     """The 503 of a request the router's stop cut off before any answer began."""
-    text = (f"the router is stopping and this request to actor {target} did not finish within its "
-            f"{STOP_GRACE_SECONDS:g} s grace; send it again (another router replica, or this one once it "
-            "is back, takes it)\n").encode()
-    headers = [(b"content-type", b"text/plain; charset=utf-8"), (b"content-length", str(len(text)).encode()),
-               (b"retry-after", b"1"), (b"connection", b"close")]
-    await send({"type": "http.response.start", "status": 503, "headers": headers})
-    await send({"type": "http.response.body", "body": text, "more_body": False})
+    await _answer(send, 503, f"the router is stopping and this request to actor {target} did not finish within "
+                  f"its {STOP_GRACE_SECONDS:g} s grace; send it again (another router replica, or this one once "
+                  "it is back, takes it)", retry_after=1)

@@ -15,7 +15,7 @@ import logging
 from pathlib import Path
 
 from atelet import netns, watch
-from atelet.bundle import CPU_PERIOD_US, build_config, write_bundle
+from atelet.bundle import build_config, cpu_resources, write_bundle
 from atelet.cgroups import CgroupError, SharedCgroup, set_cpu_limit
 from atelet.drivers.base import SandboxDriver
 from atelet.errors import AteletError, internal
@@ -55,7 +55,7 @@ def limit_in_bundle(bundle: Path) -> None:
     cpu_millis = int(config.get("annotations", {}).pop(CPU_MILLIS_ANNOTATION, "0"))
     if cpu_millis > 0:
         resources = config.setdefault("linux", {}).setdefault("resources", {})
-        resources["cpu"] = {"quota": cpu_millis * CPU_PERIOD_US // 1000, "period": CPU_PERIOD_US}
+        resources["cpu"] = cpu_resources(cpu_millis)
     write_bundle(bundle, config)
 
 
