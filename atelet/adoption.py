@@ -8,7 +8,9 @@ host end's address is re-applied, ``SandboxDriver.reattach``). A recorded sandbo
 stopped is deleted and its worker reported idle (its durable dirs are kept); sandboxes no record
 names are deleted. A Run/Restore repeated with the operation ID that started an adopted sandbox
 (the atelet died before it recorded the response) probes that sandbox and answers success instead
-of starting a second one (``SandboxOperations``).
+of starting a second one (``SandboxOperations``). A record with a checkpoint in progress is
+adopted whatever its sandbox's state (a FULL save ends the sandbox): the worker keeps the actor
+and the checkpoint, and ``Node.start`` has its save followed (``atelet.checkpoint_ops``).
 """
 
 from __future__ import annotations
@@ -44,8 +46,8 @@ async def adopt_sandboxes(drivers: Drivers, table: WorkerTable, exits: ExitWatch
         driver = drivers.get(worker.pool.sandbox_class) if worker is not None else None
         found = set(listed.get(worker.pool.sandbox_class, [])) if worker is not None else set()
         if await _adopt(driver, table, exits, name, record, found):
-            assert record.container_id is not None
-            adopted.add(record.container_id)
+            if record.container_id is not None:
+                adopted.add(record.container_id)
         else:
             table.assignments.remove(name)
     for sandbox_class, driver in drivers.items():
@@ -57,7 +59,8 @@ async def adopt_sandboxes(drivers: Drivers, table: WorkerTable, exits: ExitWatch
 
 async def _adopt(driver: SandboxDriver | None, table: WorkerTable, exits: ExitWatcher, name: str, record: Assignment,
                  listed: set[str]) -> bool:
-    """Takes over the sandbox ``record`` names if it still runs and its network is intact."""
+    """Takes over the sandbox ``record`` names if it still runs and its network is intact, or
+    if a checkpoint of it was in progress."""
     worker = table.by_name.get(name)
     what = f"sandbox {record.container_id} of {describe(record.actor)} on {name}"
     why = ""
@@ -65,6 +68,15 @@ async def _adopt(driver: SandboxDriver | None, table: WorkerTable, exits: ExitWa
         why = "no such worker any more"
     elif record.net != worker.net:
         why = f"the worker's network changed ({record.net.worker_ip} -> {worker.net.worker_ip})"
+    elif record.checkpoint is not None:
+        worker.actor, worker.spec, worker.container_id = record.actor, record.spec, record.container_id
+        worker.state, worker.exit_reason, worker.adopted = record.state, record.exit_reason, True
+        worker.operation = (record.operation_id, record.operation_kind)
+        worker.started_at, worker.checkpoint = record.started_at, record.checkpoint
+        table.persist(worker)
+        log.warning("adopted %s with its checkpoint %s in progress (to %s)", what, record.checkpoint.operation_id,
+                    record.checkpoint.snapshot_uri)
+        return True
     elif record.state != "running" or not record.container_id:
         why = f"it had {record.state} before the restart"
     else:

@@ -12,7 +12,9 @@ container, null once the sandbox stopped); ``state`` (running | exited); ``exit_
 (port 0: no wakeup probe); ``durable_dir`` (host path of the actor's dir, its volumes below) and
 ``volumes`` {name: host path}; ``log`` and ``bundle`` (host paths); ``operation`` {id, kind} (the
 Run/Restore that started the sandbox); ``spec`` (the WorkloadSpec, base64 protobuf);
-``runsc_version``; ``started_at`` / ``updated_at`` (Unix seconds).
+``runsc_version``; ``started_at`` / ``updated_at`` (Unix seconds); ``checkpoint`` (null, or the
+checkpoint in progress on the worker: ``PendingCheckpoint``, so that a restarted atelet finishes
+it instead of losing the memory it saved).
 """
 
 from __future__ import annotations
@@ -36,6 +38,33 @@ FILE_NAME = "assignment.json"
 
 
 @dataclass
+class PendingCheckpoint:
+    """A checkpoint of the worker's sandbox that has started and not yet been committed.
+
+    Fields: ``operation_id`` and ``snapshot_uri`` of the Checkpoint call; ``scope`` (SnapshotScope
+    number); ``staging`` (the directory its files are written to); ``journal`` (the directory where
+    the runtime's checkpoint process records its pid, output and exit status: it outlives the
+    atelet); ``leave_running`` (the sandbox stays, frozen, after the save: the object-storage path);
+    ``saved`` (the save succeeded: what is left is archiving the durable dirs and the commit).
+    """
+
+    operation_id: str
+    snapshot_uri: str
+    scope: int
+    staging: str
+    journal: str
+    leave_running: bool = False
+    saved: bool = False
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> PendingCheckpoint:
+        """Parses the record's ``checkpoint`` field; ValueError/KeyError/TypeError when malformed."""
+        return cls(operation_id=str(data["operation_id"]), snapshot_uri=str(data["snapshot_uri"]),
+                   scope=int(data["scope"]), staging=str(data["staging"]), journal=str(data["journal"]),
+                   leave_running=bool(data.get("leave_running")), saved=bool(data.get("saved")))
+
+
+@dataclass
 class Assignment:
     """One worker's persisted assignment (see the module doc for the fields)."""
 
@@ -54,6 +83,7 @@ class Assignment:
     exit_reason: str = ""
     runsc_version: str = ""
     started_at: float = 0.0
+    checkpoint: PendingCheckpoint | None = None
 
     @property
     def probe(self) -> tuple[int, str]:
@@ -83,6 +113,7 @@ class Assignment:
             "spec": base64.b64encode(self.spec.SerializeToString()).decode(),
             "runsc_version": self.runsc_version,
             "started_at": self.started_at,
+            "checkpoint": asdict(self.checkpoint) if self.checkpoint is not None else None,
             "updated_at": time.time(),
         }
 
@@ -110,6 +141,7 @@ class Assignment:
             exit_reason=str(data.get("exit_reason") or ""),
             runsc_version=str(data.get("runsc_version") or ""),
             started_at=float(data.get("started_at") or 0.0),
+            checkpoint=PendingCheckpoint.from_json(data["checkpoint"]) if data.get("checkpoint") else None,
         )
 
 

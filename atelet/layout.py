@@ -57,6 +57,11 @@ class NodeLayout:
         """One dir per worker: its bundle and its assignment record."""
         return self.root / "workers"
 
+    def checkpoint_journal(self, worker: str) -> Path:
+        """Where the checkpoint process of ``worker``'s sandbox records its pid, output and exit
+        status (``Runsc.checkpoint``)."""
+        return self.workers / worker / "checkpoint"
+
     def bundle_dir(self, worker: str) -> Path:
         """The runtime files (OCI bundle) of ``worker``'s current sandbox."""
         return self.workers / worker / "bundle"

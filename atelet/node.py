@@ -37,6 +37,7 @@ from google.protobuf.message import Message
 from atelet import forwarding, isolation, metrics, netns
 from atelet.adoption import adopt_sandboxes
 from atelet.assignments import AssignmentStore
+from atelet.checkpoint_ops import CheckpointOperations
 from atelet.drivers import Drivers
 from atelet.drivers.gvisor import GVisorDriver
 from atelet.drivers.microvm import accelerator
@@ -99,8 +100,9 @@ class Node:
         self.exits = ExitWatcher(self.drivers, self.table, self.layout, self._report_exit)
         self.runner = SandboxRunner(self.drivers, self.table, self.layout, self.exits)
         self.sandbox_ops = SandboxOperations(settings.hollow, self.table, self.layout, self.images,
-                                             self.places, self.drivers, self.runner,
-                                             settings.checkpoint_compression)
+                                             self.places, self.drivers, self.runner)
+        self.checkpoint_ops = CheckpointOperations(settings.hollow, self.table, self.layout, self.places,
+                                                   self.drivers, self.runner, settings.checkpoint_compression)
         self.snapshot_ops = SnapshotOperations(settings.hollow, self.places)
 
     @property
@@ -120,9 +122,11 @@ class Node:
             root.mkdir(parents=True, exist_ok=True)
         assert self.snapshots.local_root is not None
         self.snapshots.local_root.mkdir(parents=True, exist_ok=True)
-        for leftover in await asyncio.to_thread(self.snapshots.remove_local_staging):
+        # the staging dirs of checkpoints the previous atelet left unfinished are finished now
+        unfinished = [Path(r.checkpoint.staging) for r in self.assignments.load_all().values() if r.checkpoint]
+        for leftover in await asyncio.to_thread(self.snapshots.remove_local_staging, unfinished):
             log.warning("removed %s: a local snapshot the previous atelet did not finish", leftover)
-        await asyncio.to_thread(self.cache.start)
+        await asyncio.to_thread(self.cache.start, unfinished)
         if self.settings.hollow:
             self.table.runtime_versions = {c: "hollow" for c in (*self.drivers, "gvisor")}
         else:
@@ -138,6 +142,9 @@ class Node:
             for op_id, kind in self.ops.in_flight():
                 log.warning("operation %s (%s) was in flight when the previous atelet stopped", op_id, kind)
             await adopt_sandboxes(self.drivers, self.table, self.exits)
+            for worker in self.workers.values():
+                if worker.checkpoint is not None:
+                    self.checkpoint_ops.follow(worker)
             await asyncio.gather(*(netns.create(w.net) for w in self.workers.values() if not w.adopted))
             if self.settings.advertise_worker_ip:
                 [only] = self.workers.values()
@@ -154,6 +161,9 @@ class Node:
     async def stop(self) -> None:
         """Terminates every sandbox, deletes every namespace this node created, then its isolation rules."""
         await self.ops.drain()
+        for worker in self.workers.values():
+            if worker.settling is not None:
+                worker.settling.cancel()
         for worker in self.workers.values():
             async with worker.lock:
                 if not self.settings.hollow:
@@ -190,9 +200,9 @@ class Node:
 
     async def checkpoint(self, req: pb.CheckpointRequest) -> pb.CheckpointResponse:
         """Checkpoints ``req.actor`` on ``req.worker`` to ``req.snapshot_uri`` and frees the worker
-        (``SandboxOperations.checkpoint``)."""
+        (``CheckpointOperations.checkpoint``)."""
         return await self._measured("checkpoint", req.operation_id, pb.CheckpointResponse,
-                                    lambda: self.sandbox_ops.checkpoint(req), req.worker)
+                                    lambda: self.checkpoint_ops.checkpoint(req), req.worker)
 
     async def terminate(self, req: pb.TerminateRequest) -> pb.TerminateResponse:
         """Stops and deletes ``req.actor``'s sandbox on ``req.worker``; fine when nothing runs

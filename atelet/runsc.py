@@ -22,6 +22,8 @@ import json
 import os
 import re
 import shlex
+import shutil
+import signal
 from pathlib import Path
 from typing import Any
 
@@ -29,6 +31,10 @@ from atelet import proc
 from atelet.errors import AteletError, internal, not_found, unavailable
 
 _PRIVATE_NET_SYSCTL = 'mount -t tmpfs -o size=4k,mode=0555 ate-empty /proc/sys/net && exec "$@"'
+
+# A checkpoint process that outlives the atelet: "$0" is its journal dir (see Runsc.checkpoint).
+_JOURNALED = ('echo $$ > "$0/pid"; "$@" > "$0/output" 2>&1; echo $? > "$0/status.tmp"; '
+              'mv "$0/status.tmp" "$0/status"')
 
 
 def _read_from(path: Path, offset: int) -> str:
@@ -46,6 +52,28 @@ def pid_alive(pid: int) -> bool:
     except OSError:
         return False
     return stat[stat.rfind(b")") + 2:][:1] not in (b"Z", b"X")
+
+
+def journal_outcome(journal: Path) -> proc.Result | None:
+    """How the journaled runsc call recorded in ``journal`` ended (``Runsc.checkpoint``): its exit
+    status and output; None while its process still runs; exit status -1 when the process is
+    gone without a status (killed)."""
+    args = ["runsc", "checkpoint", f"(journal {journal})"]
+    try:
+        code = int((journal / "status").read_text().strip())
+    except (OSError, ValueError):
+        try:
+            pid = int((journal / "pid").read_text().strip())
+        except (OSError, ValueError):
+            pid = 0
+        if pid and pid_alive(pid):
+            return None
+        return proc.Result(args, -1, "", "the checkpoint process ended without recording its exit status")
+    try:
+        output = (journal / "output").read_text(errors="replace")
+    except OSError:
+        output = ""
+    return proc.Result(args, code, "", output)
 
 
 async def wait_exited(pid: int, timeout: float) -> bool:
@@ -122,7 +150,8 @@ class Runsc:
         return await proc.run([*self._global(), *verb], timeout=timeout)
 
     @staticmethod
-    def _error(result: proc.Result, container_id: str) -> AteletError:
+    def failure(result: proc.Result, container_id: str) -> AteletError:
+        """The AteletError of a failed runsc call (see the module doc for the codes)."""
         text = (result.stderr + result.stdout).lower()
         if "connected state" in text:
             return unavailable(f"a connected socket blocked the checkpoint of {container_id}; retry: "
@@ -132,29 +161,58 @@ class Runsc:
         return internal(result.describe())
 
     async def checkpoint(self, container_id: str, image_path: Path, *, leave_running: bool = False,
-                         compression: str | None = None, timeout: float = 300) -> None:
+                         compression: str | None = None, timeout: float = 300,
+                         journal: Path | None = None) -> None:
         """``runsc checkpoint --image-path``: saves the sandbox to image_path; the sandbox exits,
         or with ``leave_running`` stays as it was (paused when it was paused). ``compression``:
-        ``-compression`` (``none`` or ``flate-best-speed``; None: runsc's default, flate)."""
+        ``-compression`` (``none`` or ``flate-best-speed``; None: runsc's default, flate).
+
+        With ``journal`` (a directory, emptied first) the runsc process runs in its own session
+        and records its pid, output and exit status there, so that it finishes when this atelet
+        dies or the caller is cancelled, and a later atelet learns how it ended
+        (``checkpoint_outcome``). A timeout still kills it.
+        """
         image_path.mkdir(parents=True, exist_ok=True)
         flags = ["--leave-running"] if leave_running else []
         if compression is not None:
             flags.append(f"--compression={compression}")
-        result = await self._call(["checkpoint", *flags, f"--image-path={image_path}", container_id], timeout)
+        verb = ["checkpoint", *flags, f"--image-path={image_path}", container_id]
+        if journal is None:
+            result = await self._call(verb, timeout)
+        else:
+            result = await self._journaled(verb, journal, timeout)
         if not result.ok:
-            raise self._error(result, container_id)
+            raise self.failure(result, container_id)
+
+    async def _journaled(self, verb: list[str], journal: Path, timeout: float) -> proc.Result:
+        """Runs a runsc verb detached from this process, recording it in ``journal``; cancelling
+        the caller leaves it running."""
+        shutil.rmtree(journal, ignore_errors=True)
+        journal.mkdir(parents=True)
+        child = await asyncio.create_subprocess_exec(
+            "sh", "-c", _JOURNALED, str(journal), *self._global(), *verb, start_new_session=True,
+            stdin=asyncio.subprocess.DEVNULL, stdout=asyncio.subprocess.DEVNULL, stderr=asyncio.subprocess.DEVNULL)
+        try:
+            await asyncio.wait_for(asyncio.shield(child.wait()), timeout)
+        except TimeoutError:
+            os.killpg(child.pid, signal.SIGKILL)
+            await child.wait()
+            raise
+        outcome = journal_outcome(journal)
+        assert outcome is not None  # the wrapper has exited
+        return outcome
 
     async def pause(self, container_id: str, *, timeout: float = 30) -> None:
         """``runsc pause``: freezes every task of the sandbox."""
         result = await self._call(["pause", container_id], timeout)
         if not result.ok:
-            raise self._error(result, container_id)
+            raise self.failure(result, container_id)
 
     async def resume(self, container_id: str, *, timeout: float = 30) -> None:
         """``runsc resume``: lets a paused sandbox run again."""
         result = await self._call(["resume", container_id], timeout)
         if not result.ok:
-            raise self._error(result, container_id)
+            raise self.failure(result, container_id)
 
     async def kill(self, container_id: str, signal: str = "KILL") -> int | None:
         """Sends ``signal`` to the sandbox and waits (up to 10 s) until its process has exited.
@@ -169,7 +227,7 @@ class Runsc:
             return None
         result = await self._call(["kill", container_id, signal], 20)
         if not result.ok and pid_alive(pid):
-            raise self._error(result, container_id)
+            raise self.failure(result, container_id)
         await wait_exited(pid, 10.0)
         return pid
 
@@ -178,7 +236,7 @@ class Runsc:
         result = await self._call(["delete", "--force", container_id], timeout)
         if result.ok:
             return True
-        error = self._error(result, container_id)
+        error = self.failure(result, container_id)
         if error.code.name == "NOT_FOUND":
             return False
         raise error

@@ -15,7 +15,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 
 from atelet import metrics, netns
-from atelet.assignments import Assignment, AssignmentStore
+from atelet.assignments import Assignment, AssignmentStore, PendingCheckpoint
 from atelet.errors import not_found, precondition, unavailable
 from atelet.layout import NodeLayout
 from atelet.proto import atelet_pb2 as pb
@@ -42,6 +42,8 @@ class Worker:
     operation: tuple[str, str] | None = None  # (operation_id, kind) of the Run/Restore that started it
     started_at: float = 0.0
     adopted: bool = False  # the sandbox was started by an earlier atelet process
+    checkpoint: PendingCheckpoint | None = None  # a checkpoint started and not yet committed
+    settling: asyncio.Task[None] | None = None  # follows a checkpoint its caller no longer waits for
 
     def free(self) -> None:
         """Marks the worker idle (nothing runs on it); ``WorkerTable.free`` also forgets its record."""
@@ -53,6 +55,7 @@ class Worker:
         self.operation = None
         self.started_at = 0.0
         self.adopted = False
+        self.checkpoint = None
 
 
 def describe(actor: tuple[str, str] | None) -> str:
@@ -158,6 +161,7 @@ class WorkerTable:
             volumes={k: str(v) for k, v in self.layout.volume_dirs(worker.actor, worker.spec).items()},
             log=str(self.layout.log_path(worker.actor)), bundle=str(self.layout.bundle_dir(worker.name)),
             exit_reason=worker.exit_reason, runsc_version=self.runtime_version(worker), started_at=worker.started_at,
+            checkpoint=worker.checkpoint,
         ))
 
     def free(self, worker: Worker) -> None:

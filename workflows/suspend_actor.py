@@ -36,6 +36,7 @@ from temporalio.exceptions import ApplicationError, WorkflowAlreadyStartedError
 from temporalio.workflow import ParentClosePolicy
 
 from workflows.steps import (
+    CHECKPOINT_RETRY,
     atelet_step,
     counted,
     db_step,
@@ -131,6 +132,7 @@ class SuspendActorWorkflow:
                         complete_suspend=complete,
                     ),
                     result_type=AteletCheckpointResult,
+                    retry=CHECKPOINT_RETRY,
                 )
         except ApplicationError as error:
             if complete and await db_step(

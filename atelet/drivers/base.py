@@ -116,14 +116,25 @@ class SandboxDriver(Protocol):
         ...
 
     async def checkpoint(self, container_id: str, image_dir: Path, *, leave_running: bool = False,
-                         compress: bool = True) -> None:
+                         compress: bool = True, journal: Path | None = None) -> None:
         """Saves the sandbox's whole state into ``image_dir``; the sandbox exits, or with
         ``leave_running`` stays as it was (a frozen one stays frozen). ``compress``: whether the
-        memory is compressed (smaller, slower to write and to restore).
+        memory is compressed (smaller, slower to write and to restore). ``journal``: a directory
+        where a driver that can records the save so that it goes on when the atelet dies or the
+        caller is cancelled (``checkpoint_done`` then tells how it ended).
 
         Raises:
             AteletError: UNAVAILABLE when the sandbox cannot be saved now (retryable), NOT_FOUND,
                 INTERNAL.
+        """
+        ...
+
+    async def checkpoint_done(self, journal: Path) -> bool:
+        """How the checkpoint recorded in ``journal`` went: True once it succeeded, False while it
+        still runs.
+
+        Raises:
+            AteletError: as ``checkpoint`` would have, when it failed or cannot be told.
         """
         ...
 

@@ -22,7 +22,7 @@ from atelet.errors import AteletError, internal
 from atelet.images import ImageStore
 from atelet.netns import WorkerNet
 from atelet.proto import atelet_pb2 as pb
-from atelet.runsc import Runsc, pid_alive
+from atelet.runsc import Runsc, journal_outcome, pid_alive
 
 log = logging.getLogger(__name__)
 
@@ -146,11 +146,20 @@ class GVisorDriver(SandboxDriver):
                            f"deleted: {exc}") from exc
 
     async def checkpoint(self, container_id: str, image_dir: Path, *, leave_running: bool = False,
-                         compress: bool = True) -> None:
-        """``runsc checkpoint [--leave-running] --compression=flate-best-speed|none``; UNAVAILABLE
-        when a connected socket blocked it."""
+                         compress: bool = True, journal: Path | None = None) -> None:
+        """``runsc checkpoint [--leave-running] --compression=flate-best-speed|none``, recorded in
+        ``journal`` when given (``Runsc.checkpoint``); UNAVAILABLE when a connected socket blocked it."""
         await self.runsc.checkpoint(container_id, image_dir, leave_running=leave_running,
-                                    compression="flate-best-speed" if compress else "none")
+                                    compression="flate-best-speed" if compress else "none", journal=journal)
+
+    async def checkpoint_done(self, journal: Path) -> bool:
+        """From the journal's exit status (``journal_outcome``); raises as ``checkpoint`` does."""
+        outcome = journal_outcome(journal)
+        if outcome is None:
+            return False
+        if not outcome.ok:
+            raise Runsc.failure(outcome, f"({journal})")
+        return True
 
     async def freeze(self, container_id: str) -> None:
         """``runsc pause``."""

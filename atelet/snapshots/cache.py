@@ -23,7 +23,7 @@ import os
 import shutil
 import time
 import uuid
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Collection
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -61,10 +61,14 @@ class SnapshotCache:
         self._pins: dict[str, int] = {}
         self._sizes: dict[str, int] = {}
 
-    def start(self) -> None:
-        """Create the root, remove staging leftovers of an earlier process and index the entries. Blocking."""
+    def start(self, keep: Collection[Path] = ()) -> None:
+        """Create the root, remove staging leftovers of an earlier process (but those in ``keep``:
+        checkpoints a restarted atelet finishes) and index the entries. Blocking."""
         self.root.mkdir(parents=True, exist_ok=True)
+        kept = {Path(p).resolve() for p in keep}
         for child in self.root.iterdir():
+            if child.resolve() in kept:
+                continue
             if child.name.startswith(STAGING) or not (child / MANIFEST).is_file():
                 shutil.rmtree(child, ignore_errors=True)
                 continue

@@ -154,13 +154,14 @@ class SnapshotPlaces:
             raise precondition(f"snapshot_uri: {uri} already exists (written by operation unknown, incomplete)")
         return held
 
-    def checkpoint_target(self, uri: str) -> CheckpointTarget:
-        """A fresh staging directory for a checkpoint to ``uri`` (see the module docstring)."""
+    def checkpoint_target(self, uri: str, staging: Path | None = None) -> CheckpointTarget:
+        """A fresh staging directory for a checkpoint to ``uri`` (see the module docstring), or
+        ``staging``, the one an unfinished checkpoint to ``uri`` has filled."""
         if is_remote(uri):
             location = self.objects.location(uri, "snapshot_uri")
-            return CheckpointTarget(self, uri, self.cache.staging(), None, location)
+            return CheckpointTarget(self, uri, staging or self.cache.staging(), None, location)
         dest = self.store.resolve(uri)
-        return CheckpointTarget(self, uri, self.store.staging_dir(dest), dest, None)
+        return CheckpointTarget(self, uri, staging or self.store.staging_dir(dest), dest, None)
 
     async def delete(self, uri: str) -> bool:
         """Delete the snapshot at ``uri`` (and its cache entry). True when something was there."""

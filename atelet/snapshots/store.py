@@ -22,6 +22,7 @@ import glob
 import os
 import shutil
 import uuid
+from collections.abc import Collection
 from pathlib import Path
 
 from google.protobuf import json_format
@@ -107,12 +108,14 @@ class SnapshotStore(SnapshotRoots):
             parent = parent.parent
         return existed
 
-    def remove_local_staging(self) -> list[Path]:
+    def remove_local_staging(self, keep: Collection[Path] = ()) -> list[Path]:
         """Removes the staging dirs left in the local root by a previous atelet process (a checkpoint
-        or copy it never finished); completed snapshots are not descended into. Returns what was
-        removed. Only for the local root: nothing else writes there, unlike a shared storage
-        location. Blocking; call before serving."""
+        or copy it never finished), but those in ``keep`` (checkpoints a restarted atelet
+        finishes); completed snapshots are not descended into. Returns what was removed. Only for
+        the local root: nothing else writes there, unlike a shared storage location. Blocking;
+        call before serving."""
         removed: list[Path] = []
+        kept = {Path(p).resolve() for p in keep}
         if self.local_root is None or not self.local_root.is_dir():
             return removed
         for dirpath, dirnames, filenames in os.walk(self.local_root):
@@ -122,6 +125,8 @@ class SnapshotStore(SnapshotRoots):
             for name in list(dirnames):
                 if name.startswith(STAGING_PREFIX):
                     dirnames.remove(name)
+                    if (Path(dirpath) / name).resolve() in kept:
+                        continue
                     shutil.rmtree(Path(dirpath) / name, ignore_errors=True)
                     removed.append(Path(dirpath) / name)
         return removed

@@ -342,3 +342,109 @@ async def test_retried_run_of_an_adopted_sandbox_that_does_not_answer_is_unavail
 
 async def health_ips(stub: pb_grpc.AteletStub) -> dict[str, str]:
     return {w.name: w.ip for w in (await stub.Health(pb.HealthRequest())).workers}
+
+
+# ---- a checkpoint in progress when the atelet is killed ------------------------------------
+# The chaos run of 2026-12-02 killed the atelet (SIGKILL) while it checkpointed a large actor: the
+# sandbox finished its save by itself and exited, the restarted atelet removed the unfinished
+# staging directory and freed the worker, and the actor's memory was lost (5 times of 5). The save
+# must be completed by the Checkpoint call's retry, and the restored actor count on from where it was.
+
+BIG = pb.ActorRef(atespace="demo", name="big")
+BALLAST_MB = 400  # memory the counter fills at start: its save takes about a second here
+
+
+def big_spec(image: str) -> pb.WorkloadSpec:
+    spec = counter_spec(image)
+    spec.containers[0].env["BALLAST_MB"] = str(BALLAST_MB)
+    spec.memory_bytes = 1024 * 2**20
+    return spec
+
+
+def saved_bytes(agent: Agent) -> int:
+    """Bytes written so far into the staging dirs of the big actor's snapshots."""
+    root = Path(agent.settings.snapshot_roots[0]).resolve() / "demo" / "big"
+    return sum(f.stat().st_size for f in root.glob(".*/**/*") if f.is_file())
+
+
+async def saving(agent: Agent, sandbox_pid: int, timeout: float = 60) -> None:
+    """Returns once half of the sandbox's memory is saved and the sandbox has not yet exited: the
+    moment the chaos run's kills hit (the sandbox then finishes its save alone)."""
+    deadline = time.monotonic() + timeout
+    while saved_bytes(agent) < BALLAST_MB * 2**20 // 2:
+        assert time.monotonic() < deadline, "the checkpoint never started"
+        await asyncio.sleep(0.005)
+    assert Path(f"/proc/{sandbox_pid}").exists(), "the save ended before the test could interrupt it"
+
+
+async def run_big(agent: Agent, image: str) -> None:
+    """Runs the big actor on default-0 and counts to 2."""
+    channel, stub = agent.stub()
+    async with channel:
+        run = await stub.Run(pb.RunRequest(operation_id="big-run", worker="default-0", actor=BIG,
+                                           spec=big_spec(image), probe_timeout_seconds=60))
+    assert [await get_count(run.worker_ip) for _ in range(2)] == [1, 2]
+
+
+async def restore_counts_on(agent: Agent, image: str, uri: str, manifest: pb.SnapshotManifest) -> None:
+    """The snapshot restores on default-1 with the memory it had (the count goes on at 3)."""
+    channel, stub = agent.stub()
+    async with channel:
+        restored = await stub.Restore(pb.RestoreRequest(
+            operation_id="big-restore", worker="default-1", actor=BIG, spec=big_spec(image),
+            snapshot_uri=uri, manifest=manifest, probe_timeout_seconds=60))
+        assert await get_count(restored.worker_ip) == 3
+        await stub.Terminate(pb.TerminateRequest(operation_id="big-term", worker="default-1", actor=BIG))
+
+
+async def test_a_save_interrupted_by_an_atelet_kill_is_completed_by_the_retry(
+        agent: Agent, api: FakeApi, counter_image: str) -> None:
+    agent.start()
+    await run_big(agent, counter_image)
+    pid = agent.sandbox_pid("default-0")
+    uri = f"file://{Path(agent.settings.snapshot_roots[0]).resolve()}/demo/big/1"
+    request = pb.CheckpointRequest(operation_id="big-ckpt", worker="default-0", actor=BIG,
+                                   scope=pb.SNAPSHOT_SCOPE_FULL, snapshot_uri=uri)
+    channel, stub = agent.stub()
+    async with channel:
+        first = asyncio.ensure_future(stub.Checkpoint(request))
+        await saving(agent, pid)
+        agent.sigkill()
+        with pytest.raises(grpc.aio.AioRpcError):
+            await first
+    agent.start()
+    channel, stub = agent.stub()
+    async with channel:
+        retried = await stub.Checkpoint(request)
+        assert retried.manifest.created_by_operation == "big-ckpt"
+        assert retried.manifest.scope == pb.SNAPSHOT_SCOPE_FULL
+        assert (await health(stub))["default-0"] == ("idle", "")
+        assert not agent.record("default-0").exists()
+        assert "with its checkpoint big-ckpt in progress" in agent.log_path.read_text()
+        assert (await stub.Checkpoint(request)).manifest == retried.manifest  # a repeat answers the same
+    await restore_counts_on(agent, counter_image, uri, retried.manifest)
+    assert agent.sigterm() == 0
+    assert_nothing_left(agent.settings)
+
+
+async def test_a_save_whose_call_was_cancelled_is_completed_by_the_retry(
+        agent: Agent, api: FakeApi, counter_image: str) -> None:
+    agent.start()
+    await run_big(agent, counter_image)
+    pid = agent.sandbox_pid("default-0")
+    uri = f"file://{Path(agent.settings.snapshot_roots[0]).resolve()}/demo/big/1"
+    request = pb.CheckpointRequest(operation_id="big-ckpt", worker="default-0", actor=BIG,
+                                   scope=pb.SNAPSHOT_SCOPE_FULL, snapshot_uri=uri)
+    channel, stub = agent.stub()
+    async with channel:
+        first = asyncio.ensure_future(stub.Checkpoint(request))
+        await saving(agent, pid)
+        first.cancel()  # the caller gives up (as a deadline does) while the sandbox saves itself
+        with pytest.raises(asyncio.CancelledError):
+            await first
+        retried = await stub.Checkpoint(request)
+        assert retried.manifest.created_by_operation == "big-ckpt"
+        assert (await health(stub))["default-0"] == ("idle", "")
+    await restore_counts_on(agent, counter_image, uri, retried.manifest)
+    assert agent.sigterm() == 0
+    assert_nothing_left(agent.settings)

@@ -328,9 +328,11 @@ class MicrovmDriver(SandboxDriver):
         return sandbox
 
     async def checkpoint(self, container_id: str, image_dir: Path, *, leave_running: bool = False,
-                         compress: bool = True) -> None:
+                         compress: bool = True, journal: Path | None = None) -> None:
         """Saves the VM into ``image_dir`` (``qemu.Vm.checkpoint``) plus ``guest.json``, then
-        reads the disks back into the durable dirs. ``compress`` does not apply.
+        reads the disks back into the durable dirs. ``compress`` does not apply; neither does
+        ``journal``: QEMU's migration is driven from this process, so the save ends with it
+        (``checkpoint_done`` then reports it failed).
 
         Raises:
             AteletError: NOT_FOUND, INTERNAL (QEMU's reason included).
@@ -391,6 +393,10 @@ class MicrovmDriver(SandboxDriver):
             sandbox.read_back = final
             if final:
                 sandbox.save()
+
+    async def checkpoint_done(self, journal: Path) -> bool:
+        """A save this process did not drive cannot be told: always INTERNAL (see ``checkpoint``)."""
+        raise internal("the microvm save was driven by an atelet process that is gone; it did not complete")
 
     async def freeze(self, container_id: str) -> None:
         """Stops the guest's vCPUs and reads the disks back into the durable dirs."""
