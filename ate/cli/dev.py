@@ -68,7 +68,9 @@ def dev(
     Starts PostgreSQL (embedded, unless ATE_DATABASE_URL is set), the Temporal dev server (unless
     ATE_TEMPORAL_ADDRESS is set), the api-server, the worker, an atelet and the router, and prints
     one line per part, then `ate: ready`. Logs go to DATA_DIR/logs. Ctrl-C suspends running actors
-    and stops everything; state survives a restart.
+    and stops everything; state survives a restart. When an actor cannot be suspended (the
+    api-server, the worker or Temporal is down), the atelet is killed rather than stopped, so its
+    sandboxes keep running and the next ate dev adopts them with their memory.
 
     A part that exits after it was ready is restarted after 1 s, 2 s, 4 s... (at most 30 s);
     5 crashes of one part within 60 s stop everything. A restarted atelet adopts the sandboxes

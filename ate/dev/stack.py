@@ -7,7 +7,9 @@ Run: watch the parts; a part (PostgreSQL and Temporal too) that exits after it w
 restarted after 1 s, 2 s, 4 s... (at most 30 s), printing `<part>: exited (<code>), restarting`
 and its ready line again; 5 crashes of one part within 60 s stop everything. Stop (Ctrl-C or
 SIGTERM): the router, then suspend every RUNNING actor through the API so its state survives a
-restart, then the atelet, worker, api-server, Temporal and PostgreSQL. When the atelet is not
+restart, then the atelet, worker, api-server, Temporal and PostgreSQL. When an actor stays RUNNING
+(a part a suspend needs is down, or a suspend failed) the atelet is killed (SIGKILL), not stopped:
+its clean stop ends every sandbox, and the next start adopts them instead. When the atelet is not
 running then, nothing is started: leftover sandboxes and network namespaces are listed with
 the commands that remove them. A second Ctrl-C kills everything at once.
 
@@ -239,6 +241,18 @@ class DevStack:
 
     # Stop
 
+    def _suspend_all(self, by_name: dict[str, Child]) -> bool:
+        """Suspend the RUNNING actors when the parts a suspend needs are up; True when none is
+        left RUNNING. A suspend is a workflow: without the api-server, the worker or Temporal it
+        cannot run, and trying would only spend the whole suspend budget."""
+        down = [name for name in ("api-server", "worker", "temporal")
+                if name in by_name and not self.supervisor.is_up(by_name[name])]
+        if down:
+            self.out(f"ate: not suspending the running actors: {' and '.join(down)} "
+                     f"{'is' if len(down) == 1 else 'are'} down")
+            return False
+        return suspend_running_actors(self.config.api_url, self.out, self.credentials.admin_token())
+
     def _shutdown(self) -> None:
         """Stop everything that was started, in reverse order."""
         self._stopping = True
@@ -247,10 +261,14 @@ class DevStack:
         report = self.out
         if "router" in by_name:
             self.supervisor.stop(by_name["router"], report)
-        atelet, api = by_name.get("atelet"), by_name.get("api-server")
-        if atelet and self.supervisor.is_up(atelet) and api and self.supervisor.is_up(api):
-            suspend_running_actors(self.config.api_url, self.out, self.credentials.admin_token())
+        atelet = by_name.get("atelet")
         atelet_down = atelet is not None and not atelet.running()
+        if atelet is not None and self.supervisor.is_up(atelet) and not self._suspend_all(by_name):
+            # A clean stop of the atelet ends every sandbox, and with them the memory of the
+            # actors still RUNNING: SIGKILL leaves the sandboxes for the next start to adopt.
+            self.supervisor.kill(atelet)
+            self.out("atelet: killed, leaving the sandboxes of the actors still RUNNING; the next `ate dev` "
+                     "adopts them with their memory")
         self.supervisor.stop_all(report)
         if atelet_down:
             report_leftovers(self.config.node, self.config.data_dir / "atelet", self.out)

@@ -140,6 +140,16 @@ class Supervisor:
                 f"{child.name}: stopped" + (f" (exit code {code})" if code not in (0, None, -signal.SIGTERM) else "")
             )
 
+    def kill(self, child: Child) -> None:
+        """SIGKILL one child's process group, wait for it and forget it (no clean stop)."""
+        if child not in self.children:
+            return
+        child.kill()
+        if child.process is not None:
+            child.process.wait()
+        self.children.remove(child)
+        self._watch.pop(child.name, None)
+
     def stop_all(self, report: Callable[[str], None] | None = None) -> None:
         """Stop every child, the last started first."""
         for child in reversed(list(self.children)):

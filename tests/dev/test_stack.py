@@ -324,6 +324,31 @@ def test_parts_that_crash_are_restarted(tmp_path: Path) -> None:
     assert leftovers(data) == []
 
 
+def test_a_stop_while_the_worker_is_down_leaves_the_running_sandboxes_for_the_next_start(tmp_path: Path) -> None:
+    # A suspend is a workflow: with the worker down it cannot run, and a clean stop of the atelet
+    # would end the sandboxes of the RUNNING actors (c1 here) and lose their memory.
+    data = tmp_path / ".ate"
+    proc, _ = start_dev(tmp_path, {})
+    try:
+        read_until(proc, "ate: ready", 90)
+        worker = part_pid(tmp_path, "worker")
+        os.kill(worker, signal.SIGKILL)
+        while psutil.pid_exists(worker) and psutil.Process(worker).status() != psutil.STATUS_ZOMBIE:
+            time.sleep(0.01)
+        proc.send_signal(signal.SIGINT)
+        out, _ = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 0, out
+    assert "ate: not suspending the running actors: worker is down" in out
+    assert "atelet: killed, leaving the sandboxes of the actors still RUNNING; the next `ate dev` adopts them" in out
+    records = [json.loads(line) for line in (tmp_path / "record.jsonl").read_text().splitlines()]
+    assert not any(r.get("post", "").endswith("/suspend") for r in records)
+    assert not any(r["part"] == "atelet" and r.get("signal") == "SIGTERM" for r in records)  # never a clean stop
+    assert leftovers(data) == []
+
+
 def test_killing_ate_dev_terminates_every_part_but_postgres(tmp_path: Path) -> None:
     data = tmp_path / ".ate"
     proc, _ = start_dev(tmp_path, {})

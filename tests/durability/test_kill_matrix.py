@@ -46,7 +46,7 @@ Which (step, process) pairs run (`meaningful`): every step x worker, Temporal an
   (`db_step` retries for ~30 s).
 
 What makes each step idempotent (read from activities/store/*.py, activities/*.py, workflows/*.py
-and atelet/oplog.py, atelet/sandbox_ops.py, atelet/snapshots/); the operation ID is the workflow
+and atelet/oplog.py, atelet/sandbox_ops.py, atelet/checkpoint_ops.py, atelet/snapshots/); the operation ID is the workflow
 run ID, and each atelet call's ID is `<run id>/<run|restore|checkpoint|copy|terminate>`; every
 snapshot destination is `<gen>-<12 hex of sha256(run id)>`, unique per operation:
 
