@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import logging
+import traceback
 import uuid
 from typing import Any
 
+import asyncpg
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
@@ -156,6 +158,35 @@ def validation_message(errors: list[Any]) -> tuple[str, list[dict[str, str]]]:
     return f"invalid request: {text}", fields
 
 
+DATABASE_RETRY_AFTER_SECONDS = 5
+"""The Retry-After of a 503 while the database is unreachable (a PostgreSQL restart takes seconds)."""
+
+_SERVER_GOING_AWAY = (
+    asyncpg.exceptions.AdminShutdownError,
+    asyncpg.exceptions.CrashShutdownError,
+    asyncpg.exceptions.CannotConnectNowError,
+)
+
+
+def database_unreachable(error: BaseException) -> bool:
+    """Whether `error` means PostgreSQL cannot be reached (down, restarting, refusing connections,
+    the connection lost), as opposed to a failed query: asyncpg's connection errors, the server's
+    shutdown errors, and an OS-level error (refused, no socket, timeout) raised inside asyncpg."""
+    if isinstance(error, (asyncpg.PostgresConnectionError, asyncpg.exceptions.ConnectionDoesNotExistError,
+                          *_SERVER_GOING_AWAY)):
+        return True
+    if isinstance(error, OSError):  # TimeoutError and ConnectionRefusedError are OSErrors
+        return any(frame.f_globals.get("__name__", "").startswith("asyncpg")
+                   for frame, _ in traceback.walk_tb(error.__traceback__))
+    return False
+
+
+def _one_line(error: BaseException) -> str:
+    """The error's type and first line, for the message (no host or query in it)."""
+    text = str(error).strip().splitlines()
+    return f"{type(error).__name__}: {text[0]}" if text else type(error).__name__
+
+
 def install_error_handlers(app: FastAPI) -> None:
     """Map ApiError, StoreError, framework HTTP errors, request validation errors and anything
     unexpected to the one error format."""
@@ -177,10 +208,26 @@ def install_error_handlers(app: FastAPI) -> None:
         message, fields = validation_message(list(error.errors()))
         return error_response("InvalidArgument", message, {"fields": fields})
 
-    @app.exception_handler(Exception)
     async def _unexpected(request: Request, error: Exception) -> JSONResponse:
+        if database_unreachable(error):
+            log.warning("database unreachable in %s %s: %s", request.method, request.url.path, _one_line(error))
+            return error_response(
+                "Unavailable",
+                f"the api-server cannot reach its database (PostgreSQL: {_one_line(error)}); retry in a few "
+                "seconds. If it lasts, check that PostgreSQL runs and the api-server's --database-url",
+                {"retry_after_seconds": DATABASE_RETRY_AFTER_SECONDS},
+                headers={"Retry-After": str(DATABASE_RETRY_AFTER_SECONDS)},
+            )
         incident = uuid.uuid4().hex[:12]
-        log.exception("unexpected error (incident %s) in %s %s", incident, request.method, request.url.path)
+        log.error("unexpected error (incident %s) in %s %s", incident, request.method, request.url.path,
+                  exc_info=error)
         return error_response(  # what failed inside stays in the log: it can name tables, values, hosts
             "Internal", f"internal server error (incident {incident} in the api-server's log)", {"incident": incident}
         )
+
+    # The database's errors are answered here, below the server-error middleware (which would
+    # re-raise them to the server after the answer); anything else unexpected there.
+    for kind in (OSError, asyncpg.PostgresConnectionError, asyncpg.exceptions.ConnectionDoesNotExistError,
+                 *_SERVER_GOING_AWAY):
+        app.add_exception_handler(kind, _unexpected)
+    app.add_exception_handler(Exception, _unexpected)

@@ -1,0 +1,59 @@
+"""The api-server while its PostgreSQL is down: a 503 that names the database, not a 500 with an
+incident id (the chaos run of 2026-12-02 got `internal server error (incident ...)` for every
+request), and the same requests work again once the database is back, without a restart."""
+
+from __future__ import annotations
+
+import asyncio
+import shutil
+import tempfile
+from collections.abc import Iterator
+from pathlib import Path
+
+import httpx
+import pytest
+
+from ate.dev.postgres import EmbeddedPostgres
+from tests.api.conftest import start_api_server
+from tests.conftest import fresh_database
+from tests.credentials import SuiteCredentials
+
+
+@pytest.fixture
+def own_postgres() -> Iterator[EmbeddedPostgres]:
+    """A PostgreSQL server of this test alone (it is stopped in the middle of the test)."""
+    base = Path(tempfile.mkdtemp(prefix="ate-pgdown-", dir="/tmp"))
+    base.chmod(0o755)
+    server = EmbeddedPostgres(base / "data", database="postgres")
+    try:
+        yield server
+    finally:
+        server.stop()
+        shutil.rmtree(base, ignore_errors=True)
+
+
+async def test_requests_while_the_database_is_down_get_a_503_naming_it(
+    own_postgres: EmbeddedPostgres, temporal_address: str, tmp_path: Path
+) -> None:
+    admin_url = await asyncio.to_thread(own_postgres.start)  # it runs its own event loop
+    async with fresh_database(admin_url) as url:
+        child, server = start_api_server(tmp_path, url, temporal_address)
+        try:
+            async with httpx.AsyncClient(base_url=server.url, auth=SuiteCredentials(), timeout=30) as api:
+                assert (await api.post("/v1/atespaces", json={"name": "demo"})).status_code == 201
+                await asyncio.to_thread(own_postgres.stop)
+                for method, path in (("GET", "/v1/atespaces"), ("GET", "/v1/atespaces/demo/actors/c1"),
+                                     ("POST", "/v1/atespaces/demo/actors/c1/resume")):
+                    response = await api.request(method, path)
+                    body = response.json()
+                    assert response.status_code == 503, (path, body)
+                    assert body["reason"] == "Unavailable", body
+                    assert "database" in body["message"] and "retry" in body["message"], body
+                    assert "incident" not in body["message"], body
+                    assert response.headers.get("retry-after"), response.headers
+                await asyncio.to_thread(own_postgres.start)
+                listed = await api.get("/v1/atespaces")
+                assert listed.status_code == 200, listed.text
+                assert [a["name"] for a in listed.json()["items"]] == ["demo"]
+        finally:
+            child.stop()
