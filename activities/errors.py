@@ -44,10 +44,22 @@ class AteletCallFailed(Exception):
     """
 
     def __init__(self, call: str, address: str, error: grpc.aio.AioRpcError) -> None:
-        super().__init__(f"while calling atelet {call} on {address}: {error.details() or error.code().name}")
+        super().__init__(atelet_failure_text(call, address, error.code(), error.details() or ""))
         self.call = call
         self.address = address
         self.code = error.code()
+
+
+def atelet_failure_text(call: str, address: str, code: grpc.StatusCode, details: str) -> str:
+    """The user's text of a failed atelet call: the atelet's own message, or, when it could not
+    be reached at all, that it is down or restarting with the connection's last error (gRPC's
+    `failed to connect to all addresses; last error: UNKNOWN: ipv4:...: Failed to connect to remote
+    host: Connection refused` says less, at more length)."""
+    if code == grpc.StatusCode.UNAVAILABLE and "failed to connect" in details.lower():
+        cause = details.rstrip().rpartition(": ")[2] or "no connection"
+        return (f"the atelet at {address} did not answer the {call} call ({cause}): the node's agent is down or "
+                "restarting")
+    return f"while calling atelet {call} on {address}: {details or code.name}"
 
 
 def from_store_error(error: StoreError) -> ApplicationError:

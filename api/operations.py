@@ -171,18 +171,21 @@ async def take_over(
     )
 
 
-async def wait_result(handle: WorkflowHandle[Any, ResultT], timeout: float, subject: str, what: str) -> ResultT:
+async def wait_result(
+    handle: WorkflowHandle[Any, ResultT], timeout: float, subject: str, what: str, advice: str = ""
+) -> ResultT:
     """Wait for a workflow's result, mapping its failure to the reason it carries.
 
     Raises:
-        Timeout: not done within `timeout` seconds (the workflow keeps running).
+        Timeout: not done within `timeout` seconds (the workflow keeps running); the message
+            ends with `advice` (how to follow it, what to do if it stays stuck).
         ApiError: the workflow failed; reason NotFound, FailedPrecondition, NoCapacity... or Internal.
     """
     try:
         return await asyncio.wait_for(handle.result(), timeout)
     except TimeoutError as error:
         raise Timeout(
-            f"{what} of {subject} did not finish within {timeout:g} s; it continues in the background",
+            f"{what} of {subject} did not finish within {timeout:g} s; it continues in the background{advice}",
             {"workflow_id": handle.id},
         ) from error
     except WorkflowFailureError as error:

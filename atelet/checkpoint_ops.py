@@ -175,9 +175,13 @@ class CheckpointOperations:
         return self.checkpoint_compression != "none"
 
     def _begin(self, worker: Worker, req: pb.CheckpointRequest, target: CheckpointTarget, *,
-               leave_running: bool, saved: bool = False) -> PendingCheckpoint:
+               leave_running: bool, saved: bool = False) -> PendingCheckpoint | None:
         """Records the checkpoint on the worker (and its record on disk) before anything is saved;
-        the journal of an earlier save is emptied first, so it cannot be taken for this one's."""
+        the journal of an earlier save is emptied first, so it cannot be taken for this one's.
+        None (nothing recorded) when the worker's driver cannot follow a save it did not wait for
+        (``SandboxDriver.follows_saves``: a microvm's save ends with the atelet)."""
+        if not self.drivers[worker.pool.sandbox_class].follows_saves:
+            return None
         journal = self.layout.checkpoint_journal(worker.name)
         shutil.rmtree(journal, ignore_errors=True)
         pending = PendingCheckpoint(operation_id=req.operation_id, snapshot_uri=req.snapshot_uri, scope=req.scope,
@@ -200,10 +204,11 @@ class CheckpointOperations:
         pending = self._begin(worker, req, target, leave_running=False) if full else None
         start = time.monotonic()
         try:
-            if pending is not None:  # the sandbox exits once its state is saved
+            if full:  # the sandbox exits once its state is saved
                 await driver.checkpoint(worker.container_id, target.staging / CHECKPOINT_DIR,
-                                        compress=self._compress(object_storage=False), journal=Path(pending.journal))
-                pending.saved = True
+                                        compress=self._compress(object_storage=False), journal=_journal(pending))
+                if pending is not None:
+                    pending.saved = True
             await self.runner.stop(worker, already_exited=full)
         except asyncio.CancelledError:
             if pending is not None:
@@ -247,10 +252,14 @@ class CheckpointOperations:
             await driver.freeze(cid)
             if full:
                 await driver.checkpoint(cid, target.staging / CHECKPOINT_DIR, leave_running=True,
-                                        compress=self._compress(object_storage=True), journal=Path(pending.journal))
-                pending.saved = True
+                                        compress=self._compress(object_storage=True), journal=_journal(pending))
+                if pending is not None:
+                    pending.saved = True
         except asyncio.CancelledError:
-            self.follow(worker)
+            if pending is None:
+                await self._abandon(worker, target)
+            else:
+                self.follow(worker)
             raise
         except BaseException:
             await self._abandon(worker, target)
@@ -409,3 +418,7 @@ class CheckpointOperations:
             shutil.rmtree(self.layout.actor_dir(actor), ignore_errors=True)
             self.table.free(worker)
 
+
+def _journal(pending: PendingCheckpoint | None) -> Path | None:
+    """Where the save of ``pending`` is recorded (None: not followed)."""
+    return Path(pending.journal) if pending is not None else None

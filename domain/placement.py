@@ -64,6 +64,9 @@ class WorkerShape:
     drain_held: bool = False
     """UNAVAILABLE because its actor crashed and the router replicas have yet to drain that actor
     (activities/store/crashes.py); the "no room" message says so, since it passes in seconds."""
+    unavailable_because: str = ""
+    """Why an UNAVAILABLE worker is, when it is one the user can act on or wait for
+    (`unavailable_reason`): the "no room" message says it."""
 
     @classmethod
     def of(
@@ -77,8 +80,11 @@ class WorkerShape:
         cpu_millis: int,
         memory_bytes: int,
         drain_held: bool = False,
+        node: str = "",
+        state_reason: str | None = None,
     ) -> WorkerShape:
-        """Build from a worker row's values (labels as a mapping)."""
+        """Build from a worker row's values (labels as a mapping; `node` and `state_reason` for
+        `unavailable_reason`)."""
         return cls(
             state=state,
             sandbox_class=sandbox_class,
@@ -88,7 +94,23 @@ class WorkerShape:
             cpu_millis=cpu_millis,
             memory_bytes=memory_bytes,
             drain_held=drain_held and state == WorkerState.UNAVAILABLE,
+            unavailable_because=unavailable_reason(node, state, state_reason),
         )
+
+
+def unavailable_reason(node: str, state: str, state_reason: str | None) -> str:
+    """How the "no room" message explains an UNAVAILABLE worker: its node's drain (and how to end
+    it), its node's loss, or its pod not Ready; '' for any other reason (a fenced worker's names
+    an actor and passes at the node's next heartbeat) and for an ACTIVE worker."""
+    if state != WorkerState.UNAVAILABLE:
+        return ""
+    if state_reason == "draining":
+        return f"node {node} is draining; `ate undrain node {node}` takes it back"
+    if state_reason == "node lost":
+        return f"node {node} stopped answering"
+    if state_reason == "pod not Ready":
+        return "its pod is not Ready"
+    return ""
 
 
 @dataclass(frozen=True)
@@ -254,7 +276,9 @@ class Tally:
             self.candidates += count
         else:
             detail = {
-                Check.ACTIVE: DRAIN_HELD if shape.drain_held else shape.state,
+                Check.ACTIVE: DRAIN_HELD if shape.drain_held else (
+                    f"{shape.state} ({shape.unavailable_because})" if shape.unavailable_because else shape.state
+                ),
                 Check.SANDBOX_CLASS: shape.sandbox_class,
                 Check.RUNTIME: shape.runsc_version,
             }.get(check, "")

@@ -145,7 +145,7 @@ WHERE w.id = $1;
 -- placement check 4) and what its places hold: the worker view's full load
 -- (activities/store/worker_view.py; at start, after its LISTEN connection is re-made, and at each
 -- periodic resync).
-SELECT w.id, w.node, w.name, w.state, w.router_drain_id, w.sandbox_class, w.labels, w.places, w.cpu_millis,
+SELECT w.id, w.node, w.name, w.state, w.state_reason, w.router_drain_id, w.sandbox_class, w.labels, w.places, w.cpu_millis,
        w.memory_bytes,
        CASE WHEN w.sandbox_class = 'gvisor' THEN COALESCE(NULLIF(w.runtime_version, ''), n.runsc_version) ELSE w.runtime_version END AS runsc_version, COALESCE(u.places, 0) AS used_places, COALESCE(u.cpu, 0) AS used_cpu,
        COALESCE(u.memory, 0) AS used_memory
@@ -159,7 +159,7 @@ LEFT JOIN (
 -- view_some_workers --
 -- The same for the workers with ids $1 and the workers of the nodes $2 (what notifications named):
 -- index lookups only.
-SELECT w.id, w.node, w.name, w.state, w.router_drain_id, w.sandbox_class, w.labels, w.places, w.cpu_millis,
+SELECT w.id, w.node, w.name, w.state, w.state_reason, w.router_drain_id, w.sandbox_class, w.labels, w.places, w.cpu_millis,
        w.memory_bytes,
        CASE WHEN w.sandbox_class = 'gvisor' THEN COALESCE(NULLIF(w.runtime_version, ''), n.runsc_version) ELSE w.runtime_version END AS runsc_version, u.places AS used_places, u.cpu AS used_cpu,
        u.memory AS used_memory

@@ -133,6 +133,8 @@ def _row_worker(row: asyncpg.Record) -> ViewedWorker:
             cpu_millis=int(row["cpu_millis"]),
             memory_bytes=int(row["memory_bytes"]),
             drain_held=row["router_drain_id"] is not None,
+            node=str(row["node"]),
+            state_reason=row["state_reason"],
         ),
         used=Usage(int(row["used_places"]), int(row["used_cpu"]), int(row["used_memory"])),
     )

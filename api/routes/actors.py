@@ -245,7 +245,7 @@ async def _operate(
             subject=f"actor {ref.key}",
             closing_grace_seconds=CLOSING_GRACE_SECONDS if actor.operation is None else 0.0,
         )
-        result = wait_result(handle, timeout, f"actor {ref.key}", _verb(operation))
+        result = wait_result(handle, timeout, f"actor {ref.key}", _verb(operation), timeout_advice(ref, operation))
         if committed is None:
             await result
             return actor_view(await store.actors.get(ref))
@@ -259,6 +259,16 @@ async def _operate(
         if await first_of(result, committed, confirmed):
             return read[-1]
     return actor_view(await store.actors.get(ref))
+
+
+def timeout_advice(ref: ActorRef, operation: Operation) -> str:
+    """What a user can do about an operation that outlived the request: follow it, and for a
+    resume (an actor a request waits for) take it back to its last snapshot if it stays stuck."""
+    advice = f"; follow it with `ate get operations -a {ref.atespace} --actor {ref.name}`"
+    if operation == Operation.RESUME:
+        advice += (f"; if it stays stuck, `ate revert actor {ref.name} -a {ref.atespace}` brings the actor back "
+                   "to its last snapshot")
+    return advice
 
 
 async def first_of(

@@ -65,10 +65,14 @@ class SandboxDriver(Protocol):
         sandbox_class: the class it runs (``gvisor``): written into every manifest the node
             checkpoints with it, and the only class of snapshot it restores.
         exit_grace_seconds: how long ``ExitWatch.reason`` may wait after ``gone`` (seconds).
+        follows_saves: whether ``checkpoint`` records a save in its ``journal`` so that the save
+            goes on without the atelet and ``checkpoint_done`` tells how it ended
+            (``atelet.checkpoint_ops``).
     """
 
     sandbox_class: str
     exit_grace_seconds: float
+    follows_saves: bool
 
     async def version(self) -> str:
         """The runtime's build (e.g. ``0.0~20240729.0``), pinned into every FULL manifest: a

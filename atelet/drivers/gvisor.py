@@ -69,6 +69,7 @@ class GVisorDriver(SandboxDriver):
     """
 
     sandbox_class = SANDBOX_CLASS
+    follows_saves = True
     exit_grace_seconds = watch.STATUS_GRACE_SECONDS
 
     def __init__(self, binary: str, root: Path, images: ImageStore) -> None:

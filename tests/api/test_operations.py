@@ -21,8 +21,10 @@ from temporalio.client import Client
 from temporalio.exceptions import ApplicationError
 from temporalio.worker import Worker
 
-from api.errors import ApiError, OperationInProgress
+from api.errors import ApiError, OperationInProgress, Timeout
 from api.operations import start_or_attach, wait_result
+from api.routes.actors import timeout_advice
+from domain.refs import ActorRef
 from domain.states import Operation
 from domain.temporal import TASK_QUEUE
 
@@ -99,6 +101,21 @@ async def test_an_operation_still_running_after_the_grace_is_refused(client: Cli
     with pytest.raises(OperationInProgress):
         await asyncio.wait_for(suspend(client, workflow_id, grace=0.5), 20)
     await client.get_workflow_handle(workflow_id).terminate("test done")
+
+
+async def test_a_resume_that_outlives_the_request_says_how_to_follow_it_and_get_out(client: Client) -> None:
+    workflow_id = f"actor/t/{uuid.uuid4().hex[:8]}"
+    await hold_with_resume(client, workflow_id, 30.0)
+    handle = client.get_workflow_handle(workflow_id)
+    with pytest.raises(Timeout) as late:
+        await wait_result(handle, 0.5, "actor t/a1", "resume", timeout_advice(ActorRef("t", "a1"), Operation.RESUME))
+    assert late.value.message == (
+        "resume of actor t/a1 did not finish within 0.5 s; it continues in the background; follow it with "
+        "`ate get operations -a t --actor a1`; if it stays stuck, `ate revert actor a1 -a t` brings the actor "
+        "back to its last snapshot"
+    )
+    assert late.value.details == {"workflow_id": workflow_id}
+    await handle.terminate("test done")
 
 
 @pytest.mark.parametrize(

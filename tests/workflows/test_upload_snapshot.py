@@ -23,7 +23,11 @@ ID = upload_workflow_id("demo", "c1", LOCAL.snapshot_id)
 REQUEST = UploadSnapshotInput(actor=C1, local_snapshot_id=LOCAL.snapshot_id, attempts=4, retry_seconds=2.0)
 PLAN = UploadPlan(needed=True, source=LOCAL, destination=DESTINATION, atelet_address=ATELET)
 COPIED = AteletCheckpointResult(manifest=MANIFEST, size_bytes=8192)
-UNREACHABLE = "failed to connect to all addresses"
+# what grpc says when nothing listens at the atelet's address (seen with a closed port)
+UNREACHABLE = (
+    "failed to connect to all addresses; last error: UNKNOWN: ipv4:127.0.0.1:8085: Failed to connect to remote host: "
+    "Connection refused"
+)
 
 
 async def test_the_local_snapshot_is_copied_and_recorded_as_the_latest(ate: Ate) -> None:
@@ -95,7 +99,10 @@ async def test_after_every_attempt_failed_the_reservation_is_abandoned(ate: Ate)
     script_always_unreachable(ate)
     result = await ate.execute(RUN, REQUEST, id=ID)
     assert result.generation is None
-    assert result.skipped == f"upload failed: while calling atelet CopySnapshot on 127.0.0.1:8085: {UNREACHABLE}"
+    assert result.skipped == (
+        "upload failed: the atelet at 127.0.0.1:8085 did not answer the CopySnapshot call (Connection refused): the "
+        "node's agent is down or restarting"
+    )
     names = ate.fakes.names()
     assert names.count("begin_upload") == 4  # `attempts` tries...
     assert names.count("atelet_copy_snapshot") == 4 * 4

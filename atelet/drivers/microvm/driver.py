@@ -134,6 +134,7 @@ class MicrovmDriver(SandboxDriver):
     """
 
     sandbox_class = SANDBOX_CLASS
+    follows_saves = False
     exit_grace_seconds = 2.0
 
     def __init__(self, root: Path, images: ImageStore, kernel_dir: Path, accelerator: str,
@@ -395,7 +396,7 @@ class MicrovmDriver(SandboxDriver):
                 sandbox.save()
 
     async def checkpoint_done(self, journal: Path) -> bool:
-        """A save this process did not drive cannot be told: always INTERNAL (see ``checkpoint``)."""
+        """Never called (``follows_saves`` is False): a save this process did not drive cannot be told."""
         raise internal("the microvm save was driven by an atelet process that is gone; it did not complete")
 
     async def freeze(self, container_id: str) -> None:
