@@ -46,6 +46,14 @@ HEARTBEAT_SECONDS = 2.0
 """How often an activity waiting for an atelet call heartbeats (the workflows' heartbeat timeout
 is a few times this)."""
 
+CHECKPOINT_REACH_SECONDS = 60.0
+"""How long a checkpoint waits for an atelet that does not answer (restarting) before it fails:
+the sandbox may have finished its save alone meanwhile, and only this call's retry stores it
+(atelet/checkpoint_ops.py); giving up at once left the actor RUNNING on a sandbox that had
+exited (the chaos run of 2026-12-02). An atelet that answers with an error is not waited for."""
+
+REACH_RETRY_SECONDS = 1.0
+
 _SCOPES = {SnapshotScope.FULL: pb.SNAPSHOT_SCOPE_FULL, SnapshotScope.DATA: pb.SNAPSHOT_SCOPE_DATA}
 
 
@@ -371,21 +379,25 @@ class AteletActivities:
             return AteletCheckpointResult(manifest={}, size_bytes=0, completed_earlier=True)
         await self._still_placed(request.placement or request.holder.workflow_id, request.worker, request.operation_id)
         address = request.worker.atelet_address
-        stub = await self.stub(address, request.worker.node)
-        done = await self._call(
-            address,
-            "Checkpoint",
-            stub.Checkpoint(
-                pb.CheckpointRequest(
-                    operation_id=call_id(request.operation_id, "checkpoint"),
-                    worker=request.worker.name,
-                    actor=_ref(request.holder),
-                    scope=_SCOPES[request.snapshot.scope],
-                    snapshot_uri=request.snapshot.uri,
-                ),
-                timeout=self.call_timeout_seconds,
-            ),
+        call = pb.CheckpointRequest(
+            operation_id=call_id(request.operation_id, "checkpoint"),
+            worker=request.worker.name,
+            actor=_ref(request.holder),
+            scope=_SCOPES[request.snapshot.scope],
+            snapshot_uri=request.snapshot.uri,
         )
+        deadline = time.monotonic() + CHECKPOINT_REACH_SECONDS
+        while True:
+            stub = await self.stub(address, request.worker.node)
+            try:
+                done = await self._call(address, "Checkpoint", stub.Checkpoint(call, timeout=self.call_timeout_seconds))
+                break
+            except AteletCallFailed as failed:
+                if not failed.unreachable or time.monotonic() > deadline:
+                    raise
+            if activity.in_activity():
+                activity.heartbeat()
+            await asyncio.sleep(REACH_RETRY_SECONDS)
         result = AteletCheckpointResult(
             manifest=MessageToDict(done.manifest, preserving_proto_field_name=True),
             size_bytes=done.size_bytes,

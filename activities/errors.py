@@ -48,6 +48,13 @@ class AteletCallFailed(Exception):
         self.call = call
         self.address = address
         self.code = error.code()
+        self.unreachable = unreachable(error.code(), error.details() or "")
+        """No atelet answered at all (down or restarting), as opposed to one that refused."""
+
+
+def unreachable(code: grpc.StatusCode, details: str) -> bool:
+    """Whether a failed call reached no atelet (grpc could not connect)."""
+    return code == grpc.StatusCode.UNAVAILABLE and "failed to connect" in details.lower()
 
 
 def atelet_failure_text(call: str, address: str, code: grpc.StatusCode, details: str) -> str:
@@ -55,7 +62,7 @@ def atelet_failure_text(call: str, address: str, code: grpc.StatusCode, details:
     be reached at all, that it is down or restarting with the connection's last error (gRPC's
     `failed to connect to all addresses; last error: UNKNOWN: ipv4:...: Failed to connect to remote
     host: Connection refused` says less, at more length)."""
-    if code == grpc.StatusCode.UNAVAILABLE and "failed to connect" in details.lower():
+    if unreachable(code, details):
         cause = details.rstrip().rpartition(": ")[2] or "no connection"
         return (f"the atelet at {address} did not answer the {call} call ({cause}): the node's agent is down or "
                 "restarting")

@@ -210,11 +210,10 @@ class CheckpointOperations:
                 if pending is not None:
                     pending.saved = True
             await self.runner.stop(worker, already_exited=full)
-        except asyncio.CancelledError:
-            if pending is not None:
+        except BaseException as error:
+            if pending is not None and isinstance(error, asyncio.CancelledError):
                 self.follow(worker)  # the save goes on without this call
-            raise
-        except BaseException:
+                raise
             target.discard()
             worker.checkpoint = None
             if worker.container_id is not None and not await driver.alive(worker.container_id):

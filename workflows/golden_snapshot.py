@@ -10,7 +10,7 @@ from __future__ import annotations
 from temporalio import workflow
 from temporalio.exceptions import ApplicationError
 
-from workflows.steps import CHECKPOINT_RETRY, atelet_step, boot_timeout, counted, db_step, show_step
+from workflows.steps import atelet_step, boot_timeout, counted, db_step, show_step
 
 with workflow.unsafe.imports_passed_through():
     from domain.operations.atelet_calls import (
@@ -83,7 +83,6 @@ class GoldenSnapshotWorkflow:
                     placement=template_workflow_id(request.atespace, request.template),
                 ),
                 result_type=AteletCheckpointResult,
-                retry=CHECKPOINT_RETRY,
             )
         except ApplicationError as error:
             if error.type == "Superseded":  # the template was recreated meanwhile

@@ -24,7 +24,6 @@ from temporalio import workflow
 from temporalio.exceptions import ApplicationError
 
 from workflows.steps import (
-    CHECKPOINT_RETRY,
     atelet_step,
     counted,
     db_step,
@@ -83,7 +82,6 @@ class PauseActorWorkflow:
                     operation_id=operation_id, worker=plan.worker, holder=actor, snapshot=plan.snapshot
                 ),
                 result_type=AteletCheckpointResult,
-                retry=CHECKPOINT_RETRY,
             )
         except ApplicationError as error:
             show_step("rollback")

@@ -34,15 +34,6 @@ _ATELET_RETRY = RetryPolicy(
     maximum_interval=timedelta(seconds=5),
     maximum_attempts=4,
 )
-CHECKPOINT_RETRY = RetryPolicy(
-    initial_interval=timedelta(milliseconds=200),
-    backoff_coefficient=2.0,
-    maximum_interval=timedelta(seconds=5),
-    maximum_attempts=12,
-)
-"""A checkpoint's retries last through an atelet restart (~36 s of backoff in all): the sandbox
-may have finished its save alone meanwhile, and only the retry stores it (atelet.checkpoint_ops);
-giving up after a second would leave the actor RUNNING on a sandbox that has exited."""
 
 
 async def db_step(activity: str, argument: Any, result_type: type[T] | None = None) -> T:
@@ -81,12 +72,7 @@ def boot_timeout(probe_timeout_seconds: float) -> timedelta:
 
 
 async def atelet_step(
-    activity: str,
-    argument: Any,
-    result_type: type[T] | None = None,
-    *,
-    timeout: timedelta = ATELET_CALL_TIMEOUT,
-    retry: RetryPolicy = _ATELET_RETRY,
+    activity: str, argument: Any, result_type: type[T] | None = None, *, timeout: timedelta = ATELET_CALL_TIMEOUT
 ) -> T:
     """Run an atelet activity as a regular activity that heartbeats while the call runs: restores
     and checkpoints take seconds, so they must not hold the workflow task; a few retries of
@@ -95,7 +81,6 @@ async def atelet_step(
 
     Args:
         timeout: start-to-close bound of one attempt (a boot: its probe timeout plus margin).
-        retry: the retries (a checkpoint's: `CHECKPOINT_RETRY`).
 
     Raises:
         ApplicationError: the call failed for good, in the user's terms (see `failure_of`).
@@ -107,7 +92,7 @@ async def atelet_step(
             result_type=result_type,
             start_to_close_timeout=timeout,
             heartbeat_timeout=ATELET_HEARTBEAT_TIMEOUT,
-            retry_policy=retry,
+            retry_policy=_ATELET_RETRY,
         )
     except ACTIVITY_FAILURES as error:
         raise reraise(error) from error

@@ -36,7 +36,6 @@ from temporalio.exceptions import ApplicationError, WorkflowAlreadyStartedError
 from temporalio.workflow import ParentClosePolicy
 
 from workflows.steps import (
-    CHECKPOINT_RETRY,
     atelet_step,
     counted,
     db_step,
@@ -132,7 +131,6 @@ class SuspendActorWorkflow:
                         complete_suspend=complete,
                     ),
                     result_type=AteletCheckpointResult,
-                    retry=CHECKPOINT_RETRY,
                 )
         except ApplicationError as error:
             if complete and await db_step(

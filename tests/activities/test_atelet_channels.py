@@ -4,14 +4,22 @@ answers its node and address), on a real store and a real hollow atelet."""
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
+import time
 from pathlib import Path
 
 import pytest
 from temporalio.exceptions import ApplicationError
+from temporalio.testing import ActivityEnvironment
 
 from activities.atelet import AteletActivities
 from activities.store import Store
+from atelet.settings import AteletSettings
+from domain.operations.atelet_calls import AteletCheckpointInput
 from domain.operations.snapshot_gc import DeleteSnapshotInput, GarbageSnapshot
+from domain.refs import ActorRef, SnapshotRef, WorkerRef
+from domain.states import SnapshotScope
 from tests.activities.test_store import worker
 from tests.atelet.conftest import make_settings, running_atelet
 from tests.tls import control_plane_tls
@@ -48,3 +56,59 @@ async def test_an_address_now_held_by_another_nodes_atelet_is_refused(store: Sto
         await activities.close()
     assert caught.value.type == "AteletUnavailable"
     assert "Hostname Verification Check failed" in caught.value.message
+
+
+def checkpoint_input(settings: AteletSettings) -> AteletCheckpointInput:
+    return AteletCheckpointInput(
+        operation_id="suspend-1",
+        worker=WorkerRef(worker_id=1, pool="default", name="default-0", node=settings.node, ip="10.0.0.2",
+                         atelet_address=settings.listen),
+        holder=ActorRef("demo", "c1"),
+        snapshot=SnapshotRef(snapshot_id=1, generation=1, scope=SnapshotScope.FULL,
+                             uri=f"file://{Path(settings.snapshot_roots[0]).resolve()}/demo/c1/1"),
+    )
+
+
+async def test_a_checkpoint_waits_for_an_atelet_that_is_restarting(tmp_path: Path) -> None:
+    # The atelet answers only 3 s after the call began (a restart): the call reaches it then,
+    # instead of failing at once (the sandbox may have finished its save alone meanwhile, and only
+    # this call stores it). This atelet runs nothing, so its answer is a refusal naming the worker.
+    settings = make_settings(tmp_path, hollow=True)
+    activities = AteletActivities(None, tls=control_plane_tls(), call_timeout_seconds=10)
+
+    async def restarted_later() -> None:
+        await asyncio.sleep(3)
+        async with running_atelet(settings):
+            await asyncio.sleep(10)
+
+    atelet = asyncio.create_task(restarted_later())
+    started = time.monotonic()
+    try:
+        with pytest.raises(ApplicationError) as caught:
+            await ActivityEnvironment().run(activities.checkpoint, checkpoint_input(settings))
+    finally:
+        atelet.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await atelet
+        await activities.close()
+    assert time.monotonic() - started >= 3
+    assert caught.value.type == "AteletFailedPrecondition"
+    assert "worker default-0 runs nothing" in caught.value.message
+
+
+async def test_a_checkpoint_gives_up_on_an_atelet_that_stays_down(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr("activities.atelet.CHECKPOINT_REACH_SECONDS", 2.0)
+    settings = make_settings(tmp_path, hollow=True)  # never started
+    activities = AteletActivities(None, tls=control_plane_tls(), call_timeout_seconds=10)
+    started = time.monotonic()
+    try:
+        with pytest.raises(ApplicationError) as caught:
+            await ActivityEnvironment().run(activities.checkpoint, checkpoint_input(settings))
+    finally:
+        await activities.close()
+    assert time.monotonic() - started >= 2
+    assert caught.value.type == "AteletUnavailable"
+    assert caught.value.message == (
+        f"the atelet at {settings.listen} did not answer the Checkpoint call (Connection refused): the node's agent "
+        "is down or restarting"
+    )

@@ -286,3 +286,42 @@ async def test_a_store_that_refuses_the_credentials_is_named_and_not_retried(
         stores.location("s3://ate/elsewhere/x/1", "snapshot_uri")
     assert outside.value.code == grpc.StatusCode.INVALID_ARGUMENT
     assert "outside the object storage locations of this node (['s3://ate/denied'])" in outside.value.reason
+
+
+async def test_a_save_to_s3_whose_call_was_cancelled_is_completed_by_its_retry(
+        nodes: tuple[Atelet, Atelet, str], counter_image: str) -> None:
+    # The object-storage path keeps the sandbox frozen while it is saved and uploaded. A call
+    # cancelled in the middle of the save (a deadline, an atelet restart on the caller's side)
+    # leaves the save running; its retry with the same operation uploads it, stops the frozen
+    # sandbox and frees the worker, and the actor resumes elsewhere with its memory.
+    a, b, location = nodes
+    spec = counter_spec(counter_image)
+    spec.containers[0].env["BALLAST_MB"] = "300"  # a save of a few seconds
+    spec.memory_bytes = 1024 * 2**20
+    run = await a.stub.Run(pb.RunRequest(operation_id=op(), worker="default-0", actor=ACTOR, spec=spec,
+                                         probe_timeout_seconds=60))
+    assert [await get(run.worker_ip) for _ in range(2)] == [{"memory_count": 1, "file_count": 1},
+                                                           {"memory_count": 2, "file_count": 2}]
+    uri = f"{location}/demo/actors/c1/1-{uuid.uuid4().hex[:12]}"
+    request = pb.CheckpointRequest(operation_id=op(), worker="default-0", actor=ACTOR,
+                                   scope=pb.SNAPSHOT_SCOPE_FULL, snapshot_uri=uri)
+    journal = Path(a.settings.state_dir).resolve() / "workers" / "default-0" / "checkpoint"
+    first = asyncio.ensure_future(a.stub.Checkpoint(request))
+    for _ in range(6000):
+        if (journal / "pid").exists():
+            break
+        await asyncio.sleep(0.01)
+    assert (journal / "pid").exists(), "the save never started"
+    assert not (journal / "status").exists(), "the save ended before the test could cancel its call"
+    first.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await first
+    saved = await a.stub.Checkpoint(request)
+    assert saved.manifest.created_by_operation == request.operation_id
+    assert await idle(a)  # the frozen sandbox was stopped once the snapshot was stored
+    assert "manifest.json" in await objects_under(uri)
+    restored = await b.stub.Restore(pb.RestoreRequest(
+        operation_id=op(), worker="default-0", actor=ACTOR, spec=spec, snapshot_uri=uri, manifest=saved.manifest,
+        probe_timeout_seconds=60))
+    assert await get(restored.worker_ip) == {"memory_count": 3, "file_count": 3}
+    await terminate(b)
