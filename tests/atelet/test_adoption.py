@@ -386,6 +386,17 @@ async def run_big(agent: Agent, image: str) -> None:
     assert [await get_count(run.worker_ip) for _ in range(2)] == [1, 2]
 
 
+async def started_big(agent: Agent, image: str) -> tuple[pb.CheckpointRequest, int]:
+    """Starts the atelet with the big actor on default-0 (counted to 2); returns the Checkpoint
+    request of its first snapshot and the pid of its sandbox."""
+    agent.start()
+    await run_big(agent, image)
+    uri = f"file://{Path(agent.settings.snapshot_roots[0]).resolve()}/demo/big/1"
+    request = pb.CheckpointRequest(operation_id="big-ckpt", worker="default-0", actor=BIG,
+                                   scope=pb.SNAPSHOT_SCOPE_FULL, snapshot_uri=uri)
+    return request, agent.sandbox_pid("default-0")
+
+
 async def restore_counts_on(agent: Agent, image: str, uri: str, manifest: pb.SnapshotManifest) -> None:
     """The snapshot restores on default-1 with the memory it had (the count goes on at 3)."""
     channel, stub = agent.stub()
@@ -399,12 +410,7 @@ async def restore_counts_on(agent: Agent, image: str, uri: str, manifest: pb.Sna
 
 async def test_a_save_interrupted_by_an_atelet_kill_is_completed_by_the_retry(
         agent: Agent, api: FakeApi, counter_image: str) -> None:
-    agent.start()
-    await run_big(agent, counter_image)
-    pid = agent.sandbox_pid("default-0")
-    uri = f"file://{Path(agent.settings.snapshot_roots[0]).resolve()}/demo/big/1"
-    request = pb.CheckpointRequest(operation_id="big-ckpt", worker="default-0", actor=BIG,
-                                   scope=pb.SNAPSHOT_SCOPE_FULL, snapshot_uri=uri)
+    request, pid = await started_big(agent, counter_image)
     channel, stub = agent.stub()
     async with channel:
         first = asyncio.ensure_future(stub.Checkpoint(request))
@@ -422,19 +428,14 @@ async def test_a_save_interrupted_by_an_atelet_kill_is_completed_by_the_retry(
         assert not agent.record("default-0").exists()
         assert "with its checkpoint big-ckpt in progress" in agent.log_path.read_text()
         assert (await stub.Checkpoint(request)).manifest == retried.manifest  # a repeat answers the same
-    await restore_counts_on(agent, counter_image, uri, retried.manifest)
+    await restore_counts_on(agent, counter_image, request.snapshot_uri, retried.manifest)
     assert agent.sigterm() == 0
     assert_nothing_left(agent.settings)
 
 
 async def test_a_save_whose_call_was_cancelled_is_completed_by_the_retry(
         agent: Agent, api: FakeApi, counter_image: str) -> None:
-    agent.start()
-    await run_big(agent, counter_image)
-    pid = agent.sandbox_pid("default-0")
-    uri = f"file://{Path(agent.settings.snapshot_roots[0]).resolve()}/demo/big/1"
-    request = pb.CheckpointRequest(operation_id="big-ckpt", worker="default-0", actor=BIG,
-                                   scope=pb.SNAPSHOT_SCOPE_FULL, snapshot_uri=uri)
+    request, pid = await started_big(agent, counter_image)
     channel, stub = agent.stub()
     async with channel:
         first = asyncio.ensure_future(stub.Checkpoint(request))
@@ -445,6 +446,6 @@ async def test_a_save_whose_call_was_cancelled_is_completed_by_the_retry(
         retried = await stub.Checkpoint(request)
         assert retried.manifest.created_by_operation == "big-ckpt"
         assert (await health(stub))["default-0"] == ("idle", "")
-    await restore_counts_on(agent, counter_image, uri, retried.manifest)
+    await restore_counts_on(agent, counter_image, request.snapshot_uri, retried.manifest)
     assert agent.sigterm() == 0
     assert_nothing_left(agent.settings)

@@ -158,6 +158,14 @@ def read_until(proc: subprocess.Popen[str], marker: str, timeout: float) -> list
     raise AssertionError(f"{marker!r} not seen; output so far:\n" + "\n".join(lines))
 
 
+def ctrl_c(proc: subprocess.Popen[str]) -> str:
+    """Ctrl-C `ate dev`, wait until it stopped (status 0) and return the rest of its output."""
+    proc.send_signal(signal.SIGINT)
+    out, _ = proc.communicate(timeout=60)
+    assert proc.returncode == 0, out
+    return out
+
+
 def leftovers(data_dir: Path) -> list[str]:
     """Live processes whose command line mentions the data dir."""
     found = []
@@ -215,12 +223,10 @@ def test_ate_dev_starts_everything_and_stops_in_order(tmp_path: Path) -> None:
             assert (tls / f"{name}.key").stat().st_mode & 0o077 == 0
         assert f"tls: atelet mutual TLS with the local CA in {tls}" in text
 
-        proc.send_signal(signal.SIGINT)
-        out, _ = proc.communicate(timeout=60)
+        out = ctrl_c(proc)
     finally:
         if proc.poll() is None:
             proc.kill()
-    assert proc.returncode == 0, out
     tail = out.splitlines()
     assert "ate: suspended demo/c1" in tail
     order = [line.split(":")[0] for line in tail if line.endswith(": stopped")]
@@ -309,12 +315,10 @@ def test_parts_that_crash_are_restarted(tmp_path: Path) -> None:
         assert lines[0] == "postgres: exited (code unknown: not our child), restarting"
 
         os.kill(part_pid(tmp_path, "atelet"), signal.SIGKILL)
-        proc.send_signal(signal.SIGINT)
-        out, _ = proc.communicate(timeout=60)
+        out = ctrl_c(proc)
     finally:
         if proc.poll() is None:
             proc.kill()
-    assert proc.returncode == 0, out
     tail = out.splitlines()
     # The atelet is not restarted for the stop; what it may have left is reported.
     assert any(line.startswith("ate: the atelet was not running") for line in tail), out
@@ -335,12 +339,10 @@ def test_a_stop_while_the_worker_is_down_leaves_the_running_sandboxes_for_the_ne
         os.kill(worker, signal.SIGKILL)
         while psutil.pid_exists(worker) and psutil.Process(worker).status() != psutil.STATUS_ZOMBIE:
             time.sleep(0.01)
-        proc.send_signal(signal.SIGINT)
-        out, _ = proc.communicate(timeout=60)
+        out = ctrl_c(proc)
     finally:
         if proc.poll() is None:
             proc.kill()
-    assert proc.returncode == 0, out
     assert "ate: not suspending the running actors: worker is down" in out
     assert "atelet: killed, leaving the sandboxes of the actors still RUNNING; the next `ate dev` adopts them" in out
     records = [json.loads(line) for line in (tmp_path / "record.jsonl").read_text().splitlines()]
