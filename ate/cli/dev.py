@@ -78,8 +78,10 @@ def dev(
     with their network namespaces; if it is not running when ate dev stops, ate dev lists what is
     left with the commands that remove it.
 
-    If ate dev itself is killed (even with kill -9), every part but PostgreSQL gets SIGTERM.
-    PostgreSQL keeps running; the next ate dev with the same --data-dir adopts it.
+    If ate dev itself is killed (even with kill -9), the atelet is killed with it, so that its
+    sandboxes keep running and the next start adopts them with their memory, and every other part
+    but PostgreSQL gets SIGTERM. PostgreSQL keeps running; the next ate dev with the same
+    --data-dir adopts it.
 
     Two stacks on one machine need different --data-dir and ports: the node name and the worker
     subnet default to values derived from the data dir.

@@ -5,8 +5,9 @@ Its output goes to a log file; readiness is a line in the log (`log_line`), an H
 A child that exits or is not ready in time raises `ChildFailed` with the tail of its log.
 
 Each child runs in its own session, so a Ctrl-C in the terminal reaches only the supervisor,
-which then stops them in its own order. On Linux each child also gets SIGTERM when the
-supervisor dies without stopping it, even by SIGKILL (`PR_SET_PDEATHSIG`).
+which then stops them in its own order. On Linux each child also gets SIGTERM (the atelet:
+SIGKILL, `Child.death_signal`) when the supervisor dies without stopping it, even by SIGKILL
+(`PR_SET_PDEATHSIG`).
 """
 
 import contextlib
@@ -68,8 +69,8 @@ def _load_libc() -> ctypes.CDLL | None:
 _LIBC = _load_libc()
 
 
-def parent_death_signal(parent: int) -> Callable[[], None] | None:
-    """A `preexec_fn` that makes the child get SIGTERM when `parent` (the supervisor) dies.
+def parent_death_signal(parent: int, signum: int = signal.SIGTERM) -> Callable[[], None] | None:
+    """A `preexec_fn` that makes the child get `signum` (SIGTERM) when `parent` (the supervisor) dies.
 
     The signal is the kernel's `PR_SET_PDEATHSIG`: it comes even when the supervisor is
     SIGKILLed, and it survives the exec. Should the supervisor have died before the child set
@@ -80,9 +81,9 @@ def parent_death_signal(parent: int) -> Callable[[], None] | None:
         return None
 
     def preexec() -> None:
-        libc.prctl(PR_SET_PDEATHSIG, signal.SIGTERM, 0, 0, 0)
+        libc.prctl(PR_SET_PDEATHSIG, signum, 0, 0, 0)
         if os.getppid() != parent:  # the supervisor is gone already
-            os.kill(os.getpid(), signal.SIGTERM)
+            os.kill(os.getpid(), signum)
 
     return preexec
 
@@ -132,6 +133,8 @@ class Child:
         env: The full environment; None inherits the supervisor's.
         cwd: Working directory; None inherits.
         ready_message: The line reported each time it becomes ready (again).
+        death_signal: What the process gets when the supervisor dies without stopping it
+            (SIGTERM; the atelet's is SIGKILL, see `ate.dev.parts.atelet`).
     """
 
     name: str
@@ -141,6 +144,7 @@ class Child:
     env: dict[str, str] | None = None
     cwd: Path | None = None
     ready_message: str = ""
+    death_signal: int = signal.SIGTERM
     process: subprocess.Popen[bytes] | None = field(default=None, init=False, repr=False)
     _log_start: int = field(default=0, init=False, repr=False)
     _scan_pos: int = field(default=0, init=False, repr=False)
@@ -164,7 +168,7 @@ class Child:
                 env=self.env,
                 cwd=self.cwd,
                 start_new_session=True,
-                preexec_fn=parent_death_signal(os.getpid()),
+                preexec_fn=parent_death_signal(os.getpid(), self.death_signal),
             )
 
     @property

@@ -7,6 +7,7 @@ in is `ate.dev.stack`'s; PostgreSQL is not a child (`ate.dev.postgres_watch`).
 """
 
 import os
+import signal
 import sys
 from pathlib import Path
 
@@ -151,7 +152,11 @@ def atelet(config: DevConfig, env: dict[str, str]) -> Child:
         atelet_args += ["--microvm-workers", str(cfg.microvm_workers)]
         what = f"{cfg.workers} gVisor workers and {cfg.microvm_workers} microvm workers (QEMU VMs)"
     ready = f"atelet: ready on {cfg.host}:{cfg.atelet_port} (node {cfg.node}, subnet {cfg.subnet}, {what})"
-    return _ate(cfg, env, "atelet", atelet_args, log_line("atelet: ready"), ready)
+    child = _ate(cfg, env, "atelet", atelet_args, log_line("atelet: ready"), ready)
+    # Killed with ate dev, not stopped: its clean stop ends every sandbox, and the actors RUNNING
+    # there would lose their memory; killed, it leaves them for the next start to adopt.
+    child.death_signal = signal.SIGKILL
+    return child
 
 
 def router(config: DevConfig, env: dict[str, str]) -> Child:

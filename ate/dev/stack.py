@@ -13,7 +13,8 @@ its clean stop ends every sandbox, and the next start adopts them instead. When 
 running then, nothing is started: leftover sandboxes and network namespaces are listed with
 the commands that remove them. A second Ctrl-C kills everything at once.
 
-If `ate dev` itself is killed, every part but PostgreSQL gets SIGTERM from the kernel
+If `ate dev` itself is killed, the kernel kills the atelet (SIGKILL: its sandboxes keep running
+for the next start to adopt, memory included) and sends every other part but PostgreSQL SIGTERM
 (`PR_SET_PDEATHSIG`); PostgreSQL keeps running and the next start adopts it.
 
 This module owns that order and the signals. What each part runs is `ate.dev.parts`; the

@@ -351,22 +351,28 @@ def test_a_stop_while_the_worker_is_down_leaves_the_running_sandboxes_for_the_ne
     assert leftovers(data) == []
 
 
-def test_killing_ate_dev_terminates_every_part_but_postgres(tmp_path: Path) -> None:
+def test_killing_ate_dev_kills_the_atelet_and_terminates_every_other_part_but_postgres(tmp_path: Path) -> None:
+    # The atelet is killed, never stopped: its clean stop would end the sandboxes of the RUNNING
+    # actors (the chaos run of 2026-12-02 found them all CRASHED after a kill -9 of ate dev).
     data = tmp_path / ".ate"
     proc, _ = start_dev(tmp_path, {})
     try:
         read_until(proc, "ate: ready", 90)
         assert temporal_pids(data)
+        atelet = part_pid(tmp_path, "atelet")
         proc.kill()
         proc.wait(10)
         deadline = time.monotonic() + 20
-        parts = {"api-server", "worker", "atelet", "router"}
+        parts = {"api-server", "worker", "router"}
         termed: set[str] = set()
         while time.monotonic() < deadline and (termed != parts or temporal_pids(data)):
             records = [json.loads(line) for line in (tmp_path / "record.jsonl").read_text().splitlines()]
             termed = {r["part"] for r in records if r.get("signal") == "SIGTERM"}
             time.sleep(0.2)
         assert termed == parts
+        assert not psutil.pid_exists(atelet) or psutil.Process(atelet).status() == psutil.STATUS_ZOMBIE
+        records = [json.loads(line) for line in (tmp_path / "record.jsonl").read_text().splitlines()]
+        assert not any(r["part"] == "atelet" and r.get("signal") == "SIGTERM" for r in records)
         assert temporal_pids(data) == []
         assert psutil.pid_exists(postmaster_pid(data))  # adopted by the next start
     finally:
@@ -385,5 +391,6 @@ def test_help_says_postgres_is_adopted() -> None:
         check=True,
     ).stdout
     text = " ".join(out.split())
-    assert "every part but PostgreSQL gets SIGTERM" in text
+    assert "the atelet is killed with it, so that its sandboxes keep running" in text
+    assert "every other part but PostgreSQL gets SIGTERM" in text
     assert "the next ate dev with the same --data-dir adopts it" in text
