@@ -22,11 +22,13 @@ embedded PostgreSQL's restarts are `ate.dev.postgres_watch`'s, the other parts'
 `ate.dev.supervisor`'s; the stop's suspends are `ate.dev.suspend`'s.
 """
 
+import fcntl
 import os
 import signal
 import time
 from collections.abc import Callable
 from types import FrameType
+from typing import TextIO
 
 from ate.cli.client import ApiError
 from ate.dev import parts
@@ -65,6 +67,7 @@ class DevStack:
             self.config.data_dir / "postgres", config.restart, self.out, lambda: self._stop_requested
         )
         self.credentials = DevCredentials(self.config.data_dir)
+        self._lock: TextIO | None = None  # <data dir>/ate-dev.lock, held while this runs
         self.database_url = ""
         self.temporal_address = ""
         self.object_store = (
@@ -99,9 +102,17 @@ class DevStack:
         """Start everything, wait for a stop or a failure, stop everything.
 
         Returns:
-            The exit status: 0 after a requested stop, 1 after a failure, 130 when
-            interrupted during start-up.
+            The exit status: 0 after a requested stop, 1 after a failure (or another `ate dev`
+            on the same data dir: nothing is started or stopped then), 130 when interrupted
+            during start-up.
         """
+        holder = self._lock_data_dir()
+        if holder is not None:
+            self.out(
+                f"ate: another 'ate dev' (pid {holder}) runs on the data dir {self.config.data_dir}: stop it first, "
+                "or give this one another --data-dir (and other ports: see 'ate dev --help')"
+            )
+            return 1
         self._install_signals()
         status = 0
         try:
@@ -121,6 +132,25 @@ class DevStack:
         finally:
             self._shutdown()
         return status
+
+    def _lock_data_dir(self) -> str | None:
+        """Hold `<data dir>/ate-dev.lock` (an exclusive flock, released when this process ends,
+        however it ends) so that a second `ate dev` cannot share the data dir: it would adopt
+        this one's PostgreSQL and sandboxes, run a second Temporal on its database, and stop them
+        when it stops. Returns None once held, else the pid of the holder as it wrote it."""
+        self.config.data_dir.mkdir(parents=True, exist_ok=True)
+        path = self.config.data_dir / "ate-dev.lock"
+        self._lock = open(path, "a+")  # held for the life of the process
+        try:
+            fcntl.flock(self._lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            self._lock.seek(0)
+            return self._lock.read().strip() or "unknown"
+        self._lock.seek(0)
+        self._lock.truncate()
+        self._lock.write(f"{os.getpid()}\n")
+        self._lock.flush()
+        return None
 
     def _check_ports(self) -> None:
         """Fail early when a port we need is taken (another `ate dev`, most likely)."""

@@ -351,6 +351,28 @@ def test_a_stop_while_the_worker_is_down_leaves_the_running_sandboxes_for_the_ne
     assert leftovers(data) == []
 
 
+def test_a_second_ate_dev_on_the_same_data_dir_is_refused_and_changes_nothing(tmp_path: Path) -> None:
+    # On other ports it would adopt the first one's PostgreSQL and sandboxes and stop them when it
+    # stops (the chaos run of 2026-12-02 saw the first stack lose its database that way).
+    first, _ = start_dev(tmp_path, {})
+    try:
+        read_until(first, "ate: ready", 90)
+        second, _ = start_dev(tmp_path, {})  # new free ports, the same --data-dir
+        out, _ = second.communicate(timeout=60)
+        assert second.returncode == 1, out
+        assert out.strip() == (
+            f"ate: another 'ate dev' (pid {first.pid}) runs on the data dir {tmp_path / '.ate'}: stop it first, or "
+            "give this one another --data-dir (and other ports: see 'ate dev --help')"
+        )
+        assert first.poll() is None
+        out = ctrl_c(first)
+    finally:
+        if first.poll() is None:
+            first.kill()
+    assert "ate: suspended demo/c1" in out.splitlines()  # the first stack still had its parts
+    assert leftovers(tmp_path / ".ate") == []
+
+
 def test_killing_ate_dev_kills_the_atelet_and_terminates_every_other_part_but_postgres(tmp_path: Path) -> None:
     # The atelet is killed, never stopped: its clean stop would end the sandboxes of the RUNNING
     # actors (the chaos run of 2026-12-02 found them all CRASHED after a kill -9 of ate dev).
