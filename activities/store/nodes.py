@@ -339,6 +339,11 @@ class Nodes:
         status = await self.status(connection, node)
         return status.address if status is not None and status.alive else None
 
+    async def exists(self, node: str) -> bool:
+        """Whether the node is registered (alive, lost or retired)."""
+        async with self.pool.acquire() as connection:
+            return await self.status(connection, node) is not None
+
     async def live_atelet_of(self, node: str) -> str | None:
         """`atelet_address` outside a transaction."""
         async with self.pool.acquire() as connection:

@@ -5,6 +5,7 @@ from __future__ import annotations
 from fastapi import APIRouter
 from temporalio.common import WorkflowIDConflictPolicy
 
+from activities.store import NotFound
 from activities.store.records import WorkerRegistration
 from api.access.guard import needs
 from api.deps import StoreDep, TemporalDep
@@ -80,9 +81,12 @@ async def node_event(node: str, body: NodeEvent, store: StoreDep) -> dict[str, b
 
 
 @router.post("/v1/nodes/{node}/drain", **needs(Permission.NODES_DRAIN))
-async def drain_node(node: str, body: DrainRequest, temporal: TemporalDep) -> dict[str, str]:
+async def drain_node(node: str, body: DrainRequest, temporal: TemporalDep, store: StoreDep) -> dict[str, str]:
     """Drain a node: its workers take no new actors, its actors are suspended now, and what is
-    left at the deadline is terminated and marked CRASHED (the EvictionDeadline workflow)."""
+    left at the deadline is terminated and marked CRASHED (the EvictionDeadline workflow).
+    404 for a node that is not registered (the workflow would fail after the answer)."""
+    if not await store.nodes.exists(node):
+        raise NotFound(f"node {node} not found; the registered nodes are in 'ate get workers'")
     handle = await temporal.start_workflow(
         "EvictionDeadline",
         EvictionDeadlineInput(node=node, deadline_seconds=body.deadline_seconds),

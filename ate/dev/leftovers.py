@@ -130,8 +130,9 @@ def report_leftovers(node: str, state_dir: Path, out: Callable[[str], None], run
         out("ate: the atelet was not running; no leftover sandboxes or network namespaces found")
         return
     out(
-        "ate: the atelet was not running, so its sandboxes and network namespaces are left over"
-        " (its next start removes them); to remove them now, run as root:"
+        "ate: the atelet was not running, so its sandboxes and network namespaces are left over: the next"
+        " 'ate dev' adopts the sandboxes that still run (their actors keep their memory) and removes the rest;"
+        " to remove them all now instead (running actors then lose their memory), run as root:"
     )
     for command in found.commands():
         out(f"  {command}")

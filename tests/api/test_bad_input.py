@@ -229,3 +229,13 @@ async def test_an_exit_reason_from_sandbox_output_is_made_printable_not_refused(
         f"sandbox exited on worker {plan.worker.name} ({plan.worker.node}): "
         "exit status 1; last log line: \ufffd[31mboom\ufffd"
     )
+
+
+async def test_a_drain_of_an_unknown_node_is_refused(api: httpx.AsyncClient, api_store: Store) -> None:
+    # It answered 200 and started a workflow that then failed (the chaos run: `ate drain node nosuch`
+    # printed "draining").
+    before = await stored_state(api_store)
+    response = await api.post("/v1/nodes/nosuch/drain", json={"deadline_seconds": 60})
+    assert response.status_code == 404, response.text
+    assert response.json()["message"] == "node nosuch not found; the registered nodes are in 'ate get workers'"
+    assert await stored_state(api_store) == before

@@ -2,7 +2,7 @@
 
 from pathlib import Path
 
-from ate.dev.leftovers import find_leftovers, netns_prefix, veth_prefix
+from ate.dev.leftovers import find_leftovers, netns_prefix, report_leftovers, veth_prefix
 
 
 def test_leftovers_of_this_node_only(tmp_path: Path) -> None:
@@ -45,3 +45,19 @@ def test_nothing_found_when_the_tools_are_missing(tmp_path: Path) -> None:
     found = find_leftovers("vm", tmp_path, run=lambda _argv: None)
     assert not found and found.commands() == []
     assert netns_prefix("my host") == "ate-my-host-"
+
+
+def test_the_report_says_the_next_start_adopts_what_still_runs(tmp_path: Path) -> None:
+    # A restarted atelet adopts the sandboxes that still run (and finishes a checkpoint one was
+    # in): the report must not present them as garbage (the chaos run of 2026-12-02 was told to
+    # delete a sandbox the next start then adopted, in the middle of its checkpoint).
+    (tmp_path / "runsc").mkdir()
+    outputs = {("runsc", f"--root={tmp_path / 'runsc'}", "list", "-quiet"): "default-0-7\n"}
+    lines: list[str] = []
+    report_leftovers("vm-3d71", tmp_path, lines.append, run=lambda argv: outputs.get(tuple(argv)))
+    assert lines == [
+        "ate: the atelet was not running, so its sandboxes and network namespaces are left over: the next 'ate dev' "
+        "adopts the sandboxes that still run (their actors keep their memory) and removes the rest; to remove them "
+        "all now instead (running actors then lose their memory), run as root:",
+        f"  runsc --root={tmp_path / 'runsc'} delete --force default-0-7",
+    ]
