@@ -49,6 +49,11 @@ class Reverts:
             elif REVERT.allows(state) or pending_upload:
                 from_state = state
                 await connection.execute(Q["mark_actor_reverting"], ref.atespace, ref.name, operation_id)
+                if actor["operation_id"] is not None:  # the operation it takes over ends here
+                    await connection.execute(
+                        Q["finish_operation"], actor["operation_id"], "superseded",
+                        f"a revert took over (operation {operation_id})", None,
+                    )  # fmt: skip
                 if actor["in_progress_snapshot_id"] is not None:  # a PENDING snapshot is discarded
                     await connection.execute(Q["delete_pending_snapshot"], actor["in_progress_snapshot_id"])
                 await connection.execute(
