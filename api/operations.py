@@ -185,7 +185,7 @@ async def wait_result(
         return await asyncio.wait_for(handle.result(), timeout)
     except TimeoutError as error:
         raise Timeout(
-            f"{what} of {subject} did not finish within {timeout:g} s; it continues in the background{advice}",
+            f"{what} of {subject} did not finish within {round(timeout, 1):g} s; it continues in the background{advice}",
             {"workflow_id": handle.id},
         ) from error
     except WorkflowFailureError as error:

@@ -62,7 +62,7 @@ async def _adopt(driver: SandboxDriver | None, table: WorkerTable, exits: ExitWa
     """Takes over the sandbox ``record`` names if it still runs and its network is intact, or
     if a checkpoint of it was in progress."""
     worker = table.by_name.get(name)
-    what = f"sandbox {record.container_id} of {describe(record.actor)} on {name}"
+    what = f"sandbox {record.container_id or '(exited)'} of {describe(record.actor)} on {name}"
     why = ""
     if worker is None or driver is None:
         why = "no such worker any more"

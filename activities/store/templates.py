@@ -28,7 +28,12 @@ class Templates:
         await self.atespaces.get(atespace)
         row = await self.pool.fetchrow(Q["create_template"], atespace, name, spec.document())
         if row is None:
-            raise AlreadyExists(f"actor template {atespace}/{name} already exists (templates are immutable)")
+            message = f"actor template {atespace}/{name} already exists (templates are immutable)"
+            existing = await self.pool.fetchrow(Q["get_template"], atespace, name)
+            if existing is not None and existing["phase"] == "Failed":  # what to do about a failed one
+                message += (f"; it is Failed ({existing['reason']}): delete it with 'ate delete template {name} "
+                            f"-a {atespace}' and create it again")
+            raise AlreadyExists(message)
         return TemplateRecord.from_row(row)
 
     async def get(self, atespace: str, name: str) -> TemplateRecord:

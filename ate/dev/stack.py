@@ -85,7 +85,8 @@ class DevStack:
             name = signal.Signals(signum).name
             self.out(f"ate: {name}: stopping (press Ctrl-C again to kill everything now)")
             return
-        self.out("ate: killing everything")
+        self.out("ate: killing everything; the sandboxes of running actors keep running, and the next 'ate dev' "
+                 "adopts them with their memory")
         self.supervisor.kill_all()
         if self.object_store is not None:
             self.object_store.kill()
@@ -297,9 +298,11 @@ class DevStack:
         if atelet is not None and self.supervisor.is_up(atelet) and not self._suspend_all(by_name):
             # A clean stop of the atelet ends every sandbox, and with them the memory of the
             # actors still RUNNING: SIGKILL leaves the sandboxes for the next start to adopt.
-            self.supervisor.kill(atelet)
-            self.out("atelet: killed, leaving the sandboxes of the actors still RUNNING; the next `ate dev` "
-                     "adopts them with their memory")
+            atelet_down = not atelet.running()  # it may have died during the suspends
+            if not atelet_down:
+                self.supervisor.kill(atelet)
+                self.out("atelet: killed, leaving the sandboxes of the actors still RUNNING; the next `ate dev` "
+                         "adopts them with their memory")
         self.supervisor.stop_all(report)
         if atelet_down:
             report_leftovers(self.config.node, self.config.data_dir / "atelet", self.out)

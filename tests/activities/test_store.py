@@ -66,6 +66,22 @@ async def test_atespace_and_template_lifecycle(store: Store) -> None:
     assert await store.atespaces.all() == []
 
 
+async def test_creating_a_template_again_says_what_to_do_when_it_failed(store: Store) -> None:
+    await store.atespaces.create("demo")
+    spec = ActorTemplateSpec.from_document(SPEC)
+    await store.templates.create("demo", "counter", spec)
+    with pytest.raises(AlreadyExists) as pending:
+        await store.templates.create("demo", "counter", spec)
+    assert pending.value.message == "actor template demo/counter already exists (templates are immutable)"
+    await store.templates.set_phase("demo", "counter", "Failed", "the atelet did not answer the Run call", None)
+    with pytest.raises(AlreadyExists) as failed:
+        await store.templates.create("demo", "counter", spec)
+    assert failed.value.message == (
+        "actor template demo/counter already exists (templates are immutable); it is Failed (the atelet did not "
+        "answer the Run call): delete it with 'ate delete template counter -a demo' and create it again"
+    )
+
+
 async def test_golden_boot_holds_a_place_until_completed(store: Store) -> None:
     await store.nodes.register("n1", "127.0.0.1:1", "v", [worker("w0")])
     await store.atespaces.create("demo")
