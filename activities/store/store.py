@@ -73,13 +73,21 @@ class Store:
         self.router_drains = RouterDrains(pool)
 
     @classmethod
-    async def connect(cls, dsn: str, *, min_size: int = 2, max_size: int = 10) -> Store:
+    async def connect(
+        cls, dsn: str, *, min_size: int = 2, max_size: int = 10, command_timeout: float | None = None,
+        connect_timeout: float = 60.0,
+    ) -> Store:
         """Open a pool to `dsn` (a postgres:// URL).
+
+        Args:
+            command_timeout: seconds a statement may take (None: no bound); past it TimeoutError.
+            connect_timeout: seconds a new connection may take; past it TimeoutError.
 
         Raises:
             OSError, asyncpg.PostgresError: the database cannot be reached.
         """
-        pool = await asyncpg.create_pool(dsn, min_size=min_size, max_size=max_size, init=_init_connection)
+        pool = await asyncpg.create_pool(dsn, min_size=min_size, max_size=max_size, init=_init_connection,
+                                         command_timeout=command_timeout, timeout=connect_timeout)
         assert pool is not None
         return cls(pool)
 

@@ -7,12 +7,15 @@ from __future__ import annotations
 import asyncio
 import shutil
 import tempfile
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
 import httpx
+import psutil
 import pytest
 
+from api.app import DATABASE_TIMEOUT_SECONDS
 from ate.dev.postgres import EmbeddedPostgres
 from tests.api.conftest import start_api_server
 from tests.conftest import fresh_database
@@ -30,6 +33,12 @@ def own_postgres() -> Iterator[EmbeddedPostgres]:
     finally:
         server.stop()
         shutil.rmtree(base, ignore_errors=True)
+
+
+def postgres_processes(server: EmbeddedPostgres) -> list[psutil.Process]:
+    """The postmaster of `server` and every process it started."""
+    postmaster = psutil.Process(int((server.pgdata / "postmaster.pid").read_text().splitlines()[0]))
+    return [postmaster, *postmaster.children(recursive=True)]
 
 
 async def test_requests_while_the_database_is_down_get_a_503_naming_it(
@@ -55,5 +64,21 @@ async def test_requests_while_the_database_is_down_get_a_503_naming_it(
                 listed = await api.get("/v1/atespaces")
                 assert listed.status_code == 200, listed.text
                 assert [a["name"] for a in listed.json()["items"]] == ["demo"]
+                # Frozen (every process stopped): the request is answered once the statement's
+                # time is up, not after the client gave up (30-60 s in the chaos run).
+                frozen = postgres_processes(own_postgres)
+                for process in frozen:
+                    process.suspend()
+                try:
+                    started = time.monotonic()
+                    response = await api.get("/v1/atespaces")
+                    waited = time.monotonic() - started
+                finally:
+                    for process in frozen:
+                        process.resume()
+                assert response.status_code == 503, response.text
+                assert "cannot reach its database (PostgreSQL: TimeoutError" in response.json()["message"]
+                assert waited < 2 * DATABASE_TIMEOUT_SECONDS + 5  # the statement's bound, then the cancel's
+                assert (await api.get("/v1/atespaces")).status_code == 200
         finally:
             child.stop()
