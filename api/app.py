@@ -60,20 +60,14 @@ def authenticator_for(settings: ApiSettings, store: Store) -> Authenticator:
     return Authenticator(store, bootstrap_token=read_bootstrap_token(settings), oidc=oidc, nodes=nodes)
 
 
-DATABASE_TIMEOUT_SECONDS = 10.0
-"""How long a request waits for PostgreSQL (a statement, a new connection) before it is answered
-503 naming the database: a frozen database made requests hang for 30-60 s (the chaos run). A
-statement that times out on a frozen server is answered after about twice this: asyncpg's
-cancel request to the server waits as long."""
-
-
 def create_app(settings: ApiSettings) -> FastAPI:
     """Build the app; the lifespan opens the store (migrating it) and the Temporal client."""
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
-        store = await Store.connect(settings.database_url, max_size=20, command_timeout=DATABASE_TIMEOUT_SECONDS,
-                                    connect_timeout=DATABASE_TIMEOUT_SECONDS)
+        store = await Store.connect(settings.database_url, max_size=20,
+                                    command_timeout=settings.database_timeout_seconds,
+                                    connect_timeout=settings.database_timeout_seconds)
         async with store.pool.acquire() as connection:
             await migrate(connection)
         app.state.store = store

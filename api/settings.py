@@ -45,6 +45,10 @@ class ApiSettings(BaseSettings):
     """The largest request head (request line and headers), in bytes; a larger one gets 431."""
     head_timeout_seconds: float = Field(default=DEFAULT_HEAD_TIMEOUT_SECONDS, gt=0)
     """Seconds a client may take to send a request head; a slower one is disconnected."""
+    database_timeout_seconds: float = Field(default=10.0, gt=0)
+    """Seconds a request waits for PostgreSQL (one statement, a new connection) before it is
+    answered 503 naming the database; a frozen server answers after about twice this (asyncpg's
+    cancel request waits as long). Without the bound a frozen database hung requests 30-60 s."""
 
     bootstrap_token_file: Path | None = None
     """A file holding the bootstrap token (at least 32 characters): a cluster-admin credential for

@@ -15,7 +15,6 @@ import httpx
 import psutil
 import pytest
 
-from api.app import DATABASE_TIMEOUT_SECONDS
 from ate.dev.postgres import EmbeddedPostgres
 from tests.api.conftest import start_api_server
 from tests.conftest import fresh_database
@@ -35,6 +34,9 @@ def own_postgres() -> Iterator[EmbeddedPostgres]:
         shutil.rmtree(base, ignore_errors=True)
 
 
+DATABASE_TIMEOUT_SECONDS = 2.0  # the api-server's bound on a statement (10 s by default)
+
+
 def postgres_processes(server: EmbeddedPostgres) -> list[psutil.Process]:
     """The postmaster of `server` and every process it started."""
     postmaster = psutil.Process(int((server.pgdata / "postmaster.pid").read_text().splitlines()[0]))
@@ -46,7 +48,8 @@ async def test_requests_while_the_database_is_down_get_a_503_naming_it(
 ) -> None:
     admin_url = await asyncio.to_thread(own_postgres.start)  # it runs its own event loop
     async with fresh_database(admin_url) as url:
-        child, server = start_api_server(tmp_path, url, temporal_address)
+        child, server = start_api_server(tmp_path, url, temporal_address,
+                                         {"ATE_DATABASE_TIMEOUT_SECONDS": str(DATABASE_TIMEOUT_SECONDS)})
         try:
             async with httpx.AsyncClient(base_url=server.url, auth=SuiteCredentials(), timeout=30) as api:
                 assert (await api.post("/v1/atespaces", json={"name": "demo"})).status_code == 201

@@ -296,7 +296,7 @@ async def test_a_save_to_s3_whose_call_was_cancelled_is_completed_by_its_retry(
     # sandbox and frees the worker, and the actor resumes elsewhere with its memory.
     a, b, location = nodes
     spec = counter_spec(counter_image)
-    spec.containers[0].env["BALLAST_MB"] = "300"  # a save of a few seconds
+    spec.containers[0].env["BALLAST_MB"] = "120"  # a save of about a second (compressed on its way to S3)
     spec.memory_bytes = 1024 * 2**20
     run = await a.stub.Run(pb.RunRequest(operation_id=op(), worker="default-0", actor=ACTOR, spec=spec,
                                          probe_timeout_seconds=60))
