@@ -18,7 +18,8 @@ from starlette.routing import Route
 
 
 def build_app(upstream_port: int) -> Starlette:
-    """The stand-in API: resume (RUNNING at 127.0.0.1), the template (its port), the actor."""
+    """The stand-in API: resume (RUNNING at 127.0.0.1), the template (its port), the actor, and
+    the router replicas' heartbeats (a lease, no drains)."""
 
     async def resume(request: Request) -> JSONResponse:
         atespace, name = request.path_params["atespace"], request.path_params["name"]
@@ -38,11 +39,19 @@ def build_app(upstream_port: int) -> Starlette:
     async def healthz(_request: Request) -> JSONResponse:
         return JSONResponse({"status": "ok"})
 
+    async def heartbeat(request: Request) -> JSONResponse:  # a router replica's lease: no drain, ever
+        return JSONResponse({"name": request.path_params["replica"], "drains": []})
+
+    async def release(_request: Request) -> JSONResponse:
+        return JSONResponse({})
+
     return Starlette(
         routes=[
             Route("/v1/atespaces/{atespace}/actors/{name}/resume", resume, methods=["POST"]),
             Route("/v1/atespaces/{atespace}/templates/{template}", template),
             Route("/v1/atespaces/{atespace}/actors/{name}", actor),
+            Route("/v1/routers/{replica}", heartbeat, methods=["PUT"]),
+            Route("/v1/routers/{replica}", release, methods=["DELETE"]),
             Route("/healthz", healthz),
         ]
     )

@@ -26,6 +26,7 @@ import anyio
 
 from router.errors import CLIENT_GONE, ERROR, OK, TIMEOUT, RouteError
 from router.metrics import RECEIVED_BYTES, SENT_BYTES
+from router.reach import wait_unless_gone
 from router.sessions import Sessions
 from router.target import TARGET_HEADER
 from router.types import Upstream
@@ -258,7 +259,8 @@ async def open_upstream(
 
     Raises:
         UpstreamConnectError: The TCP connection could not be made (nothing was sent).
-        ClientGone: The client went away while its body was being forwarded.
+        ClientGone: The client went away while its body was being forwarded, or before the
+            worker answered.
         RouteError: 502 when the worker failed after the connection was made; 503 when a drain
             cut the request off first; 504 when it did not start answering within the response
             head timeout (or the request timeout).
@@ -273,7 +275,14 @@ async def open_upstream(
         headers.append(framing)
     method = scope["method"].encode()
     try:
-        return await client.open(upstream, method, target, headers, body if has_body else None, deadline, tag)
+        opening = client.open(upstream, method, target, headers, body if has_body else None, deadline, tag)
+        if has_body:  # the body's reader sees the client leave
+            return await opening
+        # Nothing of the client's is read meanwhile: watch it, so that a client that leaves
+        # before the answer gets its worker connection reset at once (not when the worker answers).
+        return await wait_unless_gone(
+            opening, body.wait_disconnect(), lambda: ClientGone("client left before the worker answered")
+        )
     except UpstreamTimeout as exc:
         raise response_head_timeout(actor, upstream, exc.what) from exc
     except UpstreamCut as exc:

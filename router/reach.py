@@ -25,13 +25,13 @@ T = TypeVar("T")
 
 
 async def wait_unless_gone(
-    waiting: Coroutine[Any, Any, Upstream], leaving: Coroutine[Any, Any, object], gone: Callable[[], BaseException]
-) -> Upstream:
-    """Run `waiting` (a wait for the actor to be RUNNING) against `leaving` (returns when the
-    client left); the first to end cancels the other.
+    waiting: Coroutine[Any, Any, T], leaving: Coroutine[Any, Any, object], gone: Callable[[], BaseException]
+) -> T:
+    """Run `waiting` (a wait for the actor to be RUNNING, or for the worker's answer) against
+    `leaving` (returns when the client left); the first to end cancels the other.
 
     Returns:
-        `waiting`'s upstream.
+        `waiting`'s result.
 
     Raises:
         What `waiting` raises (RouteError...), or `gone()` when the client left first.

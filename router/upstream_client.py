@@ -58,6 +58,15 @@ class UpstreamBroken(Exception):
     """
 
 
+def missing_head(response_head_timeout_seconds: float) -> str:
+    """What a worker silent for the response head timeout did not send (for ``UpstreamTimeout``)."""
+    return f"response head within {response_head_timeout_seconds:g}s"
+
+
+MISSING_END = "end of the response within the request timeout"
+"""What a worker did not send when the whole-request timeout ran out (for ``UpstreamTimeout``)."""
+
+
 class UpstreamTimeout(UpstreamBroken):
     """A timeout of the exchange ran out: the response head did not come in time, the worker
     was silent longer than the idle timeout, or the whole request took too long.
@@ -216,12 +225,12 @@ class _Connection:
         owner = self.owner
         now = self.loop.time()
         if self.head_deadline is not None:  # a worker may think (or read the body) before it answers
-            choices = [(self.head_deadline - now, f"response head within {owner.response_head_timeout_seconds:g}s")]
+            choices = [(self.head_deadline - now, missing_head(owner.response_head_timeout_seconds))]
         else:
             idle = owner.idle_timeout_seconds
             choices = [(idle, f"byte from the worker for {idle:g}s (idle timeout)")]
         if self.deadline is not None:
-            choices.append((self.deadline - now, "end of the response within the request timeout"))
+            choices.append((self.deadline - now, MISSING_END))
         timeout, what = min(choices)
         return max(timeout, 0.0), what
 

@@ -15,4 +15,5 @@ echo "== ruff"
 echo "== mypy"
 .venv/bin/mypy
 echo "== pytest"
-exec .venv/bin/python -m pytest -q -p no:cacheprovider "$@"
+# --durations: the slowest tests at the end of every run, to keep the suite within its budget.
+exec .venv/bin/python -m pytest -q -p no:cacheprovider --durations=25 "$@"

@@ -113,16 +113,6 @@ class NginxAdmin:
         """
         (await self._client.post(f"/lease?seconds={max(seconds, 0.0):.3f}", timeout=5)).raise_for_status()
 
-    async def workers(self) -> set[int]:
-        """The process ids of nginx's worker processes.
-
-        Raises:
-            httpx.HTTPError: nginx's admin server did not answer.
-        """
-        resp = await self._client.get("/workers", timeout=5)
-        resp.raise_for_status()
-        return {int(line) for line in resp.text.split() if line.isdigit()}
-
     async def recent(self) -> list[statusz.RecentRequest]:
         """The last 100 requests nginx finished, newest first (empty when nginx does not answer)."""
         try:

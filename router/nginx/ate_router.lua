@@ -8,11 +8,16 @@
 -- if no invalidation for that actor (or flush) came while it was asked: every entry carries the
 -- flush epoch and the actor's generation read before asking, and is void when they moved on.
 --
+-- Content phase: the exchange with the worker over a cosocket (ate_exchange.lua), with the
+-- Python data path's timeouts, texts and resets.
+--
 -- Log phase: outcome counters, duration histogram, bytes, the last 100 requests (for /statusz)
 -- and per-actor in-flight counts (for drain) in the shared dict `ate_stats`.
 --
 -- The admin server (a unix socket, only the control service reaches it): invalidate, flush,
 -- stats, recent, inflight.
+
+local exchange = require("ate_exchange")
 
 local M = {}
 
@@ -21,7 +26,7 @@ local stats = ngx.shared.ate_stats
 -- Drains and the lease (never flushed with the routes): "lease" (until, epoch seconds),
 -- "dseq" (the control service's drain token of the latest drain), "d:<actor>" (the token of
 -- its last drain), "c:<actor>" (the dseq at its last cut), "fu:<actor>\t<upstream>" (its
--- requests proxied there now), "w:<pid>" (nginx's workers).
+-- requests proxied there now).
 local control = ngx.shared.ate_control
 local DRAIN_RETRIES = 5
 local cfg = {
@@ -29,8 +34,9 @@ local cfg = {
   buckets = {},
   token_seconds = 10,
   request_seconds = 3600,
+  connect_seconds = 5,
+  head_seconds = 120,
   idle_seconds = 300,
-  read_seconds = 300,
   max_head_bytes = 32768,
 }
 
@@ -262,67 +268,13 @@ local function ask_counted(key, headers, unreachable)
     "2", "unavailable")
 end
 
-local function without_token_cookie(value)
-  local kept = {}
-  for part in (value .. ";"):gmatch("([^;]*);") do
-    local name = strip(part):match("^([^=]*)")
-    if name ~= "ate-token" then
-      kept[#kept + 1] = part
-    end
-  end
-  if #kept == 0 then
-    return nil
-  end
-  return strip(table.concat(kept, ";"))
-end
-
-local function strip_credential(headers)
-  ngx.req.clear_header("Authorization")
-  local cookie = headers["cookie"]
-  if cookie == nil then
-    return
-  end
-  local values = type(cookie) == "table" and cookie or { cookie }
-  local kept = {}
-  for _, value in ipairs(values) do
-    local left = without_token_cookie(value)
-    if left then
-      kept[#kept + 1] = left
-    end
-  end
-  ngx.req.clear_header("Cookie")
-  if #kept > 0 then
-    ngx.req.set_header("Cookie", #kept == 1 and kept[1] or kept)
-  end
-end
-
--- Headers named by the client's Connection header are hop-by-hop: dropped.
-local function drop_connection_tokens(headers)
-  local connection = headers["connection"]
-  if connection == nil then
-    return
-  end
-  local values = type(connection) == "table" and connection or { connection }
-  for _, value in ipairs(values) do
-    for token in value:gmatch("[^,%s]+") do
-      local name = token:lower()
-      if name ~= "upgrade" and name ~= "host" then
-        ngx.req.clear_header(name)
-      end
-    end
-  end
-end
-
-local function route(found, headers)
+local function route(found)
   ngx.var.ate_upstream = found.upstream
   ngx.var.ate_upstream_host = found.host
   ngx.var.ate_actor = found.actor
   ngx.var.ate_cached = found.cached and "1" or "0"
   ngx.var.ate_outcome = found.parked and "parked_ok" or "ok"
-  if found.strip then
-    strip_credential(headers)
-  end
-  drop_connection_tokens(headers)
+  ngx.ctx.ate_strip = found.strip
   local upstream_key = "fu:" .. found.actor .. "\t" .. found.upstream
   if ngx.var.ate_upstream_counted ~= upstream_key then
     if ngx.var.ate_upstream_counted ~= "" then
@@ -331,49 +283,6 @@ local function route(found, headers)
     control:incr(upstream_key, 1, 0)
     ngx.var.ate_upstream_counted = upstream_key
   end
-end
-
-local function has_no_body()
-  local length = ngx.var.http_content_length
-  return (length == nil or length == "0") and ngx.var.http_transfer_encoding == nil
-end
-
-local BODY_PIECE = 65536
-
--- Read the request's Content-Length body into the request (memory, then a temp file past
--- client_body_buffer_size; a chunked one is relayed, see relayed), with the idle timeout between
--- two pieces: a client that stalls gets the Python path's 408 and text, then the connection is
--- closed (the rest of its body must not be read as a next request). Past the whole-request
--- timeout the request is cut off.
-local function read_body()
-  local length = tonumber(ngx.var.http_content_length) or 0
-  local socket = ngx.req.socket()
-  if not socket then
-    return
-  end
-  socket:settimeout(math.max(math.floor(cfg.idle_seconds * 1000), 1))
-  ngx.req.init_body()
-  local left = length
-  while left > 0 do
-    local piece, err = socket:receiveany(math.min(left, BODY_PIECE))
-    if not piece then
-      if err == "timeout" then
-        ngx.status = 408
-        M.body_stalled()
-        ngx.flush(true)
-        return ngx.exit(ngx.ERROR)
-      end
-      ngx.var.ate_outcome = "client_gone"
-      return ngx.exit(499)
-    end
-    if ngx.now() - ngx.req.start_time() > cfg.request_seconds then
-      ngx.var.ate_outcome = "timeout"
-      return ngx.exit(ngx.ERROR)
-    end
-    ngx.req.append_body(piece)
-    left = left - #piece
-  end
-  ngx.req.finish_body()
 end
 
 -- Whether the request is relayed to the control service's Python router, which proxies it
@@ -424,95 +333,85 @@ function M.access()
   if not found then
     found = ask_counted(key, headers)
   end
-  route(found, headers)
-  if not has_no_body() then
-    -- Read whole before it is proxied (nginx is half-duplex towards a worker), so it can be
-    -- sent again if the worker refuses the connection.
-    ngx.var.ate_body = "1"
-    -- While its body comes in the request reaches no worker, so it holds no drain back: it is
-    -- counted again once the body is in, and when a drain of the actor began since its look-up
-    -- it asks again (as ask_counted does), so the body never reaches the old worker.
-    local actor, seq = ngx.var.ate_actor, tonumber(ngx.var.ate_seq) or 0
-    uncount()
-    read_body()
-    count(actor)
-    if drained_since(actor, seq) then
-      route(ask_counted(key, headers), headers)
-    else
-      ngx.var.ate_seq = tostring(seq)
-    end
-    return ngx.exec("@proxy_body")
-  end
+  route(found)
 end
 
---- content_by_lua of @failed: the worker could not be reached, broke or was too slow.
-function M.failed()
-  local actor, upstream = ngx.var.ate_actor, ngx.var.ate_upstream
-  local connect_time = ngx.var.upstream_connect_time
-  local connected = connect_time ~= nil and connect_time ~= "" and connect_time ~= "-"
-  if not connected and ngx.var.ate_cached == "1" and ngx.var.ate_retried ~= "1" then
-    -- (a body was read whole before the first try, @proxy_body: it is sent again)
-    -- A cached actor that does not answer moved (or its sandbox died): forget it, resume, retry once.
-    ngx.var.ate_retried = "1"
-    routes:delete("p:" .. actor)
-    routes:incr("g:" .. actor, 1, 0)
-    local headers = ngx.req.get_headers(200)
-    local found = ask_counted(actor, headers, upstream)
-    found.parked = true
-    found.cached = false
-    route(found, headers)
-    return ngx.exec(ngx.var.ate_body == "1" and "@proxy_body" or "@proxy")
-  end
-  local kind = not connected and "connect" or (ngx.var.ate_failed_status == "504" and "timeout" or "broken")
-  if kind == "broken" and ngx.var.ate_counted == "1"
-      and (control:get("c:" .. actor) or 0) > (tonumber(ngx.var.ate_seq) or 0) then
-    kind = "cut"  -- a drain cut its actor's requests before this one was answered
-  end
-  local res = ngx.location.capture("/_ate/failed", { args = { kind = kind, actor = actor, upstream = upstream } })
+-- The answer to a request whose exchange with the worker failed before its answer began:
+-- the control service's text for `kind` (connect, broken, timeout, cut) and `what` ran out.
+local function fail(kind, what, actor, upstream)
+  local res = ngx.location.capture("/_ate/failed",
+    { args = { kind = kind, what = what, actor = actor, upstream = upstream } })
   if not res.header["x-ate-outcome"] then
     return control_unavailable()
   end
   return answer(res.status, res.body, res.header["retry-after"], res.header["x-ate-outcome"])
 end
 
---- body_filter_by_lua of the proxied answer: past the whole-request timeout (from the
---- request's arrival, parking included), or once a drain cut its actor's requests, the answer
---- is cut off. nginx calls it at every piece the worker sends; an answer silent after the
---- deadline is cut off by the idle timeout (after a drain's cut, by ss -K when it may).
-function M.body_filter()
-  if ngx.var.upstream_addr == nil then
-    return  -- the router's own answer (a refusal, a 408), not the worker's
+--- content_by_lua of the actor location: the exchange with the worker (ate_exchange.lua). A
+--- cached actor whose worker refuses the connection moved (or its sandbox died): it is
+--- forgotten, resumed again and tried once more (nothing of the request was sent yet).
+function M.proxy()
+  ngx.on_abort(function()
+    local ex = ngx.ctx.ate_exchange
+    if ex then
+      ex.gone = true
+    end
+  end)
+  local result, what, actor, upstream
+  while true do
+    actor, upstream = ngx.var.ate_actor, ngx.var.ate_upstream
+    local counted = ngx.var.ate_counted == "1"
+    local seq = tonumber(ngx.var.ate_seq) or 0
+    local function cut()
+      return counted and (control:get("c:" .. actor) or 0) > seq
+    end
+    result, what = exchange.run({
+      upstream = upstream,
+      host = ngx.var.ate_upstream_host,
+      strip_credential = ngx.ctx.ate_strip,
+      request_id = ngx.var.ate_request_id,
+      forwarded_for = ngx.var.ate_forwarded_for,
+      connect_seconds = cfg.connect_seconds,
+      head_seconds = cfg.head_seconds,
+      idle_seconds = cfg.idle_seconds,
+      request_seconds = cfg.request_seconds,
+      cut = cut,
+    })
+    if result == "done" then
+      return
+    end
+    if result == "done_close" then
+      ngx.eof()
+      return ngx.exit(ngx.ERROR)
+    end
+    if result == "truncated" then
+      return ngx.exit(ngx.ERROR)
+    end
+    if result == "broken" and cut() then
+      result = "cut"  -- a drain cut its actor's requests before this one was answered
+    end
+    if result ~= "connect" or ngx.var.ate_cached ~= "1" or ngx.var.ate_retried == "1" then
+      break
+    end
+    ngx.var.ate_retried = "1"
+    routes:delete("p:" .. actor)
+    routes:incr("g:" .. actor, 1, 0)
+    local found = ask_counted(actor, ngx.req.get_headers(200), upstream)
+    found.parked = true
+    found.cached = false
+    route(found)
   end
-  local now = ngx.now()
-  if now - ngx.req.start_time() > cfg.request_seconds then
-    ngx.var.ate_outcome = "timeout"
-    return ngx.ERROR
+  if result == "stalled" then
+    ngx.status = 408
+    M.body_stalled()
+    ngx.flush(true)
+    return ngx.exit(ngx.ERROR)  -- the rest of its body must not be read as a next request
   end
-  if ngx.var.ate_counted == "1" and (control:get("c:" .. ngx.var.ate_actor) or 0) > (tonumber(ngx.var.ate_seq) or 0) then
-    -- A drain cut the actor's requests: end this answer at its next piece, even when the
-    -- router cannot destroy nginx's connection to the worker (ss -K needs CAP_NET_ADMIN).
-    ngx.var.ate_outcome = "error"
-    return ngx.ERROR
+  if result == "client_gone" then
+    ngx.var.ate_outcome = "client_gone"
+    return ngx.exit(499)
   end
-  local ctx = ngx.ctx
-  local piece = ngx.arg[1]
-  if piece ~= nil and piece ~= "" then
-    ctx.last_piece = now
-  end
-  if ngx.arg[2] then
-    ctx.ended = true
-  end
-end
-
--- An answer that began and never ended, after a silence of the worker as long as nginx's read
--- timeout, was cut off by that timeout (nginx has no variable that says so).
-local function cut_by_read_timeout()
-  local ctx = ngx.ctx
-  if ctx.ended or not ctx.last_piece or ngx.status == 101 then
-    return false
-  end
-  ngx.update_time()
-  return ngx.now() - ctx.last_piece >= cfg.read_seconds * 0.9
+  return fail(result, what, actor, upstream)
 end
 
 --- content_by_lua of /_ate/head_too_large (nginx's 414 and 494 become the Python path's 431).
@@ -523,7 +422,7 @@ function M.head_too_large()
   ngx.print(text)
 end
 
---- The 408 of a client silent in its Content-Length body (called by read_body).
+--- The 408 of a client silent in its Content-Length body (called by proxy).
 function M.body_stalled()
   ngx.var.ate_outcome = "timeout"
   local text = string.format("the request body stalled: no byte for %gs (idle timeout); send the body without "
@@ -533,26 +432,11 @@ function M.body_stalled()
   ngx.print(text)
 end
 
---- header_filter_by_lua: the request id on every answer; the worker's hop-by-hop headers dropped.
+--- header_filter_by_lua: the request id on every answer.
 function M.header_filter()
-  if ngx.req.http_version() < 1.0 and ngx.var.upstream_addr ~= nil then
-    -- No status line from the worker: nginx would relay its bytes as HTTP/0.9. Cut the
-    -- connection instead (the Python data path answers 502 there).
-    ngx.var.ate_outcome = "error"
-    return ngx.exit(ngx.ERROR)
-  end
   local request_id = ngx.var.ate_request_id
   if request_id ~= nil and request_id ~= "" then
     ngx.header["X-Request-Id"] = request_id
-  end
-  if ngx.var.upstream_addr ~= nil then
-    ngx.ctx.last_piece = ngx.now()  -- the worker's head: its silence is counted from here
-  end
-  local connection = ngx.var.upstream_http_connection
-  if connection ~= nil and ngx.status ~= 101 then
-    for token in connection:gmatch("[^,%s]+") do
-      ngx.header[token] = nil
-    end
   end
 end
 
@@ -586,11 +470,7 @@ function M.log()
     end
   end
   local status = ngx.status
-  if (outcome == "ok" or outcome == "parked_ok") and cut_by_read_timeout() then
-    outcome = "timeout"
-    ngx.var.ate_outcome = outcome
-  end
-  if status == 499 and outcome ~= "statusz" and ngx.var.upstream_status ~= "499" then
+  if status == 499 and outcome ~= "statusz" then
     -- The client left before any answer (parked, or waiting for the worker's head): listed
     -- with status 0, as the Python data path lists it.
     outcome = "client_gone"
@@ -688,22 +568,6 @@ function M.lease()
   ngx.update_time()
   control:set("lease", ngx.now() + seconds)
   ngx.say("ok")
-end
-
---- GET /workers: the process ids of nginx's workers (ever started under this dict), one a line.
-function M.workers()
-  local lines = {}
-  for _, name in ipairs(control:get_keys(0)) do
-    if name:sub(1, 2) == "w:" then
-      lines[#lines + 1] = name:sub(3)
-    end
-  end
-  ngx.print(table.concat(lines, "\n"))
-end
-
---- init_worker_by_lua: note this worker's process id (a drain cuts only nginx's connections).
-function M.init_worker()
-  control:set("w:" .. tostring(ngx.worker.pid()), 1)
 end
 
 --- POST /flush: forget every actor (the control service lost its LISTEN, or reconnected).

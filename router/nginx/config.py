@@ -1,37 +1,25 @@
 """The nginx configuration of the router's nginx data path, generated from ``RouterSettings``.
 
-How the router's settings map onto nginx (where nginx differs, the difference is named):
+How the router's settings reach nginx:
 
 - ``head_timeout_seconds`` -> ``client_header_timeout`` and ``keepalive_timeout`` (a client must
   send its head within it, from connecting or from the end of its previous request).
-- ``upstream_connect_timeout_seconds`` -> ``proxy_connect_timeout``.
-- ``response_head_timeout_seconds`` and ``idle_timeout_seconds`` -> ``proxy_read_timeout``: nginx
-  has one timeout between two reads from the worker, the response head included, so it gets the
-  larger of the two (a worker is never cut off sooner than by the Python data path; one that
-  sends no head is cut off later when the idle timeout is the larger).
-- ``idle_timeout_seconds`` -> ``client_body_timeout``, ``send_timeout``, ``proxy_send_timeout``;
-  a stalled ``Content-Length`` body (read by the Lua access handler) gets the Python path's 408
-  and text; a chunked one is relayed to the Python router, which answers the same.
-- ``request_timeout_seconds`` -> checked by the Lua body filter at every piece of the answer
-  from the worker: past it the answer is cut off (outcome timeout). nginx has no whole-request
-  timer, so an answer that goes silent after the deadline is cut off only by the idle timeout.
+- ``upstream_connect_timeout_seconds``, ``response_head_timeout_seconds``,
+  ``idle_timeout_seconds`` and ``request_timeout_seconds`` -> the Lua exchange with the worker
+  (router/nginx/ate_exchange.lua), each its own as on the Python data path; the idle timeout
+  also -> ``client_body_timeout`` and ``send_timeout`` (towards the client).
 - ``max_head_bytes`` -> ``large_client_header_buffers 1 <max_head_bytes>``; a larger head (nginx's
   414 or 494) gets the Python path's 431 and text (the status line has no reason phrase: nginx
   knows none for 431).
 - ``trusted_proxies`` -> a ``geo`` block: the client's ``X-Forwarded-For`` is kept (and the peer
   appended) only from those networks, replaced by the peer otherwise.
 
-No keep-alive to workers (``Connection: close``, no ``upstream`` block), answers streamed
-(``proxy_buffering off``). WebSocket upgrades and requests asking for an event stream
-(``Accept: text/event-stream``) are relayed (location ``@relay``) to the control service's
-Python router, which proxies them as the Python data path does: a drain or a stop ends them
-with a close frame and a reason, or the end of the stream. So are requests with a chunked body
-(streamed uploads): a stalled one is answered 408. A ``Content-Length`` body is read whole
-before it is proxied (by the Lua access handler with the idle timeout between pieces, then
-location ``@proxy_body``; to a temp file past 64 KiB), so it can be sent again when a cached
-worker refuses the connection and a stalled one gets the Python path's 408. nginx stays
-half-duplex towards a worker (and towards the control service): once the answer began it
-sends no more of the body.
+The exchange with a worker is Lua's (content phase, a cosocket, ``Connection: close``, the answer
+streamed, a ``Content-Length`` body streamed both ways at once). WebSocket upgrades and requests
+asking for an event stream (``Accept: text/event-stream``) are relayed (location ``@relay``) to
+the control service's Python router, which proxies them as the Python data path does: a drain
+or a stop ends them with a close frame and a reason, or the end of the stream. So are requests
+with a chunked body (streamed uploads), which Lua cannot read: a stalled one is answered 408.
 """
 
 from __future__ import annotations
@@ -114,42 +102,6 @@ BODY_BUFFER_BYTES = 64 * 1024
 """How much of a request body nginx holds in memory before it writes the rest to a temp file."""
 
 
-def _proxy_block(settings: RouterSettings, request_buffering: bool = False) -> str:
-    """The directives that proxy one request to ``$ate_upstream`` (used three times: first try,
-    retry, request with a body)."""
-    read = max(settings.response_head_timeout_seconds, settings.idle_timeout_seconds)
-    return f"""
-      proxy_pass http://$ate_upstream;
-      proxy_http_version 1.1;
-      proxy_buffering off;
-      proxy_request_buffering {"on" if request_buffering else "off"};
-      proxy_connect_timeout {_seconds(settings.upstream_connect_timeout_seconds)};
-      proxy_read_timeout {_seconds(read)};
-      proxy_send_timeout {_seconds(settings.idle_timeout_seconds)};
-      proxy_pass_header Date;
-      proxy_pass_header Server;
-      proxy_set_header Host $ate_upstream_host;
-      proxy_set_header Connection close;
-      proxy_set_header Upgrade "";
-      proxy_set_header ate-target-actor "";
-      proxy_set_header Keep-Alive "";
-      proxy_set_header Proxy-Authenticate "";
-      proxy_set_header Proxy-Authorization "";
-      proxy_set_header Proxy-Connection "";
-      proxy_set_header TE "";
-      proxy_set_header Trailer "";
-      proxy_set_header Expect "";
-      proxy_set_header X-Request-Id $ate_request_id;
-      proxy_set_header X-Forwarded-For $ate_forwarded_for;
-      proxy_set_header X-Forwarded-Host $http_host;
-      proxy_set_header X-Forwarded-Proto $scheme;
-      header_filter_by_lua_block {{ ate.header_filter() }}
-      body_filter_by_lua_block {{ return ate.body_filter() }}
-      log_by_lua_block {{ ate.log() }}
-      error_page 502 504 = @failed;
-"""
-
-
 def render(settings: RouterSettings, layout: NginxLayout) -> str:
     """The nginx.conf text for ``settings``.
 
@@ -167,8 +119,6 @@ def render(settings: RouterSettings, layout: NginxLayout) -> str:
     user = f"user {layout.user};\n" if layout.user else ""
     park = int(settings.parked_request_budget_seconds) + PARK_MARGIN_SECONDS
     head_bytes = max(settings.max_head_bytes, 1024)
-    proxy = _proxy_block(settings)
-    proxy_body = _proxy_block(settings, request_buffering=True)
     # The Python router times a relayed request out itself; nginx waits longer for it: parked
     # (twice the budget when a drain held it), connecting, then the longer read timeout.
     relay_seconds = int(
@@ -197,11 +147,11 @@ http {{
     ate.configure({{ domain = {_lua_string(settings.domain)}, buckets = {{ {buckets} }},
                     token_seconds = {REVIEW_SECONDS:g},
                     request_seconds = {settings.request_timeout_seconds:g},
+                    connect_seconds = {settings.upstream_connect_timeout_seconds:g},
+                    head_seconds = {settings.response_head_timeout_seconds:g},
                     idle_seconds = {settings.idle_timeout_seconds:g},
-                    read_seconds = {max(settings.response_head_timeout_seconds, settings.idle_timeout_seconds):g},
                     max_head_bytes = {settings.max_head_bytes} }})
   }}
-  init_worker_by_lua_block {{ ate.init_worker() }}
   client_body_temp_path {run}/body;
   proxy_temp_path {run}/proxy;
   fastcgi_temp_path {run}/fastcgi;
@@ -210,6 +160,8 @@ http {{
   server_tokens off;
   underscores_in_headers on;
   lua_check_client_abort on;
+  lua_transform_underscores_in_response_headers off;
+  lua_socket_log_errors off;
   recursive_error_pages on;
   log_format ate 'request $ate_request_id $http_ate_target_actor $request_method $uri $status $ate_outcome_logged $request_time s';
   access_log {f"{layout.access_log} ate" if layout.access_log else "off"};
@@ -247,24 +199,18 @@ http {{
     set $ate_actor "";
     set $ate_cached "0";
     set $ate_retried "0";
-    set $ate_body "0";
     set $ate_counted "0";
     set $ate_seq "0";
     set $ate_upstream_counted "";
     set $ate_outcome "";
-    set $ate_failed_status $status;
     set $ate_relay_connection "";
     set $ate_relay_upgrade "";
 
     location / {{
       access_by_lua_block {{ ate.access() }}
-{proxy}
-    }}
-    location @proxy {{
-{proxy}
-    }}
-    location @proxy_body {{
-{proxy_body}
+      content_by_lua_block {{ ate.proxy() }}
+      header_filter_by_lua_block {{ ate.header_filter() }}
+      log_by_lua_block {{ ate.log() }}
     }}
     location @relay {{
       proxy_pass http://ate_control{RELAY_PREFIX}$request_uri;
@@ -291,12 +237,6 @@ http {{
     location = /_ate/head_too_large {{
       internal;
       content_by_lua_block {{ ate.head_too_large() }}
-    }}
-    location @failed {{
-      set $ate_failed_status $status;
-      content_by_lua_block {{ ate.failed() }}
-      header_filter_by_lua_block {{ ate.header_filter() }}
-      log_by_lua_block {{ ate.log() }}
     }}
     location @statusz {{
       proxy_pass http://ate_control/statusz$is_args$args;
@@ -337,7 +277,6 @@ http {{
     location = /drain {{ content_by_lua_block {{ ate.drain() }} }}
     location = /cut {{ content_by_lua_block {{ ate.cut() }} }}
     location = /lease {{ content_by_lua_block {{ ate.lease() }} }}
-    location = /workers {{ content_by_lua_block {{ ate.workers() }} }}
     location / {{ return 404; }}
   }}
 }}

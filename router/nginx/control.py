@@ -7,7 +7,8 @@ worker (``x``). The answer is either where the actor serves (200 with ``X-Ate-Up
 ``X-Ate-Host``, ``X-Ate-Actor``, ``X-Ate-Strip``, ``X-Ate-Parked`` and ``X-Ate-Cache``: ``public``,
 ``token`` or ``no``), or the exact status, text and ``Retry-After`` of the Python data path,
 with ``X-Ate-Outcome``. ``GET /failed`` gives the texts of a worker that failed (``kind``
-``connect``, ``timeout``, ``cut`` by a drain or ``broken``); ``GET /statusz`` the status page. Under ``/relay``
+``connect``, ``timeout`` with ``what`` ran out, ``head`` or ``request``, ``cut`` by a drain or
+``broken``); ``GET /statusz`` the status page. Under ``/relay``
 nginx hands over whole requests (WebSockets, event streams, chunked uploads), which the Python
 router proxies itself (``relayed``).
 
@@ -42,6 +43,7 @@ from router.proxy import cut_by_drain, response_head_timeout, upstream_failed
 from router.settings import RouterSettings
 from router.target import Target, TargetError, is_label, target_from_headers
 from router.types import Upstream
+from router.upstream_client import MISSING_END, missing_head
 
 log = logging.getLogger(__name__)
 
@@ -294,8 +296,10 @@ class ControlService:
         if kind == "connect":
             error = worker_unreachable(target, upstream)
         elif kind == "timeout":
-            read = max(self.settings.response_head_timeout_seconds, self.settings.idle_timeout_seconds)
-            error = response_head_timeout(key, upstream, f"response head within {read:g}s")
+            missing = MISSING_END if query.get("what") == "request" else missing_head(
+                self.settings.response_head_timeout_seconds
+            )
+            error = response_head_timeout(key, upstream, missing)
         elif kind == "cut":
             error = cut_by_drain(key)
         else:

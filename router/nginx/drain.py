@@ -10,10 +10,10 @@ The same steps as router.drain, carried out in nginx through its admin server:
    (router/nginx/ate_router.lua), so the requests that may still send to the old worker are
    exactly those counted when the drain began or that found no drain when they counted;
 3. the drain waits (polling every ``POLL_SECONDS``) for nginx's count of the actor to reach 0
-   within ``drain_timeout_seconds``; then its requests are marked cut (nginx's body filter ends
-   each answer at its next piece from the worker) and the connections nginx's workers hold to
-   the actor's worker are destroyed (``ss -K``, which needs CAP_NET_ADMIN; it also ends an
-   answer that stays silent), again until ``settle_seconds`` have passed;
+   within ``drain_timeout_seconds``; then its requests are marked cut, and each exchange with
+   the worker (router/nginx/ate_exchange.lua) sees the mark within a quarter of a second, even
+   while the worker is silent: it resets its worker connection and tells its client (503), or
+   truncates an answer that began; the drain waits up to ``settle_seconds`` for them to end;
 4. only then is the drain acknowledged (router.registration).
 
 The requests nginx relays to the control service's Python router (WebSockets, requests asking
@@ -25,10 +25,7 @@ reason; the end of the stream), and the others are waited for and cut at ``--dra
 from __future__ import annotations
 
 import asyncio
-import ipaddress
 import logging
-import re
-import socket
 from typing import TYPE_CHECKING, Any
 
 import httpx
@@ -43,9 +40,6 @@ log = logging.getLogger(__name__)
 
 POLL_SECONDS = 0.05
 """How often a drain reads nginx's in-flight count of the actor."""
-
-_PID = re.compile(r"pid=(\d+)")
-
 
 class NginxDrainGate(DrainGate):
     """``DrainGate`` whose drains are carried out in nginx (``admin``, a
@@ -75,12 +69,8 @@ class NginxDrainGate(DrainGate):
                 if not await self._nginx_emptied_within(key, self.drain_timeout_seconds):
                     cut = await self._cut(key)
                     DRAIN_CUT_REQUESTS.inc(cut)
-                    settle_until = loop.time() + self.settle_seconds
-                    while await admin.in_flight(key) and loop.time() < settle_until:
-                        await asyncio.sleep(POLL_SECONDS * 2)
-                        await self._cut(key)  # one that slipped in between counting and connecting
-                    left = await admin.in_flight(key)
-                    if left:
+                    if not await self._nginx_emptied_within(key, self.settle_seconds):
+                        left = await admin.in_flight(key)
                         log.warning("drain %d of actor %s: %d cut requests still open in nginx", drain_id, key, left)
             except httpx.HTTPError as exc:
                 # nginx restarting: its dicts start empty, nothing of the actor is in flight there.
@@ -115,49 +105,8 @@ class NginxDrainGate(DrainGate):
         return True
 
     async def _cut(self, key: str) -> int:
-        """Destroy the connections nginx's workers hold to the upstreams of actor ``key``'s
-        requests in flight; the number of those requests."""
+        """Mark the requests of actor ``key`` in flight in nginx cut; the number of them. Each
+        ends within ate_exchange.lua's POLL_SECONDS, even one whose worker is silent: its worker
+        connection reset, its client told (503) or its answer truncated."""
         upstreams = await self.admin.cut(key)
-        workers = await self.admin.workers()
-        for upstream, _count in upstreams:
-            await destroy_connections(upstream, workers)
         return sum(count for _upstream, count in upstreams)
-
-
-async def destroy_connections(upstream: str, pids: set[int]) -> int:
-    """Destroy (``ss -K``, SOCK_DESTROY) the TCP connections processes ``pids`` hold to
-    ``upstream`` (``host:port``); the number destroyed. Without CAP_NET_ADMIN none is, and a
-    warning says so."""
-    host, _, port = upstream.rpartition(":")
-    host = host.strip("[]")
-    try:
-        address = str(ipaddress.ip_address(host))
-    except ValueError:
-        infos = await asyncio.get_running_loop().getaddrinfo(host, int(port), type=socket.SOCK_STREAM)
-        address = str(infos[0][4][0])
-    listed = await _run("ss", "-tnpH", "state", "established", "dst", address, "dport", "=", f":{port}")
-    destroyed = 0
-    for line in listed.splitlines():
-        ends = [t for t in line.split() if ":" in t and not t.startswith("users:")]
-        if len(ends) < 2 or not {int(p) for p in _PID.findall(line)} & pids:
-            continue
-        local, _, local_port = ends[0].rpartition(":")
-        local = local.strip("[]")
-        out = await _run(
-            "ss", "-K", "-tnH", "src", local, "sport", "=", f":{local_port}", "dst", address, "dport", "=", f":{port}"
-        )
-        if out.strip():
-            destroyed += 1
-        else:
-            log.warning(
-                "could not cut nginx's connection %s:%s -> %s (ss -K needs CAP_NET_ADMIN)", local, local_port, upstream
-            )
-    return destroyed
-
-
-async def _run(*argv: str) -> str:
-    process = await asyncio.create_subprocess_exec(
-        *argv, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.DEVNULL
-    )
-    out, _ = await process.communicate()
-    return out.decode(errors="replace")

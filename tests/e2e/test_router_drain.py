@@ -264,14 +264,9 @@ def test_after_a_crash_no_request_of_the_actor_reaches_the_actor_now_on_its_work
         client.close()
     status = answer.split(b"\r\n", 1)[0]
     assert b"second" not in answer, answer  # b never saw a's request
-    if data_path == "nginx":
-        # nginx reads a body whole before it proxies: the request reached no worker before the
-        # crash, and is answered for a, which is CRASHED now.
-        assert status.startswith(b"HTTP/1.1 503") and b"CRASHED" in answer, answer
-    else:
-        # The Python path streams the body: a got the head before its crash, and its handler
-        # answers without reading the body; or the crash cut the exchange.
-        assert answer.endswith(b'{"who":"first"}\n') or not status.endswith(b"200 OK"), answer
+    # Both data paths stream the body: a got the head before its crash, and its handler
+    # answers without reading the body; or the crash cut the exchange.
+    assert answer.endswith(b'{"who":"first"}\n') or not status.endswith(b"200 OK"), answer
     assert httpx.get(router + "/whoami", headers={"ate-target-actor": f"{space}/b"}, timeout=30).json() == {
         "who": "second"
     }

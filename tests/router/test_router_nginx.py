@@ -15,7 +15,6 @@ from router.nginx import config as nginx_config
 from router.nginx.config import NginxLayout
 from router.nginx.supervisor import NginxProcess
 from router.settings import RouterSettings
-from router.types import Upstream
 from tests.router.router_harness import free_port
 
 H = {"ate-target-actor": "demo/c1"}
@@ -115,27 +114,6 @@ async def test_outcomes_are_counted_and_exported_with_the_python_names(start_rou
     assert counts == {"parked_ok": 1.0, "bad_target": 1.0}
     buckets = [s for s in families["ate_router_request_duration_seconds"].samples if s.name.endswith("_count")]
     assert {s.labels["outcome"]: s.value for s in buckets} == {"parked_ok": 1.0, "bad_target": 1.0}
-
-
-async def test_a_worker_without_a_status_line_gets_the_connection_cut(start_router) -> None:
-    # nginx would relay such bytes as an HTTP/0.9 answer; the Python path answers 502 (there).
-    env = await start_router()
-
-    async def handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        await reader.readuntil(b"\r\n\r\n")
-        writer.write(b"SPLAT\r\n\r\n")
-        await writer.drain()
-        writer.close()
-
-    server = await asyncio.start_server(handle, "127.0.0.1", 0)
-    await _cache_on(env)
-    cache = env.router.cache
-    cache.put(cache.begin("demo/c1"), Upstream("127.0.0.1", server.sockets[0].getsockname()[1]))
-    try:
-        with pytest.raises(httpx.RemoteProtocolError):
-            await env.client.get("/", headers=H)
-    finally:
-        server.close()
 
 
 async def test_ate_router_with_the_nginx_data_path_serves_restarts_nginx_and_stops(tmp_path) -> None:
