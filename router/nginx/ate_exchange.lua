@@ -100,7 +100,6 @@ local function reset(ex)
     ex.sender = nil
   end
   ex.sock:close()  -- (at the request's end nginx closes it anyway, the linger set)
-  ex.closed = true
 end
 
 -- ------------------------------------------------------------------ the request head
