@@ -48,10 +48,6 @@ log = logging.getLogger(__name__)
 
 _TARGET_HEADER = TARGET_HEADER.encode()
 
-STOP_GRACE_SECONDS = 10
-"""At the router's stop, how long requests in flight get to finish before they are cut off (503)."""
-
-
 class ActorRouter:
     """Routes one HTTP or WebSocket request to its actor; an ASGI app for ``scope["type"]``
     ``"http"`` and ``"websocket"`` (the latter served by ``router.websocket``).
@@ -178,7 +174,7 @@ class ActorRouter:
             outcome = errors.ERROR
             if status == 0:
                 with contextlib.suppress(Exception):
-                    await _answer_stopping(send_with_id, target_of(scope))
+                    await _answer_stopping(send_with_id, target_of(scope), self.settings.stop_grace_seconds)
             raise
         finally:
             elapsed = loop.time() - started
@@ -403,8 +399,9 @@ def create_app(
     return app
 
 
-async def _answer_stopping(send: Any, target: str) -> None:
-    """The 503 of a request the router's stop cut off before any answer began."""
+async def _answer_stopping(send: Any, target: str, grace_seconds: int) -> None:
+    """The 503 of a request the router's stop cut off before any answer began (``grace_seconds``:
+    the router's --stop-grace)."""
     await _answer(send, 503, f"the router is stopping and this request to actor {target} did not finish within "
-                  f"its {STOP_GRACE_SECONDS:g} s grace; send it again (another router replica, or this one once "
+                  f"its {grace_seconds} s grace; send it again (another router replica, or this one once "
                   "it is back, takes it)", retry_after=1)

@@ -12,9 +12,10 @@ from pathlib import Path
 from types import FrameType
 
 import uvicorn
+from pydantic import ValidationError
 from starlette.applications import Starlette
 
-from router.app import STOP_GRACE_SECONDS, create_app
+from router.app import create_app
 from router.metrics import serve_metrics
 from router.sessions import Sessions
 from router.settings import RouterSettings, split_host_port
@@ -32,7 +33,7 @@ class _Server(uvicorn.Server):
 
     At shutdown it stops listening, then ends the open WebSockets (close 1001 to both sides)
     and event streams (clean end of the body) itself, and only then lets uvicorn wait for the
-    other requests: uvicorn alone would wait ``STOP_GRACE_SECONDS`` for exchanges that
+    other requests: uvicorn alone would wait ``stop_grace_seconds`` for exchanges that
     never end and then cut them off (its own WebSocket close says 1012, with no reason).
     """
 
@@ -128,6 +129,13 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         "before a checkpoint; then they are cut off (default 10)",
     )
     parser.add_argument(
+        "--stop-grace",
+        type=int,
+        help="seconds the requests in flight may take to finish when the router stops (SIGTERM); then they "
+        "are cut off, with a 503 where no answer began (default 10; keep it below the pod's "
+        "terminationGracePeriodSeconds)",
+    )
+    parser.add_argument(
         "--replica-name",
         help="this router replica's name towards the control plane (a DNS label; default router-<host>-<pid>-<hex>)",
     )
@@ -136,13 +144,17 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
 
 
 def build_settings(args: argparse.Namespace) -> RouterSettings:
-    """Merge environment settings with flag overrides.
+    """Merge environment settings with flag overrides (the flags win), validated.
 
     Args:
         args: Flags from ``parse_args``.
 
     Returns:
         The settings in force.
+
+    Raises:
+        SystemExit: A flag or ``ATE_ROUTER_*`` variable is out of range or malformed; the
+            message names the flag (or the variable) and what is allowed.
     """
     overrides = {
         "listen": args.listen,
@@ -163,10 +175,37 @@ def build_settings(args: argparse.Namespace) -> RouterSettings:
         "nginx_workers": args.nginx_workers,
         "nginx_run_dir": args.nginx_run_dir,
         "drain_timeout_seconds": args.drain_timeout,
+        "stop_grace_seconds": args.stop_grace,
         "replica_name": args.replica_name,
     }
-    base = RouterSettings()
-    return base.model_copy(update={k: v for k, v in overrides.items() if v is not None})
+    given = {k: v for k, v in overrides.items() if v is not None}
+    try:
+        return RouterSettings(**given)
+    except ValidationError as exc:
+        problems = []
+        for error in exc.errors():
+            field = str(error["loc"][0]) if error["loc"] else ""
+            if field in given:
+                flag = _FLAG_OF.get(field, "--" + field.replace("_", "-"))
+                where = f"{flag} {given[field]!r}"
+            else:
+                where = f"ATE_ROUTER_{field.upper()}"
+            problems.append(f"{where}: {error['msg']}")
+        raise SystemExit("router: " + "; ".join(problems)) from None
+
+
+_FLAG_OF = {
+    "parked_request_budget_seconds": "--parked-request-budget",
+    "head_timeout_seconds": "--head-timeout",
+    "upstream_connect_timeout_seconds": "--connect-timeout",
+    "response_head_timeout_seconds": "--response-head-timeout",
+    "idle_timeout_seconds": "--idle-timeout",
+    "request_timeout_seconds": "--request-timeout",
+    "drain_timeout_seconds": "--drain-timeout",
+    "stop_grace_seconds": "--stop-grace",
+    "trusted_proxies": "--trusted-proxy",
+}
+"""The flag of each setting whose flag is not its name with dashes."""
 
 
 def uvicorn_config(settings: RouterSettings) -> uvicorn.Config:
@@ -193,7 +232,7 @@ def uvicorn_config(settings: RouterSettings) -> uvicorn.Config:
         access_log=False,
         server_header=False,
         date_header=False,
-        timeout_graceful_shutdown=STOP_GRACE_SECONDS,
+        timeout_graceful_shutdown=settings.stop_grace_seconds,
         lifespan="on",
         proxy_headers=False,
     )

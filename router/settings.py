@@ -46,6 +46,9 @@ class RouterSettings(BaseSettings):
         nginx_run_dir: Directory for nginx.conf, sockets and temp files (None: a new temporary one).
         drain_timeout_seconds: When the control plane drains an actor before its checkpoint, how
             long its requests in flight may take to finish before they are cut off, in seconds.
+        stop_grace_seconds: When the router stops (SIGTERM), how long its requests in flight
+            may take to finish before they are cut off (a 503 where no answer began), in
+            whole seconds; keep it below the pod's ``terminationGracePeriodSeconds``.
         replica_name: This replica's name towards the control plane (a DNS label); None makes
             one unique to the process (``router-<host>-<pid>-<hex>``).
         register_replica: Whether to register with the API and take part in drains (off only for tests
@@ -93,6 +96,7 @@ class RouterSettings(BaseSettings):
     nginx_binary: str = "nginx"
     nginx_run_dir: Path | None = None
     drain_timeout_seconds: float = Field(default=10.0, ge=0, le=240)
+    stop_grace_seconds: int = Field(default=10, ge=1, le=3600)
     replica_name: str | None = Field(default=None, pattern=r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$")
     register_replica: bool = True
 

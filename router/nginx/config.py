@@ -37,10 +37,6 @@ LUA_DIR = Path(__file__).resolve().parent
 MODULES = ("/usr/lib/nginx/modules/ndk_http_module.so", "/usr/lib/nginx/modules/ngx_http_lua_module.so")
 """Debian's nginx Lua module and the devel kit it needs (libnginx-mod-http-lua)."""
 
-SHUTDOWN_SECONDS = 10
-"""How long a stopping nginx lets requests in flight (WebSockets, streams) go on before it
-closes their connections (``worker_shutdown_timeout``)."""
-
 PARK_MARGIN_SECONDS = 30
 """How much longer than the parked-request budget nginx waits for the control service."""
 
@@ -133,7 +129,7 @@ def render(settings: RouterSettings, layout: NginxLayout) -> str:
 {modules}{user}daemon off;
 master_process on;
 worker_processes {layout.workers};
-worker_shutdown_timeout {int(SHUTDOWN_SECONDS)}s;
+worker_shutdown_timeout {settings.stop_grace_seconds}s;
 pid {run}/nginx.pid;
 error_log {run}/error.log warn;
 events {{ worker_connections 4096; }}

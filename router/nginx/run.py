@@ -56,7 +56,7 @@ async def serve_nginx(settings: RouterSettings) -> None:
     run_dir.chmod(0o755)
     layout = layout_for(settings, run_dir)
     config.write(settings, layout)
-    nginx = NginxProcess(layout, binary)
+    nginx = NginxProcess(layout, binary, settings.stop_grace_seconds)
     nginx.test_config()
     control = ControlService(settings, str(layout.admin_socket))
     socket_path = run_dir / "control.sock"

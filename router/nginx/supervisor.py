@@ -21,13 +21,13 @@ from pathlib import Path
 
 import httpx
 
-from router.nginx.config import MODULES, SHUTDOWN_SECONDS, NginxLayout
+from router.nginx.config import MODULES, NginxLayout
 
 log = logging.getLogger(__name__)
 
-STOP_SECONDS = SHUTDOWN_SECONDS + 5.0
-"""How long nginx may take to stop after SIGQUIT (it closes what is left after
-``SHUTDOWN_SECONDS``) before it is killed."""
+STOP_MARGIN_SECONDS = 5.0
+"""How much longer than its ``worker_shutdown_timeout`` (the router's --stop-grace) nginx may
+take to stop after SIGQUIT before it is killed."""
 
 
 class NginxError(RuntimeError):
@@ -64,11 +64,14 @@ class NginxProcess:
     Args:
         layout: Where its files are (nginx.conf must be written already).
         binary: The nginx program.
+        stop_grace_seconds: The ``worker_shutdown_timeout`` in nginx.conf (the router's
+            --stop-grace): at its stop nginx is killed ``STOP_MARGIN_SECONDS`` after it.
     """
 
-    def __init__(self, layout: NginxLayout, binary: str = "nginx") -> None:
+    def __init__(self, layout: NginxLayout, binary: str = "nginx", stop_grace_seconds: float = 10.0) -> None:
         self.layout = layout
         self.binary = binary
+        self.stop_seconds = stop_grace_seconds + STOP_MARGIN_SECONDS
         self.process: subprocess.Popen[bytes] | None = None
         self._stopping = False
         self._watch: asyncio.Task[None] | None = None
@@ -150,14 +153,14 @@ class NginxProcess:
                 os.killpg(self.process.pid, signal.SIGKILL)
 
     async def stop(self) -> None:
-        """Stop nginx gracefully (SIGQUIT: requests in flight finish), killing it after
-        ``STOP_SECONDS``."""
+        """Stop nginx gracefully (SIGQUIT: requests in flight finish), killing it
+        ``stop_seconds`` after SIGQUIT."""
         self._stopping = True
         process = self.process
         if process is not None and process.poll() is None:
             process.send_signal(signal.SIGQUIT)
             try:
-                await asyncio.wait_for(asyncio.to_thread(process.wait), STOP_SECONDS)
+                await asyncio.wait_for(asyncio.to_thread(process.wait), self.stop_seconds)
             except TimeoutError:
                 self._kill_group()
                 await asyncio.to_thread(process.wait)

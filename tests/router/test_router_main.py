@@ -35,6 +35,20 @@ def test_flags_override_settings(monkeypatch) -> None:
     assert RouterSettings().database_url == "postgresql://router@db/ate"
 
 
+def test_a_flag_or_variable_out_of_range_is_refused_naming_it(monkeypatch) -> None:
+    with pytest.raises(SystemExit) as refused:
+        build_settings(parse_args(["--stop-grace", "0", "--drain-timeout", "-1"]))
+    assert str(refused.value) == (
+        "router: --drain-timeout -1.0: Input should be greater than or equal to 0; "
+        "--stop-grace 0: Input should be greater than or equal to 1"
+    )
+    monkeypatch.setenv("ATE_ROUTER_MAX_PARKED", "-3")
+    with pytest.raises(SystemExit) as refused:
+        build_settings(parse_args([]))
+    assert str(refused.value) == "router: ATE_ROUTER_MAX_PARKED: Input should be greater than or equal to 0"
+    assert build_settings(parse_args(["--max-parked", "4", "--stop-grace", "3"])).stop_grace_seconds == 3
+
+
 def test_split_host_port() -> None:
     assert split_host_port("127.0.0.1:8000") == ("127.0.0.1", 8000)
     assert split_host_port("[::1]:80") == ("::1", 80)
@@ -73,8 +87,8 @@ def test_process_serves_metrics_and_stops_on_sigterm() -> None:
 
 @pytest.mark.asyncio
 async def test_a_request_outlasting_the_stop_grace_is_told_that_the_router_is_stopping(tmp_path: Path) -> None:
-    # A worker that works on the request for longer than the router's stop grace (10 s): the
-    # client gets a 503 saying why (uvicorn alone sends a bare 500), the worker a reset.
+    # A worker that works on the request for longer than the router's stop grace (--stop-grace 2):
+    # the client gets a 503 saying why (uvicorn alone sends a bare 500), the worker a reset.
     worker = await working_worker()
     api = FakeApi(worker.port)
     port = free_port()
@@ -84,7 +98,8 @@ async def test_a_request_outlasting_the_stop_grace_is_told_that_the_router_is_st
             with (tmp_path / "router.log").open("w") as log:
                 proc = subprocess.Popen(
                     [sys.executable, "-m", "router", "--listen", f"127.0.0.1:{port}",
-                     "--metrics-listen", f"127.0.0.1:{free_port()}", "--api-server", served.url],
+                     "--metrics-listen", f"127.0.0.1:{free_port()}", "--api-server", served.url,
+                     "--stop-grace", "2"],
                     cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=log, text=True,
                 )  # fmt: skip
             try:
@@ -107,7 +122,7 @@ async def test_a_request_outlasting_the_stop_grace_is_told_that_the_router_is_st
         worker.server.close()
     assert response.status_code == 503, response.text
     assert response.text == (
-        "the router is stopping and this request to actor demo/c1 did not finish within its 10 s grace; "
+        "the router is stopping and this request to actor demo/c1 did not finish within its 2 s grace; "
         "send it again (another router replica, or this one once it is back, takes it)\n"
     )
     assert response.headers["retry-after"] == "1"

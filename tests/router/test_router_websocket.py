@@ -248,7 +248,7 @@ async def sse_events(resp: httpx.Response) -> AsyncIterator[str]:
 async def test_router_stop_closes_websockets_and_streams_cleanly(path: str) -> None:
     """SIGTERM to a real `ate-router` (either data path): its WebSocket gets close 1001 on both
     sides, its event stream ends cleanly, and a plain endless response is cut off (visibly
-    incomplete) after the graceful period; the process exits 0."""
+    incomplete) after the graceful period (--stop-grace 2); the process exits 0."""
     log = StreamLog()
     async with serve(stream_worker(log)) as worker, serve((api := FakeApi(worker.port)).app) as api_served:
         port, metrics = free_port(), free_port()
@@ -257,7 +257,7 @@ async def test_router_stop_closes_websockets_and_streams_cleanly(path: str) -> N
         proc = await asyncio.create_subprocess_exec(
             sys.executable, "-m", "router", "--listen", f"127.0.0.1:{port}", "--metrics-listen",
             f"127.0.0.1:{metrics}", "--api-server", api_served.url, "--domain", DOMAIN, "--data-path", path,
-            cwd=ROOT, env=env, stdout=asyncio.subprocess.PIPE,
+            "--stop-grace", "2", cwd=ROOT, env=env, stdout=asyncio.subprocess.PIPE,
         )  # fmt: skip
         ready = f"router: ready on 127.0.0.1:{port}" + (" (nginx data path, 1 worker)" if path == "nginx" else "")
         try:
