@@ -16,8 +16,12 @@
 --   a listener that answers nothing).
 
 local ffi = require("ffi")
+local request = require("ate_request")
 
 local M = {}
+
+local control = ngx.shared.ate_control
+local find, sub, lower, match = string.find, string.sub, string.lower, string.match
 
 local POLL_SECONDS = 0.25
 local PIECE = 65536
@@ -29,12 +33,6 @@ local HOP = {
   ["proxy-authorization"] = true, ["proxy-connection"] = true, ["te"] = true, ["trailer"] = true,
   ["transfer-encoding"] = true, ["upgrade"] = true,
 }
--- Request headers the router replaces with its own (or drops: the worker gets none).
-local REPLACED = {
-  ["host"] = true, ["expect"] = true, ["ate-target-actor"] = true, ["x-request-id"] = true,
-  ["x-forwarded-for"] = true, ["x-forwarded-host"] = true, ["x-forwarded-proto"] = true,
-}
-
 -- ------------------------------------------------------------------ resets
 
 -- Where a cosocket keeps its file descriptor: ngx_http_lua_socket_tcp_upstream_t.peer.connection
@@ -104,72 +102,26 @@ end
 
 -- ------------------------------------------------------------------ the request head
 
-local function strip(value)
-  return (value:gsub("^[ \t]+", ""):gsub("[ \t]+$", ""))
+-- The worker's request head: the client's request line (HTTP/1.1), the router's Host, the
+-- client's header lines passed on (ate_request.forwarded), X-Request-Id, X-Forwarded-For/-Host/
+-- -Proto and `Connection: close`.
+local function request_head(ctx, route)
+  local head = ctx.head
+  local forwarded_host = head.host
+  return ngx.req.get_method() .. " " .. ngx.var.request_uri .. " HTTP/1.1\r\nHost: " .. route.host .. "\r\n"
+    .. request.forwarded(head, route.strip)
+    .. "X-Request-Id: " .. ctx.request_id
+    .. "\r\nX-Forwarded-For: " .. ngx.var.ate_forwarded_for
+    .. (forwarded_host and forwarded_host ~= "" and ("\r\nX-Forwarded-Host: " .. forwarded_host) or "")
+    .. "\r\nX-Forwarded-Proto: " .. ngx.var.scheme
+    .. "\r\nConnection: close\r\n\r\n"
 end
 
--- A Cookie value without the router's own `ate-token` cookie; nil when nothing is left.
-local function without_token_cookie(value)
-  local kept = {}
-  for part in (value .. ";"):gmatch("([^;]*);") do
-    local name = strip(part):match("^([^=]*)")
-    if name ~= "ate-token" then
-      kept[#kept + 1] = part
-    end
-  end
-  if #kept == 0 then
-    return nil
-  end
-  return strip(table.concat(kept, ";"))
-end
-
---- The request head for the worker, from the client's head as received (its order and case
---- kept): the hop-by-hop headers and those the client's Connection header names dropped, the
---- router's Host, X-Request-Id, X-Forwarded-For/-Host/-Proto and `Connection: close` set; with
---- `strip_credential` the client's Authorization and `ate-token` cookie are not passed on.
-function M.request_head(options)
-  local raw = ngx.req.raw_header(true)
-  local lines = {}
-  local named = {}
-  for line in raw:gmatch("[^\r\n]+") do
-    local name, value = line:match("^([^:]+):[ \t]*(.-)[ \t]*$")
-    if name then
-      local lower = name:lower()
-      lines[#lines + 1] = { name, value, lower }
-      if lower == "connection" then
-        for token in value:gmatch("[^,%s]+") do
-          named[token:lower()] = true
-        end
-      end
-    end
-  end
-  local out = {
-    ngx.req.get_method() .. " " .. ngx.var.request_uri .. " HTTP/1.1",
-    "Host: " .. options.host,
-  }
-  for _, header in ipairs(lines) do
-    local name, value, lower = header[1], header[2], header[3]
-    if not (HOP[lower] or REPLACED[lower] or named[lower]) then
-      if options.strip_credential and lower == "authorization" then
-        value = nil
-      elseif options.strip_credential and lower == "cookie" then
-        value = without_token_cookie(value)
-      end
-      if value then
-        out[#out + 1] = name .. ": " .. value
-      end
-    end
-  end
-  out[#out + 1] = "X-Request-Id: " .. options.request_id
-  out[#out + 1] = "X-Forwarded-For: " .. options.forwarded_for
-  local host = ngx.var.http_host
-  if host and host ~= "" then
-    out[#out + 1] = "X-Forwarded-Host: " .. host
-  end
-  out[#out + 1] = "X-Forwarded-Proto: " .. ngx.var.scheme
-  out[#out + 1] = "Connection: close"
-  out[#out + 1] = "\r\n"
-  return table.concat(out, "\r\n")
+--- Whether a drain cut the request's actor's requests since it was counted (ngx.ctx of the
+--- router: counted holds the actor's shared-dict keys, seq the drain token then).
+function M.cut(ctx)
+  local keys = ctx.counted
+  return keys ~= nil and (control:get(keys.c) or 0) > ctx.seq
 end
 
 -- ------------------------------------------------------------------ waiting on the worker
@@ -186,7 +138,7 @@ local function next_piece(ex, phase)
     if ex.gone then
       return nil, "client_gone"
     end
-    if ex.cut() then
+    if M.cut(ex.ctx) then
       return nil, "cut"
     end
     local now = ngx.now()
@@ -249,60 +201,57 @@ end
 
 local TOKEN = "^[%w!#$%%&'*+.^_`|~-]+$"  -- a header name (RFC 9110 5.6.2)
 
--- Parse a response head: status, headers ({name, value, lower} in order), or nil.
+-- Parse a response head (ending with its empty line): its status and headers as three lists
+-- (names, values, lower-case names, in order), or nil for a head that is not HTTP/1.x.
 local function parse_head(text)
-  local status
-  local headers = {}
-  for line in text:gmatch("([^\n]*)\n") do
-    if line:sub(-1) == "\r" then
-      line = line:sub(1, -2)
-    end
-    if line == "" then
-      break
-    end
-    if not status then
-      local code = line:match("^HTTP/1%.[01] (%d%d%d)$") or line:match("^HTTP/1%.[01] (%d%d%d) [^\r]*$")
-      if not code then
-        return nil
-      end
-      status = tonumber(code)
-    else
-      local name, value = line:match("^([^:]+):[ \t]*(.-)[ \t]*$")
-      if not name or not name:find(TOKEN) or value:find("[%z\r]") then
-        return nil
-      end
-      headers[#headers + 1] = { name, value, name:lower() }
-    end
-  end
+  local stop = find(text, "\n", 1, true)
+  local status = match(text, "^HTTP/1%.[01] (%d%d%d)\r?\n") or match(text, "^HTTP/1%.[01] (%d%d%d) [^\r\n]*\r?\n")
   if not status then
     return nil
   end
-  return status, headers
+  local names, values, lowers = {}, {}, {}
+  local pos = stop + 1
+  while true do
+    local _, ends, name, value = find(text, "^([^:\r\n]+):[ \t]*([^\r\n]-)[ \t]*\r?\n", pos)
+    if not name then
+      if match(text, "^\r?\n", pos) then
+        return tonumber(status), names, values, lowers
+      end
+      return nil
+    end
+    if not find(name, TOKEN) or find(value, "%z") then
+      return nil
+    end
+    local n = #names + 1
+    names[n], values[n], lowers[n] = name, value, lower(name)
+    pos = ends + 1
+  end
 end
 
 local function head_end(buffer)
-  local crlf = buffer:find("\r\n\r\n", 1, true)
-  local lf = buffer:find("\n\n", 1, true)
+  local crlf = find(buffer, "\r\n\r\n", 1, true)
+  local lf = find(buffer, "\n\n", 1, true)
   if crlf and (not lf or crlf < lf) then
     return crlf + 3
   end
   return lf and lf + 1 or nil
 end
 
--- Read the final response head (1xx answers but 101 skipped): its status, headers and the bytes
--- after it; or nil, why not ("broken" for no valid head, else as next_piece), what ran out.
+-- Read the final response head (1xx answers but 101 skipped): its status, headers (three
+-- lists, as parse_head) and the bytes after it; or nil, why not ("broken" for no valid head,
+-- else as next_piece), what ran out.
 local function read_head(ex)
   local buffer = ""
   while true do
     local ends = head_end(buffer)
     if ends then
-      local status, headers = parse_head(buffer:sub(1, ends))
+      local status, names, values, lowers = parse_head(sub(buffer, 1, ends))
       if not status or status == 101 then
         return nil, "broken"
       end
-      buffer = buffer:sub(ends + 1)
+      buffer = sub(buffer, ends + 1)
       if status >= 200 then
-        return status, headers, buffer
+        return status, names, values, lowers, buffer
       end
     elseif #buffer > MAX_RESPONSE_HEAD then
       return nil, "broken"
@@ -316,20 +265,33 @@ local function read_head(ex)
   end
 end
 
+local function strip(value)
+  return match(value, "^[ \t]*(.-)[ \t]*$")
+end
+
 -- How the answer's body is delimited: "none", "chunked", "close" (until the worker closes) or
 -- its length; nil for a head no HTTP/1.1 client could read (unequal or bad Content-Length).
-local function framing(method, status, headers)
+local function framing(method, status, values, lowers)
   local encoding, length
-  for _, header in ipairs(headers) do
-    if header[3] == "transfer-encoding" then
-      encoding = header[2]
-    elseif header[3] == "content-length" then
-      for value in header[2]:gmatch("[^,]+") do
-        value = strip(value)
-        if not value:match("^%d+$") or (length and length ~= value) then
+  for i = 1, #lowers do
+    local name = lowers[i]
+    if name == "transfer-encoding" then
+      encoding = values[i]
+    elseif name == "content-length" then
+      local value = values[i]
+      if find(value, "^%d+$") then
+        if length and length ~= value then
           return nil
         end
         length = value
+      else
+        for one in value:gmatch("[^,]+") do
+          one = strip(one)
+          if not find(one, "^%d+$") or (length and length ~= one) then
+            return nil
+          end
+          length = one
+        end
       end
     end
   end
@@ -337,7 +299,7 @@ local function framing(method, status, headers)
     return "none", length
   end
   if encoding then
-    return encoding:lower():match("chunked[ \t]*$") and "chunked" or "close"
+    return match(lower(encoding), "chunked[ \t]*$") and "chunked" or "close"
   end
   if length then
     return tonumber(length)
@@ -346,39 +308,52 @@ local function framing(method, status, headers)
 end
 
 -- The worker's status and headers to the client, but the hop-by-hop ones (and those its
--- Connection header names); the Content-Length only when the body is delimited by it.
-local function set_head(status, headers, frame, length)
-  local named = {}
-  for _, header in ipairs(headers) do
-    if header[3] == "connection" then
-      for token in header[2]:gmatch("[^,%s]+") do
-        named[token:lower()] = true
+-- Connection header names); the Content-Length only when the body is delimited by it; the
+-- router's X-Request-Id.
+local function set_head(status, names, values, lowers, frame, length, request_id)
+  local named
+  for i = 1, #lowers do
+    if lowers[i] == "connection" then
+      for token in values[i]:gmatch("[^,%s]+") do
+        named = named or {}
+        named[lower(token)] = true
       end
     end
   end
   ngx.status = status
-  local order, values = {}, {}
-  for _, header in ipairs(headers) do
-    local lower = header[3]
-    if not (HOP[lower] or named[lower] or lower == "content-length") then
-      local list = values[lower]
-      if list == nil then
-        list = {}
-        values[lower] = list
-        order[#order + 1] = header[1]
+  local header = ngx.header
+  local count = #names
+  local seen = {}
+  for i = 1, count do
+    local name = lowers[i]
+    if not (HOP[name] or (named and named[name]) or name == "content-length") then
+      local first = seen[name]
+      if first == nil then
+        seen[name] = i
+      elseif first then  -- a repeated header: all its values, in order, on its first name
+        local list = {}
+        for j = first, count do
+          if lowers[j] == name then
+            list[#list + 1] = values[j]
+          end
+        end
+        header[names[first]] = list
+        seen[name] = false
       end
-      list[#list + 1] = header[2]
     end
   end
-  for _, name in ipairs(order) do
-    local list = values[name:lower()]
-    ngx.header[name] = #list == 1 and list[1] or list
+  for i = 1, count do
+    local name = lowers[i]
+    if seen[name] == i then
+      header[names[i]] = values[i]
+    end
   end
   if type(frame) == "number" then
-    ngx.header["Content-Length"] = frame
+    header["Content-Length"] = frame
   elseif frame == "none" and length and status ~= 204 then
-    ngx.header["Content-Length"] = length
+    header["Content-Length"] = length
   end
+  header["X-Request-Id"] = request_id
 end
 
 -- Send `data` to the client now (nil when the client is gone).
@@ -523,11 +498,12 @@ end
 
 -- ------------------------------------------------------------------ the exchange
 
---- Proxy the request to the worker at `options.upstream` ("ip:port") and relay its answer.
+--- Proxy the request to the worker of `route` and relay its answer.
 ---
---- options: host (the worker's Host header), strip_credential, request_id, forwarded_for,
---- connect_seconds, head_seconds, idle_seconds, request_seconds (from the request's arrival),
---- cut (a function: whether a drain cut the actor's requests).
+--- ctx: the router's ngx.ctx (head, request_id, counted and seq for the drain's cut; the
+--- exchange's state is put in ctx.exchange for on_abort). route: ip, port, host (the worker's
+--- Host header), strip (the client's credential not passed on). settings: connect_seconds,
+--- head_seconds, idle_seconds, request_seconds (from the request's arrival).
 ---
 --- Returns "done" when the answer was relayed whole ("done_close": the client's body did not
 --- come whole, so its connection must not be kept); "truncated" when it began and was cut off
@@ -535,23 +511,23 @@ end
 --- caller answers: "connect" (no connection, nothing sent: it may try another worker),
 --- "broken" (no valid answer), "timeout" and what ran out ("head" or "request"), "cut",
 --- "stalled" (the client's body: 408), "client_gone".
-function M.run(options)
-  local ip, port = options.upstream:match("^%[?(.-)%]?:(%d+)$")
-  port = tonumber(port)
+function M.run(ctx, route, settings)
+  local ip, port = route.ip, route.port
   local sock = ngx.socket.tcp()
   local ex = {
-    sock = sock, ip = ip, port = port, cut = options.cut,
-    idle_seconds = options.idle_seconds, head_seconds = options.head_seconds,
-    deadline = ngx.req.start_time() + options.request_seconds,
+    sock = sock, ip = ip, port = port, ctx = ctx,
+    idle_seconds = settings.idle_seconds, head_seconds = settings.head_seconds,
+    deadline = ngx.req.start_time() + settings.request_seconds,
   }
-  ngx.ctx.ate_exchange = ex
-  local idle = math.max(1, math.floor(options.idle_seconds * 1000))
-  sock:settimeouts(math.max(1, math.floor(options.connect_seconds * 1000)), idle, idle)
+  ctx.exchange = ex
+  local idle = math.max(1, math.floor(settings.idle_seconds * 1000))
+  sock:settimeouts(math.max(1, math.floor(settings.connect_seconds * 1000)), idle, idle)
   if not sock:connect(ip, port) then
     return "connect"
   end
   local length = tonumber(ngx.var.http_content_length) or 0
-  if not sock:send(M.request_head(options)) then
+  ctx.body_length = length
+  if not sock:send(request_head(ctx, route)) then
     reset(ex)
     return "broken"
   end
@@ -562,17 +538,17 @@ function M.run(options)
     ex.body = "done"
     ex.head_deadline = ngx.now() + ex.head_seconds
   end
-  local status, headers, rest = read_head(ex)
+  local status, names, values, lowers, rest = read_head(ex)
   if not status then
     reset(ex)
-    return headers, rest  -- why, what
+    return names, values  -- why, what
   end
-  local frame, length_given = framing(ngx.req.get_method(), status, headers)
+  local frame, length_given = framing(ngx.req.get_method(), status, values, lowers)
   if frame == nil then
     reset(ex)
     return "broken"
   end
-  set_head(status, headers, frame, length_given)
+  set_head(status, names, values, lowers, frame, length_given, ctx.request_id)
   ex.head_sent = true
   ex.last_piece = ngx.now()
   local ok, why

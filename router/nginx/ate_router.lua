@@ -18,6 +18,7 @@
 -- stats, recent, inflight.
 
 local exchange = require("ate_exchange")
+local request = require("ate_request")
 
 local M = {}
 
@@ -41,8 +42,17 @@ local cfg = {
 }
 
 local LABEL = [[^[a-z0-9](?:[-a-z0-9]{0,61}[a-z0-9])?$]]
-local REQUEST_ID = [[^[A-Za-z0-9._:+=/-]{1,128}$]]
 local RECENT = 100
+local KEYS_KEPT = 10000
+
+local find, sub, lower, match, format = string.find, string.sub, string.lower, string.match, string.format
+local concat = table.concat
+
+-- Per request, in ngx.ctx (one table; nginx variables are slower to reach from Lua and are
+-- set only where nginx reads them: $ate_request_id and $ate_outcome for the access log,
+-- $ate_relay_* for @relay): head (ate_request.scan), request_id, actor, seq (the drain token
+-- when counted), counted, route (a route, below), upstream_key ("fu:..." counted), retried,
+-- exchange (ate_exchange's state, for on_abort).
 
 --- Set the configuration (from init_by_lua): domain, histogram buckets, entry lifetimes.
 function M.configure(options)
@@ -50,6 +60,35 @@ function M.configure(options)
     cfg[k] = v
   end
   cfg.suffix = ".actors." .. cfg.domain:gsub("^%.+", ""):gsub("%.+$", ""):lower()
+end
+
+-- The shared-dict keys of an actor, made once per worker (a concatenation a request saves):
+-- f (its requests in flight), c (its last cut), d (its last drain), p (its public route), g
+-- (its generation).
+local actor_keys, actor_keys_count = {}, 0
+local function keys_of(actor)
+  local keys = actor_keys[actor]
+  if keys == nil then
+    if actor_keys_count >= KEYS_KEPT then
+      actor_keys, actor_keys_count = {}, 0
+    end
+    keys = { f = "f:" .. actor, c = "c:" .. actor, d = "d:" .. actor, p = "p:" .. actor, g = "g:" .. actor }
+    actor_keys[actor] = keys
+    actor_keys_count = actor_keys_count + 1
+  end
+  return keys
+end
+
+-- Request ids: this worker's random prefix (from nginx's $request_id, once) and a counter, 32
+-- hex digits in all, as nginx's own and the Python path's.
+local id_prefix, id_count = nil, 0
+local function new_request_id()
+  if id_prefix == nil then
+    id_prefix = sub(ngx.var.request_id, 1, 16)
+    id_count = math.random(0, 2 ^ 30)
+  end
+  id_count = id_count + 1
+  return id_prefix .. format("%016x", id_count)
 end
 
 local function is_label(value)
@@ -62,84 +101,126 @@ end
 
 -- The actor key a request names, or nil when the control service must decide (absent,
 -- malformed, repeated: it answers those, with the Python router's texts). Accepts exactly what
--- router.target accepts, never more.
-local function target_key(headers)
-  local given = headers["ate-target-actor"]
-  if given ~= nil then
-    if type(given) ~= "string" then
+-- router.target accepts, never more. (Worker-local cache of the answers for a given header.)
+local target_keys, target_keys_count = {}, 0
+local function target_key(head)
+  local targets = head.targets
+  local given, by_host
+  if targets ~= nil then
+    if #targets ~= 1 then
       return nil
     end
+    given = targets[1]
+  else
+    given = head.host
+    if given == nil then
+      return nil
+    end
+    by_host = true
+  end
+  local cache_key = by_host and ("h" .. given) or given
+  local known = target_keys[cache_key]
+  if known ~= nil then
+    return known or nil
+  end
+  local key = false
+  if not by_host then
     local atespace, name = strip(given):match("^([^/]+)/([^/]+)$")
     if atespace and is_label(atespace) and is_label(name) then
-      return atespace .. "/" .. name
+      key = atespace .. "/" .. name
     end
-    return nil
+  else
+    local host = strip(given)
+    if host:sub(1, 1) ~= "[" then
+      local front = host:match("^(.*):%d+$")
+      if front then
+        host = front
+      end
+      host = host:lower():gsub("%.$", "")
+      local suffix = cfg.suffix
+      if #host > #suffix and host:sub(-#suffix) == suffix then
+        local name, atespace = host:sub(1, -#suffix - 1):match("^([^.]+)%.([^.]+)$")
+        if name and is_label(name) and is_label(atespace) then
+          key = atespace .. "/" .. name
+        end
+      end
+    end
   end
-  local host = headers["host"]
-  if type(host) ~= "string" then
-    return nil
+  if target_keys_count >= KEYS_KEPT then
+    target_keys, target_keys_count = {}, 0
   end
-  host = strip(host)
-  if host:sub(1, 1) == "[" then
-    return nil
-  end
-  local head, tail = host:match("^(.*):(%d+)$")
-  if head then
-    host = head
-  end
-  host = host:lower():gsub("%.$", "")
-  local suffix = cfg.suffix
-  if #host <= #suffix or host:sub(-#suffix) ~= suffix then
-    return nil
-  end
-  local name, atespace = host:sub(1, -#suffix - 1):match("^([^.]+)%.([^.]+)$")
-  if name and is_label(name) and is_label(atespace) then
-    return atespace .. "/" .. name
-  end
-  return nil
+  target_keys[cache_key] = key
+  target_keys_count = target_keys_count + 1
+  return key or nil
 end
 
-local function credential_hash(headers)
-  local authorization = headers["authorization"]
-  local cookie = headers["cookie"]
-  if type(authorization) == "table" then
-    authorization = table.concat(authorization, "\0")
-  end
-  if type(cookie) == "table" then
-    cookie = table.concat(cookie, "\0")
-  end
-  return ngx.md5((authorization or "") .. "\1" .. (cookie or ""))
+local function credential_hash(head)
+  return ngx.md5(request.credentials(head))
 end
 
--- entry: "<epoch> <generation> <upstream> <host> <strip 0|1>"
-local function valid(entry, key)
+-- A cached route: "<epoch> <generation> <upstream> <host> <strip 0|1>", parsed once per worker
+-- (routes are immutable: the same text is the same route).
+local parsed_routes, parsed_count = {}, 0
+local function parse_route(entry, key)
+  local route = parsed_routes[entry]
+  if route == nil then
+    local epoch, gen, upstream, host, strip_credential = entry:match("^(%d+) (%d+) (%S+) (%S+) ([01])$")
+    if not epoch then
+      return nil
+    end
+    local ip, port = upstream:match("^%[?(.-)%]?:(%d+)$")
+    route = {
+      epoch = tonumber(epoch), gen = tonumber(gen), upstream = upstream, host = host,
+      strip = strip_credential == "1", cached = true, actor = key, ip = ip, port = tonumber(port),
+      upstream_key = "fu:" .. key .. "\t" .. upstream,
+    }
+    if parsed_count >= KEYS_KEPT then
+      parsed_routes, parsed_count = {}, 0
+    end
+    parsed_routes[entry] = route
+    parsed_count = parsed_count + 1
+  end
+  return route
+end
+
+local function valid(entry, key, keys)
   if not entry then
     return nil
   end
-  local epoch, gen, upstream, host, strip_credential = entry:match("^(%d+) (%d+) (%S+) (%S+) ([01])$")
-  if not epoch then
+  local route = parse_route(entry, key)
+  if route == nil or route.actor ~= key then
     return nil
   end
-  if tonumber(epoch) ~= (routes:get("epoch") or 0) or tonumber(gen) ~= (routes:get("g:" .. key) or 0) then
+  if route.epoch ~= (routes:get("epoch") or 0) or route.gen ~= (routes:get(keys.g) or 0) then
     return nil
   end
-  return { upstream = upstream, host = host, strip = strip_credential == "1", cached = true, actor = key }
+  return route
 end
 
-local function lookup(key, headers)
-  local found = valid(routes:get("p:" .. key), key)
+local function lookup(key, head)
+  local keys = keys_of(key)
+  local found = valid(routes:get(keys.p), key, keys)
   if found then
     return found
   end
-  if headers["authorization"] or headers["cookie"] then
-    return valid(routes:get("t:" .. key .. ":" .. credential_hash(headers)), key)
+  if head.authorization or head.cookie then
+    return valid(routes:get("t:" .. key .. ":" .. credential_hash(head)), key, keys)
   end
   return nil
+end
+
+local function request_id()
+  local ctx = ngx.ctx
+  return ctx.request_id or ngx.var.ate_request_id
 end
 
 local function answer(status, body, retry_after, outcome)
   ngx.var.ate_outcome = outcome
   ngx.status = status
+  local id = request_id()
+  if id ~= nil and id ~= "" then
+    ngx.header["X-Request-Id"] = id
+  end
   ngx.header["Content-Type"] = "text/plain; charset=utf-8"
   ngx.header["Content-Length"] = #body
   if retry_after then
@@ -158,14 +239,6 @@ function M.control_down()
   return control_unavailable()
 end
 
-local function header_values(headers, name)
-  local value = headers[name]
-  if value == nil then
-    return nil
-  end
-  return value
-end
-
 -- Whether this replica's lease with the control plane runs (else no cached entry is used and
 -- the control service answers, 503 when it has no lease either).
 local function leased()
@@ -174,33 +247,35 @@ end
 
 -- Count the request in its actor's in-flight requests (before its upstream is chosen: a drain
 -- that starts later waits for it), remembering the latest drain token at that moment.
-local function count(actor)
-  stats:incr("f:" .. actor, 1, 0)
-  ngx.var.ate_counted = "1"
-  ngx.var.ate_actor = actor
-  ngx.var.ate_seq = tostring(control:get("dseq") or 0)
+local function count(ctx, actor)
+  local keys = keys_of(actor)
+  stats:incr(keys.f, 1, 0)
+  ctx.counted = keys
+  ctx.actor = actor
+  ctx.seq = control:get("dseq") or 0
 end
 
-local function uncount()
-  if ngx.var.ate_counted == "1" then
-    stats:incr("f:" .. ngx.var.ate_actor, -1, 0)
-    ngx.var.ate_counted = "0"
+local function uncount(ctx)
+  local keys = ctx.counted
+  if keys then
+    stats:incr(keys.f, -1, 0)
+    ctx.counted = nil
   end
 end
 
 local function drained_since(actor, seq)
-  return (control:get("d:" .. actor) or 0) > seq
+  return (control:get(keys_of(actor).d) or 0) > seq
 end
 
 -- Ask the control service where the request goes; nil after answering the client itself.
-local function ask_control(key, headers, unreachable)
+local function ask_control(key, head, unreachable)
   local epoch = routes:get("epoch") or 0
-  local gen = key and (routes:get("g:" .. key) or 0) or 0
-  local args = { u = ngx.var.request_uri, h = header_values(headers, "host") }
-  local target = header_values(headers, "ate-target-actor")
-  if target ~= nil then
-    args.t = target
-    args.n = type(target) == "table" and #target or 1
+  local gen = key and (routes:get(keys_of(key).g) or 0) or 0
+  local args = { u = ngx.var.request_uri, h = head.host }
+  local targets = head.targets
+  if targets ~= nil then
+    args.t = #targets == 1 and targets[1] or targets
+    args.n = #targets
   end
   if unreachable then
     args.x = unreachable
@@ -219,14 +294,19 @@ local function ask_control(key, headers, unreachable)
   if status ~= 200 then
     return answer(status, res.body, reply["retry-after"], outcome)
   end
+  local upstream, actor = reply["x-ate-upstream"], reply["x-ate-actor"]
+  local ip, port = upstream:match("^%[?(.-)%]?:(%d+)$")
   local found = {
-    upstream = reply["x-ate-upstream"],
+    upstream = upstream,
     host = reply["x-ate-host"],
     strip = reply["x-ate-strip"] == "1",
     parked = reply["x-ate-parked"] == "1",
     cached = reply["x-ate-parked"] ~= "1",
-    actor = reply["x-ate-actor"],
+    actor = actor,
     token = tonumber(reply["x-ate-token"]) or -1,
+    ip = ip,
+    port = tonumber(port),
+    upstream_key = "fu:" .. actor .. "\t" .. upstream,
   }
   local lease = tonumber(reply["x-ate-lease"])
   if lease then
@@ -235,14 +315,14 @@ local function ask_control(key, headers, unreachable)
   end
   local scope = reply["x-ate-cache"]
   if key and key == found.actor and (scope == "public" or scope == "token") then
-    local entry = table.concat({ epoch, gen, found.upstream, found.host, found.strip and "1" or "0" }, " ")
+    local entry = concat({ epoch, gen, found.upstream, found.host, found.strip and "1" or "0" }, " ")
     if scope == "public" then
       -- Until NOTIFY names the actor (templates are immutable: its access rule changes only
       -- with the actor, which is notified); nginx caches only while LISTEN is live.
-      routes:set("p:" .. key, entry)
+      routes:set(keys_of(key).p, entry)
     else
       -- As long as the access gate remembers a review: a revoked token passes that long at most.
-      routes:set("t:" .. key .. ":" .. credential_hash(headers), entry, cfg.token_seconds)
+      routes:set("t:" .. key .. ":" .. credential_hash(head), entry, cfg.token_seconds)
     end
   end
   return found
@@ -252,36 +332,33 @@ end
 -- then count the request for the actor named. The answer carries the drain token the control
 -- service took before looking the actor up; a drain of the actor since (its token is larger)
 -- makes nginx ask again (the control service holds the request while the drain runs).
-local function ask_counted(key, headers, unreachable)
-  uncount()
+local function ask_counted(ctx, key, unreachable)
+  uncount(ctx)
   for _ = 1, DRAIN_RETRIES do
-    local found = ask_control(key, headers, unreachable)
-    count(found.actor)
+    local found = ask_control(key, ctx.head, unreachable)
+    count(ctx, found.actor)
     if not drained_since(found.actor, found.token) then
-      ngx.var.ate_seq = tostring(found.token)
+      ctx.seq = found.token
       return found
     end
-    uncount()
+    uncount(ctx)
     unreachable = nil
   end
   return answer(503, "the actor was drained again and again while this request waited for it; retry shortly\n",
     "2", "unavailable")
 end
 
-local function route(found)
-  ngx.var.ate_upstream = found.upstream
-  ngx.var.ate_upstream_host = found.host
-  ngx.var.ate_actor = found.actor
-  ngx.var.ate_cached = found.cached and "1" or "0"
+local function route(ctx, found)
+  ctx.route = found
+  ctx.actor = found.actor
   ngx.var.ate_outcome = found.parked and "parked_ok" or "ok"
-  ngx.ctx.ate_strip = found.strip
-  local upstream_key = "fu:" .. found.actor .. "\t" .. found.upstream
-  if ngx.var.ate_upstream_counted ~= upstream_key then
-    if ngx.var.ate_upstream_counted ~= "" then
-      control:incr(ngx.var.ate_upstream_counted, -1, 0)
+  local upstream_key = found.upstream_key
+  if ctx.upstream_key ~= upstream_key then
+    if ctx.upstream_key ~= nil then
+      control:incr(ctx.upstream_key, -1, 0)
     end
     control:incr(upstream_key, 1, 0)
-    ngx.var.ate_upstream_counted = upstream_key
+    ctx.upstream_key = upstream_key
   end
 end
 
@@ -292,48 +369,39 @@ end
 -- cannot do. Also a request with a chunked body (a streamed upload): the Python router answers
 -- a stalled one with its 408 and text (nginx's own reading of a chunked body would close the
 -- connection without an answer, and Lua cannot read one). nginx stays half-duplex on the way
--- there: once the answer began it sends no more of the body.
--- (Read from nginx's variables, not the header table, which stops at 200 headers.)
-local function relayed(headers)
-  local upgrade = ngx.var.http_upgrade
-  if upgrade ~= nil and upgrade:lower() == "websocket" then
+-- there: once the answer began it sends no more of the body. (ate_request.scan finds them.)
+local function relay(head, id)
+  if head.relay == "websocket" then
     ngx.var.ate_relay_connection = "upgrade"
-    ngx.var.ate_relay_upgrade = upgrade
-    return true
+    ngx.var.ate_relay_upgrade = head.upgrade
   end
-  if ngx.var.http_transfer_encoding ~= nil then
-    return true
+  if head.request_id == nil then
+    ngx.req.set_header("X-Request-Id", id)  -- the Python router keeps it: one id in both logs
   end
-  local accept = headers["accept"]
-  if type(accept) == "table" then
-    accept = table.concat(accept, ",")
-  end
-  accept = (accept or "") .. "," .. (ngx.var.http_accept or "")
-  return accept:lower():find("text/event-stream", 1, true) ~= nil
+  return ngx.exec("@relay")
 end
 
 --- access_by_lua of the actor location.
 function M.access()
-  local headers = ngx.req.get_headers(200)
-  local request_id = headers["x-request-id"]
-  if type(request_id) ~= "string" or not ngx.re.find(request_id, REQUEST_ID, "jo") then
-    request_id = ngx.var.request_id
-    ngx.req.set_header("X-Request-Id", request_id)
+  local ctx = ngx.ctx
+  local head = request.scan()
+  ctx.head = head
+  local id = head.request_id or new_request_id()
+  ctx.request_id = id
+  ngx.var.ate_request_id = id
+  if head.relay then
+    return relay(head, id)
   end
-  ngx.var.ate_request_id = request_id
-  if relayed(headers) then
-    return ngx.exec("@relay")
-  end
-  local key = target_key(headers)
+  local key = target_key(head)
   local found
   if key and leased() then
-    count(key)
-    found = lookup(key, headers)  -- after counting: a drain since voids the entry
+    count(ctx, key)
+    found = lookup(key, head)  -- after counting: a drain since voids the entry
   end
   if not found then
-    found = ask_counted(key, headers)
+    found = ask_counted(ctx, key)
   end
-  route(found)
+  route(ctx, found)
 end
 
 -- The answer to a request whose exchange with the worker failed before its answer began:
@@ -347,36 +415,24 @@ local function fail(kind, what, actor, upstream)
   return answer(res.status, res.body, res.header["retry-after"], res.header["x-ate-outcome"])
 end
 
+
+local function on_abort()
+  local ex = ngx.ctx.exchange
+  if ex then
+    ex.gone = true
+  end
+end
+
 --- content_by_lua of the actor location: the exchange with the worker (ate_exchange.lua). A
 --- cached actor whose worker refuses the connection moved (or its sandbox died): it is
 --- forgotten, resumed again and tried once more (nothing of the request was sent yet).
 function M.proxy()
-  ngx.on_abort(function()
-    local ex = ngx.ctx.ate_exchange
-    if ex then
-      ex.gone = true
-    end
-  end)
-  local result, what, actor, upstream
+  ngx.on_abort(on_abort)
+  local ctx = ngx.ctx
+  local result, what, found
   while true do
-    actor, upstream = ngx.var.ate_actor, ngx.var.ate_upstream
-    local counted = ngx.var.ate_counted == "1"
-    local seq = tonumber(ngx.var.ate_seq) or 0
-    local function cut()
-      return counted and (control:get("c:" .. actor) or 0) > seq
-    end
-    result, what = exchange.run({
-      upstream = upstream,
-      host = ngx.var.ate_upstream_host,
-      strip_credential = ngx.ctx.ate_strip,
-      request_id = ngx.var.ate_request_id,
-      forwarded_for = ngx.var.ate_forwarded_for,
-      connect_seconds = cfg.connect_seconds,
-      head_seconds = cfg.head_seconds,
-      idle_seconds = cfg.idle_seconds,
-      request_seconds = cfg.request_seconds,
-      cut = cut,
-    })
+    found = ctx.route
+    result, what = exchange.run(ctx, found, cfg)
     if result == "done" then
       return
     end
@@ -387,19 +443,19 @@ function M.proxy()
     if result == "truncated" then
       return ngx.exit(ngx.ERROR)
     end
-    if result == "broken" and cut() then
+    if result == "broken" and exchange.cut(ctx) then
       result = "cut"  -- a drain cut its actor's requests before this one was answered
     end
-    if result ~= "connect" or ngx.var.ate_cached ~= "1" or ngx.var.ate_retried == "1" then
+    if result ~= "connect" or not found.cached or ctx.retried then
       break
     end
-    ngx.var.ate_retried = "1"
-    routes:delete("p:" .. actor)
-    routes:incr("g:" .. actor, 1, 0)
-    local found = ask_counted(actor, ngx.req.get_headers(200), upstream)
-    found.parked = true
-    found.cached = false
-    route(found)
+    ctx.retried = true
+    local keys = keys_of(found.actor)
+    routes:delete(keys.p)
+    routes:incr(keys.g, 1, 0)
+    local again = ask_counted(ctx, found.actor, found.upstream)  -- (a table of its own)
+    again.parked, again.cached = true, false
+    route(ctx, again)
   end
   if result == "stalled" then
     ngx.status = 408
@@ -411,12 +467,12 @@ function M.proxy()
     ngx.var.ate_outcome = "client_gone"
     return ngx.exit(499)
   end
-  return fail(result, what, actor, upstream)
+  return fail(result, what, found.actor, found.upstream)
 end
 
 --- content_by_lua of /_ate/head_too_large (nginx's 414 and 494 become the Python path's 431).
 function M.head_too_large()
-  local text = string.format("request head larger than %d bytes (request line and headers)\n", cfg.max_head_bytes)
+  local text = format("request head larger than %d bytes (request line and headers)\n", cfg.max_head_bytes)
   ngx.header["Content-Type"] = "text/plain; charset=utf-8"
   ngx.header["Content-Length"] = #text
   ngx.print(text)
@@ -425,48 +481,80 @@ end
 --- The 408 of a client silent in its Content-Length body (called by proxy).
 function M.body_stalled()
   ngx.var.ate_outcome = "timeout"
-  local text = string.format("the request body stalled: no byte for %gs (idle timeout); send the body without "
+  local text = format("the request body stalled: no byte for %gs (idle timeout); send the body without "
     .. "pauses, or raise the router's --idle-timeout\n", cfg.idle_seconds)
+  ngx.header["X-Request-Id"] = request_id()
   ngx.header["Content-Type"] = "text/plain; charset=utf-8"
   ngx.header["Content-Length"] = #text
   ngx.print(text)
 end
 
---- header_filter_by_lua: the request id on every answer.
+--- header_filter_by_lua of the locations whose answers nginx makes (@statusz): the request
+--- id on them. (The actor location sets it itself, with the worker's head or its own answer.)
 function M.header_filter()
-  local request_id = ngx.var.ate_request_id
-  if request_id ~= nil and request_id ~= "" then
-    ngx.header["X-Request-Id"] = request_id
+  local id = ngx.var.ate_request_id
+  if id ~= nil and id ~= "" then
+    ngx.header["X-Request-Id"] = id
   end
 end
 
+-- The shared-dict keys of an outcome's counters: n (requests), s (seconds), b (histogram
+-- buckets, then "inf").
+local outcome_keys = {}
+local function keys_of_outcome(outcome)
+  local keys = outcome_keys[outcome]
+  if keys == nil then
+    local buckets = {}
+    for i = 1, #cfg.buckets do
+      buckets[i] = "b:" .. outcome .. ":" .. i
+    end
+    buckets[#cfg.buckets + 1] = "b:" .. outcome .. ":inf"
+    keys = { n = "n:" .. outcome, s = "s:" .. outcome, b = buckets }
+    outcome_keys[outcome] = keys
+  end
+  return keys
+end
+
 local function observe(outcome, seconds)
-  stats:incr("n:" .. outcome, 1, 0)
-  stats:incr("s:" .. outcome, seconds, 0)
+  local keys = keys_of_outcome(outcome)
+  stats:incr(keys.n, 1, 0)
+  stats:incr(keys.s, seconds, 0)
   local buckets = cfg.buckets
   for i = 1, #buckets do
     if seconds <= buckets[i] then
-      stats:incr("b:" .. outcome .. ":" .. i, 1, 0)
+      stats:incr(keys.b[i], 1, 0)
       return
     end
   end
-  stats:incr("b:" .. outcome .. ":inf", 1, 0)
+  stats:incr(keys.b[#buckets + 1], 1, 0)
+end
+
+local function clean(text)
+  if find(text, "[\t\n]") then
+    text = text:gsub("[\t\n]", " ")
+  end
+  if #text > 200 then
+    text = sub(text, 1, 200)
+  end
+  return text
 end
 
 --- log_by_lua: counters, histogram, bytes, in-flight, the recent list.
 function M.log()
+  local ctx = ngx.ctx
   local outcome = ngx.var.ate_outcome
-  if ngx.var.ate_counted == "1" then
-    stats:incr("f:" .. ngx.var.ate_actor, -1, 0)
-    if (control:get("c:" .. ngx.var.ate_actor) or 0) > (tonumber(ngx.var.ate_seq) or 0) then
+  local counted = ctx.counted
+  if counted then
+    stats:incr(counted.f, -1, 0)
+    if (control:get(counted.c) or 0) > ctx.seq then
       outcome = "error"  -- cut off by a drain at --drain-timeout
       ngx.var.ate_outcome = outcome
     end
   end
-  local upstream_counted = ngx.var.ate_upstream_counted
-  if upstream_counted ~= nil and upstream_counted ~= "" then
-    if (control:incr(upstream_counted, -1, 0) or 1) <= 0 then
-      control:delete(upstream_counted)
+  local upstream_key = ctx.upstream_key
+  if upstream_key ~= nil then
+    if (control:incr(upstream_key, -1, 0) or 1) <= 0 then
+      control:delete(upstream_key)
     end
   end
   local status = ngx.status
@@ -480,20 +568,24 @@ function M.log()
     return
   end
   ngx.update_time()
-  local seconds = ngx.now() - ngx.req.start_time()
+  local started = ngx.req.start_time()
+  local seconds = ngx.now() - started
   observe(outcome, seconds)
-  stats:incr("in", tonumber(ngx.var.http_content_length) or tonumber(ngx.var.request_length) or 0, 0)
-  stats:incr("out", tonumber(ngx.var.body_bytes_sent) or 0, 0)
-  local target = ngx.var.http_ate_target_actor or "-"
-  local line = table.concat({
-    string.format("%.3f", ngx.req.start_time()),
-    ngx.var.ate_request_id or "",
-    (target:gsub("[\t\n]", " ")):sub(1, 200),
+  local var = ngx.var
+  stats:incr("in", ctx.body_length or tonumber(var.http_content_length) or 0, 0)  -- body bytes
+  stats:incr("out", tonumber(var.body_bytes_sent) or 0, 0)
+  local head = ctx.head
+  local targets = head and head.targets
+  local target = targets and targets[1] or var.http_ate_target_actor or "-"
+  local line = concat({
+    format("%.3f", started),
+    ctx.request_id or var.ate_request_id or "",
+    clean(target),
     ngx.req.get_method(),
-    (ngx.var.uri:gsub("[\t\n]", " ")):sub(1, 200),
-    tostring(status),
+    clean(var.uri),
+    status,
     outcome,
-    string.format("%.1f", seconds * 1000),
+    format("%.1f", seconds * 1000),
   }, "\t")
   local length = stats:lpush("recent", line)
   if length and length > RECENT then

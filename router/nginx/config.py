@@ -190,14 +190,6 @@ http {{
     client_body_buffer_size {BODY_BUFFER_BYTES};
     error_page 494 414 =431 /_ate/head_too_large;
     set $ate_request_id "";
-    set $ate_upstream "";
-    set $ate_upstream_host "";
-    set $ate_actor "";
-    set $ate_cached "0";
-    set $ate_retried "0";
-    set $ate_counted "0";
-    set $ate_seq "0";
-    set $ate_upstream_counted "";
     set $ate_outcome "";
     set $ate_relay_connection "";
     set $ate_relay_upgrade "";
@@ -205,7 +197,6 @@ http {{
     location / {{
       access_by_lua_block {{ ate.access() }}
       content_by_lua_block {{ ate.proxy() }}
-      header_filter_by_lua_block {{ ate.header_filter() }}
       log_by_lua_block {{ ate.log() }}
     }}
     location @relay {{
