@@ -159,27 +159,30 @@ local function credential_hash(head)
 end
 
 -- A cached route: "<epoch> <generation> <upstream> <host> <strip 0|1>", parsed once per worker
--- (routes are immutable: the same text is the same route).
+-- and actor (the latest entry of each actor is kept parsed: the same text is the same route).
 local parsed_routes, parsed_count = {}, 0
 local function parse_route(entry, key)
-  local route = parsed_routes[entry]
-  if route == nil then
-    local epoch, gen, upstream, host, strip_credential = entry:match("^(%d+) (%d+) (%S+) (%S+) ([01])$")
-    if not epoch then
-      return nil
-    end
-    local ip, port = upstream:match("^%[?(.-)%]?:(%d+)$")
-    route = {
-      epoch = tonumber(epoch), gen = tonumber(gen), upstream = upstream, host = host,
-      strip = strip_credential == "1", cached = true, actor = key, ip = ip, port = tonumber(port),
-      upstream_key = "fu:" .. key .. "\t" .. upstream,
-    }
+  local known = parsed_routes[key]
+  if known ~= nil and known.entry == entry then
+    return known
+  end
+  local epoch, gen, upstream, host, strip_credential = entry:match("^(%d+) (%d+) (%S+) (%S+) ([01])$")
+  if not epoch then
+    return nil
+  end
+  local ip, port = upstream:match("^%[?(.-)%]?:(%d+)$")
+  local route = {
+    entry = entry, epoch = tonumber(epoch), gen = tonumber(gen), upstream = upstream, host = host,
+    strip = strip_credential == "1", cached = true, actor = key, ip = ip, port = tonumber(port),
+    upstream_key = "fu:" .. key .. "\t" .. upstream,
+  }
+  if known == nil then
     if parsed_count >= KEYS_KEPT then
       parsed_routes, parsed_count = {}, 0
     end
-    parsed_routes[entry] = route
     parsed_count = parsed_count + 1
   end
+  parsed_routes[key] = route
   return route
 end
 
@@ -188,7 +191,7 @@ local function valid(entry, key, keys)
     return nil
   end
   local route = parse_route(entry, key)
-  if route == nil or route.actor ~= key then
+  if route == nil then
     return nil
   end
   if route.epoch ~= (routes:get("epoch") or 0) or route.gen ~= (routes:get(keys.g) or 0) then
