@@ -42,6 +42,19 @@ async def test_nginx_serves_a_running_actor_from_its_cache_until_notify_names_it
     assert env.api.calls["demo/c1"] == 2
 
 
+async def test_actors_on_the_same_worker_each_have_their_own_cached_route(start_router) -> None:
+    env = await start_router()
+    await _cache_on(env)
+    actors = ("demo/c1", "demo/c2", "other/c1")  # one worker serves all three (FakeApi)
+    for _ in range(2):
+        for actor in actors:
+            assert (await env.client.get("/", headers={"ate-target-actor": actor})).status_code == 200
+    env.router.cache._entries.clear()  # only nginx's entries can answer now
+    for actor in actors:
+        assert (await env.client.get("/", headers={"ate-target-actor": actor})).status_code == 200
+    assert [env.api.calls[actor] for actor in actors] == [1, 1, 1]
+
+
 async def test_a_lost_listen_empties_nginx_and_turns_its_cache_off(start_router) -> None:
     env = await start_router()
     await _cache_on(env)
