@@ -3,7 +3,9 @@ the reconciler and the pod syncer, and serves /metrics; stops on SIGTERM/SIGINT.
 
 The official `kubernetes` client is synchronous: each watcher runs in a thread of its own and
 hands events to the asyncio loop, where the pod syncer writes to PostgreSQL; the reconciler's
-API calls run in threads too. Everything is listed and reconciled again every `resync_seconds`.
+API calls run in threads too. The loop handles events one at a time, in the order they were
+queued. The periodic resync (every `resync_seconds` or 10 s, whichever is shorter) is queued
+too: it reconciles every pool again and syncs every worker pod again from the syncer's view.
 """
 
 from __future__ import annotations
@@ -27,7 +29,7 @@ from controller.pods import PodSyncer
 from controller.pools import PLURAL, VERSION, PoolReconciler
 from controller.settings import ControllerSettings
 from controller.watch import Watcher, key_of
-from domain.pools import API_GROUP, PoolError, WorkerPoolSpec
+from domain.pools import API_GROUP, WorkerPoolSpec
 
 log = logging.getLogger("ate.controller")
 
@@ -68,6 +70,7 @@ class Controller:
         self.http = httpx.AsyncClient(timeout=30, headers={"Authorization": f"Bearer {token}"} if token else None)
         self.syncer = PodSyncer(store, self.pools, self._drain)
         self.events: asyncio.Queue[tuple[str, str, dict[str, Any]]] = asyncio.Queue()
+        self.resync_queued = False
         self.stop_event = threading.Event()
         self.watchers = self._watchers()
 
@@ -121,10 +124,8 @@ class Controller:
                 return
             known_before = key in self.pools
             self.pools[key] = spec
-            if not known_before:  # its pods may have been listed first: sync them now
-                for pod in list(self.watchers[2].known.values()):
-                    if (pod.get("metadata") or {}).get("labels", {}).get(POOL_LABEL) == key[1]:
-                        await self.syncer.on_event("MODIFIED", pod)
+            if not known_before:  # the events of its pods handled so far were skipped: sync them now
+                await self.syncer.resync(key)
         elif kind == "deployment":
             pool = (obj.get("metadata") or {}).get("labels", {}).get(POOL_LABEL)
             owner = self.pool_objects.get((key_of(obj)[0], pool or ""))
@@ -140,6 +141,9 @@ class Controller:
             await self.syncer.on_event(event, obj)
         elif kind == "pods-listed":
             await self.syncer.on_listed(obj["items"])
+        elif kind == "resync":
+            self.resync_queued = False
+            await self._resync_everything()
 
     def _fresh_pool(self, obj: dict[str, Any]) -> dict[str, Any] | None:
         meta = obj["metadata"]
@@ -175,7 +179,7 @@ class Controller:
 
     async def _handle_with_retries(self, kind: str, event: str, obj: dict[str, Any]) -> None:
         """`handle` one event, again after 0.5 s and 1 s when it fails (a deadlock or a dropped
-        database connection must not lose a pod's deletion until the next relist); in order, so
+        database connection must not lose a pod's deletion until the next resync); in order, so
         a later event of the same pod never overtakes it."""
         for attempt in range(HANDLE_ATTEMPTS):
             try:
@@ -184,26 +188,36 @@ class Controller:
             except Exception:
                 last = attempt == HANDLE_ATTEMPTS - 1
                 log.exception(
-                    "handling %s %s %s failed%s", kind, event, key_of(obj), "; the next relist retries" if last else ""
+                    "handling %s %s %s failed%s", kind, event, key_of(obj), "; the next resync retries" if last else ""
                 )
                 if not last:
                     await asyncio.sleep(0.5 * (attempt + 1))
 
     async def _resync(self) -> None:
-        """Every resync period: reconcile every known pool again and refresh the worker gauge."""
+        """Every resync period: refresh the worker gauge and queue a resync. Queued, not done here:
+        handled between two events, it cannot interleave with one (a pod synced from an older
+        state after a newer one, a pool half-known while its pods are handled)."""
         while True:
             try:
                 metrics.set_workers(await self.store.nodes.list_workers())
             except Exception:
                 log.exception("refreshing the worker gauge failed")
             await asyncio.sleep(min(10.0, self.settings.resync_seconds))
-            for obj in list(self.pool_objects.values()):
+            if not self.resync_queued:
+                self.resync_queued = True
+                self.events.put_nowait(("resync", "RESYNC", {}))
+
+    async def _resync_everything(self) -> None:
+        """Reconcile every known pool again, as it is now, then sync every worker pod again (what an
+        event whose handling failed left undone). One that fails is logged; the others go on."""
+        for obj in list(self.pool_objects.values()):
+            try:
                 fresh = await asyncio.to_thread(self._fresh_pool, obj)
                 if fresh is not None:
-                    try:
-                        await self.handle("pool", "MODIFIED", fresh)
-                    except (PoolError, client.exceptions.ApiException):
-                        log.exception("resync of %s failed", key_of(obj))
+                    await self.handle("pool", "MODIFIED", fresh)
+            except Exception:
+                log.exception("resync of %s failed", key_of(obj))
+        await self.syncer.resync()
 
     def stop(self) -> None:
         """Ask `run` to return."""

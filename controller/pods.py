@@ -38,6 +38,12 @@ def ready(pod: dict[str, Any]) -> bool:
     return any(c.get("type") == "Ready" and c.get("status") == "True" for c in conditions)
 
 
+def pool_of(pod: dict[str, Any]) -> tuple[str, str]:
+    """(namespace, WorkerPool name) of a worker pod."""
+    meta = pod.get("metadata") or {}
+    return str(meta.get("namespace") or ""), str((meta.get("labels") or {}).get(POOL_LABEL) or "")
+
+
 class PodSyncer:
     """Turns worker pod events into worker records and drains.
 
@@ -52,11 +58,22 @@ class PodSyncer:
         self.pools = pools
         self.drain = drain
         self.draining: set[str] = set()
+        self.pods: dict[tuple[str, str], dict[str, Any]] = {}
+        """(namespace, name) -> each worker pod as the events handled so far leave it: what `resync`
+        syncs again. Not the watcher's own view, which runs ahead of the events still queued: a
+        pod synced from there could be newer than a pod list not yet handled, which would then
+        retire its node for good."""
+        self.listed = False
+        """Whether a full list was handled: from then on `pods` is every worker pod there is."""
 
     async def on_listed(self, pods: list[dict[str, Any]]) -> None:
         """After a full list: the worker pods that are gone although no DELETED event said so
         (deleted while the controller was down, or during a watch gap) are retired too."""
-        alive = {str((p.get("metadata") or {}).get("name")) for p in pods}
+        self.listed = True
+        await self._retire_all_but({str((p.get("metadata") or {}).get("name")) for p in pods})
+
+    async def _retire_all_but(self, alive: set[str]) -> None:
+        """Retire the node of every worker pod whose name is not in `alive`."""
         for node in await self.store.nodes.live_pod_nodes():
             if node not in alive:
                 await self.on_event("DELETED", {"metadata": {"name": node, "labels": {POOL_LABEL: "?"}}})
@@ -68,12 +85,15 @@ class PodSyncer:
         pool_name = (meta.get("labels") or {}).get(POOL_LABEL)
         if not node or not pool_name:
             return
+        key = (str(meta.get("namespace") or ""), node)
         if kind == "DELETED":
+            self.pods.pop(key, None)
             released = await self.store.nodes.retire(node, f"worker pod {meta.get('namespace')}/{node} was deleted")
             self.draining.discard(node)
             if released:
                 log.info("pod %s deleted: released %s", node, ", ".join(f"{a.key} ({s})" for a, s in released))
             return
+        self.pods[key] = pod
         if meta.get("deletionTimestamp"):
             grace = meta.get("deletionGracePeriodSeconds")
             if grace is None:
@@ -101,3 +121,21 @@ class PodSyncer:
             memory_bytes=spec.memory_bytes,
         )
         await self.store.nodes.sync_pod(node, f"{ip}:{ATELET_PORT}", worker, ready(pod))
+
+    async def resync(self, pool: tuple[str, str] | None = None) -> None:
+        """Sync every worker pod again (those of `pool`, a (namespace, name), when given) as the
+        events handled so far leave it: the pods of a pool that just became known, whose events
+        were skipped; at each resync, every pod, and the nodes of pods gone are retired (what an
+        event whose handling failed left undone). A pod that fails is logged, the others go on."""
+        for (namespace, node), pod in list(self.pods.items()):
+            if pool is not None and pool_of(pod) != pool:
+                continue
+            try:
+                await self.on_event("MODIFIED", pod)
+            except Exception:
+                log.exception("resync of worker pod %s/%s failed", namespace, node)
+        if pool is None and self.listed:
+            try:
+                await self._retire_all_but({node for _, node in self.pods})
+            except Exception:
+                log.exception("resync of the worker pods gone failed")

@@ -24,7 +24,8 @@ from activities.store.records import WorkerRegistration
 from api.app import create_app
 from api.settings import ApiSettings
 from controller.labels import POOL_LABEL
-from controller.main import Controller
+from controller.main import HANDLE_ATTEMPTS, Controller
+from controller.pods import ready
 from controller.pools import PLURAL, VERSION
 from controller.settings import ControllerSettings
 from controller.watch import Watcher
@@ -86,8 +87,13 @@ class Plane:
 
 
 @contextlib.asynccontextmanager
-async def running_controller(settings: ControllerSettings, kube: client.ApiClient, store: Store) -> AsyncIterator[Controller]:
+async def running_controller(
+    settings: ControllerSettings, kube: client.ApiClient, store: Store, prepare: Callable[[Controller], None] | None = None
+) -> AsyncIterator[Controller]:
+    """A controller running in a task; `prepare` sees it before it starts (hooks of a test)."""
     controller = Controller(settings, kube, store)
+    if prepare is not None:
+        prepare(controller)
     task = asyncio.create_task(controller.run())
     try:
         yield controller
@@ -281,6 +287,97 @@ async def test_a_restarted_controller_converges_on_what_happened_while_it_was_do
         await until(lambda: _gone(store, gone))
         await until(lambda: _state(store, replacement[0].metadata.name, "ACTIVE"))
         assert (await worker_of(store, pods[1].metadata.name)).state == "ACTIVE"
+
+
+def wait_for(check: Callable[[], bool], seconds: float = 30.0) -> None:
+    """In a thread of the controller (a hook): wait until `check()` holds."""
+    deadline = time.monotonic() + seconds
+    while not check():
+        if time.monotonic() > deadline:
+            raise AssertionError("condition not met in time")
+        time.sleep(0.05)
+
+
+async def test_a_pool_known_only_once_its_pods_are_ready_keeps_their_workers(
+        cluster: Cluster, kube: client.ApiClient, namespace: str, store: Store, monkeypatch: pytest.MonkeyPatch) -> None:
+    """What a loaded machine did once in CI, in a fixed order: the pods are listed (none yet) while the
+    pool's first event is handled, and its Deployment's pods turn Ready before that handling ends. The
+    pods-listed event, handled next, is older than those pods: it must not retire their workers (the
+    syncer once synced them from the pod watcher's view, ahead of the queue, and the list then retired
+    them for good)."""
+    settings = ControllerSettings(namespace=namespace, kubeconfig=str(cluster.kubeconfig), metrics_listen="",
+                                  api_server="http://127.0.0.1:1")  # fmt: skip
+    plane = Plane(store, "", None, None, None, kube, namespace)  # type: ignore[arg-type]
+
+    def order_the_race(controller: Controller) -> None:
+        pods = controller.watchers[2]
+        list_pods, reconcile = pods.list_objects, controller.reconciler.reconcile
+
+        def list_once_the_pool_is_being_handled(**kwargs: Any) -> Any:
+            if not kwargs.get("watch"):
+                wait_for(lambda: (namespace, "late") in controller.pool_objects)
+            return list_pods(**kwargs)
+
+        def reconcile_while_the_pods_turn_ready(obj: dict[str, Any]) -> Any:
+            wait_for(lambda: pods.relists > 0)  # listed before the Deployment exists: no pods
+            spec = reconcile(obj)
+            wait_for(lambda: sum(ready(p) and bool(p["status"].get("podIP")) for p in pods.known.values()) == 2)
+            return spec
+
+        pods.list_objects = list_once_the_pool_is_being_handled
+        monkeypatch.setattr(controller.reconciler, "reconcile", reconcile_while_the_pods_turn_ready)
+
+    async with running_controller(settings, kube, store, order_the_race) as controller:
+        create_pool(plane, "late", 2)
+        pods = await until(lambda: (p := pods_of(plane, "late")) and len(p) == 2 and p)
+        for i, pod in enumerate(pods):
+            kubelet_reports(plane, pod.metadata.name, f"10.9.2.{i + 1}", ready=True)
+        for pod in pods:
+            try:
+                await until(lambda pod=pod: _state(store, pod.metadata.name, "ACTIVE"))
+            except AssertionError as failure:
+                raise AssertionError(await _what_was_seen(plane, controller, "late")) from failure
+
+
+async def test_what_a_failed_pod_event_left_undone_is_done_by_the_next_resync(
+        cluster: Cluster, kube: client.ApiClient, namespace: str, store: Store, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The database fails every try of a pod's event (its Ready, then its deletion): no event comes
+    again, the resync syncs the pod and retires its node."""
+    settings = ControllerSettings(namespace=namespace, kubeconfig=str(cluster.kubeconfig), metrics_listen="",
+                                  api_server="http://127.0.0.1:1", resync_seconds=1)  # fmt: skip
+    plane = Plane(store, "", None, None, None, kube, namespace)  # type: ignore[arg-type]
+    failures: dict[str, int] = {}
+    database_down = False
+
+    def failing(method: str) -> Callable[..., Any]:
+        real = getattr(store.nodes, method)
+
+        async def call(*args: Any, **kwargs: Any) -> Any:
+            if database_down:
+                failures[method] = failures.get(method, 0) + 1
+                raise ConnectionError("the database is unreachable")
+            return await real(*args, **kwargs)
+
+        return call
+
+    monkeypatch.setattr(store.nodes, "sync_pod", failing("sync_pod"))
+    monkeypatch.setattr(store.nodes, "retire", failing("retire"))
+    async with running_controller(settings, kube, store):
+        create_pool(plane, "flaky", 1)
+        [pod] = await until(lambda: pods_of(plane, "flaky"))
+        name = pod.metadata.name
+        database_down = True
+        kubelet_reports(plane, name, "10.9.3.1", ready=True)
+        await until(lambda: failures.get("sync_pod", 0) >= HANDLE_ATTEMPTS)  # the event is given up
+        database_down = False
+        await until(lambda: _state(store, name, "ACTIVE"), 10)
+
+        database_down = True
+        client.CoreV1Api(kube).delete_namespaced_pod(name, namespace, grace_period_seconds=0)
+        await until(lambda: failures.get("retire", 0) >= HANDLE_ATTEMPTS)
+        database_down = False
+        await until(lambda: _gone(store, name), 10)
+        assert name not in await store.nodes.live_pod_nodes()
 
 
 async def _what_was_seen(plane: Plane, controller: Controller, pool: str) -> str:
