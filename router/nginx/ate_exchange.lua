@@ -108,7 +108,7 @@ end
 local function request_head(ctx, route)
   local head = ctx.head
   local forwarded_host = head.host
-  return ngx.req.get_method() .. " " .. ngx.var.request_uri .. " HTTP/1.1\r\nHost: " .. route.host .. "\r\n"
+  return ctx.method .. " " .. ngx.var.request_uri .. " HTTP/1.1\r\nHost: " .. route.host .. "\r\n"
     .. request.forwarded(head, route.strip)
     .. "X-Request-Id: " .. ctx.request_id
     .. "\r\nX-Forwarded-For: " .. ngx.var.ate_forwarded_for
@@ -520,6 +520,7 @@ function M.run(ctx, route, settings)
     deadline = ngx.req.start_time() + settings.request_seconds,
   }
   ctx.exchange = ex
+  ctx.method = ctx.method or ngx.req.get_method()
   local idle = math.max(1, math.floor(settings.idle_seconds * 1000))
   sock:settimeouts(math.max(1, math.floor(settings.connect_seconds * 1000)), idle, idle)
   if not sock:connect(ip, port) then
@@ -543,7 +544,7 @@ function M.run(ctx, route, settings)
     reset(ex)
     return names, values  -- why, what
   end
-  local frame, length_given = framing(ngx.req.get_method(), status, values, lowers)
+  local frame, length_given = framing(ctx.method, status, values, lowers)
   if frame == nil then
     reset(ex)
     return "broken"

@@ -43,9 +43,14 @@ local cfg = {
 
 local LABEL = [[^[a-z0-9](?:[-a-z0-9]{0,61}[a-z0-9])?$]]
 local RECENT = 100
+local RECENT_KEYS = {}
+for i = 0, RECENT - 1 do
+  RECENT_KEYS[i] = "r:" .. i
+end
 local KEYS_KEPT = 10000
 
 local find, sub, lower, match, format = string.find, string.sub, string.lower, string.match, string.format
+local floor = math.floor
 local concat = table.concat
 
 -- Per request, in ngx.ctx (one table; nginx variables are slower to reach from Lua and are
@@ -533,7 +538,7 @@ local function observe(outcome, seconds)
 end
 
 local function clean(text)
-  if find(text, "[\t\n]") then
+  if find(text, "\t", 1, true) or find(text, "\n", 1, true) then
     text = text:gsub("[\t\n]", " ")
   end
   if #text > 200 then
@@ -580,20 +585,11 @@ function M.log()
   local head = ctx.head
   local targets = head and head.targets
   local target = targets and targets[1] or var.http_ate_target_actor or "-"
-  local line = concat({
-    format("%.3f", started),
-    ctx.request_id or var.ate_request_id or "",
-    clean(target),
-    ngx.req.get_method(),
-    clean(var.uri),
-    status,
-    outcome,
-    format("%.1f", seconds * 1000),
-  }, "\t")
-  local length = stats:lpush("recent", line)
-  if length and length > RECENT then
-    stats:rpop("recent")
-  end
+  local line = (floor(started * 1000) / 1000) .. "\t" .. (ctx.request_id or var.ate_request_id or "") .. "\t"
+    .. clean(target) .. "\t" .. (ctx.method or ngx.req.get_method()) .. "\t" .. clean(var.uri) .. "\t"
+    .. status .. "\t" .. outcome .. "\t" .. (floor(seconds * 10000 + 0.5) / 10)
+  -- The recent list is a ring of RECENT entries ("r:<n mod RECENT>"; "rn" counts them).
+  stats:set(RECENT_KEYS[stats:incr("rn", 1, 0) % RECENT], line)
 end
 
 -- ------------------------------------------------------------------ the admin server
@@ -677,7 +673,7 @@ end
 function M.stats()
   local lines = {}
   for _, key in ipairs(stats:get_keys(0)) do
-    if key ~= "recent" then
+    if key ~= "rn" and sub(key, 1, 2) ~= "r:" then
       local value = stats:get(key)
       if value ~= nil then
         lines[#lines + 1] = key .. "\t" .. tostring(value)
@@ -689,24 +685,15 @@ end
 
 --- GET /recent: the last 100 requests, newest first, tab-separated fields a line.
 function M.recent()
+  local count = stats:get("rn") or 0
   local lines = {}
-  local length = stats:llen("recent") or 0
-  for _ = 1, math.min(length, RECENT) do
-    local line = stats:rpop("recent")
-    if line == nil then
-      break
+  for n = count, math.max(count - RECENT + 1, 1), -1 do
+    local line = stats:get(RECENT_KEYS[n % RECENT])
+    if line ~= nil then
+      lines[#lines + 1] = line
     end
-    lines[#lines + 1] = line
   end
-  for i = #lines, 1, -1 do  -- put them back in their order
-    stats:rpush("recent", lines[i])
-  end
-  -- rpop took the oldest first: newest first is the reverse
-  local out = {}
-  for i = #lines, 1, -1 do
-    out[#out + 1] = lines[i]
-  end
-  ngx.print(table.concat(out, "\n"))
+  ngx.print(concat(lines, "\n"))
 end
 
 --- GET /inflight?key=<atespace>/<name>: requests of that actor being proxied now (for drain).
