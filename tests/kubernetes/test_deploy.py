@@ -300,6 +300,10 @@ def test_each_component_is_wired_to_its_settings_and_probes() -> None:
             api_style = values.get("ATE_HOST") == "0.0.0.0" and values.get("ATE_PORT") == str(port)
             assert api_style or f"0.0.0.0:{port}" in values.values(), f"{name}: nothing listens on {port}"
     assert accounts["ate-worker"]["automountServiceAccountToken"] is False
+    # the router proxies with nginx in production, and the image has nginx's Lua module for it
+    router_env = {e["name"]: e.get("value") for e in specs["ate-router"]["containers"][0]["env"]}
+    assert router_env["ATE_ROUTER_DATA_PATH"] == "nginx"
+    assert "libnginx-mod-http-lua" in (REPO / "Containerfile").read_text()
     api = specs["ate-api-server"]["containers"][0]
     assert api["readinessProbe"]["httpGet"]["path"] == "/healthz"
     assert {e["name"]: e.get("value") for e in api["env"]}["ATE_PORT"] == "8080"
