@@ -279,6 +279,7 @@ class MicrovmDriver(SandboxDriver):
         plan = json.loads((prepared / PLAN_FILE).read_text())
         tap = self._bridged.get(net.netns) or await network.bridge_tap(net)
         self._bridged[net.netns] = tap
+        await network.forget_guest_mac(net)  # the last VM's card on this worker may have had another MAC
         config = qemu.VmConfig(self.kernel, Path(plan["initramfs"]), int(plan["memory_mib"]), int(plan["vcpus"]),
                                self.accelerator, log_path, plan["cmdline"], net.netns, tap, network.mac_for(net),
                                tuple(Path(d) for d in plan["disks"]))  # fmt: skip

@@ -6,16 +6,22 @@ own /30, the worker end inside). For a VM the worker end carries no address: it 
 puts the worker's address and default route on its ``eth0`` (kernel command line ``ate.ip``,
 ``ate.gw``). The host reaches the worker's IP exactly as for gVisor. The card's MAC address is
 derived from the worker's IP at boot; a restored VM keeps the one its device state holds and,
-on another worker, is told that worker's address (``Vm.readdress``).
+on another worker, is told that worker's address (``Vm.readdress``). So the MAC behind a
+worker's IP changes from one VM to the next: before each VM starts, the host forgets the one it
+learnt (``forget_guest_mac``), or it would send to the last VM's card until its neighbour entry
+went stale (about 30 s, in which the new guest gets no packet).
 """
 
 from __future__ import annotations
 
 import ipaddress
+import logging
 
 from atelet import proc
 from atelet.errors import internal
 from atelet.netns import WorkerNet
+
+log = logging.getLogger(__name__)
 
 BRIDGE = "atb0"
 TAP = "atm0"
@@ -59,3 +65,15 @@ async def bridge_tap(net: WorkerNet) -> str:
     if not result.ok:
         raise internal(f"microvm network of {net.netns} failed: {result.describe()}")
     return TAP
+
+
+async def forget_guest_mac(net: WorkerNet) -> None:
+    """Drop the host's neighbour entry of the worker's IP (on the host end of its veth), so that
+    the host asks again which card has it: the VM about to start may have another MAC than the
+    last one (a fresh boot has the worker's own; a restored VM keeps its snapshot's). A failure
+    is only logged: the entry then goes stale on its own.
+    """
+    result = await proc.run(["ip", "neigh", "flush", "to", net.worker_ip, "dev", net.host_if], timeout=20)
+    if not result.ok:
+        log.warning("microvm network of %s: the host's neighbour entry of %s stays: %s", net.netns, net.worker_ip,
+                    result.describe())  # fmt: skip
