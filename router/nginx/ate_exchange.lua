@@ -199,27 +199,25 @@ end
 
 -- ------------------------------------------------------------------ the response head
 
-local TOKEN = "^[%w!#$%%&'*+.^_`|~-]+$"  -- a header name (RFC 9110 5.6.2)
+local LINE = "^([%w!#$%%&'*+.^_`|~-]+):[ \t]*([^\r\n]-)[ \t]*\r?\n"  -- a header line
 
 -- Parse a response head (ending with its empty line): its status and headers as three lists
 -- (names, values, lower-case names, in order), or nil for a head that is not HTTP/1.x.
 local function parse_head(text)
   local stop = find(text, "\n", 1, true)
   local status = match(text, "^HTTP/1%.[01] (%d%d%d)\r?\n") or match(text, "^HTTP/1%.[01] (%d%d%d) [^\r\n]*\r?\n")
-  if not status then
+  if not status or find(text, "%z", stop) then
     return nil
   end
   local names, values, lowers = {}, {}, {}
   local pos = stop + 1
   while true do
-    local _, ends, name, value = find(text, "^([^:\r\n]+):[ \t]*([^\r\n]-)[ \t]*\r?\n", pos)
+    -- a line "<token>: <value>" (RFC 9110 5.6.2 for the name; no CR inside the value)
+    local _, ends, name, value = find(text, LINE, pos)
     if not name then
       if match(text, "^\r?\n", pos) then
         return tonumber(status), names, values, lowers
       end
-      return nil
-    end
-    if not find(name, TOKEN) or find(value, "%z") then
       return nil
     end
     local n = #names + 1
@@ -314,9 +312,12 @@ local function set_head(status, names, values, lowers, frame, length, request_id
   local named
   for i = 1, #lowers do
     if lowers[i] == "connection" then
-      for token in values[i]:gmatch("[^,%s]+") do
-        named = named or {}
-        named[lower(token)] = true
+      local value = lower(values[i])
+      if value ~= "close" and value ~= "keep-alive" then  -- (names nothing else)
+        for token in value:gmatch("[^,%s]+") do
+          named = named or {}
+          named[token] = true
+        end
       end
     end
   end
