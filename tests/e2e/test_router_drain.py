@@ -30,6 +30,11 @@ pytestmark = [pytest.mark.slow, pytest.mark.runsc]
 
 SECOND_ROUTER_PORT = 28010
 SECOND_METRICS_PORT = 29010
+SECOND_DRAIN_TIMEOUT = 6.0
+"""The second replica's --drain-timeout (the default is 10 s): the requests at work there when a
+drain starts get this long, and the control plane waits for the longest of the replicas'
+timeouts. Above the 3 s requests of the 20 in flight (about 2 s left of each when the drain
+starts), below the default so that the cut request and the crash drain wait 4 s less."""
 
 
 def wait_for(check: object, seconds: float, what: str) -> None:
@@ -46,8 +51,9 @@ def second_replica(
     stack: Stack, tmp_path_factory: pytest.TempPathFactory, request: pytest.FixtureRequest
 ) -> Iterator[tuple[str, str]]:
     """Another router replica of the same stack (its own process and port, the stack's router
-    token, no database: it learns of drains from its heartbeats only), on the data path of the
-    parameter. Yields its URL and data path (its replica name is ``router-second-<data path>``)."""
+    token, no database: it learns of drains from its heartbeats only; ``SECOND_DRAIN_TIMEOUT``),
+    on the data path of the parameter. Yields its URL and data path (its replica name is
+    ``router-second-<data path>``)."""
     data_path = request.param
     log = tmp_path_factory.mktemp("router-2") / "router.log"
     env = {k: v for k, v in os.environ.items() if not k.startswith("ATE_")}
@@ -56,7 +62,8 @@ def second_replica(
         process = subprocess.Popen(
             [sys.executable, "-m", "ate", "router", "--listen", f"127.0.0.1:{SECOND_ROUTER_PORT}",
              "--api-server", stack.api, "--metrics-listen", f"127.0.0.1:{SECOND_METRICS_PORT}",
-             "--replica-name", f"router-second-{data_path}", "--data-path", data_path],
+             "--replica-name", f"router-second-{data_path}", "--data-path", data_path,
+             "--drain-timeout", str(SECOND_DRAIN_TIMEOUT)],
             cwd=REPO, stdout=out, stderr=subprocess.STDOUT, env=env, start_new_session=True,
         )  # fmt: skip
     try:
@@ -138,7 +145,7 @@ def test_a_request_cut_at_the_drain_timeout_leaves_a_snapshot_that_resumes(
         stack.ate("suspend", "actor", name, "-a", "drain3")  # exits 0: the checkpoint succeeded
         suspended_after = time.monotonic() - started
         cut = slow.result()
-    assert suspended_after >= 10  # it waited out the router's --drain-timeout (10 s) first
+    assert suspended_after >= SECOND_DRAIN_TIMEOUT  # it waited out that replica's --drain-timeout first
     assert cut.status_code == 503, cut.text
     assert cut.text.startswith(f"actor drain3/{name} is being suspended and this request did not finish")
     assert api(stack, "GET", path).json()["state"] == "SUSPENDED"
