@@ -32,15 +32,38 @@ log = logging.getLogger("router")
 
 
 def layout_for(settings: RouterSettings, run_dir: Path) -> config.NginxLayout:
-    """The layout of a router run in ``run_dir``: control service on a unix socket there."""
+    """The layout of a router run in ``run_dir``: control service on a unix socket there; the
+    request log on this process's stderr (at log level info), if nginx can open it."""
     user = getpass.getuser() if os.geteuid() == 0 else None
+    access_log = None
+    if log.isEnabledFor(logging.INFO):
+        access_log = REQUEST_LOG if stderr_reopens() else None
+        if access_log is None:
+            log.warning("the request log is off: nginx cannot open %s (this process's stderr belongs to another "
+                        "user); give the router a stderr of its own user (a pipe, or a file it owns)", REQUEST_LOG)
     return config.NginxLayout(
         run_dir=run_dir,
         control=f"unix:{run_dir / 'control.sock'}",
         workers=settings.nginx_workers,
         user=user,
-        access_log="/dev/stderr" if log.isEnabledFor(logging.INFO) else None,
+        access_log=access_log,
     )
+
+
+REQUEST_LOG = "/dev/stderr"
+"""Where nginx writes its access log (nginx opens it by name, as this process's user)."""
+
+
+def stderr_reopens() -> bool:
+    """Whether ``/dev/stderr`` can be opened again for writing by this process's user, as nginx
+    opens its logs (it cannot when stderr is a file or pipe of another user: a root shell's
+    redirection around ``runuser``, for example)."""
+    try:
+        fd = os.open(REQUEST_LOG, os.O_WRONLY | os.O_APPEND)
+    except OSError:
+        return False
+    os.close(fd)
+    return True
 
 
 async def serve_nginx(settings: RouterSettings) -> None:

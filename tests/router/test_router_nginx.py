@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import asyncio
 import os
+import subprocess
+import sys
 
 import httpx
 import pytest
@@ -249,3 +251,21 @@ async def test_without_its_control_service_nginx_answers_503_also_for_what_it_re
     finally:
         await nginx.stop()
     assert [(r.status_code, r.text, r.headers.get("retry-after")) for r in answers] == [(503, text, "2")] * 3
+
+
+def test_the_request_log_is_off_with_a_warning_when_nginx_could_not_open_stderr(tmp_path) -> None:
+    # nginx opens /dev/stderr by name; when that fails (stderr of another user; here a directory,
+    # which not even root may open for writing) nginx would not start: the router turns the
+    # request log off and says why instead.
+    script = (
+        "import logging, os; from pathlib import Path; from router.nginx.run import layout_for, stderr_reopens;"
+        "from router.settings import RouterSettings; logging.basicConfig(level='INFO', filename='log.txt');"
+        "print(stderr_reopens(), layout_for(RouterSettings(), Path('.')).access_log);"
+        "os.dup2(os.open('.', os.O_RDONLY), 2);"
+        "print(stderr_reopens(), layout_for(RouterSettings(), Path('.')).access_log)"
+    )
+    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    ran = subprocess.run([sys.executable, "-c", script], cwd=tmp_path, env={**os.environ, "PYTHONPATH": root},
+                         capture_output=True, text=True)  # fmt: skip
+    assert ran.stdout.splitlines() == ["True /dev/stderr", "False None"], ran.stderr
+    assert "the request log is off: nginx cannot open /dev/stderr" in (tmp_path / "log.txt").read_text()
