@@ -5,6 +5,10 @@ snapshot whose RAM file was damaged, refused with the actor left SUSPENDED on it
 
 Counts come from the counter's definition (examples/counter): each request to `/` adds one to
 a memory counter and one to a file counter on the durable dir.
+
+The tests share atespace `vm` and its microvm template (each actor has a name of its own): the
+template's golden snapshot, a VM boot under TCG, is made once for the module, not once per test
+(`setup` takes the template that is already there).
 """
 
 from __future__ import annotations
@@ -74,37 +78,37 @@ def test_the_tour_on_microvm_workers(vm_stack: Stack, tmp_path: Path) -> None:
 
 
 def test_pause_resume_and_revert_of_a_microvm_actor(vm_stack: Stack) -> None:
-    path = setup(vm_stack, "vmp", "p1")
-    assert get(vm_stack, "vmp/p1")["memory_count"] == 1
-    vm_stack.ate("suspend", "actor", "p1", "-a", "vmp")  # generation 1 (stored): count 1
-    assert get(vm_stack, "vmp/p1")["memory_count"] == 2
+    path = setup(vm_stack, "vm", "p1")
+    assert get(vm_stack, "vm/p1")["memory_count"] == 1
+    vm_stack.ate("suspend", "actor", "p1", "-a", "vm")  # generation 1 (stored): count 1
+    assert get(vm_stack, "vm/p1")["memory_count"] == 2
     node = api(vm_stack, "GET", path).json()["worker"]["node"]
-    paused = vm_stack.ate("pause", "actor", "p1", "-a", "vmp")
+    paused = vm_stack.ate("pause", "actor", "p1", "-a", "vm")
     assert paused.stdout.strip() == f"actor/p1 paused: PAUSED on node {node}"
-    assert get(vm_stack, "vmp/p1") == {"memory_count": 3, "file_count": 3}  # the paused VM's memory
-    reverted = vm_stack.ate("revert", "actor", "p1", "-a", "vmp")
+    assert get(vm_stack, "vm/p1") == {"memory_count": 3, "file_count": 3}  # the paused VM's memory
+    reverted = vm_stack.ate("revert", "actor", "p1", "-a", "vm")
     assert reverted.stdout.strip() == "actor/p1 reverted: SUSPENDED (back to generation 1)"
-    assert get(vm_stack, "vmp/p1") == {"memory_count": 2, "file_count": 2}  # generation 1 held count 1
-    vm_stack.ate("suspend", "actor", "p1", "-a", "vmp")
+    assert get(vm_stack, "vm/p1") == {"memory_count": 2, "file_count": 2}  # generation 1 held count 1
+    vm_stack.ate("suspend", "actor", "p1", "-a", "vm")
 
 
 def test_a_damaged_ram_file_is_refused_and_the_actor_keeps_its_snapshot(vm_stack: Stack) -> None:
-    path = setup(vm_stack, "vmc", "c1")
-    assert get(vm_stack, "vmc/c1")["memory_count"] == 1
-    vm_stack.ate("suspend", "actor", "c1", "-a", "vmc")
+    path = setup(vm_stack, "vm", "c1")
+    assert get(vm_stack, "vm/c1")["memory_count"] == 1
+    vm_stack.ate("suspend", "actor", "c1", "-a", "vm")
     before = api(vm_stack, "GET", path).json()
     generation = before["latest_snapshot"]["generation"]
-    (snapshot,) = (vm_stack.data_dir / "snapshots/vmc/actors/c1").glob(f"{generation}-*")
+    (snapshot,) = (vm_stack.data_dir / "snapshots/vm/actors/c1").glob(f"{generation}-*")
     ram = snapshot / "checkpoint/ram"
     with ram.open("r+b") as f:  # one byte of guest memory: QEMU would load it without noticing
         f.seek(32 * 2**20)
         original = f.read(1)
         f.seek(32 * 2**20)
         f.write(bytes([original[0] ^ 0xFF]))
-    refused = httpx.get(vm_stack.router + "/", headers={"ate-target-actor": "vmc/c1"}, timeout=120)
+    refused = httpx.get(vm_stack.router + "/", headers={"ate-target-actor": "vm/c1"}, timeout=120)
     assert refused.status_code == 503, refused.text
     # what happened, where, and what to do; no "retry later": the same snapshot would be refused again
-    assert refused.text.startswith("resume of actor vmc/c1 failed and was rolled back: "), refused.text
+    assert refused.text.startswith("resume of actor vm/c1 failed and was rolled back: "), refused.text
     assert "snapshot file checkpoint/ram: sha256 " in refused.text and "retry" not in refused.text, refused.text
     assert "put the damaged file back from a copy" in refused.text, refused.text
     after = api(vm_stack, "GET", path).json()
@@ -113,19 +117,19 @@ def test_a_damaged_ram_file_is_refused_and_the_actor_keeps_its_snapshot(vm_stack
     with ram.open("r+b") as f:  # mended, the same snapshot resumes with its memory: nothing was lost
         f.seek(32 * 2**20)
         f.write(original)
-    assert get(vm_stack, "vmc/c1") == {"memory_count": 2, "file_count": 2}
-    vm_stack.ate("suspend", "actor", "c1", "-a", "vmc")
+    assert get(vm_stack, "vm/c1") == {"memory_count": 2, "file_count": 2}
+    vm_stack.ate("suspend", "actor", "c1", "-a", "vm")
 
 
 def test_an_async_suspend_of_a_microvm_actor_uploads_its_vm_in_the_background(vm_stack: Stack) -> None:
-    path = setup(vm_stack, "vma", "a1")
-    assert get(vm_stack, "vma/a1")["memory_count"] == 1
-    assert get(vm_stack, "vma/a1")["memory_count"] == 2
+    path = setup(vm_stack, "vm", "a1")
+    assert get(vm_stack, "vm/a1")["memory_count"] == 1
+    assert get(vm_stack, "vm/a1")["memory_count"] == 2
     answered = api(vm_stack, "POST", path + "/suspend", json={"mode": "async"})
     assert answered.status_code == 200 and answered.json()["state"] == "SUSPENDED", answered.text
     actor = wait_uploaded(vm_stack, path, timeout=120)
     assert (actor["latest_snapshot"]["generation"], actor["latest_snapshot"]["state"]) == (2, "COMPLETED")  # type: ignore[index]
-    (uploaded,) = (vm_stack.data_dir / "snapshots/vma/actors/a1").glob("2-*")
+    (uploaded,) = (vm_stack.data_dir / "snapshots/vm/actors/a1").glob("2-*")
     assert (uploaded / "checkpoint/ram").is_file() and (uploaded / "checkpoint/vm.json").is_file()
-    assert get(vm_stack, "vma/a1") == {"memory_count": 3, "file_count": 3}  # the uploaded VM, then +1
-    vm_stack.ate("suspend", "actor", "a1", "-a", "vma")
+    assert get(vm_stack, "vm/a1") == {"memory_count": 3, "file_count": 3}  # the uploaded VM, then +1
+    vm_stack.ate("suspend", "actor", "a1", "-a", "vm")
