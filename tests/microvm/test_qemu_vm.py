@@ -16,7 +16,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from atelet import netns
+from atelet import netns, proc
 from atelet.drivers.microvm.disk import DISK_MODULES, build_disk, extract_disk
 from atelet.drivers.microvm.initramfs import (
     NETWORK_MODULES,
@@ -25,7 +25,7 @@ from atelet.drivers.microvm.initramfs import (
     command_for,
     with_dependencies,
 )
-from atelet.drivers.microvm.network import bridge_tap, guest_cmdline, mac_for
+from atelet.drivers.microvm.network import bridge_tap, forget_guest_mac, guest_cmdline, mac_for
 from atelet.drivers.microvm.qemu import STATE_FILE, Vm, VmConfig, VmError, read_state
 from atelet.images import ImageStore
 from atelet.netns import WorkerNet
@@ -323,6 +323,20 @@ async def test_a_vm_restored_on_another_worker_takes_that_workers_address(
     finally:
         await netns.destroy(other)
     assert counts == [1, 2]
+
+
+async def test_the_host_forgets_the_mac_it_learnt_for_a_worker_ip_before_a_vm_starts(worker_net: WorkerNet) -> None:
+    # A VM restored on this worker had its snapshot's MAC; the next one (a fresh boot) has the
+    # worker's own. A neighbour entry kept for the first would take the second's packets to the
+    # first's card for ~30 s (a wakeup probe timed out with the counter listening).
+    ip, dev = worker_net.worker_ip, worker_net.host_if
+    learnt = await proc.run(["ip", "neigh", "replace", ip, "lladdr", "52:54:0a:c9:07:06", "nud", "reachable",
+                             "dev", dev])  # fmt: skip
+    assert learnt.ok, learnt.describe()
+    assert "52:54:0a:c9:07:06" in (await proc.run(["ip", "neigh", "show", "to", ip, "dev", dev])).stdout
+    await forget_guest_mac(worker_net)
+    assert (await proc.run(["ip", "neigh", "show", "to", ip, "dev", dev])).stdout.strip() == ""
+    await forget_guest_mac(worker_net)  # nothing to forget: no error
 
 
 async def test_the_containers_user_runs_the_workload_and_the_images_users_stay(tmp_path: Path, kernel: Path) -> None:
