@@ -155,6 +155,13 @@ local function without_token_cookie(value)
   return (match(concat(kept, ";"), "^[ \t]*(.-)[ \t]*$"))
 end
 
+-- A Cookie line (`text`) without the `ate-token` cookie, ended by CRLF; nil when no cookie is left.
+local function cookie_line(text)
+  local name, value = match(text, "^([^:]*):[ \t]*(.-)[ \t]*\r?\n?$")
+  value = without_token_cookie(value)
+  return value and (name .. ": " .. value .. "\r\n") or nil
+end
+
 -- The lines of `head` passed on, one by one, each ended by CRLF (a head with bare LF endings).
 local function by_line(head, strip)
   local raw, keep, out = head.raw, head.keep, {}
@@ -168,14 +175,10 @@ local function by_line(head, strip)
           out[#out + 1] = line .. "\r\n"
         end
       end
-    elseif not (strip and kind == AUTHORIZATION) then
-      local name, value = match(text, "^([^:]*):[ \t]*(.-)[ \t]*\r?\n?$")
-      if strip then
-        value = without_token_cookie(value)
-      end
-      if value then
-        out[#out + 1] = name .. ": " .. value .. "\r\n"
-      end
+    elseif not strip then
+      out[#out + 1] = match(text, "^(.-)\r?\n?$") .. "\r\n"
+    elseif kind == COOKIE then
+      out[#out + 1] = cookie_line(text)  -- (nil adds nothing)
     end
   end
   return concat(out)
@@ -203,12 +206,7 @@ function M.forwarded(head, strip)
     if kind == KEEP or not strip then
       out[#out + 1] = sub(raw, keep[i], keep[i + 1])
     elseif kind == COOKIE then
-      local line = sub(raw, keep[i], keep[i + 1])
-      local name, value = match(line, "^([^:]*):[ \t]*(.-)[ \t]*\r?\n$")
-      value = without_token_cookie(value)
-      if value then
-        out[#out + 1] = name .. ": " .. value .. "\r\n"
-      end
+      out[#out + 1] = cookie_line(sub(raw, keep[i], keep[i + 1]))  -- (nil adds nothing)
     end
   end
   return concat(out)

@@ -6,6 +6,7 @@ The behaviour both data paths share is tested on both by the other router tests.
 from __future__ import annotations
 
 import asyncio
+import json
 import os
 import subprocess
 import sys
@@ -269,3 +270,26 @@ def test_the_request_log_is_off_with_a_warning_when_nginx_could_not_open_stderr(
                          capture_output=True, text=True)  # fmt: skip
     assert ran.stdout.splitlines() == ["True /dev/stderr", "False None"], ran.stderr
     assert "the request log is off: nginx cannot open /dev/stderr" in (tmp_path / "log.txt").read_text()
+
+
+async def test_a_head_with_bare_line_feeds_reaches_the_worker_with_crlf_and_without_the_token_cookie(
+    start_router,
+) -> None:
+    # nginx takes lines ended by LF alone; the worker gets each line ended by CRLF, the router's
+    # own cookie gone and the other cookies and headers as sent.
+    env = await start_router()
+    env.api.access = {"mode": "token", "passCredential": False}
+    env.api.grants = {"ate_0123456789ab_reaches-c1": {"demo/c1"}}
+    host, port = env.url.removeprefix("http://").split(":")
+    reader, writer = await asyncio.open_connection(host, int(port))
+    writer.write(
+        b"GET /echo HTTP/1.1\nHost: x\nate-target-actor: demo/c1\nX-Other: one\n"
+        b"Cookie: theme=dark; ate-token=ate_0123456789ab_reaches-c1; lang=en\nConnection: close\n\n"
+    )
+    answer = await asyncio.wait_for(reader.read(), 30)
+    writer.close()
+    head, _, body = answer.partition(b"\r\n\r\n")
+    assert head.startswith(b"HTTP/1.1 200"), answer
+    seen = {k: v for k, v in json.loads(body)["headers"]}
+    assert (seen["cookie"], seen["x-other"]) == ("theme=dark; lang=en", "one")
+    assert seen["host"] == f"127.0.0.1:{env.worker.port}"
