@@ -268,15 +268,7 @@ async def test_a_restarted_controller_converges_on_what_happened_while_it_was_do
     core = client.CoreV1Api(kube)
     plane = Plane(store, "", None, None, None, kube, namespace)  # type: ignore[arg-type]
     async with running_controller(settings, kube, store) as controller:
-        create_pool(plane, "two", 2)
-        pods = await until(lambda: (p := pods_of(plane, "two")) and len(p) == 2 and p)
-        for i, pod in enumerate(pods):
-            kubelet_reports(plane, pod.metadata.name, f"10.9.1.{i + 1}", ready=True)
-        for pod in pods:
-            try:
-                await until(lambda pod=pod: _state(store, pod.metadata.name, "ACTIVE"))
-            except AssertionError as failure:  # say what the controller and the store saw
-                raise AssertionError(await _what_was_seen(plane, controller, "two")) from failure
+        pods = await _two_ready_workers(plane, controller, "two", "10.9.1")
     # down: one pod is deleted (its ReplicaSet makes another), no controller sees the event
     gone = pods[0].metadata.name
     core.delete_namespaced_pod(gone, namespace, grace_period_seconds=0)
@@ -328,15 +320,7 @@ async def test_a_pool_known_only_once_its_pods_are_ready_keeps_their_workers(
         monkeypatch.setattr(controller.reconciler, "reconcile", reconcile_while_the_pods_turn_ready)
 
     async with running_controller(settings, kube, store, order_the_race) as controller:
-        create_pool(plane, "late", 2)
-        pods = await until(lambda: (p := pods_of(plane, "late")) and len(p) == 2 and p)
-        for i, pod in enumerate(pods):
-            kubelet_reports(plane, pod.metadata.name, f"10.9.2.{i + 1}", ready=True)
-        for pod in pods:
-            try:
-                await until(lambda pod=pod: _state(store, pod.metadata.name, "ACTIVE"))
-            except AssertionError as failure:
-                raise AssertionError(await _what_was_seen(plane, controller, "late")) from failure
+        await _two_ready_workers(plane, controller, "late", "10.9.2")
 
 
 async def test_what_a_failed_pod_event_left_undone_is_done_by_the_next_resync(
@@ -378,6 +362,21 @@ async def test_what_a_failed_pod_event_left_undone_is_done_by_the_next_resync(
         database_down = False
         await until(lambda: _gone(store, name), 10)
         assert name not in await store.nodes.live_pod_nodes()
+
+
+async def _two_ready_workers(plane: Plane, controller: Controller, pool: str, network: str) -> list[Any]:
+    """Create pool `pool` of 2, report its pods Ready at `<network>.1` and `.2` as a kubelet
+    would, and wait until both are ACTIVE workers (else say what the controller and the store saw)."""
+    create_pool(plane, pool, 2)
+    pods: list[Any] = await until(lambda: (p := pods_of(plane, pool)) and len(p) == 2 and p)
+    for i, pod in enumerate(pods):
+        kubelet_reports(plane, pod.metadata.name, f"{network}.{i + 1}", ready=True)
+    for pod in pods:
+        try:
+            await until(lambda pod=pod: _state(plane.store, pod.metadata.name, "ACTIVE"))
+        except AssertionError as failure:
+            raise AssertionError(await _what_was_seen(plane, controller, pool)) from failure
+    return pods
 
 
 async def _what_was_seen(plane: Plane, controller: Controller, pool: str) -> str:
