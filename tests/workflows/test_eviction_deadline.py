@@ -64,8 +64,9 @@ async def test_what_is_left_at_the_deadline_is_terminated_each_under_its_own_id_
     wall = time.monotonic()
     result = await ate.execute(RUN, REQUEST, id=ID)
     wall = time.monotonic() - wall
-    # ~0.5 s of wall time for 30 minutes of drain (181 checks); the bound leaves room for a busy machine.
-    assert wall < 2.0, f"30 minutes of drain took {wall:.2f} s of wall time: time skipping should make it instant"
+    # Time skipping, not speed: the 30 minutes of drain (181 checks) take ~0.5 s of wall time, and
+    # without skipping they would take 30 minutes; 2 s failed once on a busy CI machine (2.4 s).
+    assert wall < 60.0, f"30 minutes of drain took {wall:.2f} s of wall time: the time-skipping server did not skip"
 
     after_deadline = ate.fakes.names()[ate.fakes.names().index("atelet_terminate") :]
     assert after_deadline == ["atelet_terminate", "crash_after_deadline"] * 2 + ["crash_after_deadline"]
