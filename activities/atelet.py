@@ -22,7 +22,6 @@ from temporalio.exceptions import ApplicationError
 
 from activities.atelet_tls import AteletClientTls, target_options
 from activities.errors import AteletCallFailed, activity_defn
-from activities.store import Store
 from atelet.proto import atelet_pb2 as pb
 from atelet.proto import atelet_pb2_grpc as pb_grpc
 from domain.failpoints import failpoint
@@ -39,6 +38,7 @@ from domain.operations.snapshot_gc import DeleteSnapshotInput
 from domain.refs import ActorRef, WorkerRef
 from domain.states import SnapshotScope, SnapshotStorage
 from domain.templates import ActorTemplateSpec
+from store import Store
 
 M = TypeVar("M")
 

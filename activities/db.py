@@ -1,6 +1,6 @@
 """Activities that read and write Postgres: every actor state transition of every workflow.
 
-Each is idempotent for its operation ID (see `activities.store`): a retry after a crash at any
+Each is idempotent for its operation ID (see `store`): a retry after a crash at any
 point finds the earlier write and returns the same plan. Failures are translated once, by
 `activity_defn` (activities.errors).
 """
@@ -15,7 +15,6 @@ from datetime import UTC, datetime, timedelta
 from temporalio import activity
 
 from activities.errors import activity_defn
-from activities.store import Store
 from domain.failpoints import failpoint
 from domain.operations.common import ActorOperation, FinishInput
 from domain.operations.drain import BeginDrainInput, CrashInput, DrainPlan, Leftover
@@ -32,6 +31,7 @@ from domain.operations.router_drain import (
 from domain.operations.snapshot_gc import GarbageSnapshot, SnapshotGcInput
 from domain.operations.suspend import BeginSuspendInput, CompleteSnapshotInput, SuspendCompletedInput, SuspendPlan
 from domain.operations.upload import CompleteUploadInput, UploadInput, UploadPlan
+from store import Store
 
 log = logging.getLogger(__name__)
 

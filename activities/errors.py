@@ -18,7 +18,7 @@ import grpc
 from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
-from activities.store import StoreError, VersionConflict
+from store import StoreError, VersionConflict
 
 P = ParamSpec("P")
 R = TypeVar("R")

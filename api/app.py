@@ -14,7 +14,6 @@ from fastapi import Depends, FastAPI, Response
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from temporalio.client import Client
 
-from activities.store import Store, migrate
 from api.access.authenticator import Authenticator, read_bootstrap_token
 from api.access.guard import PUBLIC
 from api.access.node_certificates import NodeCertificateVerifier
@@ -29,6 +28,7 @@ from api.names import check_request_names
 from api.recovery import run_recovery
 from api.routes import actors, atespaces, operations, routers, templates, tokens, workers
 from api.settings import ApiSettings
+from store import Store, migrate
 
 log = logging.getLogger("ate.api")
 

@@ -11,9 +11,9 @@ from typing import Annotated
 from fastapi import Depends, Request
 from temporalio.client import Client
 
-from activities.store import Store
 from api.actor_changes import ActorChanges
 from api.settings import ApiSettings
+from store import Store
 
 
 async def get_store(request: Request) -> Store:

@@ -14,8 +14,8 @@ from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.routing import Match
 
-from activities.store import StoreError
 from api.strict import DOCUMENT_LIMIT
+from store import StoreError
 
 log = logging.getLogger("ate.api")
 

@@ -1,5 +1,5 @@
 """The api-server's liveness watcher: finds silent nodes and UNREACHABLE actors whose grace ran out
-(domain/liveness.py, `activities.store.liveness`).
+(domain/liveness.py, `store.liveness`).
 
 Every `every_seconds` it marks the nodes without a heartbeat for the lease lost (workers
 UNAVAILABLE, RUNNING actors UNREACHABLE) and the UNREACHABLE actors past their grace CRASHED.
@@ -19,9 +19,9 @@ import logging
 import time
 from dataclasses import dataclass, field
 
-from activities.store import Store
 from api.metrics import NODES_LOST, UNREACHABLE_EXPIRED
 from domain.liveness import LIVENESS_CHECK_SECONDS, NODE_LEASE_SECONDS, UNREACHABLE_GRACE_SECONDS
+from store import Store
 
 log = logging.getLogger("ate.api.liveness")
 

@@ -26,13 +26,13 @@ from temporalio.client import Client
 from temporalio.common import WorkflowIDConflictPolicy
 from temporalio.exceptions import WorkflowAlreadyStartedError
 
-from activities.store import Store
 from api.metrics import RECOVERIES
 from api.operations import search_attributes
 from domain.operations.revert import RevertActorInput, RevertActorResult
 from domain.states import Operation
 from domain.templates import CrashAction
 from domain.temporal import TASK_QUEUE, WORKFLOW_TASK_TIMEOUT
+from store import Store
 
 log = logging.getLogger("ate.api.recovery")
 

@@ -5,7 +5,6 @@ from __future__ import annotations
 import base64
 import json
 
-from activities.store.records import ActorRecord, OperationRecord, TagRecord, TemplateRecord, WorkerRecord
 from api.errors import InvalidArgument
 from api.schemas import (
     ActorPublic,
@@ -18,6 +17,7 @@ from api.schemas import (
 )
 from domain.names import check_label_name
 from domain.states import WorkerState
+from store.records import ActorRecord, OperationRecord, TagRecord, TemplateRecord, WorkerRecord
 
 
 def actor_view(actor: ActorRecord) -> ActorPublic:

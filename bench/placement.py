@@ -62,7 +62,7 @@ def _pool_file() -> Path:
 async def _register(store: Any, have: int, want: int) -> float:
     """Grow the hollow workers from `have` to `want`: nodes `hollow-<i>` of PER_NODE workers (the
     last one fewer), each registered as an atelet's heartbeat is; seconds taken."""
-    from activities.store.records import WorkerRegistration
+    from store.records import WorkerRegistration
 
     t = time.monotonic()
     for i in range(have // PER_NODE, -(-want // PER_NODE)):
@@ -123,7 +123,7 @@ async def _counts(dsn: str) -> tuple[int, int]:
 
 async def _view_load_seconds(dsn: str, reps: int = 3) -> float:
     """The best of `reps` loads of a fresh worker view (connect not counted)."""
-    from activities.store import Store
+    from store import Store
 
     best = float("inf")
     for _ in range(reps):
@@ -172,8 +172,8 @@ async def _measure(stack: stack_mod.Stack, store: Any, size: int, cycles: int, t
 
 
 async def _run(stack: stack_mod.Stack, sizes: list[int], cycles: int, log: Log) -> dict[str, dict[str, Any]]:
-    from activities.store import Store
     from ate.cli.client import ApiClient
+    from store import Store
 
     with ApiClient(stack.api_url, timeout=60, token=stack.token) as api:
         api.create_actor(ATESPACE, "p0", "counter", {})

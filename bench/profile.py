@@ -26,6 +26,7 @@ PACKAGES = (
     "google/protobuf",
     "json",
     "activities",
+    "store",
     "workflows",
     "domain",
     "temporal_worker",

@@ -120,7 +120,7 @@ async def _sql_variants(dsn: str, size: int, reps: int = 15) -> dict[str, dict[s
     """Deep page straight on Postgres: queries.sql list_actors vs VARIANT (same rows)."""
     import asyncpg
 
-    from activities.store.sql import QUERIES as Q
+    from store.sql import QUERIES as Q
 
     conn = await asyncpg.connect(dsn)
     out: dict[str, list[float]] = {"sql_current": [], "sql_variant": []}
@@ -155,7 +155,7 @@ async def _cleanup(dsn: str) -> None:
 async def _table_sizes(dsn: str) -> dict[str, Any]:
     import asyncpg
 
-    from activities.store.sql import QUERIES as Q
+    from store.sql import QUERIES as Q
 
     conn = await asyncpg.connect(dsn)
     try:

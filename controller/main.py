@@ -22,7 +22,6 @@ import httpx
 from kubernetes import client, config
 from prometheus_client import start_http_server
 
-from activities.store import Store, migrate
 from controller import metrics
 from controller.labels import MANAGED_BY, POOL_LABEL
 from controller.pods import PodSyncer
@@ -30,6 +29,7 @@ from controller.pools import PLURAL, VERSION, PoolReconciler
 from controller.settings import ControllerSettings
 from controller.watch import Watcher, key_of
 from domain.pools import API_GROUP, WorkerPoolSpec
+from store import Store, migrate
 
 log = logging.getLogger("ate.controller")
 

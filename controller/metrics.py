@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from prometheus_client import Gauge
 
-from activities.store.records import WorkerRecord
+from store.records import WorkerRecord
 
 WORKERS = Gauge("ate_workerpool_workers", "workers of each pool by state", ["pool", "state"])
 STATES = ("assigned", "idle", "unavailable")

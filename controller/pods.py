@@ -21,10 +21,10 @@ import logging
 from collections.abc import Awaitable, Callable
 from typing import Any
 
-from activities.store import Store
-from activities.store.records import WorkerRegistration
 from controller.labels import ATELET_PORT, POOL_LABEL, worker_name
 from domain.pools import WorkerPoolSpec
+from store import Store
+from store.records import WorkerRegistration
 
 log = logging.getLogger(__name__)
 

@@ -63,7 +63,7 @@ class WorkerShape:
     memory_bytes: int
     drain_held: bool = False
     """UNAVAILABLE because its actor crashed and the router replicas have yet to drain that actor
-    (activities/store/crashes.py); the "no room" message says so, since it passes in seconds."""
+    (store/crashes.py); the "no room" message says so, since it passes in seconds."""
     unavailable_because: str = ""
     """Why an UNAVAILABLE worker is, when it is one the user can act on or wait for
     (`unavailable_reason`): the "no room" message says it."""

@@ -17,15 +17,13 @@ import contextlib
 import logging
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
 
-import asyncpg
-
+from domain.changes import ACTOR_CHANGES_CHANNEL, parse_actor_change
 from router.types import Upstream
+from store.listen import Listener
 
 log = logging.getLogger(__name__)
 
-CHANNEL = "ate_actor_changes"
 MAX_ENTRIES = 200_000
 HEALTH_INTERVAL_SECONDS = 5.0
 
@@ -123,18 +121,19 @@ class ActorCache:
         Args:
             payload: Notification payload; one that names no actor clears everything.
         """
-        key = payload.strip().split(" ", 1)[0]
-        if "/" in key:
-            self.drop(key)
+        change = parse_actor_change(payload)
+        if change is not None:
+            self.drop(change.actor.key)
         else:
-            log.warning("unparsable %s payload %r: clearing the cache", CHANNEL, payload)
+            log.warning("unparsable %s payload %r: clearing the cache", ACTOR_CHANGES_CHANNEL, payload)
             self.clear()
         for listener in self.on_change:
-            listener(key if "/" in key else None)
+            listener(change.actor.key if change is not None else None)
 
 
 class CacheInvalidator:
-    """Keeps a LISTEN on ``ate_actor_changes`` alive and feeds it into an ``ActorCache``.
+    """Keeps a LISTEN on ``ate_actor_changes`` alive (``store.listen.Listener``) and feeds it into
+    an ``ActorCache``.
 
     While the connection is live the cache is enabled. When it is lost (termination, failed
     health check) the cache is disabled and cleared, and the connection is re-made with
@@ -149,76 +148,34 @@ class CacheInvalidator:
         self.dsn = dsn
         self.cache = cache
         self.connected = asyncio.Event()
-        self._task: asyncio.Task[None] | None = None
-        self._conn: Any = None
+        self._listener: Listener | None = None
         self.channels: dict[str, Callable[[str], None]] = {}
         """More channels to LISTEN on over the same connection, each with its payload handler
         (the router's drains); set before ``start``."""
 
     def start(self) -> None:
         """Start the background LISTEN loop."""
-        if self._task is None:
-            self._task = asyncio.create_task(self._run(), name="ate-router-listen")
+        if self._listener is None:
+            self._listener = Listener(
+                self.dsn, {ACTOR_CHANGES_CHANNEL: self.cache.on_notification, **self.channels}, name="router",
+                on_live=self._live, on_lost=self._lost, health_seconds=HEALTH_INTERVAL_SECONDS,
+            )  # fmt: skip
+            self.connected = self._listener.connected
+            self._listener.start()
 
     async def stop(self) -> None:
         """Stop the loop, close the connection and disable the cache."""
-        if self._task is not None:
-            self._task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._task
-            self._task = None
+        if self._listener is not None:
+            await self._listener.stop()
+            self._listener = None
         self._lost()
+
+    def _live(self) -> None:
+        self.cache.clear()
+        self.cache.enabled = True
+        log.info("listening on %s: caching RUNNING actors", ACTOR_CHANGES_CHANNEL)
 
     def _lost(self) -> None:
         self.cache.enabled = False
         self.cache.clear()
         self.connected.clear()
-
-    async def _run(self) -> None:
-        delay = 0.1
-        while True:
-            lost = asyncio.Event()
-            conn = None
-            try:
-                conn = await asyncpg.connect(self.dsn, timeout=5.0)
-                conn.add_termination_listener(_setter(lost))
-                await conn.add_listener(CHANNEL, self._notified)
-                for channel, handler in self.channels.items():
-                    await conn.add_listener(channel, _payload_to(handler))
-                self._conn = conn
-                self.cache.clear()
-                self.cache.enabled = True
-                self.connected.set()
-                delay = 0.1
-                log.info("listening on %s: caching RUNNING actors", CHANNEL)
-                while not lost.is_set():
-                    with contextlib.suppress(TimeoutError):
-                        await asyncio.wait_for(lost.wait(), HEALTH_INTERVAL_SECONDS)
-                    if not lost.is_set():
-                        await conn.fetchval("SELECT 1", timeout=HEALTH_INTERVAL_SECONDS)
-                log.warning("LISTEN connection lost: cache cleared, reconnecting")
-            except asyncio.CancelledError:
-                raise
-            except Exception as exc:  # any failure means: reconnect
-                log.warning("LISTEN on %s failed (%s): cache off, retrying in %.1fs", CHANNEL, exc, delay)
-            finally:
-                self._lost()
-                self._conn = None
-                if conn is not None:
-                    with contextlib.suppress(Exception):
-                        conn.terminate()
-            await asyncio.sleep(delay)
-            delay = min(delay * 2, 5.0)
-
-    def _notified(self, _conn: object, _pid: int, _channel: str, payload: str) -> None:
-        self.cache.on_notification(payload)
-
-
-def _payload_to(handler: Callable[[str], None]) -> Any:
-    """Return an asyncpg listener that passes the payload to ``handler``."""
-    return lambda _conn, _pid, _channel, payload: handler(payload)
-
-
-def _setter(event: asyncio.Event) -> Any:
-    """Return a termination callback that sets ``event``."""
-    return lambda _conn: event.set()

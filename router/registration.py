@@ -25,14 +25,14 @@ import re
 import socket
 import uuid
 
+from domain.changes import ROUTER_DRAINS_CHANNEL, parse_drain
 from router.api_client import ApiClient, LookupFailed
 from router.cache import ActorCache, CacheInvalidator
 from router.drain import DrainGate
 
 log = logging.getLogger(__name__)
 
-DRAIN_CHANNEL = "ate_router_drains"
-"""The NOTIFY channel of drains (activities.store.router_drains)."""
+"""The NOTIFY channel of drains (store.router_drains)."""
 
 LEASE_MARGIN_SECONDS = 1.0
 """How much earlier than the control plane the replica considers its own lease over."""
@@ -126,11 +126,11 @@ class Registration:
 
     def on_notification(self, payload: str) -> None:
         """Apply one ``ate_router_drains`` payload ``"<id> <atespace>/<name>"``."""
-        drain_id, _, key = payload.strip().partition(" ")
-        if not drain_id.isdigit() or "/" not in key:
-            log.warning("unparsable ate_router_drains payload %r", payload)
+        drain = parse_drain(payload)
+        if drain is None:
+            log.warning("unparsable %s payload %r", ROUTER_DRAINS_CHANNEL, payload)
             return
-        self.dispatch(int(drain_id), key)
+        self.dispatch(drain[0], drain[1].key)
 
     def dispatch(self, drain_id: int, key: str) -> None:
         """Carry out drain ``drain_id`` of actor ``key`` and acknowledge it (once; a drain
@@ -186,7 +186,7 @@ def register_replica(
     heartbeat_seconds: float,
 ) -> Registration:
     """This replica's registration, wired as both data paths use it: the drain gate and the cache
-    are usable only while the lease runs, and drains also arrive by NOTIFY on DRAIN_CHANNEL when
+    are usable only while the lease runs, and drains also arrive by NOTIFY on ROUTER_DRAINS_CHANNEL when
     there is a LISTEN connection (else through the heartbeats). Not started: call its `start`."""
     registration = Registration(
         api, drains, cache, replica_name or default_replica_name(), lease_seconds, heartbeat_seconds
@@ -194,5 +194,5 @@ def register_replica(
     drains.leased = registration.leased
     cache.usable = registration.leased
     if invalidator is not None:
-        invalidator.channels[DRAIN_CHANNEL] = registration.on_notification
+        invalidator.channels[ROUTER_DRAINS_CHANNEL] = registration.on_notification
     return registration

@@ -25,9 +25,9 @@ from temporalio.worker.workflow_sandbox import SandboxedWorkflowRunner, SandboxR
 from activities.atelet import AteletActivities
 from activities.atelet_tls import AteletClientTls, AteletTlsError
 from activities.db import DbActivities
-from activities.store import Store, migrate
 from domain.operations.snapshot_gc import SnapshotGcInput
 from domain.temporal import SNAPSHOT_GC_WORKFLOW_ID, TASK_QUEUE, WORKFLOW_TASK_TIMEOUT
+from store import Store, migrate
 from temporal_worker.search_attributes import ensure_search_attributes
 from temporal_worker.settings import WorkerSettings
 from workflows.eviction_deadline import EvictionDeadlineWorkflow

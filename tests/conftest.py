@@ -15,10 +15,10 @@ from urllib.parse import urlsplit, urlunsplit
 import asyncpg
 import pytest
 
-from activities.store import Store, migrate
 from ate.dev.child import ChildFailed
 from ate.dev.object_store import LocalObjectStore, free_base_port
 from ate.dev.temporal import dev_server_child
+from store import Store, migrate
 
 
 def pytest_configure(config: pytest.Config) -> None:

@@ -9,10 +9,10 @@ from typing import Protocol
 
 import jwt
 
-from activities.store import Store
 from api.access.oidc import OidcVerifier
 from api.settings import ApiSettings
 from domain.access import TOKEN_PREFIX, Grant, Principal, Role, hash_secret
+from store import Store
 
 BOOTSTRAP_MINIMUM_LENGTH = 32
 """Characters a bootstrap token must have at least (it is a cluster-admin credential)."""

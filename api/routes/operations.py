@@ -9,7 +9,6 @@ from fastapi import APIRouter, Query
 from temporalio.client import Client, WorkflowExecution
 from temporalio.common import SearchAttributeKey
 
-from activities.store import Store, StoreError
 from api.access.guard import PrincipalDep, needs, readable_atespaces
 from api.deps import StoreDep, TemporalDep
 from api.names import check_name
@@ -17,6 +16,7 @@ from api.schemas import RunningOperation
 from domain.access import Permission
 from domain.refs import ActorRef
 from domain.temporal import SEARCH_ATTRIBUTES
+from store import Store, StoreError
 
 router = APIRouter(tags=["operations"])
 

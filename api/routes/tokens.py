@@ -7,8 +7,6 @@ from datetime import UTC, datetime, timedelta
 
 from fastapi import APIRouter, Request, Response
 
-from activities.store import NotFound
-from activities.store.tokens import TokenRecord
 from api.access.guard import AUTHENTICATED, PermissionDenied, PrincipalDep, needs
 from api.access.schemas import (
     AccessReviewCreate,
@@ -22,6 +20,8 @@ from api.deps import StoreDep
 from api.errors import InvalidArgument
 from api.names import check_name
 from domain.access import Grant, Permission, Principal, Role, refusal
+from store import NotFound
+from store.tokens import TokenRecord
 
 router = APIRouter(tags=["access"])
 

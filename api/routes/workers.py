@@ -5,8 +5,6 @@ from __future__ import annotations
 from fastapi import APIRouter
 from temporalio.common import WorkflowIDConflictPolicy
 
-from activities.store import NotFound
-from activities.store.records import WorkerRegistration
 from api.access.guard import needs
 from api.deps import StoreDep, TemporalDep
 from api.schemas import DrainRequest, NodeEvent, NodeRegistration, WorkerPublic
@@ -15,6 +13,8 @@ from domain.access import Permission
 from domain.operations.drain import EvictionDeadlineInput
 from domain.refs import ActorRef
 from domain.temporal import TASK_QUEUE, WORKFLOW_TASK_TIMEOUT
+from store import NotFound
+from store.records import WorkerRegistration
 
 router = APIRouter(tags=["workers"])
 

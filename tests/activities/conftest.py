@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from activities.store import Store
+from store import Store
 from tests.activities.test_store import ready_template, worker
 
 

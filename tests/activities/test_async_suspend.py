@@ -12,9 +12,9 @@ from __future__ import annotations
 
 import pytest
 
-from activities.store import FailedPrecondition, NoCapacity, Store
 from domain.refs import ActorRef
 from domain.states import SnapshotStorage
+from store import FailedPrecondition, NoCapacity, Store
 from tests.activities.test_lifecycle import running_actor, suspend
 
 

@@ -14,12 +14,12 @@ from temporalio.exceptions import ApplicationError
 from temporalio.testing import ActivityEnvironment
 
 from activities.atelet import AteletActivities
-from activities.store import Store
 from atelet.settings import AteletSettings
 from domain.operations.atelet_calls import AteletCheckpointInput
 from domain.operations.snapshot_gc import DeleteSnapshotInput, GarbageSnapshot
 from domain.refs import ActorRef, SnapshotRef, WorkerRef
 from domain.states import SnapshotScope
+from store import Store
 from tests.activities.test_store import worker
 from tests.atelet.conftest import make_settings, running_atelet
 from tests.tls import control_plane_tls

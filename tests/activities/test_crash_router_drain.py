@@ -12,8 +12,8 @@ from __future__ import annotations
 
 import pytest
 
-from activities.store import NoCapacity, Store
 from domain.refs import ActorRef
+from store import NoCapacity, Store
 from tests.activities.test_lifecycle import running_actor
 from tests.activities.test_node_loss import WORKERS, stage
 

@@ -11,8 +11,8 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
-from activities.store import AlreadyExists, FailedPrecondition, Store
 from domain.refs import ActorRef
+from store import AlreadyExists, FailedPrecondition, Store
 from tests.activities.test_store import ready_template, worker
 
 

@@ -18,8 +18,6 @@ from temporalio.exceptions import ApplicationError
 from temporalio.testing import ActivityEnvironment
 
 from activities.atelet import AteletActivities
-from activities.store import Store
-from activities.store.records import WorkerRegistration
 from atelet.proto import atelet_pb2 as pb
 from atelet.settings import AteletSettings
 from domain.failpoints import ENV as FAILPOINTS_ENV
@@ -27,6 +25,8 @@ from domain.operations.atelet_calls import AteletCheckpointInput, AteletRunInput
 from domain.operations.resume import PlaceAndRestoreInput, ResumeProgress
 from domain.refs import ActorRef
 from domain.states import SnapshotScope
+from store import Store
+from store.records import WorkerRegistration
 from tests.activities.test_store import GIB, SPEC, ready_template
 from tests.atelet.conftest import build_counter_image, make_settings, running_atelet
 from tests.tls import control_plane_tls

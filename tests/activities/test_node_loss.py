@@ -15,10 +15,10 @@ from typing import Any
 
 import pytest
 
-from activities.store import ActorUnreachable, FailedPrecondition, Store
-from activities.store.nodes import FencingOrder
 from domain.refs import ActorRef
 from domain.templates import ActorTemplateSpec
+from store import ActorUnreachable, FailedPrecondition, Store
+from store.nodes import FencingOrder
 from tests.activities.test_lifecycle import running_actor, suspend
 from tests.activities.test_store import SPEC, ready_template, worker
 
@@ -269,7 +269,7 @@ async def test_an_actor_that_keeps_crashing_after_its_automatic_reverts_is_left_
     worker_id = (await stage.actors.get(ref)).worker.worker_id  # type: ignore[union-attr]
     assert await stage.nodes.crash_actor(ref, worker_id, "sandbox exited: exit status 3")
 
-    async def recoveries(ages_seconds: list[int]) -> None:  # as RevertActor records them (activities/store/reverts.py)
+    async def recoveries(ages_seconds: list[int]) -> None:  # as RevertActor records them (store/reverts.py)
         async with stage.pool.acquire() as connection:
             for i, age in enumerate(ages_seconds):
                 await connection.execute(

@@ -16,10 +16,10 @@ from collections import Counter
 import asyncpg
 import pytest
 
-from activities.store import InvalidArgument, NoCapacity, NoMatchingWorker, PinnedNodeFull, Store
-from activities.store.records import WorkerRegistration
 from domain.refs import ActorRef
 from domain.templates import ActorTemplateSpec
+from store import InvalidArgument, NoCapacity, NoMatchingWorker, PinnedNodeFull, Store
+from store.records import WorkerRegistration
 from tests.activities.test_store import GIB, SPEC, ready_template
 
 OLD_RUNSC = "0.0~20221219.0"

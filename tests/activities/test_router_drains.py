@@ -1,4 +1,4 @@
-"""Router replicas and drains on real PostgreSQL (activities.store.router_drains), and the
+"""Router replicas and drains on real PostgreSQL (store.router_drains), and the
 `drain_routers` step: it waits for every live replica's acknowledgement, not for a silent one,
 and gives up at the bound when a live one never answers."""
 
@@ -11,9 +11,9 @@ import pytest
 from temporalio.testing import ActivityEnvironment
 
 from activities.db import DbActivities
-from activities.store import NotFound, Store
 from domain.operations.router_drain import RouterDrainInput
 from domain.refs import ActorRef
+from store import NotFound, Store
 
 C1 = ActorRef("demo", "c1")
 

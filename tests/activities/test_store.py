@@ -9,11 +9,11 @@ from __future__ import annotations
 
 import pytest
 
-from activities.store import AlreadyExists, FailedPrecondition, NoCapacity, NoMatchingWorker, NotFound, Store
-from activities.store.records import WorkerRegistration
 from domain.refs import ActorRef
 from domain.states import SnapshotScope
 from domain.templates import ActorTemplateSpec
+from store import AlreadyExists, FailedPrecondition, NoCapacity, NoMatchingWorker, NotFound, Store
+from store.records import WorkerRegistration
 
 SPEC = {
     "sandboxClass": "gvisor",

@@ -21,8 +21,8 @@ from pathlib import Path
 import httpx
 import pytest
 
-from activities.store import Store
 from ate.dev.child import Child, http_ok
+from store import Store
 from tests.conftest import fresh_database, temporal_dev_server
 from tests.credentials import BOOTSTRAP_ENV, BOOTSTRAP_HEADERS, BOOTSTRAP_TOKEN, SuiteCredentials
 from tests.tls import certificates

@@ -1,6 +1,6 @@
 """The api-server's LISTEN on actor changes (api.actor_changes) and the resume's race between
 the commit's NOTIFY and the workflow's result (api.routes.actors.first_of), on a real PostgreSQL
-whose trigger sends the NOTIFY (activities/store/migrations)."""
+whose trigger sends the NOTIFY (store/migrations)."""
 
 from __future__ import annotations
 
@@ -10,11 +10,11 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 import asyncpg
 import pytest
 
-from activities.store import Store
 from api.actor_changes import ActorChanges
 from api.errors import Timeout
 from api.routes.actors import first_of
 from domain.refs import ActorRef
+from store import Store
 from tests.activities.test_store import ready_template, worker
 
 HANG_GUARD_SECONDS = 20  # a test that would hang fails instead

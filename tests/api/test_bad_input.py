@@ -10,9 +10,9 @@ from typing import Any
 
 import httpx
 
-from activities.store import Store
 from domain.refs import ActorRef
 from domain.templates import ActorTemplateSpec
+from store import Store
 from tests.api.conftest import stored_state
 
 WORKER = {"name": "default-0", "pool": "default", "ip": "10.99.0.2", "cpu_millis": 1000, "memory_bytes": 2**30}

@@ -15,7 +15,7 @@ from typing import Any
 import httpx
 import pytest
 
-from activities.store import Store
+from store import Store
 from tests.api.conftest import ApiServer, stored_state
 
 MEGABYTE = "m" * 1_000_000

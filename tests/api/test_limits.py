@@ -18,7 +18,7 @@ from urllib.parse import urlsplit
 import httpx
 import pytest
 
-from activities.store import Store
+from store import Store
 from tests.api.conftest import ApiServer, start_api_server, stored_state
 
 MAX_BODY = 65536

@@ -11,8 +11,8 @@ from __future__ import annotations
 
 import asyncio
 
-from activities.store import Store
 from api.liveness import LivenessWatcher
+from store import Store
 from tests.activities.test_store import worker
 
 

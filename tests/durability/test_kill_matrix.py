@@ -45,7 +45,7 @@ Which (step, process) pairs run (`meaningful`): every step x worker, Temporal an
   earlier writes must survive the crash and whose next write retries through the restart
   (`db_step` retries for ~30 s).
 
-What makes each step idempotent (read from activities/store/*.py, activities/*.py, workflows/*.py
+What makes each step idempotent (read from store/*.py, activities/*.py, workflows/*.py
 and atelet/oplog.py, atelet/sandbox_ops.py, atelet/checkpoint_ops.py, atelet/snapshots/); the operation ID is the workflow
 run ID, and each atelet call's ID is `<run id>/<run|restore|checkpoint|copy|terminate>`; every
 snapshot destination is `<gen>-<12 hex of sha256(run id)>`, unique per operation:

@@ -46,12 +46,12 @@ import yaml
 from kubernetes import client, config
 from kubernetes.client.exceptions import ApiException
 
-from activities.store import Store
 from api.template_spec import TemplateSpec
 from controller.deployments import worker_deployment
 from controller.main import Controller, api_client
 from controller.settings import ControllerSettings
 from domain.pools import parse_worker_pool
+from store import Store
 from tests.kubernetes.cluster import REPO, Cluster
 
 pytestmark = pytest.mark.kubernetes

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from prometheus_client import generate_latest
 
-from activities.store import Store
 from controller.metrics import set_workers
 from domain.refs import ActorRef
+from store import Store
 from tests.activities.test_store import ready_template, worker
 
 

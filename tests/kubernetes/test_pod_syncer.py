@@ -19,8 +19,6 @@ from kubernetes import client
 from temporalio.client import Client, WorkflowExecutionStatus
 
 from activities.atelet import AteletActivities
-from activities.store import NodeRetired, Store
-from activities.store.records import WorkerRegistration
 from api.app import create_app
 from api.settings import ApiSettings
 from controller.labels import POOL_LABEL
@@ -31,6 +29,8 @@ from controller.settings import ControllerSettings
 from controller.watch import Watcher
 from domain.refs import ActorRef
 from domain.templates import ActorTemplateSpec
+from store import NodeRetired, Store
+from store.records import WorkerRegistration
 from temporal_worker.main import build_worker
 from temporal_worker.settings import WorkerSettings
 from tests.conftest import temporal_dev_server

@@ -33,7 +33,7 @@ from activities.atelet import AteletActivities
 from activities.atelet_tls import AteletClientTls
 from activities.db import DbActivities
 from activities.errors import AteletCallFailed, from_atelet_error, from_store_error
-from activities.store import Store, StoreError
+from store import Store, StoreError
 from temporal_worker.main import activities
 
 

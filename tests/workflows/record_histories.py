@@ -23,7 +23,6 @@ from typing import Any
 import grpc
 from temporalio.client import WorkflowHandle
 
-from activities.store import NoCapacity, PinnedNodeFull
 from domain.operations.atelet_calls import AteletCheckpointResult, AteletRunResult
 from domain.operations.drain import DrainPlan, EvictionDeadlineInput, Leftover
 from domain.operations.golden import GoldenPlan, GoldenSnapshotInput
@@ -34,6 +33,7 @@ from domain.operations.snapshot_gc import GarbageSnapshot, SnapshotGcInput
 from domain.operations.suspend import BeginSuspendInput, SuspendActorInput, SuspendPlan
 from domain.operations.upload import UploadPlan, UploadSnapshotInput
 from domain.temporal import SNAPSHOT_GC_WORKFLOW_ID, template_workflow_id, upload_workflow_id
+from store import NoCapacity, PinnedNodeFull
 from tests.workflows.fakes import Fakes, atelet_failure, store_failure
 from tests.workflows.harness import Ate, running, start_test_server
 from tests.workflows.samples import ATELET, C1, DRAINED, MANIFEST, NODE, SPEC, actor, snapshot, worker

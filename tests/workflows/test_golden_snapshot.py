@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import grpc
 
-from activities.store import NoCapacity, NoMatchingWorker
 from domain.operations.atelet_calls import (
     AteletCheckpointInput,
     AteletCheckpointResult,
@@ -18,6 +17,7 @@ from domain.operations.common import FinishInput
 from domain.operations.golden import GoldenPlan, GoldenSnapshotInput
 from domain.operations.suspend import CompleteSnapshotInput
 from domain.refs import ActorRef
+from store import NoCapacity, NoMatchingWorker
 from tests.workflows.fakes import atelet_failure, fail, store_failure
 from tests.workflows.harness import Ate
 from tests.workflows.samples import MANIFEST, SPEC, snapshot, worker

@@ -5,12 +5,12 @@ from __future__ import annotations
 
 import grpc
 
-from activities.store import NotFound
-from activities.store.errors import refused
 from domain.operations.atelet_calls import AteletCheckpointInput, AteletCheckpointResult
 from domain.operations.pause import PauseActorInput, PausePlan
 from domain.operations.suspend import BeginSuspendInput, CompleteSnapshotInput
 from domain.states import TRANSITIONS, Operation
+from store import NotFound
+from store.errors import refused
 from tests.workflows.fakes import atelet_failure, store_failure
 from tests.workflows.harness import Ate
 from tests.workflows.samples import C1, DRAINED, MANIFEST, NODE, snapshot, worker

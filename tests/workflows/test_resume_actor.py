@@ -7,8 +7,6 @@ from __future__ import annotations
 
 import grpc
 
-from activities.store import NoCapacity, NotFound, PinnedNodeFull, VersionConflict
-from activities.store.errors import refused
 from domain.operations.atelet_calls import (
     AteletCheckpointResult,
     AteletCopyInput,
@@ -28,6 +26,8 @@ from domain.operations.resume import (
 from domain.operations.revert import FenceInput
 from domain.operations.suspend import BeginSuspendInput, CompleteSnapshotInput, SuspendPlan
 from domain.states import TRANSITIONS, Operation
+from store import NoCapacity, NotFound, PinnedNodeFull, VersionConflict
+from store.errors import refused
 from tests.workflows.fakes import atelet_failure, fail, store_failure
 from tests.workflows.harness import Ate
 from tests.workflows.samples import ATELET, C1, MANIFEST, NODE, SPEC, snapshot, worker

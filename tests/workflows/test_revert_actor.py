@@ -5,13 +5,13 @@ from __future__ import annotations
 
 import grpc
 
-from activities.store import NotFound, StoreError
-from activities.store.errors import refused
 from domain.operations.atelet_calls import AteletTerminateInput
 from domain.operations.common import ActorOperation
 from domain.operations.revert import FenceInput, FinishRevertInput, RevertActorInput, RevertPlan
 from domain.operations.router_drain import RouterDrainInput
 from domain.states import TRANSITIONS, Operation
+from store import NotFound, StoreError
+from store.errors import refused
 from tests.workflows.fakes import atelet_failure, store_failure
 from tests.workflows.harness import Ate
 from tests.workflows.samples import C1, DRAINED, NODE, worker

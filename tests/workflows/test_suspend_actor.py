@@ -10,8 +10,6 @@ from dataclasses import replace
 import grpc
 import pytest
 
-from activities.store import NotFound, StoreError
-from activities.store.errors import refused
 from domain.operations.atelet_calls import AteletCheckpointInput, AteletCheckpointResult, AteletCopyInput
 from domain.operations.router_drain import RouterDrainInput
 from domain.operations.suspend import (
@@ -24,6 +22,8 @@ from domain.operations.suspend import (
 from domain.operations.upload import CompleteUploadInput, UploadInput, UploadPlan, UploadSnapshotInput
 from domain.states import TRANSITIONS, Operation
 from domain.temporal import upload_workflow_id
+from store import NotFound, StoreError
+from store.errors import refused
 from tests.workflows.fakes import atelet_failure, store_failure
 from tests.workflows.harness import Ate
 from tests.workflows.samples import ATELET, C1, DRAINED, MANIFEST, snapshot, worker

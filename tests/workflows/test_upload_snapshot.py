@@ -7,10 +7,10 @@ from __future__ import annotations
 import grpc
 import pytest
 
-from activities.store import NotFound
 from domain.operations.atelet_calls import AteletCheckpointResult, AteletCopyInput
 from domain.operations.upload import CompleteUploadInput, UploadInput, UploadPlan, UploadSnapshotInput
 from domain.temporal import upload_workflow_id
+from store import NotFound
 from tests.workflows.fakes import atelet_failure, store_failure
 from tests.workflows.harness import Ate
 from tests.workflows.samples import ATELET, C1, MANIFEST, snapshot

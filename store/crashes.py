@@ -16,10 +16,10 @@ from __future__ import annotations
 
 import asyncpg
 
-from activities.store.router_drains import record_drain
-from activities.store.sql import QUERIES as Q
 from domain.operations.router_drain import DRAIN_ACK_MARGIN_SECONDS, MAX_DRAIN_WAIT_SECONDS
 from domain.refs import ActorRef
+from store.router_drains import record_drain
+from store.sql import QUERIES as Q
 
 
 def drain_operation_id(ref: ActorRef, version: int) -> str:

@@ -11,15 +11,15 @@ from typing import Any
 
 import asyncpg
 
-from activities.store.errors import FailedPrecondition, NotFound, VersionConflict, refused
-from activities.store.pinning import Pinning
-from activities.store.placement import Placement
-from activities.store.records import spec_of
-from activities.store.snapshots import Snapshots
-from activities.store.sql import QUERIES as Q
 from domain.operations.suspend import SuspendPlan
 from domain.refs import ActorRef
 from domain.states import TRANSITIONS, ActorState, Operation, SnapshotStorage
+from store.errors import FailedPrecondition, NotFound, VersionConflict, refused
+from store.pinning import Pinning
+from store.placement import Placement
+from store.records import spec_of
+from store.snapshots import Snapshots
+from store.sql import QUERIES as Q
 
 SUSPEND = TRANSITIONS[Operation.SUSPEND]
 

@@ -12,12 +12,10 @@ from datetime import datetime
 
 import asyncpg
 
-from activities.store.errors import NotFound
-from activities.store.sql import QUERIES as Q
+from domain.changes import format_drain
 from domain.refs import ActorRef
-
-DRAIN_CHANNEL = "ate_router_drains"
-"""The NOTIFY channel of drain requests; payload `<drain id> <atespace>/<name>`."""
+from store.errors import NotFound
+from store.sql import QUERIES as Q
 
 
 async def record_drain(connection: asyncpg.Connection, actor: ActorRef, operation_id: str) -> int:
@@ -25,7 +23,7 @@ async def record_drain(connection: asyncpg.Connection, actor: ActorRef, operatio
     operation) and NOTIFY the listening replicas (delivered when the caller's transaction
     commits); return the drain's ID."""
     drain_id: int = await connection.fetchval(Q["record_router_drain"], operation_id, actor.atespace, actor.name)
-    await connection.execute(Q["notify_router_drain"], f"{drain_id} {actor.key}")
+    await connection.execute(Q["notify_router_drain"], format_drain(drain_id, actor))
     return drain_id
 
 

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import asyncpg
 
-from activities.store.errors import AlreadyExists, FailedPrecondition, NotFound
-from activities.store.records import TagRecord
-from activities.store.sql import QUERIES as Q
 from domain.refs import ActorRef
+from store.errors import AlreadyExists, FailedPrecondition, NotFound
+from store.records import TagRecord
+from store.sql import QUERIES as Q
 
 
 class Tags:

@@ -143,7 +143,7 @@ WHERE w.id = $1;
 -- view_workers --
 -- Every worker with its runtime (the one its atelet reports for it, else its node's runsc build:
 -- placement check 4) and what its places hold: the worker view's full load
--- (activities/store/worker_view.py; at start, after its LISTEN connection is re-made, and at each
+-- (store/worker_view.py; at start, after its LISTEN connection is re-made, and at each
 -- periodic resync).
 SELECT w.id, w.node, w.name, w.state, w.state_reason, w.router_drain_id, w.sandbox_class, w.labels, w.places, w.cpu_millis,
        w.memory_bytes,

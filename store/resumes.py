@@ -11,7 +11,11 @@ from __future__ import annotations
 
 import asyncpg
 
-from activities.store.errors import (
+from domain.liveness import unreachable_message
+from domain.operations.resume import ResumePlan, ResumeProgress
+from domain.refs import ActorRef
+from domain.states import TRANSITIONS, ActorState, Operation
+from store.errors import (
     ActorUnreachable,
     FailedPrecondition,
     NoCapacity,
@@ -19,15 +23,11 @@ from activities.store.errors import (
     VersionConflict,
     refused,
 )
-from activities.store.pinning import Pinning
-from activities.store.placement import Placement, demand_of
-from activities.store.records import spec_of
-from activities.store.snapshots import Snapshots
-from activities.store.sql import QUERIES as Q
-from domain.liveness import unreachable_message
-from domain.operations.resume import ResumePlan, ResumeProgress
-from domain.refs import ActorRef
-from domain.states import TRANSITIONS, ActorState, Operation
+from store.pinning import Pinning
+from store.placement import Placement, demand_of
+from store.records import spec_of
+from store.snapshots import Snapshots
+from store.sql import QUERIES as Q
 
 RESUME = TRANSITIONS[Operation.RESUME]
 

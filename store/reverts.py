@@ -9,13 +9,13 @@ from __future__ import annotations
 
 import asyncpg
 
-from activities.store.errors import FailedPrecondition, NotFound
-from activities.store.nodes import Nodes
-from activities.store.placement import Placement
-from activities.store.sql import QUERIES as Q
 from domain.operations.revert import RevertPlan
 from domain.refs import ActorRef
 from domain.states import TRANSITIONS, ActorState, Operation
+from store.errors import FailedPrecondition, NotFound
+from store.nodes import Nodes
+from store.placement import Placement
+from store.sql import QUERIES as Q
 
 REVERT = TRANSITIONS[Operation.REVERT]
 

@@ -11,14 +11,14 @@ from typing import Any
 
 import asyncpg
 
-from activities.store.errors import FailedPrecondition, NotFound, VersionConflict, refused
-from activities.store.placement import Placement
-from activities.store.records import spec_of
-from activities.store.snapshots import Snapshots
-from activities.store.sql import QUERIES as Q
 from domain.operations.pause import PausePlan
 from domain.refs import ActorRef
 from domain.states import TRANSITIONS, ActorState, Operation
+from store.errors import FailedPrecondition, NotFound, VersionConflict, refused
+from store.placement import Placement
+from store.records import spec_of
+from store.snapshots import Snapshots
+from store.sql import QUERIES as Q
 
 PAUSE = TRANSITIONS[Operation.PAUSE]
 

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import asyncpg
 
-from activities.store.records import OperationRecord
-from activities.store.sql import QUERIES as Q
 from domain.refs import ActorRef
+from store.records import OperationRecord
+from store.sql import QUERIES as Q
 
 
 class OperationHistory:

@@ -9,12 +9,12 @@ UPDATE snapshots SET runsc_version = NULLIF(manifest->>'runsc_version', '')
 WHERE scope = 'FULL' AND manifest IS NOT NULL;
 
 -- A worker is one sandbox with one address: it hosts one actor at a time. Registrations that
--- claim more are refused (api/schemas.py, activities/store/nodes.py); the table says so too.
+-- claim more are refused (api/schemas.py, store/nodes.py); the table says so too.
 UPDATE workers SET places = 1 WHERE places <> 1;
 ALTER TABLE workers DROP CONSTRAINT workers_places_check;
 ALTER TABLE workers ADD CONSTRAINT workers_one_place CHECK (places = 1);
 
--- The worker view (activities/store/worker_view.py) LISTENs on ate_worker_changes. A worker row
+-- The worker view (store/worker_view.py) LISTENs on ate_worker_changes. A worker row
 -- announces itself already (0001: its id); a change of its places announces its worker too (a new
 -- place as 'place <worker id> <holder>', so the process that bound it knows its bind committed),
 -- and a node whose runsc build changes announces 'node <name>' (its workers' check 4 changes with

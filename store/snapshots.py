@@ -5,13 +5,13 @@ from __future__ import annotations
 
 import asyncpg
 
-from activities.store.errors import NotFound, VersionConflict
-from activities.store.snapshot_names import LOCAL_LOCATION, snapshot_uri
-from activities.store.sql import QUERIES as Q
 from domain.operations.snapshot_gc import GarbageSnapshot
 from domain.refs import SnapshotRef
 from domain.states import SnapshotScope, SnapshotStorage
 from domain.templates import ActorTemplateSpec
+from store.errors import NotFound, VersionConflict
+from store.snapshot_names import LOCAL_LOCATION, snapshot_uri
+from store.sql import QUERIES as Q
 
 
 class Snapshots:

@@ -5,11 +5,11 @@ from __future__ import annotations
 
 import asyncpg
 
-from activities.store.errors import AlreadyExists, FailedPrecondition, NotFound
-from activities.store.records import ActorRecord
-from activities.store.sql import QUERIES as Q
-from activities.store.templates import Templates
 from domain.refs import ActorRef
+from store.errors import AlreadyExists, FailedPrecondition, NotFound
+from store.records import ActorRecord
+from store.sql import QUERIES as Q
+from store.templates import Templates
 
 
 class Actors:

@@ -1,6 +1,6 @@
 """Nodes and their workers: registration and heartbeats, reconciliation of what an atelet runs
 against the placements (a returning node gets its UNREACHABLE actors back), sandbox exits,
-retired nodes, fencing, and finding a live atelet. Marking nodes lost is `activities.store.liveness`."""
+retired nodes, fencing, and finding a live atelet. Marking nodes lost is `store.liveness`."""
 
 from __future__ import annotations
 
@@ -8,14 +8,14 @@ from dataclasses import dataclass
 
 import asyncpg
 
-from activities.store.crashes import crash_on_worker, hold_for_drain, hold_router_draining_workers
-from activities.store.errors import InvalidArgument, NodeRetired, NotFound
-from activities.store.records import WorkerRecord, WorkerRegistration
-from activities.store.sql import QUERIES as Q
 from domain.quantities import check_worker_places
 from domain.refs import ActorRef
 from domain.states import ActorState
 from domain.temporal import template_workflow_id
+from store.crashes import crash_on_worker, hold_for_drain, hold_router_draining_workers
+from store.errors import InvalidArgument, NodeRetired, NotFound
+from store.records import WorkerRecord, WorkerRegistration
+from store.sql import QUERIES as Q
 
 SETTLED_SECONDS = 10.0
 """A RUNNING actor its atelet reports absent is crashed only if it has been RUNNING this long,

@@ -7,13 +7,13 @@ from datetime import datetime
 
 import asyncpg
 
-from activities.store.crashes import hold_for_drain, hold_router_draining_workers
-from activities.store.errors import NotFound
-from activities.store.placement import Placement
-from activities.store.sql import QUERIES as Q
 from domain.operations.drain import DrainPlan
 from domain.refs import ActorRef, WorkerRef
 from domain.states import ActorState
+from store.crashes import hold_for_drain, hold_router_draining_workers
+from store.errors import NotFound
+from store.placement import Placement
+from store.sql import QUERIES as Q
 
 
 class Drains:

@@ -1,6 +1,6 @@
 """The Postgres store: named SQL queries, migrations, and the `Store` that runs them (see `store`)."""
 
-from activities.store.errors import (
+from store.errors import (
     ActorUnreachable,
     AlreadyExists,
     FailedPrecondition,
@@ -13,8 +13,8 @@ from activities.store.errors import (
     StoreError,
     VersionConflict,
 )
-from activities.store.migrations import migrate
-from activities.store.store import Store
+from store.migrations import migrate
+from store.store import Store
 
 __all__ = [
     "ActorUnreachable",

@@ -10,14 +10,14 @@ from typing import Any
 
 import asyncpg
 
-from activities.store.errors import NotFound
-from activities.store.placement import Placement, demand_of
-from activities.store.records import spec_of
-from activities.store.snapshots import Snapshots
-from activities.store.sql import QUERIES as Q
 from domain.operations.golden import GoldenPlan
 from domain.states import SnapshotScope
 from domain.temporal import template_workflow_id
+from store.errors import NotFound
+from store.placement import Placement, demand_of
+from store.records import spec_of
+from store.snapshots import Snapshots
+from store.sql import QUERIES as Q
 
 
 class GoldenSnapshots:

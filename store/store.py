@@ -18,25 +18,25 @@ import json
 
 import asyncpg
 
-from activities.store.actors import Actors
-from activities.store.atespaces import Atespaces
-from activities.store.drains import Drains
-from activities.store.golden_snapshots import GoldenSnapshots
-from activities.store.history import OperationHistory
-from activities.store.liveness import Liveness
-from activities.store.nodes import Nodes
-from activities.store.pauses import Pauses
-from activities.store.pinning import Pinning
-from activities.store.placement import Placement
-from activities.store.resumes import Resumes
-from activities.store.reverts import Reverts
-from activities.store.router_drains import RouterDrains
-from activities.store.snapshots import Snapshots
-from activities.store.suspends import Suspends
-from activities.store.tags import Tags
-from activities.store.templates import Templates
-from activities.store.tokens import AccessTokens
-from activities.store.uploads import Uploads
+from store.actors import Actors
+from store.atespaces import Atespaces
+from store.drains import Drains
+from store.golden_snapshots import GoldenSnapshots
+from store.history import OperationHistory
+from store.liveness import Liveness
+from store.nodes import Nodes
+from store.pauses import Pauses
+from store.pinning import Pinning
+from store.placement import Placement
+from store.resumes import Resumes
+from store.reverts import Reverts
+from store.router_drains import RouterDrains
+from store.snapshots import Snapshots
+from store.suspends import Suspends
+from store.tags import Tags
+from store.templates import Templates
+from store.tokens import AccessTokens
+from store.uploads import Uploads
 
 
 async def _init_connection(connection: asyncpg.Connection) -> None:

@@ -13,10 +13,10 @@ from dataclasses import dataclass
 
 import asyncpg
 
-from activities.store.crashes import hold_for_drain
-from activities.store.sql import QUERIES as Q
 from domain.liveness import NODE_LEASE_SECONDS, UNREACHABLE_GRACE_SECONDS
 from domain.refs import ActorRef
+from store.crashes import hold_for_drain
+from store.sql import QUERIES as Q
 
 
 @dataclass(frozen=True)

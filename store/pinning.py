@@ -6,14 +6,14 @@ from __future__ import annotations
 
 import asyncpg
 
-from activities.store.errors import FailedPrecondition, NoCapacity, PinnedNodeFull
-from activities.store.nodes import Nodes, NodeStatus
-from activities.store.placement import Placement
-from activities.store.snapshots import Snapshots
 from domain.operations.suspend import SuspendPlan
 from domain.placement import Demand
 from domain.refs import ActorRef, SnapshotRef
 from domain.states import ActorState
+from store.errors import FailedPrecondition, NoCapacity, PinnedNodeFull
+from store.nodes import Nodes, NodeStatus
+from store.placement import Placement
+from store.snapshots import Snapshots
 
 
 class Pinning:

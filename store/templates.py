@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import asyncpg
 
-from activities.store.atespaces import Atespaces
-from activities.store.errors import AlreadyExists, FailedPrecondition, NotFound
-from activities.store.records import TemplateRecord
-from activities.store.sql import QUERIES as Q
 from domain.templates import ActorTemplateSpec
+from store.atespaces import Atespaces
+from store.errors import AlreadyExists, FailedPrecondition, NotFound
+from store.records import TemplateRecord
+from store.sql import QUERIES as Q
 
 
 class Templates:

@@ -35,12 +35,13 @@ from typing import Any
 
 import asyncpg
 
-from activities.store.sql import QUERIES as Q
+from domain.changes import WORKER_CHANGES_CHANNEL
 from domain.placement import Demand, NodeLoad, Tally, Usage, WorkerShape, fits
+from store.sql import QUERIES as Q
 
 log = logging.getLogger(__name__)
 
-CHANNEL = "ate_worker_changes"
+CHANNEL = WORKER_CHANGES_CHANNEL
 """The channel worker, place and node changes are announced on (payload: a worker id,
 `place <worker id> <holder>` for a new place, `node <name>`, or `sync <token>` for `WorkerView.sync`)."""
 

@@ -14,13 +14,13 @@ from typing import Any
 
 import asyncpg
 
-from activities.store.errors import FailedPrecondition, NotFound
-from activities.store.nodes import Nodes
-from activities.store.records import spec_of
-from activities.store.snapshots import Snapshots
-from activities.store.sql import QUERIES as Q
 from domain.operations.upload import UploadPlan
 from domain.refs import ActorRef
+from store.errors import FailedPrecondition, NotFound
+from store.nodes import Nodes
+from store.records import spec_of
+from store.snapshots import Snapshots
+from store.sql import QUERIES as Q
 
 
 class Uploads:

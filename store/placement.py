@@ -13,13 +13,13 @@ from dataclasses import replace
 
 import asyncpg
 
-from activities.store.errors import NoCapacity, NoMatchingWorker, NotFound
-from activities.store.sql import QUERIES as Q
-from activities.store.worker_view import WorkerView
 from domain.placement import Demand, Usage, WorkerShape, no_room_message, refusal
 from domain.refs import SnapshotRef, WorkerRef
 from domain.states import SnapshotScope
 from domain.templates import ActorTemplateSpec
+from store.errors import NoCapacity, NoMatchingWorker, NotFound
+from store.sql import QUERIES as Q
+from store.worker_view import WorkerView
 
 PLACEMENT_ATTEMPTS = 5
 """Binds that may fail (another placement took the worker, or the view was stale) before giving up."""

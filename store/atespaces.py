@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import asyncpg
 
-from activities.store.errors import AlreadyExists, FailedPrecondition, NotFound
-from activities.store.records import AtespaceRecord
-from activities.store.sql import QUERIES as Q
+from store.errors import AlreadyExists, FailedPrecondition, NotFound
+from store.records import AtespaceRecord
+from store.sql import QUERIES as Q
 
 
 def _count(number: int, noun: str) -> str:

@@ -8,9 +8,9 @@ from datetime import UTC, datetime
 
 import asyncpg
 
-from activities.store.errors import NotFound
-from activities.store.sql import QUERIES as Q
 from domain.access import Grant, IssuedToken, new_token, parse_token, same_secret
+from store.errors import NotFound
+from store.sql import QUERIES as Q
 
 
 @dataclass

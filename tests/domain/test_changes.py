@@ -1,0 +1,23 @@
+"""The NOTIFY payloads of domain.changes, read as the migrations' trigger and the drain query write
+them (store/migrations/0001_initial.sql: `atespace || '/' || name || ' ' || state`)."""
+
+from domain.changes import ActorChange, format_drain, parse_actor_change, parse_drain
+from domain.refs import ActorRef
+
+
+def test_an_actor_change_names_the_actor_and_its_state() -> None:
+    assert parse_actor_change("demo/c1 RUNNING") == ActorChange(ActorRef("demo", "c1"), "RUNNING")
+    assert parse_actor_change(" demo/c1 DELETED\n") == ActorChange(ActorRef("demo", "c1"), "DELETED")
+
+
+def test_a_payload_that_names_no_actor_is_none() -> None:
+    for payload in ("", "RUNNING", "demo RUNNING", "/c1 RUNNING", "demo/ RUNNING"):
+        assert parse_actor_change(payload) is None, payload
+
+
+def test_a_drain_payload_goes_there_and_back() -> None:
+    actor = ActorRef("demo", "c1")
+    assert format_drain(7, actor) == "7 demo/c1"
+    assert parse_drain("7 demo/c1") == (7, actor)
+    for payload in ("x demo/c1", "7", "7 demo", "7 /c1", "-1 demo/c1"):
+        assert parse_drain(payload) is None, payload
