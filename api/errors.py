@@ -14,7 +14,7 @@ from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.routing import Match
 
-from api.strict import DOCUMENT_LIMIT
+from api.strict import DOCUMENT_LIMIT, NESTED_FIELD
 from store import StoreError
 
 log = logging.getLogger("ate.api")
@@ -150,7 +150,7 @@ def validation_message(errors: list[Any]) -> tuple[str, list[dict[str, str]]]:
         if error.get("type") == "extra_forbidden":
             message = "unknown field (not part of the schema)"
         field = _field_path(location)
-        below = str((error.get("ctx") or {}).get("path") or "") if error.get("type") == DOCUMENT_LIMIT else ""
+        below = str((error.get("ctx") or {}).get("path") or "") if error.get("type") in (DOCUMENT_LIMIT, NESTED_FIELD) else ""
         if below:
             field = below if field == "body" else f"{field}{'' if below.startswith('[') else '.'}{below}"
         fields.append({"field": field, "message": message})

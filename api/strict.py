@@ -16,6 +16,16 @@ DOCUMENT_LIMIT = "document_limit"
 model's own location and the `problem` (`api.errors.validation_message` joins them)."""
 
 
+NESTED_FIELD = "nested_field"
+"""The pydantic error type of a field found wrong below the model's own location (a policy's
+step, say); its ctx carries the `path` below it and the `problem`, as DOCUMENT_LIMIT's does."""
+
+
+def nested_error(path: str, problem: str) -> PydanticCustomError:
+    """The error of a value wrong at `path` below the field being validated (e.g. `[1].action`)."""
+    return PydanticCustomError(NESTED_FIELD, "{problem}", {"path": path, "problem": problem})
+
+
 def within_limits(data: Any) -> Any:
     """`data` when it keeps the document limits.
 

@@ -11,7 +11,8 @@ from typing import Any, Literal
 
 from pydantic import Field, field_validator, model_validator
 
-from api.strict import Strict
+from api.strict import Strict, nested_error
+from domain.idle import PolicyError, parse_idle_policy, parse_pressure_policy
 from domain.labels import DNS_LABEL, check_selector
 from domain.locations import check_storage_location
 from domain.names import shown
@@ -207,10 +208,42 @@ class TemplateSpec(Strict):
         "it resumes at its next request); unset: nothing",
     )
 
+    idle: Any = Field(
+        default=None,
+        description="idle policy: one step {afterSeconds, action} or a list of steps in increasing time; action "
+        "Freeze, Pause or Suspend, in that order, each at most once; unset: off",
+        json_schema_extra={"examples": [{"afterSeconds": 300, "action": "Suspend"},
+                                        [{"afterSeconds": 20, "action": "Freeze"},
+                                         {"afterSeconds": 600, "action": "Suspend"}]]},
+    )  # fmt: skip
+    suspendUnderPressure: Any = Field(  # noqa: N815
+        default=None,
+        description="true, or {action: Suspend|Pause, minimumRunSeconds}: ate may suspend (or pause) these actors "
+        "to make room when a resume finds none (frozen ones first, then the longest idle)",
+    )
+
     @field_validator("workerSelector")
     @classmethod
     def _selector(cls, value: dict[str, str]) -> dict[str, str]:
         return check_selector(value)
+
+    @field_validator("idle")
+    @classmethod
+    def _idle(cls, value: Any) -> Any:
+        try:
+            policy = parse_idle_policy(value)
+        except PolicyError as error:
+            raise nested_error(error.path, error.problem) from None
+        return None if policy.off else policy.document()
+
+    @field_validator("suspendUnderPressure")
+    @classmethod
+    def _pressure(cls, value: Any) -> Any:
+        try:
+            policy = parse_pressure_policy(value)
+        except PolicyError as error:
+            raise nested_error(error.path, error.problem) from None
+        return policy.document() if policy.enabled else None
 
     @model_validator(mode="after")
     def _references(self) -> TemplateSpec:

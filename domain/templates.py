@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any
 
+from domain.idle import IdlePolicy, PressurePolicy, parse_idle_policy, parse_pressure_policy
 from domain.quantities import parse_cpu_millis, parse_memory_bytes
 from domain.states import SnapshotScope
 
@@ -134,6 +135,10 @@ class ActorTemplateSpec:
     snapshot_config: SnapshotConfig = field(default_factory=SnapshotConfig)
     access: ActorAccess = field(default_factory=ActorAccess)
     on_crash: CrashAction | None = None
+    idle: IdlePolicy = field(default_factory=IdlePolicy)
+    """What happens to an actor without traffic (`domain.idle`); off by default."""
+    pressure: PressurePolicy = field(default_factory=PressurePolicy)
+    """Whether ate may suspend its actors to make room for another's resume (`suspendUnderPressure`)."""
 
     @property
     def serving_port(self) -> int:
@@ -154,7 +159,8 @@ class ActorTemplateSpec:
                 wakeupProbe{httpGet{path, port}}, volumeMounts[{name, mountPath}]}],
                 resources{limits{cpu, memory}}, volumes[{name, durableDir}],
                 snapshotConfig{onPause, onCommit, storageLocation}, access{mode, passCredential},
-                onCrash}.
+                onCrash, idle (`domain.idle.parse_idle_policy`), suspendUnderPressure
+                (`domain.idle.parse_pressure_policy`)}.
 
         Raises:
             ValueError: the document is not a template spec (a key is missing or has the wrong
@@ -180,6 +186,8 @@ class ActorTemplateSpec:
                     pass_credential=bool(access.get("passCredential", False)),
                 ),
                 on_crash=CrashAction(str(document["onCrash"])) if document.get("onCrash") else None,
+                idle=parse_idle_policy(document.get("idle")),
+                pressure=parse_pressure_policy(document.get("suspendUnderPressure")),
             )
         except (KeyError, TypeError, AttributeError, IndexError) as error:
             raise ValueError(f"not an actor template spec: {error!r}") from error
@@ -204,6 +212,10 @@ class ActorTemplateSpec:
         }
         if self.on_crash is not None:
             document["onCrash"] = self.on_crash.value
+        if not self.idle.off:
+            document["idle"] = self.idle.document()
+        if self.pressure.enabled:
+            document["suspendUnderPressure"] = self.pressure.document()
         return document
 
 
