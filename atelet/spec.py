@@ -1,16 +1,15 @@
 """Request validation shared by the sandbox operations: actor references and workload specs.
 
 Both raise INVALID_ARGUMENT naming the offending field; neither touches the disk or a sandbox.
+Names are checked against the project's one DNS-1123 label rule, ``domain.labels.DNS_LABEL``
+(the same the API checks them with), with the atelet's own messages.
 """
 
 from __future__ import annotations
 
-import re
-
 from atelet.errors import invalid
 from atelet.proto import atelet_pb2 as pb
-
-DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$")
+from domain.labels import DNS_LABEL
 
 
 def actor_key(ref: pb.ActorRef) -> tuple[str, str]:

@@ -1,19 +1,15 @@
-"""The worker view: every worker as placement sees it, in the memory of the process that places
-(the Temporal worker's activities), so that choosing a worker reads no table and costs the same
-with 10 workers or 10,000 (ARCHITECTURE.md, "Placement": "filtering reads an in-memory worker
-cache kept fresh by Postgres LISTEN/NOTIFY, not a table scan").
+"""The worker view: the worker index (`store.worker_index`) of the process that places (the
+Temporal worker's activities), loaded from Postgres and kept fresh by LISTEN/NOTIFY, so that
+choosing a worker reads no table (ARCHITECTURE.md, "Placement": "filtering reads an in-memory
+worker cache kept fresh by Postgres LISTEN/NOTIFY, not a table scan").
 
 - Loaded whole (`view_workers`) before the first placement, again whenever its LISTEN connection
   is re-made, and every `resync_seconds` (what a lost notification could have missed).
 - Kept fresh by `ate_worker_changes` (migrations 0001 and 0008): a worker row (its runtime
   included, 0011), a place on it, or its node's runsc build (the runtime of a worker whose atelet
   reports none) changed; the named workers are read again by index (`view_some_workers`).
-- Workers are grouped by `WorkerShape` (a pool with one runtime), with the idle ones of
-  each shape in an indexed set: a placement tests each shape once and samples two idle workers of
-  the shapes that fit, whatever the number of workers; a pinned placement looks at its node's
-  workers only.
-- A bind this process made is held in the view at once (`hold`) until its commit shows (or a few
-  seconds pass), so the next placement does not pick the same worker or misjudge its node's load.
+- A worker a bind of this process holds is read again once the commit is announced or the hold
+  expires; `sync` waits until every change committed before it is in the view.
 
 The view may be stale; it never decides alone: the bind locks the worker row and checks it again
 (`Placement.place`). A stale view costs a retry with another candidate, never an overbooked
@@ -28,16 +24,17 @@ import logging
 import random
 import time
 import uuid
-from collections import Counter
-from collections.abc import Callable, Iterable
-from dataclasses import dataclass, field
+from collections.abc import Callable
 from typing import Any
 
 import asyncpg
 
 from domain.changes import WORKER_CHANGES_CHANNEL
-from domain.placement import Demand, NodeLoad, Tally, Usage, WorkerShape, fits
+from domain.placement import Usage, WorkerShape
 from store.sql import QUERIES as Q
+from store.worker_index import HOLD_SECONDS, ViewedWorker, WorkerIndex
+
+__all__ = ["CHANNEL", "HOLD_SECONDS", "READY_SECONDS", "RESYNC_SECONDS", "ViewedWorker", "WorkerView"]
 
 log = logging.getLogger(__name__)
 
@@ -48,76 +45,8 @@ CHANNEL = WORKER_CHANGES_CHANNEL
 RESYNC_SECONDS = 30.0
 """Between two full loads of the view."""
 
-HOLD_SECONDS = 5.0
-"""How long a bind of this process is held in the view without its commit showing (a bind whose
-transaction rolled back announces nothing: the view reads the worker again after this)."""
-
 READY_SECONDS = 10.0
 """How long a placement waits for the view to be (re)loaded before it fails (and is retried)."""
-
-
-@dataclass
-class ViewedWorker:
-    """One worker as the view holds it: `used` as last read, `held` what a bind of this process
-    added that the view has not seen committed yet."""
-
-    worker_id: int
-    node: str
-    name: str
-    shape: WorkerShape
-    used: Usage
-    held: Usage | None = None
-
-    @property
-    def usage(self) -> Usage:
-        """What its places hold, this process's uncommitted bind included."""
-        return self.used + self.held if self.held is not None else self.used
-
-    @property
-    def idle(self) -> bool:
-        """Whether no place of it is taken (a worker hosts one actor)."""
-        return self.usage.places == 0
-
-
-class _IndexedSet:
-    """Worker ids with O(1) add, remove and uniform pick."""
-
-    def __init__(self) -> None:
-        self.items: list[int] = []
-        self.index: dict[int, int] = {}
-
-    def __len__(self) -> int:
-        return len(self.items)
-
-    def add(self, item: int) -> None:
-        if item not in self.index:
-            self.index[item] = len(self.items)
-            self.items.append(item)
-
-    def remove(self, item: int) -> None:
-        at = self.index.pop(item, None)
-        if at is None:
-            return
-        last = self.items.pop()
-        if at < len(self.items):
-            self.items[at] = last
-            self.index[last] = at
-
-
-@dataclass
-class _Bucket:
-    """The workers of one shape: how many, and which are idle."""
-
-    count: int = 0
-    idle: _IndexedSet = field(default_factory=_IndexedSet)
-
-
-@dataclass
-class _Node:
-    """The workers of one node and their summed capacity and usage."""
-
-    workers: set[int] = field(default_factory=set)
-    load: NodeLoad = field(default_factory=NodeLoad)
 
 
 def _row_worker(row: asyncpg.Record) -> ViewedWorker:
@@ -141,8 +70,8 @@ def _row_worker(row: asyncpg.Record) -> ViewedWorker:
     )
 
 
-class WorkerView:
-    """The workers as placement sees them (see the module docstring).
+class WorkerView(WorkerIndex):
+    """The worker index of this process, kept fresh from Postgres (see the module docstring).
 
     Args:
         pool: the store's pool; the view holds one of its connections for LISTEN.
@@ -159,17 +88,9 @@ class WorkerView:
         rng: random.Random | None = None,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
+        super().__init__(rng=rng, clock=clock)
         self.pool = pool
         self.resync_seconds = resync_seconds
-        self.rng = rng or random.Random()
-        self.clock = clock
-        self.workers: dict[int, ViewedWorker] = {}
-        self.buckets: dict[WorkerShape, _Bucket] = {}
-        self.nodes: dict[str, _Node] = {}
-        self.loads = 0
-        """Full loads so far (tests and the log read it)."""
-        self._holds: dict[int, tuple[float, str]] = {}
-        """worker id -> (until when, holder) of the binds this process made and has not seen committed."""
         self._pending_ids: set[int] = set()
         self._pending_nodes: set[str] = set()
         self._barriers: dict[str, asyncio.Future[None]] = {}
@@ -182,152 +103,12 @@ class WorkerView:
         self.listener_pid: int | None = None
         """The server process of the LISTEN connection while the view holds one."""
 
-    # -- the index -------------------------------------------------------------------------
-
-    def _index(self, w: ViewedWorker) -> None:
-        bucket = self.buckets.setdefault(w.shape, _Bucket())
-        bucket.count += 1
-        if w.idle:
-            bucket.idle.add(w.worker_id)
-        node = self.nodes.setdefault(w.node, _Node())
-        node.workers.add(w.worker_id)
-        node.load.capacity += Usage(w.shape.places, w.shape.cpu_millis, w.shape.memory_bytes)
-        node.load.used += w.usage
-
-    def _unindex(self, w: ViewedWorker) -> None:
-        bucket = self.buckets[w.shape]
-        bucket.count -= 1
-        bucket.idle.remove(w.worker_id)
-        if bucket.count == 0:
-            del self.buckets[w.shape]
-        node = self.nodes[w.node]
-        node.workers.discard(w.worker_id)
-        node.load.capacity -= Usage(w.shape.places, w.shape.cpu_millis, w.shape.memory_bytes)
-        node.load.used -= w.usage
-        if not node.workers:
-            del self.nodes[w.node]
-
-    def _put(self, w: ViewedWorker) -> None:
-        """Replace what the view holds of a worker by a fresh read; a hold of this process stays
-        until its commit was announced (then the read includes it) or it expires."""
-        old = self.workers.get(w.worker_id)
-        if old is not None:
-            self._unindex(old)
-            if old.held is not None and self._holding(w.worker_id):
-                w.held = old.held
-            else:
-                self._holds.pop(w.worker_id, None)
-        self.workers[w.worker_id] = w
-        self._index(w)
-
-    def _drop(self, worker_id: int) -> None:
-        old = self.workers.pop(worker_id, None)
-        if old is not None:
-            self._unindex(old)
-        self._holds.pop(worker_id, None)
-
-    def _apply(self, rows: Iterable[asyncpg.Record], asked_ids: set[int], asked_nodes: set[str]) -> None:
-        """Apply a read of the workers `asked_*` named: what it returned is put, the rest dropped."""
-        seen: set[int] = set()
-        for row in rows:
-            w = _row_worker(row)
-            seen.add(w.worker_id)
-            self._put(w)
-        gone = {i for i in asked_ids if i not in seen}
-        for name in asked_nodes:
-            node = self.nodes.get(name)
-            if node is not None:
-                gone |= {i for i in node.workers if i not in seen}
-        for worker_id in gone:
-            self._drop(worker_id)
-
-    def _apply_all(self, rows: Iterable[asyncpg.Record]) -> None:
-        held = {i: w.held for i, w in self.workers.items() if w.held is not None}
-        self.workers, self.buckets, self.nodes = {}, {}, {}
-        for row in rows:
-            w = _row_worker(row)
-            if w.worker_id in held and self._holding(w.worker_id):
-                w.held = held[w.worker_id]
-            else:
-                self._holds.pop(w.worker_id, None)
-            self.workers[w.worker_id] = w
-            self._index(w)
-        self.loads += 1
-
-    # -- what placement asks ---------------------------------------------------------------
-
-    def sample(self, demand: Demand, excluded: set[int], k: int = 2) -> list[ViewedWorker]:
-        """Up to `k` distinct idle workers passing every check, uniformly at random, none in
-        `excluded`. Costs one test per shape (or per worker of the pinned node), not per worker."""
-        if demand.node is not None:
-            node = self.nodes.get(demand.node)
-            found = [
-                w
-                for i in sorted(node.workers if node else ())
-                if i not in excluded and (w := self.workers[i]).idle and fits(w.shape, demand)
-            ]
-            return self.rng.sample(found, min(k, len(found)))
-        sets = [b.idle for shape, b in self.buckets.items() if len(b.idle) and fits(shape, demand)]
-        total = sum(len(s) for s in sets)
-        chosen: dict[int, ViewedWorker] = {}
-        worker_id = -1
-        for _ in range(8 * k):
-            if len(chosen) == k or total == 0:
-                break
-            at = self.rng.randrange(total)
-            for s in sets:
-                if at < len(s):
-                    worker_id = s.items[at]
-                    break
-                at -= len(s)
-            if worker_id not in excluded:
-                chosen[worker_id] = self.workers[worker_id]
-        if len(chosen) < k and total <= len(excluded) + 8 * k:  # nearly all excluded: enumerate
-            rest = [i for s in sets for i in s.items if i not in excluded and i not in chosen]
-            for worker_id in self.rng.sample(rest, min(k - len(chosen), len(rest))):
-                chosen[worker_id] = self.workers[worker_id]
-        return list(chosen.values())
-
-    def load(self, worker: ViewedWorker, demand: Demand) -> float:
-        """The load that decides between two candidates: its node's fullest dimension after the
-        bind (`domain.placement`, "Load")."""
-        return self.nodes[worker.node].load.after(demand)
-
-    def tally(self, demand: Demand) -> Tally:
-        """How many workers each check removes (for the "no room" message); one step per shape,
-        plus the pinned node's workers."""
-        tally = Tally()
-        on_node: Counter[tuple[WorkerShape, bool]] = Counter()
-        if demand.node is not None and demand.node in self.nodes:
-            for i in self.nodes[demand.node].workers:
-                w = self.workers[i]
-                on_node[(w.shape, w.idle)] += 1
-        for shape, bucket in self.buckets.items():
-            busy = Usage(shape.places, 0, 0)
-            idle_here, busy_here = on_node[(shape, True)], on_node[(shape, False)]
-            elsewhere = demand.node is None
-            tally.add(shape, elsewhere, Usage(), demand, len(bucket.idle) - idle_here)
-            tally.add(shape, elsewhere, busy, demand, bucket.count - len(bucket.idle) - busy_here)
-            tally.add(shape, True, Usage(), demand, idle_here)
-            tally.add(shape, True, busy, demand, busy_here)
-        return tally
-
     def hold(self, worker_id: int, usage: Usage, holder: str) -> None:
         """A bind of this process on the worker for `holder`: count it until its commit is
-        announced (or HOLD_SECONDS pass)."""
-        w = self.workers.get(worker_id)
-        if w is None:
-            return
-        self._unindex(w)
-        w.held = usage
-        self._index(w)
-        self._holds[worker_id] = (self.clock() + HOLD_SECONDS, holder)
-        self._wake.set()
-
-    def _holding(self, worker_id: int) -> bool:
-        """Whether a hold on the worker still stands (not announced committed, not expired)."""
-        hold = self._holds.get(worker_id)
-        return hold is not None and hold[0] > self.clock()
+        announced (or HOLD_SECONDS pass, then the worker is read again)."""
+        if worker_id in self.workers:
+            super().hold(worker_id, usage, holder)
+            self._wake.set()
 
     def refresh(self, worker_id: int) -> None:
         """Read the worker again soon (a bind found it other than the view said)."""
@@ -383,7 +164,7 @@ class WorkerView:
 
     def _load_all_then_release(self, read: tuple[list[asyncpg.Record], list[str]]) -> None:
         rows, waiting = read
-        self._apply_all(rows)
+        self.apply_all(_row_worker(row) for row in rows)
         for token in waiting:
             barrier = self._barriers.get(token)
             if barrier is not None and not barrier.done():
@@ -395,9 +176,7 @@ class WorkerView:
             worker, _, holder = rest.partition(" ")
             if worker.isdigit():
                 worker_id = int(worker)
-                hold = self._holds.get(worker_id)
-                if hold is not None and hold[1] == holder:
-                    self._holds[worker_id] = (0.0, holder)
+                self.committed(worker_id, holder)
                 self._pending_ids.add(worker_id)
         elif kind == "node":
             self._pending_nodes.add(rest)
@@ -441,7 +220,7 @@ class WorkerView:
             resync_at = self.clock() + self.resync_seconds
             while not self._closing:
                 now = self.clock()
-                wait = min([resync_at - now, *(t - now for t, _ in self._holds.values())])
+                wait = min([resync_at - now, *(t - now for t in self.hold_deadlines())])
                 if wait > 0 and not (self._pending_ids or self._pending_nodes or self._arrived or self._to_send):
                     with contextlib.suppress(TimeoutError):
                         async with asyncio.timeout(wait):
@@ -459,13 +238,13 @@ class WorkerView:
                     self._pending_nodes.clear()
                     self._load_all_then_release(await self._fetch_all(connection))
                     resync_at = now + self.resync_seconds
-                expired = {i for i, (t, _) in self._holds.items() if t <= now}
+                expired = self.expired_holds(now)
                 ids, nodes = self._pending_ids | expired, set(self._pending_nodes)
                 self._pending_ids.clear()
                 self._pending_nodes.clear()
                 if ids or nodes:
                     rows = await connection.fetch(Q["view_some_workers"], sorted(ids), sorted(nodes))
-                    self._apply(rows, ids, nodes)
+                    self.apply((_row_worker(row) for row in rows), ids, nodes)
                 for token in arrived:
                     barrier = self._barriers.get(token)
                     if barrier is not None and not barrier.done():

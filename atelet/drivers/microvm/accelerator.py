@@ -16,7 +16,7 @@ import os
 import subprocess
 from pathlib import Path
 
-from atelet.drivers.microvm.qemu import QEMU
+from atelet.drivers.microvm.qemu_process import QEMU
 
 log = logging.getLogger(__name__)
 

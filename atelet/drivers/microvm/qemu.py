@@ -7,142 +7,62 @@ QEMU with the same machine and devices on a copy of that RAM file (a reflink whe
 filesystem has them) and ``-incoming defer``, loads the device state and continues the guest.
 MICROVM.md has the measurements this follows (TCG here: nested KVM does not run guests).
 
-A checkpoint records what a restore needs to match (``VmState``: QEMU's version, the resolved
-machine type and the device set); QEMU's migration format holds only between equal ones.
+This module is ``Vm``: the conversation with one running QEMU over its monitor (boot, restore,
+checkpoint, pause, continue, readdress, adopt, stop). Its parts live beside it:
+
+- ``vm_config``: ``VmConfig`` (a VM's shape and files), the device kinds, ``VmError``;
+- ``qemu_process``: QEMU's command line, the installed QEMU's version and machine type, and
+  ``AdoptedProcess`` (a QEMU a previous atelet started);
+- ``vm_snapshot``: a checkpoint's files and ``VmState`` (what it was taken with; a restore needs
+  the same), and ``copy_ram``.
+
+The names of those modules that callers used from here are re-exported.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-import json
 import os
-import select
 import shutil
-import signal
 import subprocess
-from dataclasses import asdict, dataclass, replace
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 from qemu.qmp import QMPClient, QMPError
 
+from atelet.drivers.microvm.qemu_process import QEMU, AdoptedProcess, command_line, qemu_version, resolved_machine
+from atelet.drivers.microvm.vm_config import (
+    AGENT_SOCKET,
+    DEVICE_KINDS,
+    LOG_FILE,
+    MACHINE,
+    PID_FILE,
+    QMP_SOCKET,
+    RAM_FILE,
+    VmConfig,
+    VmError,
+)
+from atelet.drivers.microvm.vm_snapshot import (
+    META_FILE,
+    STATE_FILE,
+    VmState,
+    copy_ram,
+    describe,
+    fsync_file,
+    read_state,
+    write_state,
+)
 from domain.failpoints import failpoint
 
-QEMU = "qemu-system-x86_64"
-MACHINE = "q35"
-"""The machine type asked for (an alias QEMU resolves to its versioned type, e.g. pc-q35-7.2)."""
-SERIAL = "serial:chardev-file"
-NIC = "virtio-net-pci"
-AGENT = "virtserialport:ate.agent"
-"""The channel to ate's init in the guest (``readdress``), with the network card."""
-DISK = "virtio-blk-pci"
-DEVICE_KINDS = (SERIAL, NIC, AGENT, DISK)
-"""Every kind of device a VM of this build may have (in a snapshot's runtime version)."""
-STATE_FILE = "state"
-"""The device-state file of a checkpoint (next to ``RAM_FILE`` and ``META_FILE``)."""
-RAM_FILE = "ram"
-META_FILE = "vm.json"
-PID_FILE = "qemu.pid"
-"""QEMU's own record of its pid (in the VM's workdir), written as it starts: an atelet killed
-before it learned the pid still leaves a way to find the process."""
-AGENT_SOCKET = "agent.sock"
-"""The host end of the channel to ate's init (in the VM's workdir)."""
+__all__ = [
+    "DEVICE_KINDS", "MACHINE", "META_FILE", "PID_FILE", "QEMU", "RAM_FILE", "STATE_FILE", "AdoptedProcess",
+    "Vm", "VmConfig", "VmError", "VmState", "copy_ram", "qemu_version", "read_state", "resolved_machine",
+]  # fmt: skip
+
 MIGRATE_POLLS = 30000
 """How many times (every 2 ms: a minute) a checkpoint asks QEMU whether its migration completed."""
-
-
-class VmError(Exception):
-    """A VM did not start, checkpoint or restore; the message says which and QEMU's reason."""
-
-
-@dataclass(frozen=True)
-class VmConfig:
-    """One VM's shape and files.
-
-    Attributes:
-        kernel: The guest kernel (``vmlinuz``).
-        initramfs: The guest's initramfs (atelet.drivers.microvm.initramfs).
-        memory_mib: Guest RAM, MiB (the template's memory limit).
-        vcpus: Virtual CPUs (the template's CPU limit, rounded up).
-        accelerator: ``kvm`` (production) or ``tcg`` (software emulation, as here).
-        console: The file the guest's serial console is appended to.
-        cmdline: Extra kernel command line.
-        netns: The worker's network namespace QEMU runs in (None: no network card).
-        tap: The tap device of the card, in ``netns`` (atelet.drivers.microvm.network).
-        mac: The card's MAC address.
-        disks: Disk images, one virtio-blk card each (``vda``, ``vdb``... in the guest), in order:
-            the durable dirs (atelet.drivers.microvm.disk).
-    """
-
-    kernel: Path
-    initramfs: Path
-    memory_mib: int
-    vcpus: int
-    accelerator: str
-    console: Path
-    cmdline: str = ""
-    netns: str | None = None
-    tap: str = ""
-    mac: str = ""
-    disks: tuple[Path, ...] = ()
-
-    @property
-    def devices(self) -> tuple[str, ...]:
-        """The device set (recorded in ``VmState``; a restore needs the same)."""
-        return (SERIAL, *((NIC, AGENT) if self.netns else ()), *(DISK for _ in self.disks))
-
-
-@dataclass(frozen=True)
-class VmState:
-    """What a checkpoint was taken with; a restore needs the same.
-
-    Attributes:
-        qemu_version: e.g. ``7.2.22 (Debian 1:7.2+dfsg-7+deb12u18+b3)``.
-        machine: The resolved machine type, e.g. ``pc-q35-7.2``.
-        accelerator: ``kvm`` or ``tcg`` (a state moves between equal ones only).
-        devices: The device set (``VmConfig.devices``).
-        memory_mib: Guest RAM, MiB.
-        vcpus: Virtual CPUs.
-        mac: The network card's MAC (kept by a restore; "" without a card).
-    """
-
-    qemu_version: str
-    machine: str
-    accelerator: str
-    devices: tuple[str, ...]
-    memory_mib: int
-    vcpus: int
-    mac: str = ""
-
-
-def _argv(config: VmConfig, ram: Path, qmp: Path, machine: str, incoming: bool) -> list[str]:
-    for path in (ram, qmp, config.console, config.kernel, config.initramfs, *config.disks):
-        if "," in str(path):
-            raise VmError(f"path {path} has a comma, which QEMU's options cannot take")
-    argv = [
-        QEMU, "-nodefaults", "-no-user-config", "-display", "none", "-no-reboot",
-        "-machine", f"{machine},memory-backend=mem", "-accel", config.accelerator,
-        "-m", f"{config.memory_mib}M", "-smp", str(config.vcpus),
-        "-object", f"memory-backend-file,id=mem,size={config.memory_mib}M,mem-path={ram},share=on",
-        "-kernel", str(config.kernel), "-initrd", str(config.initramfs),
-        "-append", f"console=ttyS0 panic=-1 quiet {config.cmdline}".strip(),
-        "-chardev", f"file,id=console,path={config.console},append=on", "-serial", "chardev:console",
-        "-qmp", f"unix:{qmp},server=on,wait=off", "-pidfile", str(qmp.parent / PID_FILE),
-    ]  # fmt: skip
-    if config.netns:
-        argv = ["ip", "netns", "exec", config.netns, *argv]
-        argv += ["-netdev", f"tap,id=net0,ifname={config.tap},script=no,downscript=no",
-                 "-device", f"virtio-net-pci,netdev=net0,mac={config.mac}",
-                 "-device", "virtio-serial-pci,id=serial0",
-                 "-chardev", f"socket,id=agent,path={qmp.parent / AGENT_SOCKET},server=on,wait=off",
-                 "-device", "virtserialport,chardev=agent,name=ate.agent"]  # fmt: skip
-    for index, disk in enumerate(config.disks):
-        argv += ["-drive", f"file={disk},format=raw,if=none,id=disk{index},cache=writeback",
-                 "-device", f"virtio-blk-pci,drive=disk{index}"]  # fmt: skip
-    if incoming:
-        argv += ["-incoming", "defer"]
-    return argv
 
 
 class Vm:
@@ -192,8 +112,8 @@ class Vm:
                          config.vcpus, state.mac)  # fmt: skip
         config = replace(config, mac=state.mac)  # the card keeps its MAC (readdress gives the new IP)
         if wanted != state:
-            raise VmError(f"snapshot {snapshot} was taken with {_shape(state)}; this node would restore it with "
-                          f"{_shape(wanted)}")  # fmt: skip
+            raise VmError(f"snapshot {snapshot} was taken with {describe(state)}; this node would restore it with "
+                          f"{describe(wanted)}")  # fmt: skip
         workdir.mkdir(parents=True, exist_ok=True)
         await asyncio.to_thread(copy_ram, snapshot / RAM_FILE, workdir / RAM_FILE)
         for index, disk in enumerate(config.disks):  # as they were at the checkpoint
@@ -218,16 +138,16 @@ class Vm:
 
     @classmethod
     async def _start(cls, config: VmConfig, workdir: Path, machine: str, incoming: bool) -> Vm:
-        qmp = workdir / "qmp.sock"
+        qmp = workdir / QMP_SOCKET
         qmp.unlink(missing_ok=True)
         ram = workdir / RAM_FILE
         if not incoming:
             ram.unlink(missing_ok=True)
-        log = (workdir / "qemu.log").open("ab")
+        log = (workdir / LOG_FILE).open("ab")
         try:
             # its own session: a Ctrl-C to the atelet's terminal must not end the VMs it then checkpoints
             process = await asyncio.create_subprocess_exec(
-                *_argv(config, ram, qmp, machine, incoming), stdin=subprocess.DEVNULL, stdout=log, stderr=log,
+                *command_line(config, ram, qmp, machine, incoming), stdin=subprocess.DEVNULL, stdout=log, stderr=log,
                 start_new_session=True,
             )
         finally:
@@ -304,14 +224,12 @@ class Vm:
             os.close(state_fd)
         if leave_running:
             await asyncio.to_thread(copy_ram, self.ram, snapshot / RAM_FILE)
-            await asyncio.to_thread(_fsync, snapshot / RAM_FILE)
+            await asyncio.to_thread(fsync_file, snapshot / RAM_FILE)
         else:
             await asyncio.to_thread(shutil.move, str(self.ram), snapshot / RAM_FILE)
         for index, disk in enumerate(self.config.disks):  # the guest's memory holds these very filesystems
             await asyncio.to_thread(copy_ram, disk, snapshot / f"disk{index}")
-        meta = snapshot / f".{META_FILE}.tmp"
-        meta.write_text(json.dumps(asdict(state)))
-        meta.rename(snapshot / META_FILE)  # last: a snapshot with vm.json is complete
+        write_state(snapshot, state)  # last: a snapshot with vm.json is complete
         return state
 
     async def _running_version(self) -> str:
@@ -395,7 +313,7 @@ class Vm:
             raise VmError(f"process {pid} is not the QEMU of {workdir}")
         vm = cls(config, workdir, process, machine)  # type: ignore[arg-type]
         try:
-            await asyncio.wait_for(vm.qmp.connect(str(workdir / "qmp.sock")), 5)
+            await asyncio.wait_for(vm.qmp.connect(str(workdir / QMP_SOCKET)), 5)
         except (OSError, QMPError, TimeoutError) as error:
             raise VmError(f"the monitor of QEMU process {pid} does not answer: {error}") from error
         return vm
@@ -415,7 +333,7 @@ class Vm:
 
     def log_tail(self) -> str:
         """The last lines of QEMU's own output (not the guest's console)."""
-        path = self.workdir / "qemu.log"
+        path = self.workdir / LOG_FILE
         try:
             lines = path.read_text(errors="replace").strip().splitlines()
         except OSError:
@@ -431,102 +349,3 @@ def _quote(path: Path) -> str:
     if "'" in text:
         raise VmError(f"path {text!r} has a quote; QEMU's exec: migration URI runs it through a shell")
     return f"'{text}'"
-
-
-def _shape(state: VmState) -> str:
-    return (f"QEMU {state.qemu_version}, machine {state.machine}, accelerator {state.accelerator}, devices "
-            f"{','.join(state.devices)}, {state.memory_mib} MiB, {state.vcpus} vCPU")  # fmt: skip
-
-
-def read_state(snapshot: Path) -> VmState:
-    """The ``VmState`` recorded in checkpoint ``snapshot``.
-
-    Raises:
-        VmError: no readable ``vm.json`` there.
-    """
-    try:
-        data = json.loads((snapshot / META_FILE).read_text())
-        return VmState(data["qemu_version"], data["machine"], data["accelerator"], tuple(data["devices"]),
-                       int(data["memory_mib"]), int(data["vcpus"]), str(data.get("mac", "")))  # fmt: skip
-    except (OSError, ValueError, KeyError, TypeError) as error:
-        raise VmError(f"snapshot {snapshot} has no readable {META_FILE}: {error}") from None
-
-
-class AdoptedProcess:
-    """The parts of ``asyncio.subprocess.Process`` a ``Vm`` uses, for a QEMU this process did not
-    start (a previous atelet's). It holds a pidfd of the process from the start, so a pid the
-    kernel hands to another process once QEMU is gone is never mistaken for it (never waited
-    for, never killed); its exit status is unknown (-1: whoever reaps it gets it).
-
-    Raises:
-        ProcessLookupError: no process ``pid`` (it is gone already).
-    """
-
-    def __init__(self, pid: int) -> None:
-        self.pid = pid
-        self._pidfd = os.pidfd_open(pid)
-        self._exited = False
-
-    @property
-    def returncode(self) -> int | None:
-        """None while the process lives, else -1."""
-        if not self._exited:
-            poller = select.poll()
-            poller.register(self._pidfd, select.POLLIN)
-            self._exited = bool(poller.poll(0))  # a pidfd is readable once its process exited
-            if self._exited:
-                os.close(self._pidfd)
-        return -1 if self._exited else None
-
-    async def wait(self) -> int:
-        """Returns once the process exited (polled every 50 ms)."""
-        while self.returncode is None:
-            await asyncio.sleep(0.05)
-        return -1
-
-    def kill(self) -> None:
-        """SIGKILL (through the pidfd: to this very process or none)."""
-        if self.returncode is None:
-            with contextlib.suppress(ProcessLookupError):
-                signal.pidfd_send_signal(self._pidfd, signal.SIGKILL)
-
-
-def _fsync(path: Path) -> None:
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-
-
-def copy_ram(source: Path, target: Path) -> None:
-    """Copy a RAM file (or a disk image) for a restore: a reflink (copy-on-write, no data copied) where the
-    filesystem has them, else a full copy (``cp --reflink=auto``)."""
-    done = subprocess.run(["cp", "--reflink=auto", "--sparse=always", str(source), str(target)],
-                          capture_output=True, text=True, check=False)  # fmt: skip
-    if done.returncode != 0:
-        raise VmError(f"could not copy {source} to {target}: {done.stderr.strip()}")
-
-
-async def resolved_machine() -> str:
-    """The versioned machine type ``MACHINE`` is an alias of here, e.g. ``pc-q35-7.2`` (from
-    ``qemu-system-x86_64 -machine help``; a VM started with the alias reports the same)."""
-    process = await asyncio.create_subprocess_exec(QEMU, "-machine", "help", stdout=subprocess.PIPE)
-    out, _ = await process.communicate()
-    for line in out.decode(errors="replace").splitlines():
-        words = line.split()
-        if words and words[0] == MACHINE and "(alias of " in line:
-            return line.rsplit("(alias of ", 1)[1].rstrip(")").strip()
-    raise VmError(f"{QEMU} -machine help names no machine {MACHINE!r}")
-
-
-async def qemu_version() -> str:
-    """The installed QEMU's version with its package, e.g. ``7.2.22 (Debian 1:7.2+dfsg-7+deb12u18+b3)``
-    (from ``qemu-system-x86_64 --version``; the running QEMU says the same through QMP)."""
-    process = await asyncio.create_subprocess_exec(QEMU, "--version", stdout=subprocess.PIPE)
-    out, _ = await process.communicate()
-    first = out.decode(errors="replace").splitlines()[0] if out else ""
-    prefix = "QEMU emulator version "
-    if not first.startswith(prefix):
-        raise VmError(f"cannot tell the version of {QEMU}: it printed {first!r}")
-    return first[len(prefix):].strip()
