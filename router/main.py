@@ -15,11 +15,11 @@ import uvicorn
 from pydantic import ValidationError
 from starlette.applications import Starlette
 
-from router.app import create_app
-from router.metrics import serve_metrics
-from router.sessions import Sessions
+from router.core.metrics import serve_metrics
+from router.python.app import create_app
+from router.python.sessions import Sessions
+from router.python.websocket import MAX_MESSAGE_BYTES
 from router.settings import RouterSettings, split_host_port
-from router.websocket import MAX_MESSAGE_BYTES
 from serving.protocol import guarded_http
 
 log = logging.getLogger("router")

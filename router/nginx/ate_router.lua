@@ -106,7 +106,7 @@ end
 
 -- The actor key a request names, or nil when the control service must decide (absent,
 -- malformed, repeated: it answers those, with the Python router's texts). Accepts exactly what
--- router.target accepts, never more. (Worker-local cache of the answers for a given header.)
+-- router.core.target accepts, never more. (Worker-local cache of the answers for a given header.)
 local target_keys, target_keys_count = {}, 0
 local function target_key(head)
   local targets = head.targets

@@ -27,8 +27,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from router.access import REVIEW_SECONDS
-from router.metrics import DURATION_BUCKETS
+from router.core.access import REVIEW_SECONDS
+from router.core.metrics import DURATION_BUCKETS
 from router.settings import RouterSettings, split_host_port
 
 LUA_DIR = Path(__file__).resolve().parent

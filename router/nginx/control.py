@@ -12,9 +12,9 @@ with ``X-Ate-Outcome``. ``GET /failed`` gives the texts of a worker that failed 
 nginx hands over whole requests (WebSockets, event streams, chunked uploads), which the Python
 router proxies itself (``relayed``).
 
-The control path is the Python router's own: target parsing (router.target), access
-(router.access), resume and parking (router.resume), the RUNNING-actor cache with its LISTEN
-(router.cache) and the error texts. Every invalidation of that cache is pushed to nginx's
+The control path is the Python router's own: target parsing (router.core.target), access
+(router.core.access), resume and parking (router.core.resume), the RUNNING-actor cache with its LISTEN
+(router.core.cache) and the error texts. Every invalidation of that cache is pushed to nginx's
 admin server (router.nginx.admin): a NOTIFY about an actor forgets it there too, a lost or re-made
 LISTEN forgets everything.
 """
@@ -30,20 +30,20 @@ from urllib.parse import parse_qsl
 
 import httpx
 
-from router import errors, statusz
-from router.api_client import ApiClient
-from router.app import ActorRouter, worker_unreachable
-from router.cache import ActorCache
-from router.errors import RouteError
+from router.core import errors, statusz
+from router.core.api_client import ApiClient
+from router.core.cache import ActorCache
+from router.core.errors import RouteError
+from router.core.target import Target, TargetError, is_label, target_from_headers
+from router.core.upstream import Upstream
 from router.nginx.admin import NginxAdmin
 from router.nginx.config import RELAY_PREFIX
 from router.nginx.drain import NginxDrainGate
 from router.nginx.metrics import NginxRequestMetrics, RelayedTally
-from router.proxy import cut_by_drain, response_head_timeout, upstream_failed
+from router.python.app import ActorRouter, worker_unreachable
+from router.python.proxy import cut_by_drain, response_head_timeout, upstream_failed
+from router.python.upstream_client import MISSING_END, missing_head
 from router.settings import RouterSettings
-from router.target import Target, TargetError, is_label, target_from_headers
-from router.types import Upstream
-from router.upstream_client import MISSING_END, missing_head
 
 log = logging.getLogger(__name__)
 
@@ -80,7 +80,7 @@ class ControlService:
     """The control path answering nginx; an ASGI app (``/route``, ``/failed``, ``/statusz``,
     ``/relay/...``).
 
-    The control path is a Python router (router.app.ActorRouter) whose cache tells nginx what
+    The control path is a Python router (router.python.app.ActorRouter) whose cache tells nginx what
     it forgets and whose drains are carried out in nginx as well (router.nginx.drain). The
     requests nginx relays under ``/relay`` (WebSockets, requests asking for an event stream,
     chunked uploads) are proxied by that Python router itself, so a drain or a stop ends them the clean
@@ -94,8 +94,8 @@ class ControlService:
     Attributes:
         router: The Python router of the control path (cache, gate, resumer, drains, sessions).
         cache: RUNNING-actor cache (its forgetting reaches nginx).
-        gate: router.access.AccessGate.
-        resumer: router.resume.Resumer (the parking lot).
+        gate: router.core.access.AccessGate.
+        resumer: router.core.resume.Resumer (the parking lot).
         invalidator: LISTEN loop, or None without a database URL (nothing cached anywhere).
         admin: The nginx admin client.
         metrics: The request counters as Prometheus families (nginx's and the relayed requests').
@@ -103,7 +103,7 @@ class ControlService:
             the relayed requests.
         sessions: The relayed WebSockets and event streams open now.
         recent: The relayed requests finished last (nginx lists the others).
-        registration: This replica's heartbeat, lease and drains (router.registration), or
+        registration: This replica's heartbeat, lease and drains (router.core.registration), or
             None when ``settings.register_replica`` is off.
     """
 

@@ -1,6 +1,6 @@
 """The drain of an actor before its checkpoint on a replica with the nginx data path.
 
-The same steps as router.drain, carried out in nginx through its admin server:
+The same steps as router.core.drain, carried out in nginx through its admin server:
 
 1. the actor is dropped from the control service's cache, its resume call in flight unshared,
    and in nginx (``NginxAdmin.drain``) its entries made void and every answer of the control
@@ -14,7 +14,7 @@ The same steps as router.drain, carried out in nginx through its admin server:
    the worker (router/nginx/ate_exchange.lua) sees the mark within a quarter of a second, even
    while the worker is silent: it resets its worker connection and tells its client (503), or
    truncates an answer that began; the drain waits up to ``settle_seconds`` for them to end;
-4. only then is the drain acknowledged (router.registration).
+4. only then is the drain acknowledged (router.core.registration).
 
 The requests nginx relays to the control service's Python router (WebSockets, requests asking
 for an event stream, chunked uploads: router.nginx.control) are drained as on the Python data path, at the same
@@ -30,8 +30,8 @@ from typing import TYPE_CHECKING, Any
 
 import httpx
 
-from router.drain import DRAIN_REASON, DrainGate, DrainOutcome
-from router.metrics import DRAIN_CUT_REQUESTS
+from router.core.drain import DRAIN_REASON, DrainGate, DrainOutcome
+from router.core.metrics import DRAIN_CUT_REQUESTS
 
 if TYPE_CHECKING:
     from router.nginx.admin import NginxAdmin
@@ -83,7 +83,7 @@ class NginxDrainGate(DrainGate):
 
     async def _relayed_drained(self, key: str) -> int:
         """Wait for the relayed requests of actor ``key`` to finish within the drain timeout,
-        then cut those left (as router.drain does); how many were cut."""
+        then cut those left (as router.core.drain does); how many were cut."""
         if await self._emptied_within(key, self.drain_timeout_seconds):
             return 0
         flights = list(self._flights.get(key, ()))

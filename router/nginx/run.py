@@ -19,14 +19,14 @@ from pathlib import Path
 
 import uvicorn
 
+from router.core.metrics import serve_metrics
 from router.main import SESSIONS_END_SECONDS
-from router.metrics import serve_metrics
 from router.nginx import config
 from router.nginx.control import ControlService
 from router.nginx.metrics import metrics_registry
 from router.nginx.supervisor import NginxProcess, check_installed
+from router.python.websocket import MAX_MESSAGE_BYTES
 from router.settings import RouterSettings, split_host_port
-from router.websocket import MAX_MESSAGE_BYTES
 
 log = logging.getLogger("router")
 

@@ -13,11 +13,11 @@ import httpx
 import pytest
 import pytest_asyncio
 
-from router.app import create_app
 from router.nginx import config as nginx_config
 from router.nginx.config import NginxLayout
 from router.nginx.control import ControlService
 from router.nginx.supervisor import NginxProcess
+from router.python.app import create_app
 from router.settings import RouterSettings
 from tests.router.router_harness import DOMAIN, Env, FakeApi, Served, WorkerLog, free_port, serve, worker_app
 

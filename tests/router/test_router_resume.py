@@ -8,8 +8,8 @@ import time
 import httpx
 import pytest
 
-from router import api_client as api
-from router.metrics import RESUMES
+from router.core import api_client as api
+from router.core.metrics import RESUMES
 from tests.router.router_harness import Step, free_port
 
 H = {"ate-target-actor": "demo/c1"}

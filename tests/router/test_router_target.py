@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from router.target import (
+from router.core.target import (
     Target,
     TargetError,
     parse_header,

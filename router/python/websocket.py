@@ -12,7 +12,7 @@ handshake with the HTTP answer an HTTP request would get, when the server suppor
 closed at once with code ``4000 + status`` and the text as reason. A worker that refuses the
 upgrade has its own HTTP answer relayed the same way.
 
-Each open WebSocket is a ``router.sessions.Session``: when the router stops (or an actor is
+Each open WebSocket is a ``router.python.sessions.Session``: when the router stops (or an actor is
 drained), both sides are closed with 1001 "going away". Pings are answered on each hop by its
 own endpoint, not relayed.
 """
@@ -32,19 +32,19 @@ from websockets.asyncio.client import ClientConnection, connect
 from websockets.exceptions import ConnectionClosed, InvalidHandshake, InvalidStatus
 from websockets.frames import EXTERNAL_CLOSE_CODES
 
-from router import errors, statusz
-from router.access import AccessGate
-from router.cache import ActorCache
-from router.drain import DRAIN_REASON, DrainGate, Flight
-from router.errors import RouteError
-from router.metrics import ObserveRequest, observe_request
-from router.proxy import HOP_BY_HOP, Receive, Scope, Send, request_headers
-from router.reach import reach_actor, wait_unless_gone
-from router.resume import Resumer
-from router.sessions import GOING_AWAY, Session, Sessions
+from router.core import errors, statusz
+from router.core.access import AccessGate
+from router.core.cache import ActorCache
+from router.core.drain import DRAIN_REASON, DrainGate, Flight
+from router.core.errors import RouteError
+from router.core.metrics import ObserveRequest, observe_request
+from router.core.reach import reach_actor, wait_unless_gone
+from router.core.resume import Resumer
+from router.core.target import TARGET_HEADER, Target, TargetError, target_from_headers
+from router.core.upstream import Upstream
+from router.python.proxy import HOP_BY_HOP, Receive, Scope, Send, request_headers
+from router.python.sessions import GOING_AWAY, Session, Sessions
 from router.settings import RouterSettings
-from router.target import TARGET_HEADER, Target, TargetError, target_from_headers
-from router.types import Upstream
 
 log = logging.getLogger(__name__)
 
@@ -108,7 +108,7 @@ class WebSocketProxy:
         recent: The /statusz list of recent requests.
         unreachable: Error for a RUNNING actor whose worker does not answer.
         trusted: Networks of trusted proxies (their X-Forwarded-For is kept).
-        drains: The drain gate of the HTTP path (router.drain): a worker address looked up before
+        drains: The drain gate of the HTTP path (router.core.drain): a worker address looked up before
             a drain of the actor is never used, and a WebSocket is one flight for its whole life.
         wait_running: How a request waits for its actor (held while it is drained, then parked).
         no_lease: The 503 of a replica without a lease.
@@ -357,7 +357,7 @@ def upstream_headers(scope: Scope, trusted: Sequence[IPv4Network | IPv6Network] 
         trusted: Networks of trusted proxies.
 
     Returns:
-        What ``router.proxy.request_headers`` sends for HTTP (X-Request-Id, X-Forwarded-*
+        What ``router.python.proxy.request_headers`` sends for HTTP (X-Request-Id, X-Forwarded-*
         with the proto ``http`` or ``https``, no hop-by-hop or target header), without the client's own handshake headers
         (``Sec-WebSocket-*``: the upstream client makes its own, and the subprotocols offered
         are passed on by it) and without ``Connection: close``; as (name, value) strings.

@@ -1,7 +1,7 @@
 """The router's ASGI app: target → (cache | resume) → streaming proxy, plus metrics.
 
 Every path on the proxy port belongs to actors, so the app has one catch-all route and no
-endpoints of its own; metrics are served elsewhere (see ``router.metrics``).
+endpoints of its own; metrics are served elsewhere (see ``router.core.metrics``).
 """
 
 from __future__ import annotations
@@ -19,22 +19,21 @@ from starlette.applications import Starlette
 from starlette.routing import Route, WebSocketRoute
 
 from domain.operations.router_drain import ROUTER_HEARTBEAT_SECONDS, ROUTER_LEASE_SECONDS
-from router import errors, statusz
-from router.access import AccessGate
-from router.api_client import ApiClient
-from router.cache import ActorCache, CacheInvalidator
-from router.drain import DrainGate, Flight
-from router.errors import RETRY_RESUMING_SECONDS, RouteError
-from router.metrics import ObserveRequest, observe_request
-from router.proxy import BodyStream, open_upstream, relay
-from router.reach import reach_actor, wait_unless_gone
-from router.registration import Registration, register_replica
-from router.resume import Resumer
-from router.sessions import Sessions
-from router.settings import RouterSettings
-from router.target import TARGET_HEADER, Target, TargetError, target_from_headers
-from router.types import Upstream
-from router.upstream_client import (
+from router.core import errors, statusz
+from router.core.access import AccessGate
+from router.core.api_client import ApiClient
+from router.core.cache import ActorCache, CacheInvalidator
+from router.core.drain import DrainGate, Flight
+from router.core.errors import RETRY_RESUMING_SECONDS, RouteError
+from router.core.metrics import ObserveRequest, observe_request
+from router.core.reach import reach_actor, wait_unless_gone
+from router.core.registration import Registration, register_replica
+from router.core.resume import Resumer
+from router.core.target import TARGET_HEADER, Target, TargetError, target_from_headers
+from router.core.upstream import Upstream
+from router.python.proxy import BodyStream, open_upstream, relay
+from router.python.sessions import Sessions
+from router.python.upstream_client import (
     ClientGone,
     ClientIdle,
     UpstreamClient,
@@ -42,7 +41,8 @@ from router.upstream_client import (
     UpstreamResponse,
     new_upstream_client,
 )
-from router.websocket import WebSocketProxy
+from router.python.websocket import WebSocketProxy
+from router.settings import RouterSettings
 
 log = logging.getLogger(__name__)
 
@@ -50,7 +50,7 @@ _TARGET_HEADER = TARGET_HEADER.encode()
 
 class ActorRouter:
     """Routes one HTTP or WebSocket request to its actor; an ASGI app for ``scope["type"]``
-    ``"http"`` and ``"websocket"`` (the latter served by ``router.websocket``).
+    ``"http"`` and ``"websocket"`` (the latter served by ``router.python.websocket``).
 
     Args:
         settings: Router settings.
@@ -65,12 +65,12 @@ class ActorRouter:
 
     Attributes:
         cache: RUNNING-actor cache; enabled only while ``invalidator`` holds a LISTEN.
-        gate: Who may reach which actor (router.access).
+        gate: Who may reach which actor (router.core.access).
         resumer: Single-flight resumer with the parking lot.
         invalidator: LISTEN/NOTIFY loop, or None without a database URL (no caching).
         sessions: Open WebSockets and event streams, ended by ``sessions.end_all`` at shutdown.
-        drains: Who may send to which worker, and the drains before a checkpoint (router.drain).
-        registration: This replica's heartbeat, lease and drains (router.registration), or
+        drains: Who may send to which worker, and the drains before a checkpoint (router.core.drain).
+        registration: This replica's heartbeat, lease and drains (router.core.registration), or
             None when ``settings.register_replica`` is off.
     """
 
@@ -145,7 +145,7 @@ class ActorRouter:
 
     async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
         """Handle one HTTP request (ASGI): with its `X-Request-Id` (the client's, or a new one),
-        sent to the actor, returned to the client and logged. A WebSocket goes to ``router.websocket``."""
+        sent to the actor, returned to the client and logged. A WebSocket goes to ``router.python.websocket``."""
         if scope["type"] == "websocket":
             scope, request_id = with_request_id(scope)
             await self.websockets.serve(scope, receive, send, request_id, target_of(scope))
@@ -250,7 +250,7 @@ class ActorRouter:
         self, scope: dict[str, Any], body: BodyStream, target: Target, deadline: float, started: float
     ) -> tuple[UpstreamResponse, bool, Flight]:
         """Find the actor's upstream and open the proxied request to it, inside a drain
-        ``Flight`` (router.drain): an upstream looked up before a drain of the actor is never used.
+        ``Flight`` (router.core.drain): an upstream looked up before a drain of the actor is never used.
 
         Returns:
             The response (head received), whether the request was parked for a resume, and

@@ -25,7 +25,7 @@ from typing import Any, Protocol
 
 import h11
 
-from router.types import Upstream
+from router.core.upstream import Upstream
 
 log = logging.getLogger(__name__)
 

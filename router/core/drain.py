@@ -1,7 +1,7 @@
 """The drain of an actor's traffic before its checkpoint, on this router replica.
 
 SuspendActor and PauseActor tell every router replica to drain an actor before the atelet
-checkpoints it (``router.registration`` brings the drain in and acknowledges it). ``DrainGate``
+checkpoints it (``router.core.registration`` brings the drain in and acknowledges it). ``DrainGate``
 carries it out:
 
 1. the actor is dropped from the cache, the resume call in flight for it is no longer shared
@@ -29,11 +29,11 @@ import logging
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from router.cache import ActorCache
-from router.metrics import DRAIN_CUT_REQUESTS, DRAIN_DURATION, DRAIN_HELD, DRAINS
-from router.resume import Resumer
-from router.types import Upstream
-from router.upstream_client import UpstreamClient
+from router.core.cache import ActorCache
+from router.core.metrics import DRAIN_CUT_REQUESTS, DRAIN_DURATION, DRAIN_HELD, DRAINS
+from router.core.resume import Resumer
+from router.core.upstream import Upstream
+from router.python.upstream_client import UpstreamClient
 
 log = logging.getLogger(__name__)
 

@@ -21,10 +21,10 @@ import functools
 import logging
 from dataclasses import dataclass
 
-from router import api_client as api
-from router.api_client import ApiClient, ResumeReply, TemplateError
-from router.cache import ActorCache
-from router.errors import (
+from router.core import api_client as api
+from router.core.api_client import ApiClient, ResumeReply, TemplateError
+from router.core.cache import ActorCache
+from router.core.errors import (
     BAD_TARGET,
     NO_ROOM,
     NOT_FOUND,
@@ -34,9 +34,9 @@ from router.errors import (
     UNAVAILABLE,
     RouteError,
 )
-from router.metrics import PARK_DURATION, PARKED, RESUMES, RESUMES_STARTED
-from router.target import Target
-from router.types import Upstream
+from router.core.metrics import PARK_DURATION, PARKED, RESUMES, RESUMES_STARTED
+from router.core.target import Target
+from router.core.upstream import Upstream
 
 log = logging.getLogger(__name__)
 

@@ -1,5 +1,5 @@
 """How a request reaches its actor's worker, shared by the HTTP and WebSocket paths: the RUNNING
-cache or a parked resume, inside a drain flight (router.drain), with one fresh look-up when a
+cache or a parked resume, inside a drain flight (router.core.drain), with one fresh look-up when a
 cached address refuses connections.
 
 `reach_actor` is the loop; `wait_unless_gone` is the parked wait that a client's leaving ends at
@@ -13,11 +13,11 @@ import logging
 from collections.abc import Awaitable, Callable, Coroutine
 from typing import Any, TypeVar
 
-from router.cache import ActorCache
-from router.drain import DrainGate, Flight
-from router.errors import RouteError
-from router.target import Target
-from router.types import Upstream
+from router.core.cache import ActorCache
+from router.core.drain import DrainGate, Flight
+from router.core.errors import RouteError
+from router.core.target import Target
+from router.core.upstream import Upstream
 
 log = logging.getLogger(__name__)
 

@@ -3,7 +3,7 @@
 Owns the ASGI side of proxying: reading the request body from ``receive`` (``BodyStream``),
 turning the ASGI scope into the upstream request (target, framing, headers), relaying the
 worker's response into ``send``, and watching for the client's disconnect during long
-responses. Talking HTTP/1.1 to the worker is ``router.upstream_client``'s job.
+responses. Talking HTTP/1.1 to the worker is ``router.python.upstream_client``'s job.
 
 No routing decisions here: the caller says which ``Upstream`` to use. Bodies stream both ways
 (request body from ASGI ``receive`` to the worker socket, response body from the worker socket into
@@ -24,13 +24,13 @@ from typing import Any
 
 import anyio
 
-from router.errors import CLIENT_GONE, ERROR, OK, TIMEOUT, RouteError
-from router.metrics import RECEIVED_BYTES, SENT_BYTES
-from router.reach import wait_unless_gone
-from router.sessions import Sessions
-from router.target import TARGET_HEADER
-from router.types import Upstream
-from router.upstream_client import (
+from router.core.errors import CLIENT_GONE, ERROR, OK, TIMEOUT, RouteError
+from router.core.metrics import RECEIVED_BYTES, SENT_BYTES
+from router.core.reach import wait_unless_gone
+from router.core.target import TARGET_HEADER
+from router.core.upstream import Upstream
+from router.python.sessions import Sessions
+from router.python.upstream_client import (
     ClientGone,
     ClientIdle,
     Cuttable,

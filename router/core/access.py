@@ -24,10 +24,10 @@ from http.cookies import CookieError, SimpleCookie
 from typing import TypeVar
 
 from domain.templates import AccessMode, ActorAccess
-from router import errors
-from router.api_client import AccessReview, ApiClient, LookupFailed, TemplateError
-from router.errors import RouteError
-from router.target import Target
+from router.core import errors
+from router.core.api_client import AccessReview, ApiClient, LookupFailed, TemplateError
+from router.core.errors import RouteError
+from router.core.target import Target
 
 COOKIE = "ate-token"
 """The cookie a browser may carry the token in."""

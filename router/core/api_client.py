@@ -3,7 +3,7 @@ access rule, read an actor's template, review a caller's token, send this replic
 and acknowledge a drain.
 
 Each resume call is classified into a ``ResumeReply`` (never raises for API answers), so the
-parking logic in ``router.resume`` can decide between answering, retrying and giving up.
+parking logic in ``router.core.resume`` can decide between answering, retrying and giving up.
 Template ports are cached forever (templates are immutable).
 """
 
