@@ -13,10 +13,10 @@ import logging
 from collections.abc import Awaitable, Callable, Coroutine
 from typing import Any, TypeVar
 
+from domain.refs import ActorRef
 from router.core.cache import ActorCache
 from router.core.drain import DrainGate, Flight
 from router.core.errors import RouteError
-from router.core.target import Target
 from router.core.upstream import Upstream
 
 log = logging.getLogger(__name__)
@@ -51,15 +51,15 @@ async def wait_unless_gone(
 
 
 async def reach_actor(
-    target: Target,
+    target: ActorRef,
     *,
     cache: ActorCache,
     drains: DrainGate,
     park: Callable[[], Awaitable[Upstream]],
     connect: Callable[[Upstream, Flight, bool], Awaitable[T]],
     refused: type[Exception],
-    unreachable: Callable[[Target, Upstream], RouteError],
-    no_lease: Callable[[Target], RouteError],
+    unreachable: Callable[[ActorRef, Upstream], RouteError],
+    no_lease: Callable[[ActorRef], RouteError],
 ) -> T:
     """Find the actor's worker and `connect` to it inside a drain flight.
 

@@ -39,9 +39,8 @@ local cfg = {
   head_seconds = 120,
   idle_seconds = 300,
   max_head_bytes = 32768,
+  label = nil,  -- domain.labels.DNS_LABEL's pattern, given by router/nginx/config.py (one rule)
 }
-
-local LABEL = [[^[a-z0-9](?:[-a-z0-9]{0,61}[a-z0-9])?$]]
 local RECENT = 100
 local RECENT_KEYS = {}
 for i = 0, RECENT - 1 do
@@ -97,7 +96,7 @@ local function new_request_id()
 end
 
 local function is_label(value)
-  return ngx.re.find(value, LABEL, "jo") ~= nil
+  return ngx.re.find(value, cfg.label, "jo") ~= nil
 end
 
 local function strip(value)

@@ -30,11 +30,12 @@ from urllib.parse import parse_qsl
 
 import httpx
 
+from domain.refs import ActorRef
 from router.core import errors, statusz
 from router.core.api_client import ApiClient
 from router.core.cache import ActorCache
 from router.core.errors import RouteError
-from router.core.target import Target, TargetError, is_label, target_from_headers
+from router.core.target import TargetError, is_label, target_from_headers
 from router.core.upstream import Upstream
 from router.nginx.admin import NginxAdmin
 from router.nginx.config import RELAY_PREFIX
@@ -246,7 +247,7 @@ class ControlService:
         }
         await _send(send, 200, headers, b"")
 
-    async def _upstream(self, target: Target, deadline: float, receive: Any) -> tuple[Upstream, bool, int]:
+    async def _upstream(self, target: ActorRef, deadline: float, receive: Any) -> tuple[Upstream, bool, int]:
         """Where actor ``target`` serves, looked up after any drain of it began (held while it
         runs, then parked for the resume), whether the request was parked, and the drain token
         taken before the lookup (nginx refuses the answer when a drain of the actor came since).
@@ -269,7 +270,7 @@ class ControlService:
                 self.drains.leave(flight)
                 return upstream, parked, token
 
-    async def _park(self, target: Target, deadline: float, receive: Any) -> Upstream:
+    async def _park(self, target: ActorRef, deadline: float, receive: Any) -> Upstream:
         """``ActorRouter.wait_running``, given up at once when nginx drops the request (its client
         left: nginx closes the subrequest); the resume goes on."""
         waiting = asyncio.create_task(self.router.wait_running(target, deadline))
@@ -292,7 +293,7 @@ class ControlService:
         if not (is_label(atespace) and is_label(name)):
             await _answer(send, 502, f"the router failed to reach actor {key!r}", errors.ERROR)
             return
-        target = Target(atespace, name)
+        target = ActorRef(atespace, name)
         if kind == "connect":
             error = worker_unreachable(target, upstream)
         elif kind == "timeout":

@@ -19,6 +19,7 @@ from starlette.applications import Starlette
 from starlette.routing import Route, WebSocketRoute
 
 from domain.operations.router_drain import ROUTER_HEARTBEAT_SECONDS, ROUTER_LEASE_SECONDS
+from domain.refs import ActorRef
 from router.core import errors, statusz
 from router.core.access import AccessGate
 from router.core.api_client import ApiClient
@@ -29,7 +30,7 @@ from router.core.metrics import ObserveRequest, observe_request
 from router.core.reach import reach_actor, wait_unless_gone
 from router.core.registration import Registration, register_replica
 from router.core.resume import Resumer
-from router.core.target import TARGET_HEADER, Target, TargetError, target_from_headers
+from router.core.target import TARGET_HEADER, TargetError, target_from_headers
 from router.core.upstream import Upstream
 from router.python.proxy import BodyStream, open_upstream, relay
 from router.python.sessions import Sessions
@@ -247,7 +248,7 @@ class ActorRouter:
         return errors.PARKED_OK if outcome == errors.OK and parked else outcome
 
     async def _open(
-        self, scope: dict[str, Any], body: BodyStream, target: Target, deadline: float, started: float
+        self, scope: dict[str, Any], body: BodyStream, target: ActorRef, deadline: float, started: float
     ) -> tuple[UpstreamResponse, bool, Flight]:
         """Find the actor's upstream and open the proxied request to it, inside a drain
         ``Flight`` (router.core.drain): an upstream looked up before a drain of the actor is never used.
@@ -282,7 +283,7 @@ class ActorRouter:
             no_lease=self.no_lease,
         )
 
-    def no_lease(self, target: Target) -> RouteError:
+    def no_lease(self, target: ActorRef) -> RouteError:
         """503 for a replica whose heartbeats the API has not answered for a lease."""
         name = self.registration.replica if self.registration is not None else "-"
         return RouteError(
@@ -293,7 +294,7 @@ class ActorRouter:
             RETRY_RESUMING_SECONDS,
         )
 
-    async def _park(self, target: Target, deadline: float, body: BodyStream) -> Upstream:
+    async def _park(self, target: ActorRef, deadline: float, body: BodyStream) -> Upstream:
         """Wait for the actor to be RUNNING (``Resumer.wait_running``) while watching the client:
         one that leaves frees its place in the parking lot at once; the resume it started goes on.
 
@@ -309,7 +310,7 @@ class ActorRouter:
             lambda: ClientGone(f"client left while its request waited for actor {target}"),
         )
 
-    async def wait_running(self, target: Target, deadline: float) -> Upstream:
+    async def wait_running(self, target: ActorRef, deadline: float) -> Upstream:
         """``Resumer.wait_running``, after holding the request while its actor is being drained
         (its budget then starts again when the drain ends: it waits for the resume after the
         checkpoint, as when parked)."""
@@ -342,7 +343,7 @@ def target_of(scope: dict[str, Any]) -> str:
     return "-"
 
 
-def worker_unreachable(target: Target, upstream: Upstream | str) -> RouteError:
+def worker_unreachable(target: ActorRef, upstream: Upstream | str) -> RouteError:
     """502 for a RUNNING actor whose worker refuses connections: maybe for good (a dead
     sandbox), so no promise of recovery; the control plane may later mark it CRASHED."""
     log.warning("actor %s is RUNNING but its worker %s does not answer", target, upstream)

@@ -32,6 +32,7 @@ from websockets.asyncio.client import ClientConnection, connect
 from websockets.exceptions import ConnectionClosed, InvalidHandshake, InvalidStatus
 from websockets.frames import EXTERNAL_CLOSE_CODES
 
+from domain.refs import ActorRef
 from router.core import errors, statusz
 from router.core.access import AccessGate
 from router.core.cache import ActorCache
@@ -40,7 +41,7 @@ from router.core.errors import RouteError
 from router.core.metrics import ObserveRequest, observe_request
 from router.core.reach import reach_actor, wait_unless_gone
 from router.core.resume import Resumer
-from router.core.target import TARGET_HEADER, Target, TargetError, target_from_headers
+from router.core.target import TARGET_HEADER, TargetError, target_from_headers
 from router.core.upstream import Upstream
 from router.python.proxy import HOP_BY_HOP, Receive, Scope, Send, request_headers
 from router.python.sessions import GOING_AWAY, Session, Sessions
@@ -71,7 +72,7 @@ _HANDSHAKE_HEADERS = frozenset(
 _DROP_RESPONSE = HOP_BY_HOP | _HANDSHAKE_HEADERS | {b"date", b"server", b"content-length"}
 _TARGET_HEADER = TARGET_HEADER.encode()
 
-Unreachable = Callable[[Target, Upstream], RouteError]
+Unreachable = Callable[[ActorRef, Upstream], RouteError]
 """Builds the error for a RUNNING actor whose worker refuses connections (the HTTP path's)."""
 
 
@@ -126,8 +127,8 @@ class WebSocketProxy:
         recent: statusz.RecentRequests,
         unreachable: Unreachable,
         drains: DrainGate,
-        wait_running: Callable[[Target, float], Coroutine[Any, Any, Upstream]],
-        no_lease: Callable[[Target], RouteError],
+        wait_running: Callable[[ActorRef, float], Coroutine[Any, Any, Upstream]],
+        no_lease: Callable[[ActorRef], RouteError],
         trusted: Sequence[IPv4Network | IPv6Network] = (),
         observe: ObserveRequest = observe_request,
     ) -> None:
@@ -227,7 +228,7 @@ class WebSocketProxy:
         return (errors.PARKED_OK if parked else errors.OK), 101
 
     async def _open(
-        self, scope: Scope, receive: Receive, target: Target, deadline: float
+        self, scope: Scope, receive: Receive, target: ActorRef, deadline: float
     ) -> tuple[ClientConnection, bool, Flight]:
         """Find the actor's worker (as for HTTP, inside a drain flight) and open the WebSocket to it.
 
@@ -259,7 +260,7 @@ class WebSocketProxy:
             no_lease=self.no_lease,
         )
 
-    async def _park(self, target: Target, deadline: float, receive: Receive) -> Upstream:
+    async def _park(self, target: ActorRef, deadline: float, receive: Receive) -> Upstream:
         """Wait for the actor to be RUNNING while watching the client: one that leaves frees its
         place in the parking lot at once (the resume it started goes on).
 
@@ -274,7 +275,7 @@ class WebSocketProxy:
         )
 
     async def _connect(
-        self, scope: Scope, headers: list[tuple[str, str]], upstream: Upstream, target: Target, parked: bool
+        self, scope: Scope, headers: list[tuple[str, str]], upstream: Upstream, target: ActorRef, parked: bool
     ) -> ClientConnection:
         """Open the WebSocket: TCP within the connect timeout, the handshake within the
         response-head timeout.
