@@ -175,3 +175,36 @@ def target_from_headers(values: list[bytes], host: bytes | None, domain: str) ->
         got = " and ".join(repr(t.strip()) for t in texts)
         raise TargetError(f"duplicate {TARGET_HEADER} header: got {got}; send exactly one")
     return parse_target(texts[0] if texts else None, None if host is None else decode_header(host), domain)
+
+
+_TARGET_HEADER = TARGET_HEADER.encode()
+
+
+def scan_head(headers: list[tuple[bytes, bytes]]) -> tuple[list[bytes], bytes | None]:
+    """Pick what names the target out of a request's raw headers (lower-case names, as ASGI
+    gives them), in one pass.
+
+    Args:
+        headers: The request's headers.
+
+    Returns:
+        Every ``ate-target-actor`` value in order, and the (last) Host or None; give them to
+        ``target_from_headers``.
+    """
+    values: list[bytes] = []
+    host: bytes | None = None
+    for key, value in headers:
+        if key == _TARGET_HEADER:
+            values.append(value)
+        elif key == b"host":
+            host = value
+    return values, host
+
+
+def target_label(headers: list[tuple[bytes, bytes]]) -> str:
+    """The first ``ate-target-actor`` header as given, at most 200 characters (for logs and
+    /statusz), or ``-`` when there is none."""
+    for key, value in headers:
+        if key == _TARGET_HEADER:
+            return str(value.decode("latin-1"))[:200]
+    return "-"

@@ -1,4 +1,6 @@
-"""The router's ASGI app: target → (cache | resume) → streaming proxy, plus metrics.
+"""The Python data path's ASGI app: a request's target and answer from the decision core
+(router.core.routing.RouterCore), the exchange with the worker streamed here (router.python.proxy,
+router.python.websocket).
 
 Every path on the proxy port belongs to actors, so the app has one catch-all route and no
 endpoints of its own; metrics are served elsewhere (see ``router.core.metrics``).
@@ -12,26 +14,21 @@ import logging
 import re
 import time
 import uuid
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
 from typing import Any
 
 from starlette.applications import Starlette
 from starlette.routing import Route, WebSocketRoute
 
-from domain.operations.router_drain import ROUTER_HEARTBEAT_SECONDS, ROUTER_LEASE_SECONDS
 from domain.refs import ActorRef
 from router.core import errors, statusz
-from router.core.access import AccessGate
 from router.core.api_client import ApiClient
-from router.core.cache import ActorCache, CacheInvalidator
-from router.core.drain import DrainGate, Flight
-from router.core.errors import RETRY_RESUMING_SECONDS, RouteError
+from router.core.drain import Flight
+from router.core.errors import RouteError
 from router.core.metrics import ObserveRequest, observe_request
-from router.core.reach import reach_actor, wait_unless_gone
-from router.core.registration import Registration, register_replica
-from router.core.resume import Resumer
-from router.core.target import TARGET_HEADER, TargetError, target_from_headers
-from router.core.upstream import Upstream
+from router.core.routing import Found, RouterCore
+from router.core.target import TargetError, scan_head, target_label
 from router.python.proxy import BodyStream, open_upstream, relay
 from router.python.sessions import Sessions
 from router.python.upstream_client import (
@@ -47,109 +44,96 @@ from router.settings import RouterSettings
 
 log = logging.getLogger(__name__)
 
-_TARGET_HEADER = TARGET_HEADER.encode()
+
+@dataclass
+class Mechanics:
+    """The Python data path's means of reaching workers, made before the core (whose drains shut
+    their connections and end their sessions).
+
+    Attributes:
+        upstream_client: The worker HTTP client.
+        sessions: The open WebSockets and event streams (ended at a drain or at shutdown).
+    """
+
+    upstream_client: UpstreamClient
+    sessions: Sessions
+
+    @classmethod
+    def new(cls, settings: RouterSettings, upstream_client: UpstreamClient | None = None) -> Mechanics:
+        """A worker client with the settings' timeouts (or ``upstream_client``) and no session open."""
+        client = upstream_client or new_upstream_client(
+            settings.upstream_connect_timeout_seconds,
+            settings.response_head_timeout_seconds,
+            settings.idle_timeout_seconds,
+        )
+        return cls(client, Sessions())
+
+    def core(
+        self, settings: RouterSettings, api_client: ApiClient | None = None, **kwargs: Any
+    ) -> RouterCore:
+        """A decision core whose drains cut these connections and end these sessions;
+        ``kwargs`` go to ``RouterCore`` (``cache``, ``elsewhere``)."""
+        return RouterCore(
+            settings,
+            cut=self.upstream_client.cut,
+            end_sessions=self.sessions.end_actor,
+            api_client=api_client,
+            **kwargs,
+        )
+
 
 class ActorRouter:
     """Routes one HTTP or WebSocket request to its actor; an ASGI app for ``scope["type"]``
     ``"http"`` and ``"websocket"`` (the latter served by ``router.python.websocket``).
 
     Args:
-        settings: Router settings.
-        api_client: Optional API client (built from ``settings.api_server`` when omitted).
-        upstream_client: Optional worker client (``upstream_client.new_upstream_client`` when omitted).
-        cache: Optional RUNNING-actor cache (a new ``ActorCache`` when omitted; the nginx data
-            path passes one whose forgetting reaches nginx).
-        drain_gate: Builds the drain gate from ``DrainGate``'s arguments (``DrainGate`` itself
-            when omitted; the nginx data path's also drains nginx, router.nginx.drain).
+        core: The decision core (made by ``mechanics.core``).
+        mechanics: The worker client and open sessions.
         observe: Counts each finished request, ``(outcome, seconds)`` (the Prometheus request
-            families when omitted; the nginx data path tallies its relayed requests).
+            families when omitted; the nginx data path tallies the requests it relays here).
 
     Attributes:
-        cache: RUNNING-actor cache; enabled only while ``invalidator`` holds a LISTEN.
-        gate: Who may reach which actor (router.core.access).
-        resumer: Single-flight resumer with the parking lot.
-        invalidator: LISTEN/NOTIFY loop, or None without a database URL (no caching).
+        core: The decision core; ``cache``, ``gate``, ``resumer``, ``invalidator``, ``drains``,
+            ``registration`` and ``recent`` are its own, named here too.
         sessions: Open WebSockets and event streams, ended by ``sessions.end_all`` at shutdown.
-        drains: Who may send to which worker, and the drains before a checkpoint (router.core.drain).
-        registration: This replica's heartbeat, lease and drains (router.core.registration), or
-            None when ``settings.register_replica`` is off.
     """
 
-    def __init__(
-        self,
-        settings: RouterSettings,
-        api_client: ApiClient | None = None,
-        upstream_client: UpstreamClient | None = None,
-        cache: ActorCache | None = None,
-        drain_gate: Callable[..., DrainGate] = DrainGate,
-        observe: ObserveRequest = observe_request,
-    ) -> None:
-        self.settings = settings
+    def __init__(self, core: RouterCore, mechanics: Mechanics, observe: ObserveRequest = observe_request) -> None:
+        self.core = core
+        self.settings = core.settings
         self.observe = observe
-        self.api = api_client or ApiClient(settings.api_server, token=settings.read_api_token())
-        self.upstream_client = upstream_client or new_upstream_client(
-            settings.upstream_connect_timeout_seconds,
-            settings.response_head_timeout_seconds,
-            settings.idle_timeout_seconds,
-        )
-        self.cache = cache if cache is not None else ActorCache()
-        self.gate = AccessGate(self.api, settings.api_server)
-        self.trusted = settings.trusted_networks
-        self.recent = statusz.RecentRequests()
-        self.cache.on_change.append(self.gate.forget)
-        self.resumer = Resumer(
-            self.api,
-            self.cache,
-            settings.parked_request_budget_seconds,
-            settings.max_parked,
-            settings.api_server,
-        )
-        self.invalidator = (
-            CacheInvalidator(settings.database_url, self.cache) if settings.database_url else None
-        )
-        self.sessions = Sessions()
-        self.drains = drain_gate(
-            self.cache,
-            self.resumer,
-            self.upstream_client,
-            settings.drain_timeout_seconds,
-            settle_seconds=settings.upstream_connect_timeout_seconds + 1.0,
-            end_sessions=self.sessions.end_actor,
-        )
-        self.websockets = WebSocketProxy(
-            settings=settings, gate=self.gate, cache=self.cache, resumer=self.resumer, sessions=self.sessions,
-            recent=self.recent, unreachable=worker_unreachable, drains=self.drains, wait_running=self.wait_running,
-            no_lease=self.no_lease, trusted=self.trusted, observe=observe,
-        )  # fmt: skip
-        self.registration: Registration | None = None
-        if settings.register_replica:
-            self.registration = register_replica(
-                self.api, self.drains, self.cache, self.invalidator, settings.replica_name,
-                ROUTER_LEASE_SECONDS, ROUTER_HEARTBEAT_SECONDS,
-            )  # fmt: skip
+        self.api = core.api
+        self.cache = core.cache
+        self.gate = core.gate
+        self.resumer = core.resumer
+        self.invalidator = core.invalidator
+        self.drains = core.drains
+        self.registration = core.registration
+        self.recent = core.recent
+        self.upstream_client = mechanics.upstream_client
+        self.sessions = mechanics.sessions
+        self.trusted = self.settings.trusted_networks
+        self.websockets = WebSocketProxy(core, self.sessions, observe)
 
     async def start(self) -> None:
-        """Start cache invalidation (when a database URL is set) and the registration."""
-        if self.invalidator is not None:
-            self.invalidator.start()
-        if self.registration is not None:
-            await self.registration.start()
+        """Start the core (cache invalidation, registration)."""
+        await self.core.start()
 
     async def stop(self) -> None:
-        """Stop the registration and invalidation, and close the HTTP clients."""
-        if self.registration is not None:
-            await self.registration.stop()
-        if self.invalidator is not None:
-            await self.invalidator.stop()
+        """Stop the core, and close the worker client."""
+        await self.core.stop()
+        await self.aclose()
+
+    async def aclose(self) -> None:
+        """Close the worker client (the core is its owner's to stop)."""
         await self.upstream_client.aclose()
-        await self.api.aclose()
 
     async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
         """Handle one HTTP request (ASGI): with its `X-Request-Id` (the client's, or a new one),
         sent to the actor, returned to the client and logged. A WebSocket goes to ``router.python.websocket``."""
         if scope["type"] == "websocket":
             scope, request_id = with_request_id(scope)
-            await self.websockets.serve(scope, receive, send, request_id, target_of(scope))
+            await self.websockets.serve(scope, receive, send, request_id, target_label(scope["headers"]))
             return
         loop = asyncio.get_running_loop()
         started = loop.time()
@@ -164,7 +148,7 @@ class ActorRouter:
                 message = {**message, "headers": [*message.get("headers", []), (REQUEST_ID_HEADER, request_id)]}
             await send(message)
 
-        if scope["path"] == statusz.PATH and target_of(scope) == "-" and not self._names_actor(scope):
+        if self.core.asks_statusz(scope["path"], *scan_head(scope["headers"])):
             await self._statusz(scope, send_with_id)
             return
         try:
@@ -175,59 +159,37 @@ class ActorRouter:
             outcome = errors.ERROR
             if status == 0:
                 with contextlib.suppress(Exception):
-                    await _answer_stopping(send_with_id, target_of(scope), self.settings.stop_grace_seconds)
+                    await _answer_stopping(send_with_id, target_label(scope["headers"]), self.settings.stop_grace_seconds)
             raise
         finally:
             elapsed = loop.time() - started
             self.observe(outcome, elapsed)
             finished = statusz.RecentRequest(
-                time.time(), request_id.decode(), target_of(scope), scope["method"], scope["path"][:200],
+                time.time(), request_id.decode(), target_label(scope["headers"]), scope["method"], scope["path"][:200],
                 status, outcome, round(elapsed * 1000, 1),
             )  # fmt: skip
             self.recent.add(finished)
             log.info(
                 "request %s %s %s %s %d %s %.1f ms",
-                request_id.decode(), target_of(scope), scope["method"], scope["path"], status, outcome, elapsed * 1000,
+                request_id.decode(), target_label(scope["headers"]), scope["method"], scope["path"], status, outcome, elapsed * 1000,
             )  # fmt: skip
-
-    def _names_actor(self, scope: dict[str, Any]) -> bool:
-        """Whether the request's Host names an actor (`<name>.<atespace>.actors.<domain>`)."""
-        host = next((v for k, v in scope["headers"] if k == b"host"), None)
-        try:
-            target_from_headers([], host, self.settings.domain)
-        except TargetError:
-            return False
-        return True
 
     async def _statusz(self, scope: dict[str, Any], send: Any) -> None:
         """Answer /statusz: HTML, or JSON with `?format=json`."""
-        postgres = statusz.postgres_health(self.invalidator)
-        document = statusz.status_document(
-            settings=self.settings.redacted(),
-            api=await self.api.health(),
-            postgres=postgres,
-            parked=self.resumer.parked,
-            max_parked=self.settings.max_parked,
-            recent=self.recent.items(),
-        )
-        as_json = b"format=json" in scope.get("query_string", b"").split(b"&")
-        data = statusz.render_json(document) if as_json else statusz.render_html(document)
-        kind = b"application/json" if as_json else b"text/html; charset=utf-8"
-        headers = [(b"content-type", kind), (b"content-length", str(len(data)).encode()), (b"cache-control", b"no-store")]
+        data, kind = await self.core.status_page(scope.get("query_string", b""), self.recent.items())
+        headers = [
+            (b"content-type", kind.encode()),
+            (b"content-length", str(len(data)).encode()),
+            (b"cache-control", b"no-store"),
+        ]
         await send({"type": "http.response.start", "status": 200, "headers": headers})
         await send({"type": "http.response.body", "body": data, "more_body": False})
 
     async def _route(self, scope: dict[str, Any], receive: Any, send: Any, started: float) -> str:
-        headers: list[bytes] = []
-        host: bytes | None = None
-        for key, value in scope["headers"]:
-            if key == _TARGET_HEADER:
-                headers.append(value)
-            elif key == b"host":
-                host = value
+        values, host = scan_head(scope["headers"])
         body = BodyStream(receive, self.settings.idle_timeout_seconds)
         try:
-            target = target_from_headers(headers, host, self.settings.domain)
+            target = self.core.target(values, host)
             deadline = started + self.settings.parked_request_budget_seconds
             response, parked, flight = await self._open(scope, body, target, deadline, started)
         except TargetError as exc:
@@ -250,74 +212,39 @@ class ActorRouter:
     async def _open(
         self, scope: dict[str, Any], body: BodyStream, target: ActorRef, deadline: float, started: float
     ) -> tuple[UpstreamResponse, bool, Flight]:
-        """Find the actor's upstream and open the proxied request to it, inside a drain
-        ``Flight`` (router.core.drain): an upstream looked up before a drain of the actor is never used.
+        """Admit the request, find the actor's upstream (``RouterCore.reach``, inside a drain
+        flight) and open the proxied request to it, watching the client while parked (one that
+        leaves frees its place in the parking lot at once; the resume it started goes on).
 
         Returns:
             The response (head received), whether the request was parked for a resume, and
             its flight (``self.drains.leave`` it when the response ends).
 
         Raises:
-            RouteError: From resuming, 502 when the worker cannot be reached, 504 when it does
+            RouteError: From the core, 502 when the worker cannot be reached, 504 when it does
                 not start answering in time, 503 when this replica has no lease.
             ClientGone: The client left while parked or while sending its body.
         """
-        admission = await self.gate.admit(target, scope["headers"], deadline)
+        admission = await self.core.admit(target, scope["headers"], deadline)
         scope = {**scope, "headers": admission.headers}
         request_deadline = started + self.settings.request_timeout_seconds
 
-        async def connect(upstream: Upstream, flight: Flight, parked: bool) -> tuple[UpstreamResponse, bool, Flight]:
+        async def connect(found: Found) -> tuple[UpstreamResponse, bool, Flight]:
             response = await open_upstream(
-                self.upstream_client, scope, body, upstream, target.key, self.trusted, request_deadline, flight
-            )
-            return response, parked, flight
+                self.upstream_client, scope, body, found.upstream, target.key, self.trusted, request_deadline,
+                found.flight,
+            )  # fmt: skip
+            return response, found.parked, found.flight
 
-        return await reach_actor(
+        return await self.core.reach(
             target,
-            cache=self.cache,
-            drains=self.drains,
-            park=lambda: self._park(target, deadline, body),
-            connect=connect,
-            refused=UpstreamConnectError,
-            unreachable=worker_unreachable,
-            no_lease=self.no_lease,
+            deadline,
+            connect,
+            UpstreamConnectError,
+            # a body streaming upstream already: receive is not ours to watch
+            leaving=lambda: None if body.started else body.wait_disconnect(),
+            gone=lambda: ClientGone(f"client left while its request waited for actor {target}"),
         )
-
-    def no_lease(self, target: ActorRef) -> RouteError:
-        """503 for a replica whose heartbeats the API has not answered for a lease."""
-        name = self.registration.replica if self.registration is not None else "-"
-        return RouteError(
-            503,
-            errors.UNAVAILABLE,
-            f"router replica {name} has no lease with the control plane at {self.settings.api_server} (its "
-            f"heartbeats are not answered), so it sends no request to actor {target}; retry shortly",
-            RETRY_RESUMING_SECONDS,
-        )
-
-    async def _park(self, target: ActorRef, deadline: float, body: BodyStream) -> Upstream:
-        """Wait for the actor to be RUNNING (``Resumer.wait_running``) while watching the client:
-        one that leaves frees its place in the parking lot at once; the resume it started goes on.
-
-        Raises:
-            RouteError: From ``Resumer.wait_running``.
-            ClientGone: The client disconnected while parked.
-        """
-        if body.started:  # its body is streaming upstream already: receive is not ours to watch
-            return await self.wait_running(target, deadline)
-        return await wait_unless_gone(
-            self.wait_running(target, deadline),
-            body.wait_disconnect(),
-            lambda: ClientGone(f"client left while its request waited for actor {target}"),
-        )
-
-    async def wait_running(self, target: ActorRef, deadline: float) -> Upstream:
-        """``Resumer.wait_running``, after holding the request while its actor is being drained
-        (its budget then starts again when the drain ends: it waits for the resume after the
-        checkpoint, as when parked)."""
-        if self.drains.draining(target.key):
-            await self.drains.hold(target.key)
-            deadline = max(deadline, asyncio.get_running_loop().time() + self.settings.parked_request_budget_seconds)
-        return await self.resumer.wait_running(target, deadline)
 
 
 REQUEST_ID_HEADER = b"x-request-id"
@@ -333,27 +260,6 @@ def with_request_id(scope: dict[str, Any]) -> tuple[dict[str, Any], bytes]:
     request_id = uuid.uuid4().hex.encode()
     headers = [(k, v) for k, v in scope["headers"] if k != REQUEST_ID_HEADER]
     return {**scope, "headers": [*headers, (REQUEST_ID_HEADER, request_id)]}, request_id
-
-
-def target_of(scope: dict[str, Any]) -> str:
-    """The `ate-target-actor` header as given (for the log), or `-`."""
-    for key, value in scope["headers"]:
-        if key == _TARGET_HEADER:
-            return str(value.decode("latin-1"))[:200]
-    return "-"
-
-
-def worker_unreachable(target: ActorRef, upstream: Upstream | str) -> RouteError:
-    """502 for a RUNNING actor whose worker refuses connections: maybe for good (a dead
-    sandbox), so no promise of recovery; the control plane may later mark it CRASHED."""
-    log.warning("actor %s is RUNNING but its worker %s does not answer", target, upstream)
-    ref = f"actor {target.name} -a {target.atespace}"
-    return RouteError(
-        502,
-        errors.ERROR,
-        f"actor {target} is RUNNING but its worker {upstream} does not answer; if this "
-        f"persists, check 'ate describe {ref}' or revert it with 'ate revert {ref}'",
-    )
 
 
 async def _answer(send: Any, status: int, message: str, retry_after: int | None = None) -> None:
@@ -384,7 +290,8 @@ def create_app(
     Returns:
         The app; ``app.state.router`` is the ``ActorRouter`` (cache, resumer, ...).
     """
-    router = ActorRouter(settings, api_client, upstream_client)
+    mechanics = Mechanics.new(settings, upstream_client)
+    router = ActorRouter(mechanics.core(settings, api_client), mechanics)
 
     @contextlib.asynccontextmanager
     async def lifespan(_app: Starlette) -> AsyncIterator[None]:
