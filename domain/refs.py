@@ -25,6 +25,10 @@ class ActorRef:
         """The per-actor lock: at most one operation workflow runs under this ID."""
         return f"actor/{self.atespace}/{self.name}"
 
+    def __str__(self) -> str:
+        """The key, `<atespace>/<name>` (how messages and logs name an actor)."""
+        return self.key
+
 
 @dataclass
 class WorkerRef:

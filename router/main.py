@@ -1,65 +1,26 @@
-"""Entry point of ``ate-router``: flags and settings, then serve until SIGTERM/SIGINT."""
+"""Entry point of ``ate-router``: flags and settings, then the data path they choose, wired on
+one decision core (router.core): the Python one (router.python) or nginx (router.nginx) with the
+Python one relaying what nginx hands over. The two data paths never import each other; this
+module puts them together."""
 
 from __future__ import annotations
 
 import argparse
 import asyncio
 import logging
-import signal
-import socket
 import sys
 from pathlib import Path
-from types import FrameType
+from typing import TYPE_CHECKING
 
-import uvicorn
 from pydantic import ValidationError
-from starlette.applications import Starlette
 
-from router.app import create_app
-from router.metrics import serve_metrics
-from router.sessions import Sessions
-from router.settings import RouterSettings, split_host_port
-from router.websocket import MAX_MESSAGE_BYTES
-from serving.protocol import guarded_http
+from router.core.api_client import ApiClient
+from router.settings import RouterSettings
+
+if TYPE_CHECKING:
+    from router.nginx.control import ControlService
 
 log = logging.getLogger("router")
-
-SESSIONS_END_SECONDS = 5.0
-"""At shutdown, how long the open WebSockets and event streams get to finish closing."""
-
-
-class _Server(uvicorn.Server):
-    """uvicorn server that drains on SIGTERM/SIGINT and then exits 0 (no re-raised signal).
-
-    At shutdown it stops listening, then ends the open WebSockets (close 1001 to both sides)
-    and event streams (clean end of the body) itself, and only then lets uvicorn wait for the
-    other requests: uvicorn alone would wait ``stop_grace_seconds`` for exchanges that
-    never end and then cut them off (its own WebSocket close says 1012, with no reason).
-    """
-
-    def __init__(self, config: uvicorn.Config, sessions: Sessions | None = None) -> None:
-        super().__init__(config)
-        self.sessions = sessions
-
-    def handle_exit(self, sig: int, frame: FrameType | None) -> None:
-        """Start a graceful stop; a second SIGINT forces it."""
-        if self.should_exit and sig == signal.SIGINT:
-            self.force_exit = True
-        else:
-            log.info("signal %s: draining", signal.Signals(sig).name)
-            self.should_exit = True
-
-    async def shutdown(self, sockets: list[socket.socket] | None = None) -> None:
-        """Stop listening, end the long-lived exchanges (bounded), then uvicorn's shutdown."""
-        for server in self.servers:
-            server.close()
-        if self.sessions is not None and not self.force_exit:
-            count = len(self.sessions)
-            if not await self.sessions.end_all(SESSIONS_END_SECONDS):
-                log.warning("%d WebSockets or event streams did not close in time", len(self.sessions))
-            elif count:
-                log.info("closed %d WebSockets and event streams", count)
-        await super().shutdown(sockets)
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
@@ -208,63 +169,6 @@ _FLAG_OF = {
 """The flag of each setting whose flag is not its name with dashes."""
 
 
-def uvicorn_config(settings: RouterSettings) -> uvicorn.Config:
-    """Build the uvicorn config of the proxy port.
-
-    Args:
-        settings: Settings in force.
-
-    Returns:
-        The config (uvloop when installed, httptools with the request-head limits of
-        `serving.protocol`, WebSockets served by the `websockets` library's sans-I/O
-        implementation, no Server/Date headers of its own, no trust in incoming
-        X-Forwarded-For: the proxy appends the real peer itself).
-    """
-    host, port = split_host_port(settings.listen)
-    return uvicorn.Config(
-        create_app(settings),
-        host=host,
-        port=port,
-        http=guarded_http(settings.head_timeout_seconds, settings.max_head_bytes),
-        ws="websockets-sansio",  # "websockets" is that library's legacy API, deprecated since its 14.0
-        ws_max_size=MAX_MESSAGE_BYTES,
-        log_level="warning",
-        access_log=False,
-        server_header=False,
-        date_header=False,
-        timeout_graceful_shutdown=settings.stop_grace_seconds,
-        lifespan="on",
-        proxy_headers=False,
-    )
-
-
-async def serve(settings: RouterSettings, config: uvicorn.Config) -> None:
-    """Serve the router until told to stop (SIGTERM/SIGINT), metrics on their own port.
-
-    Args:
-        settings: Settings in force.
-        config: From ``uvicorn_config``.
-
-    Raises:
-        SystemExit: The server failed to start (e.g. the port is taken).
-    """
-    metrics_host, metrics_port = split_host_port(settings.metrics_listen)
-    metrics_server = serve_metrics(metrics_host, metrics_port)
-    app = config.app
-    server = _Server(config, app.state.router.sessions if isinstance(app, Starlette) else None)
-    task = asyncio.create_task(server.serve())
-    try:
-        while not server.started and not task.done():
-            await asyncio.sleep(0.01)
-        if server.started:
-            print(f"router: ready on {settings.listen}", flush=True)
-        await task
-    finally:
-        metrics_server.shutdown()  # type: ignore[attr-defined]
-    if not server.started:
-        raise SystemExit(1)
-
-
 def main(argv: list[str] | None = None) -> None:
     """Run ``ate-router``.
 
@@ -284,10 +188,40 @@ def main(argv: list[str] | None = None) -> None:
         from router.nginx.supervisor import NginxError
 
         try:
-            asyncio.run(serve_nginx(settings))
+            asyncio.run(serve_nginx(settings, nginx_control_service))
         except NginxError as exc:
             raise SystemExit(f"router: {exc}") from None
         return
+    from router.python.serve import serve, uvicorn_config
+
     config = uvicorn_config(settings)
     with asyncio.Runner(loop_factory=config.get_loop_factory()) as runner:
         runner.run(serve(settings, config))
+
+
+def nginx_control_service(
+    settings: RouterSettings, admin_socket: str, api_client: ApiClient | None = None
+) -> ControlService:
+    """The nginx data path's control service, wired: one decision core whose cache and drains
+    reach nginx (admin socket ``admin_socket``), and the Python data path's ``ActorRouter`` on
+    that core for the requests nginx relays.
+
+    Args:
+        settings: Settings in force.
+        admin_socket: nginx's admin socket path.
+        api_client: Optional API client (built from settings when omitted).
+
+    Returns:
+        The control service (an ASGI app).
+    """
+    from router.nginx.admin import NginxAdmin
+    from router.nginx.control import ControlService, NotifyingCache
+    from router.nginx.drain import NginxDrain
+    from router.nginx.metrics import RelayedTally
+    from router.python.app import ActorRouter, Mechanics
+
+    admin = NginxAdmin(admin_socket)
+    mechanics = Mechanics.new(settings)
+    core = mechanics.core(settings, api_client, cache=NotifyingCache(admin), elsewhere=NginxDrain(admin))
+    relayed = RelayedTally()
+    return ControlService(core, admin, ActorRouter(core, mechanics, observe=relayed.observe), relayed)

@@ -9,6 +9,13 @@ from typing import Literal
 from pydantic import AliasChoices, Field, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
+MAX_MESSAGE_BYTES = 16 * 1024 * 1024
+"""Largest WebSocket message relayed either way (uvicorn's default for the client side, used for
+both; the nginx data path's control socket takes the same for the WebSockets it relays)."""
+
+SESSIONS_END_SECONDS = 5.0
+"""At shutdown, how long the open WebSockets and event streams get to finish closing."""
+
 
 class RouterSettings(BaseSettings):
     """Everything the router reads from its environment or flags.

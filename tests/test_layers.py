@@ -36,8 +36,12 @@ def test_imports_across_a_layer_break_its_contract(tmp_path: Path) -> None:
     pure.write_text(pure.read_text() + "\nimport pydantic  # noqa\n")
     data = tmp_path / "store" / "sql.py"
     data.write_text(data.read_text() + "\nimport activities.db  # noqa\n")
-    router = tmp_path / "router" / "types.py"
+    router = tmp_path / "router" / "core" / "upstream.py"
     router.write_text(router.read_text() + "\nimport store.listen  # noqa\nimport store.actors  # noqa\n")
+    peer = tmp_path / "router" / "nginx" / "drain.py"
+    peer.write_text(peer.read_text() + "\nimport router.python.app  # noqa\n")
+    core = tmp_path / "router" / "core" / "routing.py"
+    core.write_text(core.read_text() + "\nimport router.nginx.admin  # noqa\n")
     done = lint(tmp_path)
     assert done.returncode == 1
     assert "workflows import only domain and temporalio (no I/O) BROKEN" in done.stdout
@@ -46,8 +50,12 @@ def test_imports_across_a_layer_break_its_contract(tmp_path: Path) -> None:
     assert "it imports domain only BROKEN" in done.stdout
     assert "store.sql -> activities.db" in done.stdout
     assert "the atelet, the router and the CLI import no control-plane package BROKEN" in done.stdout
-    assert "router.types -> store.actors" in done.stdout
-    assert "router.types -> store.listen" not in done.stdout  # the one helper the router may use
+    assert "router.core.upstream -> store.actors" in done.stdout
+    assert "router.core.upstream -> store.listen" not in done.stdout  # the one helper the router may use
     # the api-server and the controller reach activities.db through the store: broken too
     assert "the api-server and the controller use domain and the store only BROKEN" in done.stdout
-    assert "Contracts: 4 kept, 5 broken." in done.stdout, done.stdout
+    assert "router.python and router.nginx are peers BROKEN" in done.stdout
+    assert "router.nginx.drain -> router.python.app" in done.stdout
+    assert "router.core imports no data path BROKEN" in done.stdout
+    assert "router.core.routing -> router.nginx.admin" in done.stdout
+    assert "Contracts: 4 kept, 7 broken." in done.stdout, done.stdout

@@ -11,7 +11,7 @@ from urllib.parse import quote
 
 import httpx
 
-from router import statusz
+from router.core import statusz
 
 log = logging.getLogger(__name__)
 

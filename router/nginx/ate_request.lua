@@ -144,7 +144,7 @@ end
 local function without_token_cookie(value)
   local kept = {}
   for part in (value .. ";"):gmatch("([^;]*);") do
-    local name = match(match(part, "^[ \t]*(.-)[ \t]*$"), "^([^=]*)")  -- as router.access does
+    local name = match(match(part, "^[ \t]*(.-)[ \t]*$"), "^([^=]*)")  -- as router.core.access does
     if name ~= "ate-token" then
       kept[#kept + 1] = part
     end

@@ -39,9 +39,8 @@ local cfg = {
   head_seconds = 120,
   idle_seconds = 300,
   max_head_bytes = 32768,
+  label = nil,  -- domain.labels.DNS_LABEL's pattern, given by router/nginx/config.py (one rule)
 }
-
-local LABEL = [[^[a-z0-9](?:[-a-z0-9]{0,61}[a-z0-9])?$]]
 local RECENT = 100
 local RECENT_KEYS = {}
 for i = 0, RECENT - 1 do
@@ -97,7 +96,7 @@ local function new_request_id()
 end
 
 local function is_label(value)
-  return ngx.re.find(value, LABEL, "jo") ~= nil
+  return ngx.re.find(value, cfg.label, "jo") ~= nil
 end
 
 local function strip(value)
@@ -106,7 +105,7 @@ end
 
 -- The actor key a request names, or nil when the control service must decide (absent,
 -- malformed, repeated: it answers those, with the Python router's texts). Accepts exactly what
--- router.target accepts, never more. (Worker-local cache of the answers for a given header.)
+-- router.core.target accepts, never more. (Worker-local cache of the answers for a given header.)
 local target_keys, target_keys_count = {}, 0
 local function target_key(head)
   local targets = head.targets

@@ -13,6 +13,8 @@ How the router's settings reach nginx:
   knows none for 431).
 - ``trusted_proxies`` -> a ``geo`` block: the client's ``X-Forwarded-For`` is kept (and the peer
   appended) only from those networks, replaced by the peer otherwise.
+- the DNS-label rule (``domain.labels.DNS_LABEL``, the project's one) -> ``ate.configure`` in
+  ``init_by_lua_block``: nginx's target check uses that very pattern, it keeps no copy of it.
 
 The exchange with a worker is Lua's (content phase, a cosocket, ``Connection: close``, the answer
 streamed, a ``Content-Length`` body streamed both ways at once). WebSocket upgrades and requests
@@ -27,8 +29,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from router.access import REVIEW_SECONDS
-from router.metrics import DURATION_BUCKETS
+from domain.labels import DNS_LABEL
+from router.core.access import REVIEW_SECONDS
+from router.core.metrics import DURATION_BUCKETS
 from router.settings import RouterSettings, split_host_port
 
 LUA_DIR = Path(__file__).resolve().parent
@@ -146,7 +149,8 @@ http {{
                     connect_seconds = {settings.upstream_connect_timeout_seconds:g},
                     head_seconds = {settings.response_head_timeout_seconds:g},
                     idle_seconds = {settings.idle_timeout_seconds:g},
-                    max_head_bytes = {settings.max_head_bytes} }})
+                    max_head_bytes = {settings.max_head_bytes},
+                    label = {_lua_string(DNS_LABEL.pattern)} }})
   }}
   client_body_temp_path {run}/body;
   proxy_temp_path {run}/proxy;

@@ -12,43 +12,75 @@ with ``X-Ate-Outcome``. ``GET /failed`` gives the texts of a worker that failed 
 nginx hands over whole requests (WebSockets, event streams, chunked uploads), which the Python
 router proxies itself (``relayed``).
 
-The control path is the Python router's own: target parsing (router.target), access
-(router.access), resume and parking (router.resume), the RUNNING-actor cache with its LISTEN
-(router.cache) and the error texts. Every invalidation of that cache is pushed to nginx's
+Every decision is the decision core's (router.core.routing.RouterCore: target, access, resume
+and parking, the RUNNING-actor cache with its LISTEN, drains, the error texts), the same object
+the relayed requests are routed by. Every invalidation of that cache is pushed to nginx's
 admin server (router.nginx.admin): a NOTIFY about an actor forgets it there too, a lost or re-made
-LISTEN forgets everything.
+LISTEN forgets everything. The relay (``Relay``) is handed in by whoever wires the process
+(router.main): this data path never imports the Python one.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-import functools
 import logging
-from typing import Any, cast
+from typing import Any, Protocol
 from urllib.parse import parse_qsl
 
 import httpx
 
-from router import errors, statusz
-from router.api_client import ApiClient
-from router.app import ActorRouter, worker_unreachable
-from router.cache import ActorCache
-from router.errors import RouteError
+from domain.refs import ActorRef
+from router.core import errors, statusz
+from router.core.cache import ActorCache
+from router.core.errors import (
+    RouteError,
+    cut_by_drain,
+    response_head_timeout,
+    upstream_failed,
+    worker_unreachable,
+)
+from router.core.routing import RouterCore
+from router.core.target import TargetError, is_label
+from router.core.upstream import MISSING_END, Upstream, missing_head
 from router.nginx.admin import NginxAdmin
 from router.nginx.config import RELAY_PREFIX
-from router.nginx.drain import NginxDrainGate
 from router.nginx.metrics import NginxRequestMetrics, RelayedTally
-from router.proxy import cut_by_drain, response_head_timeout, upstream_failed
-from router.settings import RouterSettings
-from router.target import Target, TargetError, is_label, target_from_headers
-from router.types import Upstream
-from router.upstream_client import MISSING_END, missing_head
 
 log = logging.getLogger(__name__)
 
 
-class _NotifyingCache(ActorCache):
+class OpenSessions(Protocol):
+    """The relayed WebSockets and event streams open now (``router.python.sessions.Sessions``)."""
+
+    def __len__(self) -> int:
+        """How many are open."""
+        ...
+
+    async def end_all(self, timeout_seconds: float) -> bool:
+        """End them all (close 1001, the end of the stream); whether all closed within ``timeout_seconds``."""
+        ...
+
+
+class Relay(Protocol):
+    """What proxies the requests nginx relays (an ASGI app on the same decision core: the
+    Python data path's ``ActorRouter``, wired by router.main)."""
+
+    @property
+    def sessions(self) -> OpenSessions:
+        """Its relayed WebSockets and event streams open now."""
+        ...
+
+    async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
+        """Proxy one relayed request (ASGI ``http`` or ``websocket``)."""
+        ...
+
+    async def aclose(self) -> None:
+        """Close its worker connections' client."""
+        ...
+
+
+class NotifyingCache(ActorCache):
     """An ``ActorCache`` whose every forgetting is pushed to nginx as well."""
 
     def __init__(self, admin: NginxAdmin) -> None:
@@ -56,10 +88,12 @@ class _NotifyingCache(ActorCache):
         self.admin = admin
 
     def drop(self, key: str) -> None:
+        """Forget actor ``key`` here and in nginx."""
         super().drop(key)
         self.admin.invalidate(key)
 
     def clear(self) -> None:
+        """Forget every actor here and in nginx."""
         super().clear()
         self.admin.invalidate(None)
 
@@ -80,61 +114,49 @@ class ControlService:
     """The control path answering nginx; an ASGI app (``/route``, ``/failed``, ``/statusz``,
     ``/relay/...``).
 
-    The control path is a Python router (router.app.ActorRouter) whose cache tells nginx what
-    it forgets and whose drains are carried out in nginx as well (router.nginx.drain). The
-    requests nginx relays under ``/relay`` (WebSockets, requests asking for an event stream,
-    chunked uploads) are proxied by that Python router itself, so a drain or a stop ends them the clean
-    way (close 1001 with a reason; the end of the stream) as on the Python data path.
+    Its decision core's cache tells nginx what it forgets (``NotifyingCache``) and its drains
+    are carried out in nginx as well (router.nginx.drain.NginxDrain). The requests nginx relays
+    under ``/relay`` (WebSockets, requests asking for an event stream, chunked uploads) go to
+    ``relay`` on the same core, so a drain or a stop ends them the clean way (close 1001 with a
+    reason; the end of the stream) as on the Python data path.
 
     Args:
-        settings: Router settings.
-        admin_socket: nginx's admin socket.
-        api_client: Optional API client (built from settings when omitted).
+        core: The decision core (its cache a ``NotifyingCache`` of ``admin``, its drains'
+            ``elsewhere`` a ``NginxDrain`` of ``admin``).
+        admin: The nginx admin client.
+        relay: Proxies the relayed requests, counting each in ``relayed``.
+        relayed: The tally of the relayed requests (added to nginx's counters).
 
     Attributes:
-        router: The Python router of the control path (cache, gate, resumer, drains, sessions).
-        cache: RUNNING-actor cache (its forgetting reaches nginx).
-        gate: router.access.AccessGate.
-        resumer: router.resume.Resumer (the parking lot).
-        invalidator: LISTEN loop, or None without a database URL (nothing cached anywhere).
-        admin: The nginx admin client.
+        core: The decision core; ``cache``, ``gate``, ``resumer``, ``invalidator``, ``drains``,
+            ``registration`` and ``recent`` (the relayed requests finished last; nginx lists the
+            others) are its own, named here too.
         metrics: The request counters as Prometheus families (nginx's and the relayed requests').
-        drains: The drains before a checkpoint, carried out in nginx (router.nginx.drain) and in
-            the relayed requests.
         sessions: The relayed WebSockets and event streams open now.
-        recent: The relayed requests finished last (nginx lists the others).
-        registration: This replica's heartbeat, lease and drains (router.registration), or
-            None when ``settings.register_replica`` is off.
     """
 
-    def __init__(self, settings: RouterSettings, admin_socket: str, api_client: ApiClient | None = None) -> None:
-        self.settings = settings
-        self.admin = NginxAdmin(admin_socket)
-        relayed = RelayedTally()
-        self.router = ActorRouter(
-            settings,
-            api_client,
-            cache=_NotifyingCache(self.admin),
-            drain_gate=functools.partial(NginxDrainGate, self.admin),
-            observe=relayed.observe,
-        )
-        self.api = self.router.api
-        self.cache = self.router.cache
-        self.gate = self.router.gate
-        self.resumer = self.router.resumer
-        self.invalidator = self.router.invalidator
-        self.drains = cast(NginxDrainGate, self.router.drains)
-        self.sessions = self.router.sessions
-        self.recent = self.router.recent
-        self.registration = self.router.registration
-        self.metrics = NginxRequestMetrics(self.admin, relayed)
+    def __init__(self, core: RouterCore, admin: NginxAdmin, relay: Relay, relayed: RelayedTally) -> None:
+        self.core = core
+        self.settings = core.settings
+        self.admin = admin
+        self.relay = relay
+        self.api = core.api
+        self.cache = core.cache
+        self.gate = core.gate
+        self.resumer = core.resumer
+        self.invalidator = core.invalidator
+        self.drains = core.drains
+        self.sessions = relay.sessions
+        self.recent = core.recent
+        self.registration = core.registration
+        self.metrics = NginxRequestMetrics(admin, relayed)
         self._lease_task: asyncio.Task[None] | None = None
 
     async def start(self) -> None:
         """Start pushing invalidations to nginx, the LISTEN loop, the registration (its first
         heartbeat waited for) and telling nginx how long the lease runs."""
         self.admin.start()
-        await self.router.start()
+        await self.core.start()
         self._lease_task = asyncio.create_task(self._tell_lease(), name="ate-router-nginx-lease")
 
     async def stop(self) -> None:
@@ -143,7 +165,8 @@ class ControlService:
             self._lease_task.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await self._lease_task
-        await self.router.stop()
+        await self.core.stop()
+        await self.relay.aclose()
         await self.admin.stop()
 
     def lease_left(self) -> float:
@@ -180,7 +203,7 @@ class ControlService:
                 else:
                     await send({"type": "websocket.close", "code": 1008})
                 return
-            await self.router(client_scope, receive, send)
+            await self.relay(client_scope, receive, send)
         elif scope["type"] != "http":
             await send({"type": "websocket.close", "code": 1008})
         elif path == "/route":
@@ -210,19 +233,20 @@ class ControlService:
         host = None if host_text is None else host_text.encode("latin-1")
         request_path = next((v for k, v in query if k == "u"), "/").split("?", 1)[0]
         unreachable = next((v for k, v in query if k == "x"), None)
-        if request_path == statusz.PATH and not values and not self._names_actor(host):
+        core = self.core
+        if core.asks_statusz(request_path, values, host):
             await _send(send, 200, {"X-Ate-Statusz": "1"}, b"")
             return
-        loop = asyncio.get_running_loop()
-        deadline = loop.time() + self.settings.parked_request_budget_seconds
+        deadline = asyncio.get_running_loop().time() + self.settings.parked_request_budget_seconds
         try:
-            target = target_from_headers(values, host, self.settings.domain)
-            admission = await self.gate.admit(target, scope["headers"], deadline)
+            target = core.target(values, host)
+            admission = await core.admit(target, scope["headers"], deadline)
             if unreachable is not None:
-                log.info("cached actor %s unreachable at %s: resuming again", target, unreachable)
-                if str(self.cache.get(target.key)) == unreachable:
-                    self.cache.drop(target.key)
-            upstream, parked, token = await self._upstream(target, deadline, receive)
+                core.refused(target, unreachable, cached=True)  # nginx's cached worker refused: resume
+            found = await core.find(
+                target, deadline, leaving=lambda: _disconnect(receive), gone=_NginxGone
+            )
+            core.drains.leave(found.flight)  # nginx counts the request from here (its own flight)
         except TargetError as exc:
             await _answer(send, 400, str(exc), errors.BAD_TARGET)
             return
@@ -231,6 +255,7 @@ class ControlService:
             return
         except _NginxGone:
             return
+        upstream, parked = found.upstream, found.parked
         cacheable = self.cache.enabled and self.cache.get(target.key) == upstream
         scope_of_entry = "no" if not cacheable else ("public" if admission.public else "token")
         headers = {
@@ -241,49 +266,10 @@ class ControlService:
             "X-Ate-Strip": "1" if admission.strips_credential else "0",
             "X-Ate-Parked": "1" if parked else "0",
             "X-Ate-Cache": scope_of_entry,
-            "X-Ate-Token": str(token),
+            "X-Ate-Token": str(found.token),
             "X-Ate-Lease": f"{min(self.lease_left(), LEASE_UNREGISTERED_SECONDS):.3f}",
         }
         await _send(send, 200, headers, b"")
-
-    async def _upstream(self, target: Target, deadline: float, receive: Any) -> tuple[Upstream, bool, int]:
-        """Where actor ``target`` serves, looked up after any drain of it began (held while it
-        runs, then parked for the resume), whether the request was parked, and the drain token
-        taken before the lookup (nginx refuses the answer when a drain of the actor came since).
-
-        Raises:
-            RouteError: From resuming; 503 when this replica has no lease.
-            _NginxGone: nginx dropped the request while it was parked.
-        """
-        key = target.key
-        while True:
-            if not self.drains.leased():
-                raise self.router.no_lease(target)
-            token = self.drains.token()
-            upstream = self.cache.get(key)
-            parked = upstream is None
-            if upstream is None:
-                upstream = await self._park(target, deadline, receive)
-            flight = self.drains.enter(key, token, upstream)
-            if flight is not None:  # no drain since the lookup: nginx counts it from here
-                self.drains.leave(flight)
-                return upstream, parked, token
-
-    async def _park(self, target: Target, deadline: float, receive: Any) -> Upstream:
-        """``ActorRouter.wait_running``, given up at once when nginx drops the request (its client
-        left: nginx closes the subrequest); the resume goes on."""
-        waiting = asyncio.create_task(self.router.wait_running(target, deadline))
-        leaving = asyncio.create_task(_disconnect(receive))
-        try:
-            await asyncio.wait({waiting, leaving}, return_when=asyncio.FIRST_COMPLETED)
-        finally:
-            for task in (waiting, leaving):
-                if not task.done():
-                    task.cancel()
-            await asyncio.wait({waiting, leaving})
-        if waiting.cancelled():
-            raise _NginxGone
-        return waiting.result()
 
     async def _failed(self, scope: dict[str, Any], send: Any) -> None:
         query = dict(_query(scope))
@@ -292,7 +278,8 @@ class ControlService:
         if not (is_label(atespace) and is_label(name)):
             await _answer(send, 502, f"the router failed to reach actor {key!r}", errors.ERROR)
             return
-        target = Target(atespace, name)
+        target = ActorRef(atespace, name)
+        error: RouteError
         if kind == "connect":
             error = worker_unreachable(target, upstream)
         elif kind == "timeout":
@@ -306,26 +293,9 @@ class ControlService:
             error = upstream_failed(key, upstream, "it closed the connection or sent no valid HTTP response head")
         await _answer(send, error.status, error.message, error.outcome, error.retry_after)
 
-    def _names_actor(self, host: bytes | None) -> bool:
-        try:
-            target_from_headers([], host, self.settings.domain)
-        except TargetError:
-            return False
-        return True
-
     async def _statusz(self, scope: dict[str, Any], send: Any) -> None:
-        postgres = statusz.postgres_health(self.invalidator)
-        document = statusz.status_document(
-            settings=self.settings.redacted(),
-            api=await self.api.health(),
-            postgres=postgres,
-            parked=self.resumer.parked,
-            max_parked=self.settings.max_parked,
-            recent=merged_recent(await self.admin.recent(), self.recent.items()),
-        )
-        as_json = b"format=json" in scope.get("query_string", b"").split(b"&")
-        data = statusz.render_json(document) if as_json else statusz.render_html(document)
-        kind = "application/json" if as_json else "text/html; charset=utf-8"
+        recent = merged_recent(await self.admin.recent(), self.recent.items())
+        data, kind = await self.core.status_page(scope.get("query_string", b""), recent)
         await _send(send, 200, {"Content-Type": kind, "Cache-Control": "no-store"}, data)
 
 

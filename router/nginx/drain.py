@@ -1,6 +1,7 @@
-"""The drain of an actor before its checkpoint on a replica with the nginx data path.
+"""The nginx part of the drain of an actor before its checkpoint (router.core.drain runs the
+sequence; this is its ``DrainElsewhere`` on a replica with the nginx data path).
 
-The same steps as router.drain, carried out in nginx through its admin server:
+The same steps as router.core.drain, carried out in nginx through its admin server:
 
 1. the actor is dropped from the control service's cache, its resume call in flight unshared,
    and in nginx (``NginxAdmin.drain``) its entries made void and every answer of the control
@@ -14,7 +15,7 @@ The same steps as router.drain, carried out in nginx through its admin server:
    the worker (router/nginx/ate_exchange.lua) sees the mark within a quarter of a second, even
    while the worker is silent: it resets its worker connection and tells its client (503), or
    truncates an answer that began; the drain waits up to ``settle_seconds`` for them to end;
-4. only then is the drain acknowledged (router.registration).
+4. only then is the drain acknowledged (router.core.registration).
 
 The requests nginx relays to the control service's Python router (WebSockets, requests asking
 for an event stream, chunked uploads: router.nginx.control) are drained as on the Python data path, at the same
@@ -26,12 +27,11 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import httpx
 
-from router.drain import DRAIN_REASON, DrainGate, DrainOutcome
-from router.metrics import DRAIN_CUT_REQUESTS
+from router.core.metrics import DRAIN_CUT_REQUESTS
 
 if TYPE_CHECKING:
     from router.nginx.admin import NginxAdmin
@@ -41,61 +41,39 @@ log = logging.getLogger(__name__)
 POLL_SECONDS = 0.05
 """How often a drain reads nginx's in-flight count of the actor."""
 
-class NginxDrainGate(DrainGate):
-    """``DrainGate`` whose drains are carried out in nginx (``admin``, a
-    router.nginx.admin.NginxAdmin); the other arguments are ``DrainGate``'s. ``hold``,
-    ``draining``, ``token`` and ``enter`` serve the control service's answers as they serve the
-    Python data path's requests."""
 
-    def __init__(self, admin: NginxAdmin, *args: Any, **kwargs: Any) -> None:
-        super().__init__(*args, **kwargs)
+class NginxDrain:
+    """The part of each drain carried out in nginx (``admin``, a router.nginx.admin.NginxAdmin):
+    a ``router.core.drain.DrainElsewhere`` for the control service's drain gate."""
+
+    where = " (nginx)"
+
+    def __init__(self, admin: NginxAdmin) -> None:
         self.admin = admin
 
-    async def _drain(self, drain_id: int, key: str) -> DrainOutcome:
+    async def drain(self, drain_id: int, key: str, clock: int, timeout: float, settle: float) -> tuple[int, int]:
+        """Drain actor ``key`` in nginx (module docstring, steps 1 to 3).
+
+        Returns:
+            (nginx's requests waited for, those cut); nginx's admin server not answering is
+            logged (nginx restarting: its dicts start empty, nothing of the actor is in flight there).
+        """
         admin = self.admin
-        loop = asyncio.get_running_loop()
-        started = loop.time()
-        self._open_drain(key)
-        ended = self.end_sessions(key, DRAIN_REASON)
-        if ended:
-            log.info("drain %d of actor %s: %d relayed WebSockets or event streams ended", drain_id, key, ended)
-        waited_for = self.in_flight(key)
-        cut = 0
+        waited_for = cut = 0
         try:
-            relayed = asyncio.create_task(self._relayed_drained(key))
-            try:
-                await admin.drain(key, self._clock)
-                waited_for += await admin.in_flight(key)
-                if not await self._nginx_emptied_within(key, self.drain_timeout_seconds):
-                    cut = await self._cut(key)
-                    DRAIN_CUT_REQUESTS.inc(cut)
-                    if not await self._nginx_emptied_within(key, self.settle_seconds):
-                        left = await admin.in_flight(key)
-                        log.warning("drain %d of actor %s: %d cut requests still open in nginx", drain_id, key, left)
-            except httpx.HTTPError as exc:
-                # nginx restarting: its dicts start empty, nothing of the actor is in flight there.
-                log.warning("drain %d of actor %s: nginx's admin server did not answer (%s)", drain_id, key, exc)
-            finally:
-                cut += await relayed
-        finally:
-            self._close_drain(key)
-        return self._outcome(drain_id, key, started, waited_for, cut, " (nginx)")
+            await admin.drain(key, clock)
+            waited_for = await admin.in_flight(key)
+            if not await self._emptied_within(key, timeout):
+                cut = await self._cut(key)
+                DRAIN_CUT_REQUESTS.inc(cut)
+                if not await self._emptied_within(key, settle):
+                    left = await admin.in_flight(key)
+                    log.warning("drain %d of actor %s: %d cut requests still open in nginx", drain_id, key, left)
+        except httpx.HTTPError as exc:
+            log.warning("drain %d of actor %s: nginx's admin server did not answer (%s)", drain_id, key, exc)
+        return waited_for, cut
 
-    async def _relayed_drained(self, key: str) -> int:
-        """Wait for the relayed requests of actor ``key`` to finish within the drain timeout,
-        then cut those left (as router.drain does); how many were cut."""
-        if await self._emptied_within(key, self.drain_timeout_seconds):
-            return 0
-        flights = list(self._flights.get(key, ()))
-        for flight in flights:
-            flight.cut = True
-            self.upstream_client.cut(flight)
-        DRAIN_CUT_REQUESTS.inc(len(flights))
-        if not await self._emptied_within(key, self.settle_seconds):
-            log.warning("drain of actor %s: %d cut relayed requests still open", key, self.in_flight(key))
-        return len(flights)
-
-    async def _nginx_emptied_within(self, key: str, seconds: float) -> bool:
+    async def _emptied_within(self, key: str, seconds: float) -> bool:
         loop = asyncio.get_running_loop()
         until = loop.time() + seconds
         while await self.admin.in_flight(key):

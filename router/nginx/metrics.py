@@ -12,7 +12,7 @@ import httpx
 from prometheus_client.core import CounterMetricFamily, HistogramMetricFamily
 from prometheus_client.registry import REGISTRY, Collector, CollectorRegistry
 
-from router.metrics import DURATION_BUCKETS
+from router.core.metrics import DURATION_BUCKETS
 from router.nginx.admin import NginxAdmin
 
 log = logging.getLogger(__name__)
@@ -38,7 +38,7 @@ class RelayedTally:
         self.stats: dict[str, float] = {}
 
     def observe(self, outcome: str, seconds: float) -> None:
-        """Count one finished relayed request (a router.metrics.ObserveRequest)."""
+        """Count one finished relayed request (a router.core.metrics.ObserveRequest)."""
         stats = self.stats
         for name, value in ((f"n:{outcome}", 1.0), (f"s:{outcome}", seconds)):
             stats[name] = stats.get(name, 0.0) + value

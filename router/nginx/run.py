@@ -15,18 +15,17 @@ import logging
 import os
 import signal
 import tempfile
+from collections.abc import Callable
 from pathlib import Path
 
 import uvicorn
 
-from router.main import SESSIONS_END_SECONDS
-from router.metrics import serve_metrics
+from router.core.metrics import serve_metrics
 from router.nginx import config
 from router.nginx.control import ControlService
 from router.nginx.metrics import metrics_registry
 from router.nginx.supervisor import NginxProcess, check_installed
-from router.settings import RouterSettings, split_host_port
-from router.websocket import MAX_MESSAGE_BYTES
+from router.settings import MAX_MESSAGE_BYTES, SESSIONS_END_SECONDS, RouterSettings, split_host_port
 
 log = logging.getLogger("router")
 
@@ -66,8 +65,13 @@ def stderr_reopens() -> bool:
     return True
 
 
-async def serve_nginx(settings: RouterSettings) -> None:
+async def serve_nginx(settings: RouterSettings, control_service: Callable[[RouterSettings, str], ControlService]) -> None:
     """Serve actor traffic through nginx until SIGTERM/SIGINT.
+
+    Args:
+        settings: Settings in force.
+        control_service: Builds the control service from the settings and nginx's admin
+            socket (router.main.nginx_control_service: the wiring with the relay).
 
     Raises:
         SystemExit: nginx is missing, refuses its configuration or does not start.
@@ -81,7 +85,7 @@ async def serve_nginx(settings: RouterSettings) -> None:
     config.write(settings, layout)
     nginx = NginxProcess(layout, binary, settings.stop_grace_seconds)
     nginx.test_config()
-    control = ControlService(settings, str(layout.admin_socket))
+    control = control_service(settings, str(layout.admin_socket))
     socket_path = run_dir / "control.sock"
     socket_path.unlink(missing_ok=True)
     server = uvicorn.Server(

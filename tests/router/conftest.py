@@ -13,11 +13,12 @@ import httpx
 import pytest
 import pytest_asyncio
 
-from router.app import create_app
+from router.main import nginx_control_service
 from router.nginx import config as nginx_config
 from router.nginx.config import NginxLayout
 from router.nginx.control import ControlService
 from router.nginx.supervisor import NginxProcess
+from router.python.app import create_app
 from router.settings import RouterSettings
 from tests.router.router_harness import DOMAIN, Env, FakeApi, Served, WorkerLog, free_port, serve, worker_app
 
@@ -54,7 +55,7 @@ async def start_nginx(
         The router's URL, the control service and nginx's access log.
     """
     layout_probe = NginxLayout(run_dir, "")
-    control = ControlService(settings, str(layout_probe.admin_socket))
+    control = nginx_control_service(settings, str(layout_probe.admin_socket))
     control_served = await stack.enter_async_context(serve(control, lifespan="on"))
     servers.append(control_served)
     port = free_port()

@@ -376,7 +376,7 @@ class Env:
         """Requests counted with ``outcome`` (``ate_router_requests_total``) by this data path."""
         if self.data_path == "nginx":
             return float(self.router.metrics.count(outcome))
-        from router.metrics import REQUESTS
+        from router.core.metrics import REQUESTS
 
         return float(REQUESTS.labels(outcome)._value.get())
 

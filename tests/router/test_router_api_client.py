@@ -7,7 +7,7 @@ import asyncio
 import httpx
 import pytest
 
-from router.api_client import ApiClient
+from router.core.api_client import ApiClient
 
 
 def _template_api(reads: list[str]) -> httpx.AsyncClient:

@@ -7,8 +7,8 @@ import asyncio
 import asyncpg
 import pytest
 
-from router.cache import ActorCache
-from router.types import Upstream
+from router.core.cache import ActorCache
+from router.core.upstream import Upstream
 
 H = {"ate-target-actor": "demo/c1"}
 DATA_PATHS = ("python", "nginx")

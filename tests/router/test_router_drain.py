@@ -1,5 +1,5 @@
-"""The drain of an actor before its checkpoint, on one router replica (router.drain,
-router.registration): requests in flight finish (or are cut at --drain-timeout), new ones are
+"""The drain of an actor before its checkpoint, on one router replica (router.core.drain,
+router.core.registration): requests in flight finish (or are cut at --drain-timeout), new ones are
 held and served after the resume, an upstream looked up before the drain is never used, the
 drain is acknowledged to the API only after all that, and a replica without a lease sends
 nothing to workers. Both data paths (the nginx one carries drains out in nginx:
@@ -14,7 +14,7 @@ from collections.abc import Awaitable, Callable
 import httpx
 import pytest
 
-from router.metrics import DRAIN_HELD
+from router.core.metrics import DRAIN_HELD
 from tests.router.router_harness import Step, working_worker
 
 H = {"ate-target-actor": "demo/c1"}

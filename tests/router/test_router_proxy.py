@@ -10,10 +10,10 @@ import os
 import httpx
 import pytest
 
-from router.errors import RouteError
-from router.proxy import BodyStream, open_upstream
-from router.types import Upstream
-from router.upstream_client import new_upstream_client
+from router.core.errors import RouteError
+from router.core.upstream import Upstream
+from router.python.proxy import BodyStream, open_upstream
+from router.python.upstream_client import new_upstream_client
 from tests.router.router_harness import free_port, pattern, working_worker
 
 H = {"ate-target-actor": "demo/c1"}

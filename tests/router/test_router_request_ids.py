@@ -24,7 +24,7 @@ async def test_a_request_without_an_id_gets_one_the_actor_sees_too(
     start_router: StartRouter, caplog: pytest.LogCaptureFixture
 ) -> None:
     env = await start_router()
-    with caplog.at_level(logging.INFO, logger="router.app"):
+    with caplog.at_level(logging.INFO, logger="router.python.app"):
         response = await env.client.get("/echo", headers=H)
     request_id = response.headers["x-request-id"]
     assert re.fullmatch(r"[0-9a-f]{32}", request_id)

@@ -8,8 +8,8 @@ import time
 import httpx
 import pytest
 
-from router import api_client as api
-from router.metrics import RESUMES
+from router.core import api_client as api
+from router.core.metrics import RESUMES
 from tests.router.router_harness import Step, free_port
 
 H = {"ate-target-actor": "demo/c1"}
@@ -253,7 +253,7 @@ LABELS = ("no worker has room for actor demo/c1: no ACTIVE gvisor worker has the
 @pytest.mark.asyncio
 @pytest.mark.parametrize(
     ("status", "reason"),
-    [(503, "NoCapacity"), (503, "NoMatchingWorker"), (409, "NoMatchingWorker")],
+    [(503, "NoMatchingWorker"), (409, "NoMatchingWorker")],
 )
 async def test_no_matching_worker_is_503_at_once(start_router, status, reason) -> None:
     env = await start_router(parked_request_budget_seconds=1.0)
@@ -361,7 +361,7 @@ async def test_non_utf8_target_header_is_echoed_readably(start_router) -> None:
     [
         (409, "NoMatchingWorker", "no ACTIVE worker has sandbox class kata", api.NO_MATCHING_WORKER),
         (503, "NoMatchingWorker", "whatever", api.NO_MATCHING_WORKER),
-        (503, "NoCapacity", "no ACTIVE gvisor worker has the labels {} ...", api.NO_MATCHING_WORKER),
+        (503, "NoCapacity", "no ACTIVE gvisor worker has the labels {} ...", api.NO_CAPACITY),  # reason, not text
         (503, "NoCapacity", "all 3 matching workers have every place taken", api.NO_CAPACITY),
         (409, "FailedPrecondition", "actor a/b cannot be resumed", api.FAILED_PRECONDITION),
         (409, "OperationInProgress", "busy", api.BUSY),

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from router.target import (
-    Target,
+from domain.refs import ActorRef
+from router.core.target import (
     TargetError,
     parse_header,
     parse_host,
@@ -19,14 +19,14 @@ D = "ate.local"
 @pytest.mark.parametrize(
     ("value", "expected"),
     [
-        ("demo/c1", Target("demo", "c1")),
-        ("  demo/c1 ", Target("demo", "c1")),
-        ("a/b", Target("a", "b")),
-        ("my-space/actor-9", Target("my-space", "actor-9")),
-        ("x" * 63 + "/" + "y" * 63, Target("x" * 63, "y" * 63)),
+        ("demo/c1", ActorRef("demo", "c1")),
+        ("  demo/c1 ", ActorRef("demo", "c1")),
+        ("a/b", ActorRef("a", "b")),
+        ("my-space/actor-9", ActorRef("my-space", "actor-9")),
+        ("x" * 63 + "/" + "y" * 63, ActorRef("x" * 63, "y" * 63)),
     ],
 )
-def test_header_ok(value: str, expected: Target) -> None:
+def test_header_ok(value: str, expected: ActorRef) -> None:
     assert parse_header(value) == expected
     assert parse_target(value, "ignored.example", D) == expected
 
@@ -48,20 +48,20 @@ def test_header_bad(value: str) -> None:
 @pytest.mark.parametrize(
     ("host", "expected"),
     [
-        ("c1.demo.actors.ate.local", Target("demo", "c1")),
-        ("c1.demo.actors.ate.local:8000", Target("demo", "c1")),
-        ("c1.demo.actors.ate.local.", Target("demo", "c1")),
-        ("c1.demo.actors.ate.local.:443", Target("demo", "c1")),
-        ("C1.Demo.Actors.ATE.local", Target("demo", "c1")),
+        ("c1.demo.actors.ate.local", ActorRef("demo", "c1")),
+        ("c1.demo.actors.ate.local:8000", ActorRef("demo", "c1")),
+        ("c1.demo.actors.ate.local.", ActorRef("demo", "c1")),
+        ("c1.demo.actors.ate.local.:443", ActorRef("demo", "c1")),
+        ("C1.Demo.Actors.ATE.local", ActorRef("demo", "c1")),
     ],
 )
-def test_host_ok(host: str, expected: Target) -> None:
+def test_host_ok(host: str, expected: ActorRef) -> None:
     assert parse_host(host, D) == expected
     assert parse_target(None, host, D) == expected
 
 
 def test_host_custom_domain() -> None:
-    assert parse_host("a.b.actors.example.com", "example.com") == Target("b", "a")
+    assert parse_host("a.b.actors.example.com", "example.com") == ActorRef("b", "a")
     with pytest.raises(TargetError):
         parse_host("a.b.actors.ate.local", "example.com")
 
@@ -93,7 +93,7 @@ def test_missing_target() -> None:
 
 
 def test_header_wins_and_bad_header_is_not_rescued_by_host() -> None:
-    assert parse_target("demo/c2", "c1.demo.actors.ate.local", D) == Target("demo", "c2")
+    assert parse_target("demo/c2", "c1.demo.actors.ate.local", D) == ActorRef("demo", "c2")
     with pytest.raises(TargetError):
         parse_target("bad", "c1.demo.actors.ate.local", D)
 
@@ -106,5 +106,5 @@ def test_strip_port() -> None:
 
 
 def test_key() -> None:
-    assert Target("demo", "c1").key == "demo/c1"
-    assert str(Target("demo", "c1")) == "demo/c1"
+    assert ActorRef("demo", "c1").key == "demo/c1"
+    assert str(ActorRef("demo", "c1")) == "demo/c1"

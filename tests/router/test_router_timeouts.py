@@ -15,7 +15,7 @@ from collections.abc import Iterator
 import httpx
 import pytest
 
-from router.metrics import PARKED
+from router.core.metrics import PARKED
 from tests.router.router_harness import Step
 
 H = {"ate-target-actor": "demo/c1"}

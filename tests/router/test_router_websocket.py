@@ -21,10 +21,10 @@ import pytest_asyncio
 from websockets.asyncio.client import ClientConnection, connect
 from websockets.exceptions import ConnectionClosed, InvalidStatus
 
-from router.app import create_app
-from router.drain import DRAIN_REASON
-from router.metrics import REQUESTS
-from router.sessions import GOING_AWAY, SHUTDOWN_REASON
+from router.core.drain import DRAIN_REASON
+from router.core.metrics import REQUESTS
+from router.python.app import create_app
+from router.python.sessions import GOING_AWAY, SHUTDOWN_REASON
 from router.settings import RouterSettings
 from tests.router.conftest import start_nginx
 from tests.router.router_harness import DOMAIN, FakeApi, Step, free_port, serve

@@ -3,7 +3,7 @@
 Owns the ASGI side of proxying: reading the request body from ``receive`` (``BodyStream``),
 turning the ASGI scope into the upstream request (target, framing, headers), relaying the
 worker's response into ``send``, and watching for the client's disconnect during long
-responses. Talking HTTP/1.1 to the worker is ``router.upstream_client``'s job.
+responses. Talking HTTP/1.1 to the worker is ``router.python.upstream_client``'s job.
 
 No routing decisions here: the caller says which ``Upstream`` to use. Bodies stream both ways
 (request body from ASGI ``receive`` to the worker socket, response body from the worker socket into
@@ -24,13 +24,21 @@ from typing import Any
 
 import anyio
 
-from router.errors import CLIENT_GONE, ERROR, OK, TIMEOUT, RouteError
-from router.metrics import RECEIVED_BYTES, SENT_BYTES
-from router.reach import wait_unless_gone
-from router.sessions import Sessions
-from router.target import TARGET_HEADER
-from router.types import Upstream
-from router.upstream_client import (
+from router.core.errors import (
+    CLIENT_GONE,
+    ERROR,
+    OK,
+    TIMEOUT,
+    cut_by_drain,
+    response_head_timeout,
+    upstream_failed,
+)
+from router.core.metrics import RECEIVED_BYTES, SENT_BYTES
+from router.core.reach import wait_unless_gone
+from router.core.target import TARGET_HEADER
+from router.core.upstream import Upstream
+from router.python.sessions import Sessions
+from router.python.upstream_client import (
     ClientGone,
     ClientIdle,
     Cuttable,
@@ -289,34 +297,6 @@ async def open_upstream(
         raise cut_by_drain(actor) from exc
     except UpstreamBroken as exc:
         raise upstream_failed(actor, upstream, str(exc) or type(exc).__name__) from exc
-
-
-def response_head_timeout(actor: str, upstream: Upstream | str, what: str) -> RouteError:
-    """The 504 for a worker that sent no response head in time; ``what`` names the missing part
-    (``"response head within 120s"``)."""
-    return RouteError(504, TIMEOUT, f"actor {actor} at {upstream} sent no {what}; retry, or raise "
-                      "the router's --response-head-timeout if it needs longer")  # fmt: skip
-
-
-def cut_by_drain(actor: str) -> RouteError:
-    """The 503 of a request a drain cut off before the actor answered it."""
-    return RouteError(
-        503,
-        ERROR,
-        f"actor {actor} is being suspended and this request did not finish within the router's "
-        "--drain-timeout, so it was cut off before the actor answered; send it again (the actor "
-        "resumes at its next request), or raise --drain-timeout for requests that take longer",
-        retry_after=1,
-    )
-
-
-def upstream_failed(actor: str, upstream: Upstream | str, detail: str) -> RouteError:
-    """The 502 for a worker that failed after the connection was made, before its answer."""
-    return RouteError(
-        502,
-        ERROR,
-        f"actor {actor} at {upstream} failed before answering: {detail}",
-    )
 
 
 async def relay(

@@ -19,7 +19,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from domain.changes import ACTOR_CHANGES_CHANNEL, parse_actor_change
-from router.types import Upstream
+from router.core.upstream import Upstream
 from store.listen import Listener
 
 log = logging.getLogger(__name__)
@@ -58,7 +58,7 @@ class ActorCache:
         self._max = max_entries
         self.usable: Callable[[], bool] = lambda: True
         """Whether entries may be read and put besides ``enabled`` (the replica holds a lease
-        with the control plane: router.registration)."""
+        with the control plane: router.core.registration)."""
         self.on_change: list[Callable[[str | None], None]] = []
         """Called with an actor's key when a notification names it, with None when everything
         is forgotten (the access gate forgets the actor's template)."""

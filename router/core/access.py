@@ -23,11 +23,11 @@ from dataclasses import dataclass
 from http.cookies import CookieError, SimpleCookie
 from typing import TypeVar
 
+from domain.refs import ActorRef
 from domain.templates import AccessMode, ActorAccess
-from router import errors
-from router.api_client import AccessReview, ApiClient, LookupFailed, TemplateError
-from router.errors import RouteError
-from router.target import Target
+from router.core import errors
+from router.core.api_client import AccessReview, ApiClient, LookupFailed, TemplateError
+from router.core.errors import RouteError
 
 COOKIE = "ate-token"
 """The cookie a browser may carry the token in."""
@@ -119,7 +119,7 @@ class AccessGate:
         else:
             self._templates.pop(key, None)
 
-    async def admit(self, target: Target, headers: list[tuple[bytes, bytes]], deadline: float) -> Admission:
+    async def admit(self, target: ActorRef, headers: list[tuple[bytes, bytes]], deadline: float) -> Admission:
         """Let the request through, with the headers to forward.
 
         Args:
@@ -156,7 +156,7 @@ class AccessGate:
         passes = access is not None and access.pass_credential
         return Admission(headers if passes else without_credential(headers), False, not passes)
 
-    async def _retried(self, ask: Callable[[], Awaitable[_T]], target: Target, deadline: float) -> _T:
+    async def _retried(self, ask: Callable[[], Awaitable[_T]], target: ActorRef, deadline: float) -> _T:
         """`ask()` again after 50 ms, times 1.5, at most 500 ms, while it fails and time is left.
 
         Raises:
@@ -179,7 +179,7 @@ class AccessGate:
                 await asyncio.sleep(delay)
                 delay = min(delay * 1.5, 0.5)
 
-    async def _access_of(self, target: Target) -> ActorAccess | None:
+    async def _access_of(self, target: ActorRef) -> ActorAccess | None:
         """The rule of the actor's template; None when there is no such actor."""
         now = time.monotonic()
         known = self._templates.get(target.key)
@@ -193,7 +193,7 @@ class AccessGate:
             return None
         return (await self.api.template_routing(target.atespace, known[1])).access
 
-    async def _review(self, token: str, target: Target) -> AccessReview:
+    async def _review(self, token: str, target: ActorRef) -> AccessReview:
         key = (hashlib.sha256(token.encode()).hexdigest(), target.key)
         now = time.monotonic()
         cached = self._reviews.get(key)

@@ -26,9 +26,9 @@ import socket
 import uuid
 
 from domain.changes import ROUTER_DRAINS_CHANNEL, parse_drain
-from router.api_client import ApiClient, LookupFailed
-from router.cache import ActorCache, CacheInvalidator
-from router.drain import DrainGate
+from router.core.api_client import ApiClient, LookupFailed
+from router.core.cache import ActorCache, CacheInvalidator
+from router.core.drain import DrainGate
 
 log = logging.getLogger(__name__)
 

@@ -12,7 +12,7 @@ handshake with the HTTP answer an HTTP request would get, when the server suppor
 closed at once with code ``4000 + status`` and the text as reason. A worker that refuses the
 upgrade has its own HTTP answer relayed the same way.
 
-Each open WebSocket is a ``router.sessions.Session``: when the router stops (or an actor is
+Each open WebSocket is a ``router.python.sessions.Session``: when the router stops (or an actor is
 drained), both sides are closed with 1001 "going away". Pings are answered on each hop by its
 own endpoint, not relayed.
 """
@@ -24,7 +24,7 @@ import contextlib
 import logging
 import socket
 import time
-from collections.abc import Callable, Coroutine, Sequence
+from collections.abc import Sequence
 from ipaddress import IPv4Network, IPv6Network
 from typing import Any
 
@@ -32,24 +32,20 @@ from websockets.asyncio.client import ClientConnection, connect
 from websockets.exceptions import ConnectionClosed, InvalidHandshake, InvalidStatus
 from websockets.frames import EXTERNAL_CLOSE_CODES
 
-from router import errors, statusz
-from router.access import AccessGate
-from router.cache import ActorCache
-from router.drain import DRAIN_REASON, DrainGate, Flight
-from router.errors import RouteError
-from router.metrics import ObserveRequest, observe_request
-from router.proxy import HOP_BY_HOP, Receive, Scope, Send, request_headers
-from router.reach import reach_actor, wait_unless_gone
-from router.resume import Resumer
-from router.sessions import GOING_AWAY, Session, Sessions
-from router.settings import RouterSettings
-from router.target import TARGET_HEADER, Target, TargetError, target_from_headers
-from router.types import Upstream
+from domain.refs import ActorRef
+from router.core import errors, statusz
+from router.core.drain import DRAIN_REASON, Flight
+from router.core.errors import RouteError
+from router.core.metrics import ObserveRequest, observe_request
+from router.core.routing import Found, RouterCore
+from router.core.target import TargetError, scan_head
+from router.core.upstream import Upstream
+from router.python.proxy import HOP_BY_HOP, Receive, Scope, Send, request_headers
+from router.python.sessions import GOING_AWAY, Session, Sessions
+from router.settings import MAX_MESSAGE_BYTES
 
 log = logging.getLogger(__name__)
 
-MAX_MESSAGE_BYTES = 16 * 1024 * 1024
-"""Largest message relayed either way (uvicorn's default for the client side, used for both)."""
 CLOSE_TIMEOUT_SECONDS = 2.0
 """How long a close waits for the worker's closing handshake before dropping the connection."""
 
@@ -69,9 +65,7 @@ _HANDSHAKE_HEADERS = frozenset(
     }
 )
 _DROP_RESPONSE = HOP_BY_HOP | _HANDSHAKE_HEADERS | {b"date", b"server", b"content-length"}
-_TARGET_HEADER = TARGET_HEADER.encode()
 
-Unreachable = Callable[[Target, Upstream], RouteError]
 """Builds the error for a RUNNING actor whose worker refuses connections (the HTTP path's)."""
 
 
@@ -95,54 +89,27 @@ class _WorkerRefused(Exception):
 
 
 class WebSocketProxy:
-    """Serves ASGI ``websocket`` requests: routes each to its actor and relays it.
+    """Serves ASGI ``websocket`` requests: routes each to its actor (router.core.routing) and relays it.
+
+    The settings in force are the core's: domain, parking budget, worker connect and
+    response-head timeouts; the idle and whole-request timeouts do not apply (a WebSocket may
+    stay quiet and open for as long as both ends want, each hop keeping it alive with pings).
 
     Args:
-        settings: Router settings (domain, parking budget, worker connect and response-head
-            timeouts; the idle and whole-request timeouts do not apply: a WebSocket may stay
-            quiet and open for as long as both ends want, each hop keeping it alive with pings).
-        gate: The access gate of the HTTP path.
-        cache: The RUNNING-actor cache.
-        resumer: The resumer with its parking lot.
-        sessions: Where open WebSockets are registered (ended at shutdown).
-        recent: The /statusz list of recent requests.
-        unreachable: Error for a RUNNING actor whose worker does not answer.
-        trusted: Networks of trusted proxies (their X-Forwarded-For is kept).
-        drains: The drain gate of the HTTP path (router.drain): a worker address looked up before
-            a drain of the actor is never used, and a WebSocket is one flight for its whole life.
-        wait_running: How a request waits for its actor (held while it is drained, then parked).
-        no_lease: The 503 of a replica without a lease.
+        core: The decision core: target, access, the worker found inside a drain flight (a
+            WebSocket is one flight for its whole life), the /statusz list of recent requests.
+        sessions: Where open WebSockets are registered (ended at a drain and at shutdown).
         observe: Counts each finished WebSocket as a request, ``(outcome, seconds)``.
     """
 
-    def __init__(
-        self,
-        *,
-        settings: RouterSettings,
-        gate: AccessGate,
-        cache: ActorCache,
-        resumer: Resumer,
-        sessions: Sessions,
-        recent: statusz.RecentRequests,
-        unreachable: Unreachable,
-        drains: DrainGate,
-        wait_running: Callable[[Target, float], Coroutine[Any, Any, Upstream]],
-        no_lease: Callable[[Target], RouteError],
-        trusted: Sequence[IPv4Network | IPv6Network] = (),
-        observe: ObserveRequest = observe_request,
-    ) -> None:
-        self.settings = settings
+    def __init__(self, core: RouterCore, sessions: Sessions, observe: ObserveRequest = observe_request) -> None:
+        self.core = core
+        self.settings = core.settings
         self.observe = observe
-        self.gate = gate
-        self.cache = cache
-        self.resumer = resumer
         self.sessions = sessions
-        self.recent = recent
-        self.unreachable = unreachable
-        self.drains = drains
-        self.wait_running = wait_running
-        self.no_lease = no_lease
-        self.trusted = trusted
+        self.recent = core.recent
+        self.drains = core.drains
+        self.trusted = core.settings.trusted_networks
 
     async def serve(self, scope: Scope, receive: Receive, send: Send, request_id: bytes, target_label: str) -> None:
         """Handle one WebSocket request to its end; count, list and log it as a request.
@@ -179,16 +146,9 @@ class WebSocketProxy:
         """Route, open, relay; returns (outcome, status: 101 when accepted)."""
         if (await receive())["type"] != "websocket.connect":
             return errors.CLIENT_GONE, 0
-        headers: list[bytes] = []
-        host: bytes | None = None
-        for key, value in scope["headers"]:
-            if key == _TARGET_HEADER:
-                headers.append(value)
-            elif key == b"host":
-                host = value
         deny = _Denier(scope, send, request_id)
         try:
-            target = target_from_headers(headers, host, self.settings.domain)
+            target = self.core.target(*scan_head(scope["headers"]))
             if self.sessions.closing:
                 raise RouteError(
                     503, errors.UNAVAILABLE, "the router is restarting; connect again", errors.RETRY_CAPACITY_SECONDS
@@ -227,7 +187,7 @@ class WebSocketProxy:
         return (errors.PARKED_OK if parked else errors.OK), 101
 
     async def _open(
-        self, scope: Scope, receive: Receive, target: Target, deadline: float
+        self, scope: Scope, receive: Receive, target: ActorRef, deadline: float
     ) -> tuple[ClientConnection, bool, Flight]:
         """Find the actor's worker (as for HTTP, inside a drain flight) and open the WebSocket to it.
 
@@ -242,39 +202,23 @@ class WebSocketProxy:
             _WorkerRefused: The worker answered with HTTP instead of accepting.
             _ClientLeft: The client went away while parked.
         """
-        admission = await self.gate.admit(target, scope["headers"], deadline)
+        admission = await self.core.admit(target, scope["headers"], deadline)
         headers = upstream_headers({**scope, "headers": admission.headers}, self.trusted)
 
-        async def connect(upstream: Upstream, flight: Flight, parked: bool) -> tuple[ClientConnection, bool, Flight]:
-            return await self._connect(scope, headers, upstream, target, parked), parked, flight
+        async def connect(found: Found) -> tuple[ClientConnection, bool, Flight]:
+            return await self._connect(scope, headers, found.upstream, target, found.parked), found.parked, found.flight
 
-        return await reach_actor(
+        return await self.core.reach(
             target,
-            cache=self.cache,
-            drains=self.drains,
-            park=lambda: self._park(target, deadline, receive),
-            connect=connect,
-            refused=_ConnectFailed,
-            unreachable=self.unreachable,
-            no_lease=self.no_lease,
-        )
-
-    async def _park(self, target: Target, deadline: float, receive: Receive) -> Upstream:
-        """Wait for the actor to be RUNNING while watching the client: one that leaves frees its
-        place in the parking lot at once (the resume it started goes on).
-
-        Raises:
-            RouteError: From ``Resumer.wait_running``.
-            _ClientLeft: The client went away first.
-        """
-        return await wait_unless_gone(
-            self.wait_running(target, deadline),
-            _next(receive),  # before the accept, only a disconnect can come
-            lambda: _ClientLeft(f"client left while its WebSocket waited for actor {target}"),
+            deadline,
+            connect,
+            _ConnectFailed,
+            leaving=lambda: _next(receive),  # before the accept, only a disconnect can come
+            gone=lambda: _ClientLeft(f"client left while its WebSocket waited for actor {target}"),
         )
 
     async def _connect(
-        self, scope: Scope, headers: list[tuple[str, str]], upstream: Upstream, target: Target, parked: bool
+        self, scope: Scope, headers: list[tuple[str, str]], upstream: Upstream, target: ActorRef, parked: bool
     ) -> ClientConnection:
         """Open the WebSocket: TCP within the connect timeout, the handshake within the
         response-head timeout.
@@ -357,7 +301,7 @@ def upstream_headers(scope: Scope, trusted: Sequence[IPv4Network | IPv6Network] 
         trusted: Networks of trusted proxies.
 
     Returns:
-        What ``router.proxy.request_headers`` sends for HTTP (X-Request-Id, X-Forwarded-*
+        What ``router.python.proxy.request_headers`` sends for HTTP (X-Request-Id, X-Forwarded-*
         with the proto ``http`` or ``https``, no hop-by-hop or target header), without the client's own handshake headers
         (``Sec-WebSocket-*``: the upstream client makes its own, and the subprotocols offered
         are passed on by it) and without ``Connection: close``; as (name, value) strings.

@@ -51,7 +51,7 @@ class RecentRequests:
 
 
 def postgres_health(invalidator: Any) -> str:
-    """The PostgreSQL line of /statusz from the cache invalidator (a `router.cache.CacheInvalidator`
+    """The PostgreSQL line of /statusz from the cache invalidator (a `router.core.cache.CacheInvalidator`
     or None): "ok", "not connected (cache off)", or "not configured (no cache)"."""
     if invalidator is None:
         return "not configured (no cache)"

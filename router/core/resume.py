@@ -21,10 +21,11 @@ import functools
 import logging
 from dataclasses import dataclass
 
-from router import api_client as api
-from router.api_client import ApiClient, ResumeReply, TemplateError
-from router.cache import ActorCache
-from router.errors import (
+from domain.refs import ActorRef
+from router.core import api_client as api
+from router.core.api_client import ApiClient, ResumeReply, TemplateError
+from router.core.cache import ActorCache
+from router.core.errors import (
     BAD_TARGET,
     NO_ROOM,
     NOT_FOUND,
@@ -34,9 +35,8 @@ from router.errors import (
     UNAVAILABLE,
     RouteError,
 )
-from router.metrics import PARK_DURATION, PARKED, RESUMES, RESUMES_STARTED
-from router.target import Target
-from router.types import Upstream
+from router.core.metrics import PARK_DURATION, PARKED, RESUMES, RESUMES_STARTED
+from router.core.upstream import Upstream
 
 log = logging.getLogger(__name__)
 
@@ -89,7 +89,7 @@ class Resumer:
         call in flight goes on for those already waiting on it."""
         self._inflight.pop(key, None)
 
-    async def wait_running(self, target: Target, deadline: float) -> Upstream:
+    async def wait_running(self, target: ActorRef, deadline: float) -> Upstream:
         """Park until ``target`` is RUNNING and return where it serves.
 
         Args:
@@ -123,7 +123,7 @@ class Resumer:
             PARKED.dec()
             PARK_DURATION.observe(asyncio.get_running_loop().time() - started)
 
-    async def _park(self, target: Target, deadline: float) -> Upstream:
+    async def _park(self, target: ActorRef, deadline: float) -> Upstream:
         loop = asyncio.get_running_loop()
         delay = BACKOFF_START_SECONDS
         last: ResumeReply | None = None
@@ -155,7 +155,7 @@ class Resumer:
         if not task.cancelled() and task.exception() is not None:
             log.error("resume of %s failed unexpectedly", key, exc_info=task.exception())
 
-    async def _attempt(self, target: Target, timeout_seconds: float) -> Attempt:
+    async def _attempt(self, target: ActorRef, timeout_seconds: float) -> Attempt:
         """One resume call shared by every request parked on ``target``; never raises."""
         ticket = self.cache.begin(target.key)
         RESUMES_STARTED.inc()
@@ -178,7 +178,7 @@ class Resumer:
         finally:
             self.cache.end(ticket)
 
-    def _raise_final(self, target: Target, reply: ResumeReply) -> None:
+    def _raise_final(self, target: ActorRef, reply: ResumeReply) -> None:
         """Raise for replies that no retry can fix (no Retry-After); return for retryable ones."""
         if reply.kind == api.NOT_FOUND:
             raise RouteError(404, NOT_FOUND, _not_found_message(target, reply.message))
@@ -189,7 +189,7 @@ class Resumer:
         if reply.kind == api.BAD_REQUEST:
             raise RouteError(400, BAD_TARGET, f"the API rejected actor {target}: {reply.message}")
 
-    def _out_of_budget(self, target: Target, last: ResumeReply | None) -> RouteError:
+    def _out_of_budget(self, target: ActorRef, last: ResumeReply | None) -> RouteError:
         """Build the answer for a request whose budget ran out, from the last reply seen."""
         budget = f"{self.budget_seconds:g}s"
         still = RouteError(
@@ -230,7 +230,7 @@ class Resumer:
         return RouteError(503, UNAVAILABLE, message, RETRY_RESUMING_SECONDS)
 
 
-def _not_found_message(target: Target, message: str) -> str:
+def _not_found_message(target: ActorRef, message: str) -> str:
     """The 404 text: what is missing, and how to create it when it is the actor."""
     if message.startswith("atespace "):
         return f"atespace {target.atespace} not found (see 'ate get atespaces')"
@@ -242,7 +242,7 @@ def _not_found_message(target: Target, message: str) -> str:
     return f"actor {target}: {message}"  # something else is missing (e.g. its template)
 
 
-def _precondition_message(target: Target, reply: ResumeReply) -> str:
+def _precondition_message(target: ActorRef, reply: ResumeReply) -> str:
     """The API's message, with the actor and ``details.state`` added when it names neither."""
     message = reply.message
     if target.key not in message:

@@ -17,7 +17,7 @@ REQUESTS = Counter(
 REQUEST_DURATION = Histogram(
     "ate_router_request_duration_seconds",
     "Time from request arrival to the end of the response, by outcome (ok, parked_ok, not_found, no_room, "
-    "timeout, error, bad_target, unavailable, unauthenticated, forbidden, client_gone; see router.errors).",
+    "timeout, error, bad_target, unavailable, unauthenticated, forbidden, client_gone; see router.core.errors).",
     ["outcome"],
     buckets=DURATION_BUCKETS,
 )
@@ -78,7 +78,7 @@ def observe_request(outcome: str, seconds: float) -> None:
     """Count one finished request: ``ate_router_requests_total`` and its duration histogram.
 
     Args:
-        outcome: Its outcome (router.errors).
+        outcome: Its outcome (router.core.errors).
         seconds: From its arrival to the end of its response.
     """
     REQUESTS.labels(outcome).inc()

@@ -1,7 +1,7 @@
 """The drain of an actor's traffic before its checkpoint, on this router replica.
 
 SuspendActor and PauseActor tell every router replica to drain an actor before the atelet
-checkpoints it (``router.registration`` brings the drain in and acknowledges it). ``DrainGate``
+checkpoints it (``router.core.registration`` brings the drain in and acknowledges it). ``DrainGate``
 carries it out:
 
 1. the actor is dropped from the cache, the resume call in flight for it is no longer shared
@@ -12,6 +12,11 @@ carries it out:
    connections still open are shut (those responses break off) and the step waits a little
    more (``settle_seconds``) for their requests to leave;
 4. only then is the drain acknowledged.
+
+A data path that sends requests elsewhere too (nginx, router.nginx.drain) gives its own part of
+the sequence (``DrainElsewhere``), run at the same time as step 3 on this gate's flights; the
+sequence itself is written here once. How a flight's connection is shut (``cut``) and how the
+open WebSockets and event streams end (``end_sessions``) are the data path's mechanics, handed in.
 
 The guarantee that no request of an actor that left RUNNING reaches its old worker (which may
 host another actor by then) rests on ``enter``: a request may send to an upstream only through a
@@ -28,12 +33,12 @@ import asyncio
 import logging
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import Protocol
 
-from router.cache import ActorCache
-from router.metrics import DRAIN_CUT_REQUESTS, DRAIN_DURATION, DRAIN_HELD, DRAINS
-from router.resume import Resumer
-from router.types import Upstream
-from router.upstream_client import UpstreamClient
+from router.core.cache import ActorCache
+from router.core.metrics import DRAIN_CUT_REQUESTS, DRAIN_DURATION, DRAIN_HELD, DRAINS
+from router.core.resume import Resumer
+from router.core.upstream import Upstream
 
 log = logging.getLogger(__name__)
 
@@ -75,34 +80,54 @@ class DrainOutcome:
     seconds: float
 
 
+class DrainElsewhere(Protocol):
+    """A data path's own part of a drain, for the requests it sends itself (nginx's)."""
+
+    where: str
+    """How the drain's log line names it (e.g. ``" (nginx)"``)."""
+
+    async def drain(self, drain_id: int, key: str, clock: int, timeout: float, settle: float) -> tuple[int, int]:
+        """Drain actor ``key`` there: refuse every route given before ``clock`` (the gate's
+        token of this drain), wait up to ``timeout`` seconds for its requests, cut those left
+        and wait up to ``settle`` seconds more for them to end.
+
+        Returns:
+            (requests waited for, requests cut); failures are logged, not raised.
+        """
+        ...
+
+
 class DrainGate:
     """Who may send to which actor's worker, and the drains that stop it.
 
     Args:
         cache: The RUNNING-actor cache (a drain drops the actor).
         resumer: The resumer (a drain unshares the actor's resume call in flight).
-        upstream_client: The worker client (a drain shuts the connections it cuts).
+        cut: Shuts one flight's worker connection (the data path's upstream client's ``cut``).
         drain_timeout_seconds: How long requests in flight may take to finish once drained.
         settle_seconds: How long cut requests may take to leave (a connect in progress ends
             within the connect timeout).
         leased: Whether this replica may send at all (its lease runs); always True by default.
         end_sessions: Ends the actor's open WebSockets and event streams at once, cleanly, with
             a reason (``Sessions.end_actor``): they never finish on their own.
+        elsewhere: The data path's own part of each drain (nginx's), or None.
     """
 
     def __init__(
         self,
         cache: ActorCache,
         resumer: Resumer,
-        upstream_client: UpstreamClient,
+        cut: Callable[[Flight], object],
         drain_timeout_seconds: float,
         settle_seconds: float,
         leased: Callable[[], bool] = lambda: True,
         end_sessions: Callable[[str, str], int] = lambda _key, _reason: 0,
+        elsewhere: DrainElsewhere | None = None,
     ) -> None:
         self.cache = cache
         self.resumer = resumer
-        self.upstream_client = upstream_client
+        self.cut = cut
+        self.elsewhere = elsewhere
         self.drain_timeout_seconds = drain_timeout_seconds
         self.settle_seconds = settle_seconds
         self.leased = leased
@@ -179,24 +204,40 @@ class DrainGate:
         loop = asyncio.get_running_loop()
         started = loop.time()
         self._open_drain(key)
+        relayed = "relayed " if self.elsewhere is not None else ""  # this gate's flights, beside nginx's
         ended = self.end_sessions(key, DRAIN_REASON)
         if ended:
-            log.info("drain %d of actor %s: %d WebSockets or event streams ended", drain_id, key, ended)
+            log.info("drain %d of actor %s: %d %sWebSockets or event streams ended", drain_id, key, ended, relayed)
         waited_for = self.in_flight(key)
         cut = 0
         try:
-            if not await self._emptied_within(key, self.drain_timeout_seconds):
-                flights = list(self._flights.get(key, ()))
-                for flight in flights:
-                    flight.cut = True
-                    self.upstream_client.cut(flight)
-                cut = len(flights)
-                DRAIN_CUT_REQUESTS.inc(cut)
-                if not await self._emptied_within(key, self.settle_seconds):
-                    log.warning("drain %d of actor %s: %d cut requests still open", drain_id, key, self.in_flight(key))
+            here = asyncio.create_task(self._wait_then_cut(drain_id, key, relayed))
+            try:
+                if self.elsewhere is not None:
+                    there = await self.elsewhere.drain(
+                        drain_id, key, self._clock, self.drain_timeout_seconds, self.settle_seconds
+                    )
+                    waited_for += there[0]
+                    cut += there[1]
+            finally:
+                cut += await here
         finally:
             self._close_drain(key)
-        return self._outcome(drain_id, key, started, waited_for, cut, "")
+        return self._outcome(drain_id, key, started, waited_for, cut, self.elsewhere.where if self.elsewhere else "")
+
+    async def _wait_then_cut(self, drain_id: int, key: str, relayed: str) -> int:
+        """Wait for this gate's flights of actor ``key`` to finish within the drain timeout, then
+        cut those left and let them settle; how many were cut."""
+        if await self._emptied_within(key, self.drain_timeout_seconds):
+            return 0
+        flights = list(self._flights.get(key, ()))
+        for flight in flights:
+            flight.cut = True
+            self.cut(flight)
+        DRAIN_CUT_REQUESTS.inc(len(flights))
+        if not await self._emptied_within(key, self.settle_seconds):
+            log.warning("drain %d of actor %s: %d cut %srequests still open", drain_id, key, self.in_flight(key), relayed)
+        return len(flights)
 
     def _open_drain(self, key: str) -> None:
         """A drain of `key` begins: a new clock value (older look-ups are stale), its requests held,

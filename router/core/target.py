@@ -5,39 +5,17 @@ Pure functions, no I/O. Two forms are accepted:
 * header ``ate-target-actor: <atespace>/<name>``, which wins when present;
 * Host ``<name>.<atespace>.actors.<domain>`` (port stripped, one trailing dot allowed).
 
-Both labels are DNS-1123 labels: lower-case letters, digits and ``-``, starting and ending
-alphanumeric, at most 63 characters.
+Both labels are DNS-1123 labels (``domain.labels.DNS_LABEL``, the one rule of the project:
+lower-case letters, digits and ``-``, starting and ending alphanumeric, at most 63 characters).
+An actor is a ``domain.refs.ActorRef``.
 """
 
 from __future__ import annotations
 
-import re
-from dataclasses import dataclass
+from domain.labels import DNS_LABEL
+from domain.refs import ActorRef
 
 TARGET_HEADER = "ate-target-actor"
-
-_LABEL = re.compile(r"[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?")
-
-
-@dataclass(frozen=True, slots=True)
-class Target:
-    """One actor, named by atespace and name.
-
-    Attributes:
-        atespace: DNS-1123 label of the atespace.
-        name: DNS-1123 label of the actor.
-    """
-
-    atespace: str
-    name: str
-
-    @property
-    def key(self) -> str:
-        """The actor key ``"<atespace>/<name>"`` used by the cache and NOTIFY payloads."""
-        return f"{self.atespace}/{self.name}"
-
-    def __str__(self) -> str:
-        return self.key
 
 
 class TargetError(ValueError):
@@ -56,10 +34,10 @@ def is_label(value: str) -> bool:
     Returns:
         True when valid.
     """
-    return _LABEL.fullmatch(value) is not None
+    return DNS_LABEL.fullmatch(value) is not None
 
 
-def parse_header(value: str) -> Target:
+def parse_header(value: str) -> ActorRef:
     """Parse an ``ate-target-actor`` header value.
 
     Args:
@@ -85,7 +63,7 @@ def parse_header(value: str) -> Target:
     for what, label in (("atespace", atespace), ("name", name)):
         if not is_label(label):
             raise TargetError(f"bad {TARGET_HEADER} header {text!r}: {what} {label!r} is not valid; {form}")
-    return Target(atespace, name)
+    return ActorRef(atespace, name)
 
 
 def strip_port(host: str) -> str:
@@ -106,7 +84,7 @@ def strip_port(host: str) -> str:
     return host
 
 
-def parse_host(host: str, domain: str) -> Target:
+def parse_host(host: str, domain: str) -> ActorRef:
     """Parse a Host of the form ``<name>.<atespace>.actors.<domain>``.
 
     Args:
@@ -136,10 +114,10 @@ def parse_host(host: str, domain: str) -> Target:
                 f"bad host {original!r}: {what} {label!r} is not a DNS-1123 label "
                 f"(lower-case letters, digits, '-', at most 63 characters); {form}"
             )
-    return Target(atespace, name)
+    return ActorRef(atespace, name)
 
 
-def parse_target(header: str | None, host: str | None, domain: str) -> Target:
+def parse_target(header: str | None, host: str | None, domain: str) -> ActorRef:
     """Find the target of a request.
 
     Args:
@@ -177,7 +155,7 @@ def decode_header(value: bytes) -> str:
     return value.decode("utf-8", errors="replace")
 
 
-def target_from_headers(values: list[bytes], host: bytes | None, domain: str) -> Target:
+def target_from_headers(values: list[bytes], host: bytes | None, domain: str) -> ActorRef:
     """Find the target from the raw ``ate-target-actor`` values and Host of a request.
 
     Args:
@@ -197,3 +175,36 @@ def target_from_headers(values: list[bytes], host: bytes | None, domain: str) ->
         got = " and ".join(repr(t.strip()) for t in texts)
         raise TargetError(f"duplicate {TARGET_HEADER} header: got {got}; send exactly one")
     return parse_target(texts[0] if texts else None, None if host is None else decode_header(host), domain)
+
+
+_TARGET_HEADER = TARGET_HEADER.encode()
+
+
+def scan_head(headers: list[tuple[bytes, bytes]]) -> tuple[list[bytes], bytes | None]:
+    """Pick what names the target out of a request's raw headers (lower-case names, as ASGI
+    gives them), in one pass.
+
+    Args:
+        headers: The request's headers.
+
+    Returns:
+        Every ``ate-target-actor`` value in order, and the (last) Host or None; give them to
+        ``target_from_headers``.
+    """
+    values: list[bytes] = []
+    host: bytes | None = None
+    for key, value in headers:
+        if key == _TARGET_HEADER:
+            values.append(value)
+        elif key == b"host":
+            host = value
+    return values, host
+
+
+def target_label(headers: list[tuple[bytes, bytes]]) -> str:
+    """The first ``ate-target-actor`` header as given, at most 200 characters (for logs and
+    /statusz), or ``-`` when there is none."""
+    for key, value in headers:
+        if key == _TARGET_HEADER:
+            return str(value.decode("latin-1"))[:200]
+    return "-"

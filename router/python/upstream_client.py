@@ -25,7 +25,7 @@ from typing import Any, Protocol
 
 import h11
 
-from router.types import Upstream
+from router.core.upstream import MISSING_END, Upstream, missing_head
 
 log = logging.getLogger(__name__)
 
@@ -56,15 +56,6 @@ class UpstreamBroken(Exception):
 
     Also raised when h11 refuses to send the request head (an illegal header value, say).
     """
-
-
-def missing_head(response_head_timeout_seconds: float) -> str:
-    """What a worker silent for the response head timeout did not send (for ``UpstreamTimeout``)."""
-    return f"response head within {response_head_timeout_seconds:g}s"
-
-
-MISSING_END = "end of the response within the request timeout"
-"""What a worker did not send when the whole-request timeout ran out (for ``UpstreamTimeout``)."""
 
 
 class UpstreamTimeout(UpstreamBroken):

@@ -3,7 +3,7 @@ access rule, read an actor's template, review a caller's token, send this replic
 and acknowledge a drain.
 
 Each resume call is classified into a ``ResumeReply`` (never raises for API answers), so the
-parking logic in ``router.resume`` can decide between answering, retrying and giving up.
+parking logic in ``router.core.resume`` can decide between answering, retrying and giving up.
 Template ports are cached forever (templates are immutable).
 """
 
@@ -23,8 +23,9 @@ RUNNING = "running"
 NOT_FOUND = "not_found"
 BUSY = "busy"  # 409 OperationInProgress
 NO_CAPACITY = "no_capacity"  # 503 NoCapacity
-# No worker can ever take the actor as configured (labels, sandbox class): 409/503
-# NoMatchingWorker, or (older APIs) a 503 NoCapacity whose message says no worker has the labels.
+# No worker can ever take the actor as configured (labels, sandbox class): reason NoMatchingWorker
+# (409, as api/errors.py maps the store's NoMatchingWorker; 503 accepted too). Decided from the
+# reason only, never from the message's text.
 NO_MATCHING_WORKER = "no_matching_worker"
 FAILED_PRECONDITION = "failed_precondition"  # 409 FailedPrecondition (e.g. CRASHED)
 TIMEOUT = "timeout"  # 504 Timeout: the resume keeps running
@@ -294,7 +295,7 @@ def classify(status: int, body: dict[str, Any]) -> ResumeReply:
 
     Returns:
         The reply; 200 with a RUNNING actor on a worker is ``running``, the documented errors
-        map by ``reason``, anything else is ``error``.
+        map by status and ``reason`` (never by the message's text), anything else is ``error``.
     """
     reason = body.get("reason", "")
     message = str(body.get("message") or f"HTTP {status}")
@@ -304,9 +305,7 @@ def classify(status: int, body: dict[str, Any]) -> ResumeReply:
         if body.get("state") == "RUNNING" and worker.get("ip"):
             return ResumeReply(RUNNING, actor=body)
         return ResumeReply(ERROR, f"resume answered state {body.get('state')!r} without a worker IP")
-    if reason == "NoMatchingWorker" or (
-        status == 503 and reason == "NoCapacity" and "has the labels" in message
-    ):
+    if reason == "NoMatchingWorker":
         return ResumeReply(NO_MATCHING_WORKER, message, details=details)
     if status == 404:
         return ResumeReply(NOT_FOUND, message, details=details)
