@@ -56,6 +56,7 @@ with workflow.unsafe.imports_passed_through():
         ResumeProgress,
     )
     from domain.operations.revert import FenceInput
+    from domain.reasons import PLACEMENT_REFUSALS, Reason
     from domain.refs import ActorRef, WorkerRef
     from domain.states import Operation
 
@@ -63,8 +64,15 @@ ONE_ACTIVITY_PATCH = "place-and-restore"
 """The `workflow.patched` ID of the one activity that places, restores and marks RUNNING; runs
 recorded before it replay with their steps one by one."""
 
-PLACEMENT_REFUSALS = frozenset({"NotFound", "FailedPrecondition", "NoCapacity", "ActorUnreachable", "InvalidArgument"})
-"""Failure types of `place_and_restore` that only its placement raises, before anything is bound."""
+ALL_PLACEMENT_REFUSALS_PATCH = "all-placement-refusals"
+"""The `workflow.patched` ID of raising every placement refusal (`domain.reasons.PLACEMENT_REFUSALS`)
+at once. Runs recorded before it looked up the resume's progress after a NoMatchingWorker or an
+Unreachable refusal (the list here missed the one and misspelled the other: an extra round trip)
+and replay so."""
+
+_REFUSALS_BEFORE_THE_PATCH = frozenset(
+    {Reason.NOT_FOUND, Reason.FAILED_PRECONDITION, Reason.NO_CAPACITY, Reason.INVALID_ARGUMENT}
+)
 
 FINALIZE_IN_RESTORE_PATCH = "finalize-in-restore"
 """The `workflow.patched` ID of the restore step that marks the actor RUNNING itself; runs recorded
@@ -96,7 +104,7 @@ class ResumeActorWorkflow:
         try:
             plan = await self._place(request.actor, operation_id)
         except ApplicationError as error:
-            if error.type != "PinnedNodeFull":
+            if error.type != Reason.PINNED_NODE_FULL:
                 raise
             return await self._after_detach(request, operation_id, timings, started, None)
         timings["placement"] = workflow.time() - started
@@ -121,9 +129,9 @@ class ResumeActorWorkflow:
                 timeout=boot_timeout(request.probe_timeout_seconds),
             )
         except ApplicationError as error:
-            if error.type == "PinnedNodeFull":
+            if error.type == Reason.PINNED_NODE_FULL:
                 return await self._after_detach(request, operation_id, timings, started, True)
-            if error.type in PLACEMENT_REFUSALS or error.type == "Superseded":
+            if _placement_refused(error) or error.type == Reason.SUPERSEDED:
                 raise
             finish = FinishInput(actor=actor, operation_id=operation_id)
             progress = await db_step("resume_progress", finish, result_type=ResumeProgress)
@@ -200,7 +208,7 @@ class ResumeActorWorkflow:
                 timeout=boot_timeout(request.probe_timeout_seconds),
             )
         except ApplicationError as error:
-            if error.type == "Superseded":  # a revert took the actor over: nothing here is ours to undo
+            if error.type == Reason.SUPERSEDED:  # a revert took the actor over: nothing here is ours to undo
                 raise
             finish = FinishInput(actor=actor, operation_id=operation_id)
             if not (mark_running and await db_step("resume_finished", finish, result_type=bool)):
@@ -264,3 +272,11 @@ class ResumeActorWorkflow:
             )
         await db_step("rollback_resume", FinishInput(actor=actor, operation_id=operation_id, error=error.message))
         raise reraise(error, f"resume of actor {actor.key} failed and was rolled back: ") from error
+
+
+def _placement_refused(error: ApplicationError) -> bool:
+    """Whether `place_and_restore` failed in its placement, before anything was bound (nothing
+    to look up or roll back); as runs before ALL_PLACEMENT_REFUSALS_PATCH decided, on replay."""
+    if error.type in _REFUSALS_BEFORE_THE_PATCH:
+        return True
+    return error.type in PLACEMENT_REFUSALS and workflow.patched(ALL_PLACEMENT_REFUSALS_PATCH)
