@@ -35,6 +35,7 @@ from domain.operations.atelet_calls import (
 )
 from domain.operations.resume import PlaceAndRestoreInput, PlaceAndRestoreResult
 from domain.operations.snapshot_gc import DeleteSnapshotInput
+from domain.reasons import Reason
 from domain.refs import ActorRef, WorkerRef
 from domain.states import SnapshotScope, SnapshotStorage
 from domain.templates import ActorTemplateSpec
@@ -159,7 +160,7 @@ class AteletActivities:
         raise ApplicationError(
             f"operation {operation_id} no longer holds worker {worker.pool}/{worker.name} for {placement} "
             "(the actor was reverted or deleted meanwhile); not touching its sandbox",
-            type="Superseded",
+            type=Reason.SUPERSEDED,
             non_retryable=True,
         )
 
@@ -444,7 +445,7 @@ class AteletActivities:
         if request.source.node is None:
             raise ApplicationError(
                 f"local snapshot {request.source.uri} names no node; cannot reach the atelet holding it",
-                type="AteletNotFound",
+                type=Reason.ATELET_NOT_FOUND,
                 non_retryable=True,
             )
         stub = await self.stub(address, request.source.node)
@@ -508,13 +509,13 @@ class AteletActivities:
             if address is None:
                 raise ApplicationError(
                     f"node {snapshot.node} holding local snapshot {snapshot.uri} is not alive; retrying later",
-                    type="NoAtelet",
+                    type=Reason.NO_ATELET,
                 )
             node = snapshot.node
         else:
             live = await self.store.nodes.any_live_atelet()
             if live is None:
-                raise ApplicationError("no atelet is alive to delete snapshots; retrying later", type="NoAtelet")
+                raise ApplicationError("no atelet is alive to delete snapshots; retrying later", type=Reason.NO_ATELET)
             node, address = live
         stub = await self.stub(address, node)
         done = await self._call(

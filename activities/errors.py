@@ -18,20 +18,22 @@ import grpc
 from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
+from domain.reasons import Reason, atelet_reason
 from store import StoreError, VersionConflict
 
 P = ParamSpec("P")
 R = TypeVar("R")
 
 _FINAL_GRPC = {
-    grpc.StatusCode.INVALID_ARGUMENT: "InvalidArgument",
-    grpc.StatusCode.NOT_FOUND: "NotFound",
-    grpc.StatusCode.FAILED_PRECONDITION: "FailedPrecondition",
-    grpc.StatusCode.DATA_LOSS: "DataLoss",
-    grpc.StatusCode.ALREADY_EXISTS: "AlreadyExists",
-    grpc.StatusCode.PERMISSION_DENIED: "PermissionDenied",
-    grpc.StatusCode.UNIMPLEMENTED: "Unimplemented",
+    grpc.StatusCode.INVALID_ARGUMENT: Reason.ATELET_INVALID_ARGUMENT,
+    grpc.StatusCode.NOT_FOUND: Reason.ATELET_NOT_FOUND,
+    grpc.StatusCode.FAILED_PRECONDITION: Reason.ATELET_FAILED_PRECONDITION,
+    grpc.StatusCode.DATA_LOSS: Reason.ATELET_DATA_LOSS,
+    grpc.StatusCode.ALREADY_EXISTS: Reason.ATELET_ALREADY_EXISTS,
+    grpc.StatusCode.PERMISSION_DENIED: Reason.ATELET_PERMISSION_DENIED,
+    grpc.StatusCode.UNIMPLEMENTED: Reason.ATELET_UNIMPLEMENTED,
 }
+"""The atelet's statuses no retry can change, and the failure type each becomes (non-retryable)."""
 
 
 class AteletCallFailed(Exception):
@@ -77,11 +79,12 @@ def from_store_error(error: StoreError) -> ApplicationError:
 
 
 def from_atelet_error(error: AteletCallFailed) -> ApplicationError:
-    """An atelet status as an activity failure: type `Atelet<Code>`; final codes non-retryable."""
+    """An atelet status as an activity failure: type `Atelet<Code>` (`domain.reasons.atelet_reason`);
+    final codes non-retryable."""
     reason = _FINAL_GRPC.get(error.code)
     if reason is not None:
-        return ApplicationError(str(error), type=f"Atelet{reason}", non_retryable=True)
-    return ApplicationError(str(error), type=f"Atelet{error.code.name.title().replace('_', '')}")
+        return ApplicationError(str(error), type=reason, non_retryable=True)
+    return ApplicationError(str(error), type=atelet_reason(error.code.name))
 
 
 def activity_defn(name: str) -> Callable[[Callable[P, Awaitable[R]]], Callable[P, Awaitable[R]]]:

@@ -15,40 +15,41 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.routing import Match
 
 from api.strict import DOCUMENT_LIMIT
+from domain.reasons import Reason
 from store import StoreError
 
 log = logging.getLogger("ate.api")
 
-STATUS_BY_REASON = {
-    "InvalidArgument": 400,
-    "Unauthenticated": 401,
-    "PermissionDenied": 403,
-    "NotFound": 404,
-    "MethodNotAllowed": 405,
-    "RequestTooLarge": 413,
-    "HeadersTooLarge": 431,
-    "UnsupportedMediaType": 415,
-    "AlreadyExists": 409,
-    "OperationInProgress": 409,
-    "FailedPrecondition": 409,
-    "SnapshotDamaged": 409,
-    "VersionConflict": 409,
-    "NoCapacity": 503,
-    "Unreachable": 503,
-    "NoMatchingWorker": 409,
-    "NodeRetired": 410,
-    "Timeout": 504,
-    "Unavailable": 503,
-    "Internal": 500,
+STATUS_BY_REASON: dict[str, int] = {
+    Reason.INVALID_ARGUMENT: 400,
+    Reason.UNAUTHENTICATED: 401,
+    Reason.PERMISSION_DENIED: 403,
+    Reason.NOT_FOUND: 404,
+    Reason.METHOD_NOT_ALLOWED: 405,
+    Reason.REQUEST_TOO_LARGE: 413,
+    Reason.HEADERS_TOO_LARGE: 431,
+    Reason.UNSUPPORTED_MEDIA_TYPE: 415,
+    Reason.ALREADY_EXISTS: 409,
+    Reason.OPERATION_IN_PROGRESS: 409,
+    Reason.FAILED_PRECONDITION: 409,
+    Reason.SNAPSHOT_DAMAGED: 409,
+    Reason.VERSION_CONFLICT: 409,
+    Reason.NO_CAPACITY: 503,
+    Reason.UNREACHABLE: 503,
+    Reason.NO_MATCHING_WORKER: 409,
+    Reason.NODE_RETIRED: 410,
+    Reason.TIMEOUT: 504,
+    Reason.UNAVAILABLE: 503,
+    Reason.INTERNAL: 500,
 }
 
 
 class ApiError(Exception):
     """An error for the user: a reason (HTTP status by `STATUS_BY_REASON`), a message, details."""
 
-    reason = "Internal"
+    reason: Reason = Reason.INTERNAL
 
-    def __init__(self, message: str, details: dict[str, Any] | None = None, reason: str | None = None) -> None:
+    def __init__(self, message: str, details: dict[str, Any] | None = None, reason: Reason | None = None) -> None:
         super().__init__(message)
         self.message = message
         self.details = details or {}
@@ -59,44 +60,44 @@ class ApiError(Exception):
 class InvalidArgument(ApiError):
     """Bad input; the message names the field and the allowed values."""
 
-    reason = "InvalidArgument"
+    reason = Reason.INVALID_ARGUMENT
 
 
 class OperationInProgress(ApiError):
     """Another kind of operation holds the actor's workflow-ID lock."""
 
-    reason = "OperationInProgress"
+    reason = Reason.OPERATION_IN_PROGRESS
 
 
 class Timeout(ApiError):
     """The operation did not finish in time; it keeps running."""
 
-    reason = "Timeout"
+    reason = Reason.TIMEOUT
 
 
-REASON_BY_STATUS = {
-    400: "InvalidArgument",
-    404: "NotFound",
-    405: "MethodNotAllowed",
-    413: "RequestTooLarge",
-    415: "UnsupportedMediaType",
+REASON_BY_STATUS: dict[int, Reason] = {
+    400: Reason.INVALID_ARGUMENT,
+    404: Reason.NOT_FOUND,
+    405: Reason.METHOD_NOT_ALLOWED,
+    413: Reason.REQUEST_TOO_LARGE,
+    415: Reason.UNSUPPORTED_MEDIA_TYPE,
 }
 """The reason of an HTTP error the framework raises itself (no route, wrong method, unreadable body)."""
 
 
-def error_body(reason: str, message: str, details: dict[str, Any] | None = None) -> dict[str, Any]:
+def error_body(reason: Reason, message: str, details: dict[str, Any] | None = None) -> dict[str, Any]:
     """The one error format of the API: `{reason, message, details}`."""
-    return {"reason": reason, "message": message, "details": details or {}}
+    return {"reason": reason.value, "message": message, "details": details or {}}
 
 
 def error_response(
-    reason: str, message: str, details: dict[str, Any] | None = None, headers: dict[str, str] | None = None
+    reason: Reason, message: str, details: dict[str, Any] | None = None, headers: dict[str, str] | None = None
 ) -> JSONResponse:
     """The JSON error body with the status that belongs to `reason`."""
     return JSONResponse(
         status_code=STATUS_BY_REASON.get(reason, 500),
         content=error_body(reason, message, details),
-        headers=headers or ({"WWW-Authenticate": 'Bearer realm="ate"'} if reason == "Unauthenticated" else None),
+        headers=headers or ({"WWW-Authenticate": 'Bearer realm="ate"'} if reason == Reason.UNAUTHENTICATED else None),
     )
 
 
@@ -104,7 +105,7 @@ def framework_error(request: Request, error: StarletteHTTPException) -> JSONResp
     """An HTTP error raised by the framework itself (no such route, a method the route does not
     take, an unreadable body) in the one error format, with its own status and headers."""
     status = error.status_code
-    reason = REASON_BY_STATUS.get(status, "InvalidArgument" if status < 500 else "Internal")
+    reason = REASON_BY_STATUS.get(status, Reason.INVALID_ARGUMENT if status < 500 else Reason.INTERNAL)
     headers = dict(error.headers or {})
     if status == 404:
         message = f"no such route: {request.method} {request.url.path} (GET /docs lists the API's routes)"
@@ -206,13 +207,13 @@ def install_error_handlers(app: FastAPI) -> None:
     @app.exception_handler(RequestValidationError)
     async def _validation_error(_: Request, error: RequestValidationError) -> JSONResponse:
         message, fields = validation_message(list(error.errors()))
-        return error_response("InvalidArgument", message, {"fields": fields})
+        return error_response(Reason.INVALID_ARGUMENT, message, {"fields": fields})
 
     async def _unexpected(request: Request, error: Exception) -> JSONResponse:
         if database_unreachable(error):
             log.warning("database unreachable in %s %s: %s", request.method, request.url.path, _one_line(error))
             return error_response(
-                "Unavailable",
+                Reason.UNAVAILABLE,
                 f"the api-server cannot reach its database (PostgreSQL: {_one_line(error)}); retry in a few "
                 "seconds. If it lasts, check that PostgreSQL runs and the api-server's --database-url",
                 {"retry_after_seconds": DATABASE_RETRY_AFTER_SECONDS},
@@ -222,7 +223,7 @@ def install_error_handlers(app: FastAPI) -> None:
         log.error("unexpected error (incident %s) in %s %s", incident, request.method, request.url.path,
                   exc_info=error)
         return error_response(  # what failed inside stays in the log: it can name tables, values, hosts
-            "Internal", f"internal server error (incident {incident} in the api-server's log)", {"incident": incident}
+            Reason.INTERNAL, f"internal server error (incident {incident} in the api-server's log)", {"incident": incident}
         )
 
     # The database's errors are answered here, below the server-error middleware (which would

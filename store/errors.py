@@ -4,13 +4,14 @@ from __future__ import annotations
 
 from typing import Any
 
+from domain.reasons import Reason
 from domain.states import Transition
 
 
 class StoreError(Exception):
     """Base class: a message written for the user, a machine-readable reason, optional details."""
 
-    reason = "Internal"
+    reason = Reason.INTERNAL
 
     def __init__(self, message: str, details: dict[str, Any] | None = None) -> None:
         super().__init__(message)
@@ -22,56 +23,56 @@ class InvalidArgument(StoreError):
     """The request itself is wrong (e.g. a registration a worker could not honour); the message
     names the field."""
 
-    reason = "InvalidArgument"
+    reason = Reason.INVALID_ARGUMENT
 
 
 class NotFound(StoreError):
     """The named atespace, template, actor or node does not exist."""
 
-    reason = "NotFound"
+    reason = Reason.NOT_FOUND
 
 
 class AlreadyExists(StoreError):
     """The name is taken."""
 
-    reason = "AlreadyExists"
+    reason = Reason.ALREADY_EXISTS
 
 
 class FailedPrecondition(StoreError):
     """The object is in a state that does not allow the request (the message names both)."""
 
-    reason = "FailedPrecondition"
+    reason = Reason.FAILED_PRECONDITION
 
 
 class VersionConflict(StoreError):
     """Someone else changed the row between read and write; retry."""
 
-    reason = "VersionConflict"
+    reason = Reason.VERSION_CONFLICT
 
 
 class NodeRetired(StoreError):
     """The node was retired (its worker pod deleted) and may not register again."""
 
-    reason = "NodeRetired"
+    reason = Reason.NODE_RETIRED
 
 
 class NoCapacity(StoreError):
     """No worker passes every placement check; the message names the check that removed the last."""
 
-    reason = "NoCapacity"
+    reason = Reason.NO_CAPACITY
 
 
 class NoMatchingWorker(NoCapacity):
     """No worker could ever take the actor as configured (sandbox class or labels): not a shortage."""
 
-    reason = "NoMatchingWorker"
+    reason = Reason.NO_MATCHING_WORKER
 
 
 class PinnedNodeFull(NoCapacity):
     """A paused actor's node has no room while other nodes do: upload its local snapshot, unpin
     it and place it elsewhere (ARCHITECTURE.md, "Placement": the pinned node is full)."""
 
-    reason = "PinnedNodeFull"
+    reason = Reason.PINNED_NODE_FULL
 
 
 class ActorUnreachable(StoreError):
@@ -79,7 +80,7 @@ class ActorUnreachable(StoreError):
     final: it is RUNNING again when the node returns, CRASHED when the grace ends (the router
     parks its requests meanwhile)."""
 
-    reason = "Unreachable"
+    reason = Reason.UNREACHABLE
 
 
 def refused(transition: Transition, actor: str, state: str) -> FailedPrecondition:

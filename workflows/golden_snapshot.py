@@ -23,6 +23,7 @@ with workflow.unsafe.imports_passed_through():
     from domain.operations.common import FinishInput
     from domain.operations.golden import GoldenPlan, GoldenSnapshotInput, GoldenSnapshotResult
     from domain.operations.suspend import CompleteSnapshotInput
+    from domain.reasons import Reason
     from domain.refs import ActorRef
     from domain.states import Operation
     from domain.temporal import template_workflow_id
@@ -49,7 +50,7 @@ class GoldenSnapshotWorkflow:
                 plan: GoldenPlan = await db_step("begin_golden", request, result_type=GoldenPlan)
                 break
             except ApplicationError as error:
-                if error.type != "NoCapacity" or waited >= request.placement_wait_seconds:
+                if error.type != Reason.NO_CAPACITY or waited >= request.placement_wait_seconds:
                     return await self._fail(template, operation_id, error.message)
                 # Every worker busy is a moment, not a verdict: wait for one to free up.
                 show_step(f"waiting for a free worker ({waited:.0f} s so far): {error.message}")
@@ -85,7 +86,7 @@ class GoldenSnapshotWorkflow:
                 result_type=AteletCheckpointResult,
             )
         except ApplicationError as error:
-            if error.type == "Superseded":  # the template was recreated meanwhile
+            if error.type == Reason.SUPERSEDED:  # the template was recreated meanwhile
                 return GoldenSnapshotResult(phase="Superseded", reason=error.message)
             show_step("cleanup")
             try:

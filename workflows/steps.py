@@ -18,6 +18,7 @@ with workflow.unsafe.imports_passed_through():
     from domain.operations.atelet_calls import AteletCheckpointResult
     from domain.operations.router_drain import MAX_DRAIN_WAIT_SECONDS, RouterDrainInput, RouterDrainResult
     from domain.operations.suspend import CompleteSnapshotInput
+    from domain.reasons import Reason
     from domain.refs import ActorRef
 
 T = TypeVar("T")
@@ -160,16 +161,16 @@ def failure_of(error: BaseException) -> ApplicationError:
     if isinstance(cause, ActivityTimeout) and isinstance(error, ActivityError):
         kind = cause.type.name.lower().replace("_", "-") if cause.type is not None else "a"
         return ApplicationError(
-            f"the step {error.activity_type} got no answer in time ({kind} timeout)", type="Timeout", non_retryable=True
+            f"the step {error.activity_type} got no answer in time ({kind} timeout)", type=Reason.TIMEOUT, non_retryable=True
         )
-    return ApplicationError(str(cause or error), type="Internal", non_retryable=True)
+    return ApplicationError(str(cause or error), type=Reason.INTERNAL, non_retryable=True)
 
 
 def reraise(error: BaseException, prefix: str = "") -> ApplicationError:
     """A non-retryable workflow failure carrying the cause's type, for the API to map."""
     cause = failure_of(error)
     message = f"{prefix}{cause.message}" if prefix else cause.message
-    return ApplicationError(message, *cause.details, type=cause.type or "Internal", non_retryable=True)
+    return ApplicationError(message, *cause.details, type=cause.type or Reason.INTERNAL, non_retryable=True)
 
 
 def record_operation(operation: str, outcome: str, started: float) -> None:
@@ -189,7 +190,7 @@ def record_operation(operation: str, outcome: str, started: float) -> None:
 
 def outcome_of(error: BaseException) -> str:
     """The outcome label of a failed operation: the failure's type (NoCapacity, ...)."""
-    return failure_of(error).type or "Internal"
+    return failure_of(error).type or Reason.INTERNAL
 
 
 async def counted(operation: str, body: Awaitable[T], outcome: Callable[[T], str] = lambda _: "ok") -> T:

@@ -34,13 +34,14 @@ with workflow.unsafe.imports_passed_through():
         UploadSnapshotInput,
         UploadSnapshotResult,
     )
+    from domain.reasons import Reason
     from domain.states import Operation
 
 NO_PAUSE_AFTER_LAST_ATTEMPT = "upload-no-pause-after-last-attempt"
 """The patch ID of the fix that gives up right after the last failed attempt."""
 
 FINAL_COPY_FAILURES = frozenset(
-    {"AteletNotFound", "AteletFailedPrecondition", "AteletDataLoss", "AteletInvalidArgument"}
+    {Reason.ATELET_NOT_FOUND, Reason.ATELET_FAILED_PRECONDITION, Reason.ATELET_DATA_LOSS, Reason.ATELET_INVALID_ARGUMENT}
 )
 """Copy failures no retry can fix: the local snapshot is gone or does not match its manifest."""
 
