@@ -24,6 +24,7 @@ from activities.atelet_tls import AteletClientTls, target_options
 from activities.errors import AteletCallFailed, activity_defn
 from atelet.proto import atelet_pb2 as pb
 from atelet.proto import atelet_pb2_grpc as pb_grpc
+from domain.activity_names import Activity
 from domain.failpoints import failpoint
 from domain.operations.atelet_calls import (
     AteletCheckpointInput,
@@ -192,7 +193,7 @@ class AteletActivities:
         for task in list(self._closing):
             task.cancel()
 
-    @activity_defn("atelet_start")
+    @activity_defn(Activity.ATELET_START)
     async def start(self, request: AteletRunInput) -> AteletRunResult:
         """Boot (no snapshot) or restore (snapshot) the holder's workload on the worker; with
         `mark_running`, then mark the holder RUNNING (see `_mark_running`), and answer a repeat
@@ -208,7 +209,7 @@ class AteletActivities:
         await self._still_placed(request.placement or request.holder.workflow_id, request.worker, request.operation_id)
         return await self._start(request)
 
-    @activity_defn("place_and_restore")
+    @activity_defn(Activity.PLACE_AND_RESTORE)
     async def place_and_restore(self, request: PlaceAndRestoreInput) -> PlaceAndRestoreResult:
         """ResumeActor's placement, restore and finalize in one activity: `begin_resume`'s
         transaction (SUSPENDED|PAUSED -> RESUMING on a chosen worker), the atelet's Restore (or
@@ -368,7 +369,7 @@ class AteletActivities:
         timings["finalize"] = time.monotonic() - started
         return time.time()
 
-    @activity_defn("atelet_checkpoint")
+    @activity_defn(Activity.ATELET_CHECKPOINT)
     async def checkpoint(self, request: AteletCheckpointInput) -> AteletCheckpointResult:
         """Checkpoint the holder into request.snapshot.uri with its scope; the worker is freed.
 
@@ -431,7 +432,7 @@ class AteletActivities:
             result.timings,
         )
 
-    @activity_defn("atelet_copy_snapshot")
+    @activity_defn(Activity.ATELET_COPY_SNAPSHOT)
     async def copy_snapshot(self, request: AteletCopyInput) -> AteletCheckpointResult:
         """Upload a paused actor's LOCAL snapshot: the atelet of its node copies it (verified
         against its manifest) to `request.destination.uri`. Touches no sandbox; idempotent.
@@ -471,7 +472,7 @@ class AteletActivities:
             timings={"upload": done.copy_seconds},
         )
 
-    @activity_defn("atelet_terminate")
+    @activity_defn(Activity.ATELET_TERMINATE)
     async def terminate(self, request: AteletTerminateInput) -> bool:
         """Stop and delete the holder's sandbox on the worker (idempotent; with `only_own`, only
         the one this operation's Run or Restore started). Returns whether one ran."""
@@ -493,7 +494,7 @@ class AteletActivities:
         )
         return bool(done.was_running)
 
-    @activity_defn("delete_snapshot")
+    @activity_defn(Activity.DELETE_SNAPSHOT)
     async def delete_snapshot(self, request: DeleteSnapshotInput) -> bool:
         """Delete a snapshot's data through a live atelet, then its row. Returns whether data existed.
 

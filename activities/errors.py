@@ -18,6 +18,7 @@ import grpc
 from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
+from domain.activity_names import Activity
 from domain.reasons import Reason, atelet_reason
 from store import StoreError, VersionConflict
 
@@ -87,7 +88,7 @@ def from_atelet_error(error: AteletCallFailed) -> ApplicationError:
     return ApplicationError(str(error), type=atelet_reason(error.code.name))
 
 
-def activity_defn(name: str) -> Callable[[Callable[P, Awaitable[R]]], Callable[P, Awaitable[R]]]:
+def activity_defn(name: Activity) -> Callable[[Callable[P, Awaitable[R]]], Callable[P, Awaitable[R]]]:
     """`@activity.defn(name=name)` whose store and atelet failures reach the workflow translated
     (see the module docstring); any other exception is left to Temporal (retried)."""
 
@@ -101,7 +102,7 @@ def activity_defn(name: str) -> Callable[[Callable[P, Awaitable[R]]], Callable[P
             except AteletCallFailed as error:
                 raise from_atelet_error(error) from error
 
-        defined: Any = activity.defn(name=name)(translated)
+        defined: Any = activity.defn(name=name.value)(translated)
         return defined  # type: ignore[no-any-return]
 
     return decorate

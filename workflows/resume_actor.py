@@ -44,6 +44,7 @@ from workflows.steps import (
 )
 
 with workflow.unsafe.imports_passed_through():
+    from domain.activity_names import Activity
     from domain.operations.atelet_calls import AteletRunInput, AteletRunResult, AteletTerminateInput
     from domain.operations.common import FinishInput
     from domain.operations.resume import (
@@ -121,7 +122,7 @@ class ResumeActorWorkflow:
         started = workflow.time()
         try:
             done: PlaceAndRestoreResult = await atelet_step(
-                "place_and_restore",
+                Activity.PLACE_AND_RESTORE,
                 PlaceAndRestoreInput(
                     actor=actor, operation_id=operation_id, probe_timeout_seconds=request.probe_timeout_seconds
                 ),
@@ -134,7 +135,7 @@ class ResumeActorWorkflow:
             if _placement_refused(error) or error.type == Reason.SUPERSEDED:
                 raise
             finish = FinishInput(actor=actor, operation_id=operation_id)
-            progress = await db_step("resume_progress", finish, result_type=ResumeProgress)
+            progress = await db_step(Activity.RESUME_PROGRESS, finish, result_type=ResumeProgress)
             if progress.running:  # an attempt restored and marked it RUNNING; its answer was lost
                 timings["atelet"] = workflow.time() - started
                 show_step("done")
@@ -151,7 +152,7 @@ class ResumeActorWorkflow:
     async def _place(self, actor: ActorRef, operation_id: str) -> ResumePlan:
         """The placement step, `begin_resume` (a local activity)."""
         plan: ResumePlan = await db_step(
-            "begin_resume", BeginResumeInput(actor=actor, operation_id=operation_id), result_type=ResumePlan
+            Activity.BEGIN_RESUME, BeginResumeInput(actor=actor, operation_id=operation_id), result_type=ResumePlan
         )
         return plan
 
@@ -194,7 +195,7 @@ class ResumeActorWorkflow:
         restored: AteletRunResult | None
         try:
             restored = await atelet_step(
-                "atelet_start",
+                Activity.ATELET_START,
                 AteletRunInput(
                     operation_id=operation_id,
                     worker=plan.worker,
@@ -211,7 +212,7 @@ class ResumeActorWorkflow:
             if error.type == Reason.SUPERSEDED:  # a revert took the actor over: nothing here is ours to undo
                 raise
             finish = FinishInput(actor=actor, operation_id=operation_id)
-            if not (mark_running and await db_step("resume_finished", finish, result_type=bool)):
+            if not (mark_running and await db_step(Activity.RESUME_FINISHED, finish, result_type=bool)):
                 await self._roll_back(plan.worker, actor, operation_id, error)
             restored = None  # an attempt marked the actor RUNNING and its answer was lost: done
         return await self._finish(actor, operation_id, plan, restored, timings, started)
@@ -233,7 +234,7 @@ class ResumeActorWorkflow:
         if restored is not None and restored.marked_running_at is None:
             show_step("finalize")
             started = workflow.time()
-            await db_step("finish_resume", FinishInput(actor=actor, operation_id=operation_id))
+            await db_step(Activity.FINISH_RESUME, FinishInput(actor=actor, operation_id=operation_id))
             timings["finalize"] = workflow.time() - started
         show_step("done")
         return ResumeActorResult(
@@ -256,7 +257,7 @@ class ResumeActorWorkflow:
         show_step("rollback")
         try:
             await atelet_step(
-                "atelet_terminate",
+                Activity.ATELET_TERMINATE,
                 AteletTerminateInput(operation_id=operation_id, worker=worker, holder=actor, only_own=True),
                 result_type=bool,
             )
@@ -264,13 +265,13 @@ class ResumeActorWorkflow:
             # The sandbox may still be there: keep the worker out of placement until its
             # atelet reports it idle (or is told to stop the stray at its next heartbeat).
             await db_step(
-                "fence_worker",
+                Activity.FENCE_WORKER,
                 FenceInput(
                     worker_id=worker.worker_id,
                     reason=f"fenced: terminate of {actor.key} failed after a failed restore",
                 ),
             )
-        await db_step("rollback_resume", FinishInput(actor=actor, operation_id=operation_id, error=error.message))
+        await db_step(Activity.ROLLBACK_RESUME, FinishInput(actor=actor, operation_id=operation_id, error=error.message))
         raise reraise(error, f"resume of actor {actor.key} failed and was rolled back: ") from error
 
 

@@ -15,6 +15,7 @@ from temporalio.exceptions import ActivityError, ApplicationError
 from temporalio.exceptions import TimeoutError as ActivityTimeout
 
 with workflow.unsafe.imports_passed_through():
+    from domain.activity_names import Activity
     from domain.operations.atelet_calls import AteletCheckpointResult
     from domain.operations.router_drain import MAX_DRAIN_WAIT_SECONDS, RouterDrainInput, RouterDrainResult
     from domain.operations.suspend import CompleteSnapshotInput
@@ -37,7 +38,7 @@ _ATELET_RETRY = RetryPolicy(
 )
 
 
-async def db_step(activity: str, argument: Any, result_type: type[T] | None = None) -> T:
+async def db_step(activity: Activity, argument: Any, result_type: type[T] | None = None) -> T:
     """Run a Postgres activity locally: short, retried through a database restart (~30 s in all).
 
     Raises:
@@ -45,7 +46,7 @@ async def db_step(activity: str, argument: Any, result_type: type[T] | None = No
     """
     try:
         result: T = await workflow.execute_local_activity(
-            activity,
+            activity.value,
             argument,
             result_type=result_type,
             start_to_close_timeout=timedelta(seconds=15),
@@ -73,7 +74,7 @@ def boot_timeout(probe_timeout_seconds: float) -> timedelta:
 
 
 async def atelet_step(
-    activity: str, argument: Any, result_type: type[T] | None = None, *, timeout: timedelta = ATELET_CALL_TIMEOUT
+    activity: Activity, argument: Any, result_type: type[T] | None = None, *, timeout: timedelta = ATELET_CALL_TIMEOUT
 ) -> T:
     """Run an atelet activity as a regular activity that heartbeats while the call runs: restores
     and checkpoints take seconds, so they must not hold the workflow task; a few retries of
@@ -88,7 +89,7 @@ async def atelet_step(
     """
     try:
         result: T = await workflow.execute_activity(
-            activity,
+            activity.value,
             argument,
             result_type=result_type,
             start_to_close_timeout=timeout,
@@ -130,7 +131,7 @@ async def drain_routers(
     show_step("drain the routers")
     try:
         result: RouterDrainResult = await workflow.execute_local_activity(
-            "drain_routers",
+            Activity.DRAIN_ROUTERS.value,
             RouterDrainInput(actor=actor, operation_id=operation_id, max_wait_seconds=max_wait_seconds),
             result_type=RouterDrainResult,
             start_to_close_timeout=timedelta(seconds=MAX_DRAIN_WAIT_SECONDS + 30),
@@ -209,7 +210,7 @@ async def drop_snapshot(actor: ActorRef, operation_id: str, snapshot_id: int, er
     """`rollback_suspend`: a checkpoint or upload failed for good; the actor goes back to the
     state the operation started from and the PENDING snapshot row is dropped, `error` recorded."""
     await db_step(
-        "rollback_suspend",
+        Activity.ROLLBACK_SUSPEND,
         CompleteSnapshotInput(
             actor=actor, operation_id=operation_id, snapshot_id=snapshot_id, manifest={"error": error}, size_bytes=0
         ),
@@ -217,7 +218,7 @@ async def drop_snapshot(actor: ActorRef, operation_id: str, snapshot_id: int, er
 
 
 async def settle_snapshot(
-    activity: str, actor: ActorRef, operation_id: str, snapshot_id: int, done: AteletCheckpointResult
+    activity: Activity, actor: ActorRef, operation_id: str, snapshot_id: int, done: AteletCheckpointResult
 ) -> None:
     """`complete_suspend` / `complete_pause`: the snapshot COMPLETED with the manifest the atelet
     wrote (never without it), the actor in its resting state; a failure is re-raised for the API."""
