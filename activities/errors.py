@@ -38,34 +38,32 @@ _FINAL_GRPC = {
 
 
 class AteletCallFailed(Exception):
-    """An atelet answered a call with a non-OK status.
+    """An atelet call failed: the atelet answered with a non-OK status, or none could be reached.
 
     Args:
         call: the RPC, e.g. "Restore".
         address: the atelet's host:port.
         error: grpc's error (its code and details).
+        unreachable: no atelet answered at all (down or restarting: the channel could not
+            connect; `activities.atelet_channels.connect_failed`), as opposed to one that refused.
     """
 
-    def __init__(self, call: str, address: str, error: grpc.aio.AioRpcError) -> None:
-        super().__init__(atelet_failure_text(call, address, error.code(), error.details() or ""))
+    def __init__(self, call: str, address: str, error: grpc.aio.AioRpcError, *, unreachable: bool = False) -> None:
+        super().__init__(atelet_failure_text(call, address, error.code(), error.details() or "", unreachable))
         self.call = call
         self.address = address
         self.code = error.code()
-        self.unreachable = unreachable(error.code(), error.details() or "")
+        self.unreachable = unreachable
         """No atelet answered at all (down or restarting), as opposed to one that refused."""
 
 
-def unreachable(code: grpc.StatusCode, details: str) -> bool:
-    """Whether a failed call reached no atelet (grpc could not connect)."""
-    return code == grpc.StatusCode.UNAVAILABLE and "failed to connect" in details.lower()
-
-
-def atelet_failure_text(call: str, address: str, code: grpc.StatusCode, details: str) -> str:
+def atelet_failure_text(call: str, address: str, code: grpc.StatusCode, details: str, unreachable: bool) -> str:
     """The user's text of a failed atelet call: the atelet's own message, or, when it could not
-    be reached at all, that it is down or restarting with the connection's last error (gRPC's
-    `failed to connect to all addresses; last error: UNKNOWN: ipv4:...: Failed to connect to remote
-    host: Connection refused` says less, at more length)."""
-    if unreachable(code, details):
+    be reached at all (`unreachable`), that it is down or restarting with the connection's last
+    error (gRPC's `failed to connect to all addresses; last error: UNKNOWN: ipv4:...: Failed to
+    connect to remote host: Connection refused` says less, at more length). The details' text is
+    only shown, never decided on."""
+    if unreachable:
         cause = details.rstrip().rpartition(": ")[2] or "no connection"
         return (f"the atelet at {address} did not answer the {call} call ({cause}): the node's agent is down or "
                 "restarting")

@@ -297,7 +297,7 @@ class Baselines:
         self.floor_checkpoint: Path | None = None
 
     async def prepare(self) -> None:
-        from activities.atelet import workload_spec
+        from activities.atelet_wire import workload_spec
         from activities.atelet_tls import AteletClientTls
         from ate.dev.certificates import LocalCertificates
         from atelet.proto import atelet_pb2_grpc as pb_grpc
