@@ -3,11 +3,9 @@
 from __future__ import annotations
 
 import logging
-import traceback
 import uuid
 from typing import Any
 
-import asyncpg
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
@@ -17,6 +15,7 @@ from starlette.routing import Match
 from api.strict import DOCUMENT_LIMIT
 from domain.reasons import Reason
 from store import StoreError
+from store.errors import CONNECTION_ERRORS, is_connection_error
 
 log = logging.getLogger("ate.api")
 
@@ -162,26 +161,6 @@ def validation_message(errors: list[Any]) -> tuple[str, list[dict[str, str]]]:
 DATABASE_RETRY_AFTER_SECONDS = 5
 """The Retry-After of a 503 while the database is unreachable (a PostgreSQL restart takes seconds)."""
 
-_SERVER_GOING_AWAY = (
-    asyncpg.exceptions.AdminShutdownError,
-    asyncpg.exceptions.CrashShutdownError,
-    asyncpg.exceptions.CannotConnectNowError,
-)
-
-
-def database_unreachable(error: BaseException) -> bool:
-    """Whether `error` means PostgreSQL cannot be reached (down, restarting, refusing connections,
-    the connection lost), as opposed to a failed query: asyncpg's connection errors, the server's
-    shutdown errors, and an OS-level error (refused, no socket, timeout) raised inside asyncpg."""
-    if isinstance(error, (asyncpg.PostgresConnectionError, asyncpg.exceptions.ConnectionDoesNotExistError,
-                          *_SERVER_GOING_AWAY)):
-        return True
-    if isinstance(error, OSError):  # TimeoutError and ConnectionRefusedError are OSErrors
-        return any(frame.f_globals.get("__name__", "").startswith("asyncpg")
-                   for frame, _ in traceback.walk_tb(error.__traceback__))
-    return False
-
-
 def _one_line(error: BaseException) -> str:
     """The error's type and first line, for the message (no host or query in it)."""
     text = str(error).strip().splitlines()
@@ -210,7 +189,7 @@ def install_error_handlers(app: FastAPI) -> None:
         return error_response(Reason.INVALID_ARGUMENT, message, {"fields": fields})
 
     async def _unexpected(request: Request, error: Exception) -> JSONResponse:
-        if database_unreachable(error):
+        if is_connection_error(error):
             log.warning("database unreachable in %s %s: %s", request.method, request.url.path, _one_line(error))
             return error_response(
                 Reason.UNAVAILABLE,
@@ -228,7 +207,6 @@ def install_error_handlers(app: FastAPI) -> None:
 
     # The database's errors are answered here, below the server-error middleware (which would
     # re-raise them to the server after the answer); anything else unexpected there.
-    for kind in (OSError, asyncpg.PostgresConnectionError, asyncpg.exceptions.ConnectionDoesNotExistError,
-                 *_SERVER_GOING_AWAY):
+    for kind in CONNECTION_ERRORS:
         app.add_exception_handler(kind, _unexpected)
     app.add_exception_handler(Exception, _unexpected)

@@ -297,8 +297,8 @@ class Baselines:
         self.floor_checkpoint: Path | None = None
 
     async def prepare(self) -> None:
-        from activities.atelet_wire import workload_spec
         from activities.atelet_tls import AteletClientTls
+        from activities.atelet_wire import workload_spec
         from ate.dev.certificates import LocalCertificates
         from atelet.proto import atelet_pb2_grpc as pb_grpc
         from atelet.snapshots import SnapshotStore

@@ -1,8 +1,15 @@
-"""Errors the store raises; the API maps them to HTTP codes, activities to workflow failures."""
+"""Errors the store raises; the API maps them to HTTP codes, activities to workflow failures.
+
+Also which of the database driver's errors mean PostgreSQL cannot be reached (`CONNECTION_ERRORS`,
+`is_connection_error`), so that no consumer of the store has to know the driver.
+"""
 
 from __future__ import annotations
 
+import traceback
 from typing import Any
+
+import asyncpg
 
 from domain.reasons import Reason
 from domain.states import Transition
@@ -87,3 +94,33 @@ def refused(transition: Transition, actor: str, state: str) -> FailedPreconditio
     """The error of an operation asked of an actor in a state the state table does not start it
     from (`domain.states.TRANSITIONS`); the details carry the state found."""
     return FailedPrecondition(transition.refusal(actor, state), {"state": state})
+
+
+_SERVER_GOING_AWAY: tuple[type[Exception], ...] = (
+    asyncpg.exceptions.AdminShutdownError,
+    asyncpg.exceptions.CrashShutdownError,
+    asyncpg.exceptions.CannotConnectNowError,
+)
+
+CONNECTION_ERRORS: tuple[type[Exception], ...] = (
+    OSError,
+    asyncpg.PostgresConnectionError,
+    asyncpg.exceptions.ConnectionDoesNotExistError,
+    *_SERVER_GOING_AWAY,
+)
+"""The exception classes a store call may raise when PostgreSQL cannot be reached (an `OSError`
+only counts when raised inside the driver: see `is_connection_error`); for registering handlers."""
+
+
+def is_connection_error(error: BaseException) -> bool:
+    """Whether `error`, raised by a store call, means PostgreSQL cannot be reached (down,
+    restarting, refusing connections, the connection lost), as opposed to a failed query: the
+    driver's connection errors, the server's shutdown errors, and an OS-level error (refused, no
+    socket, timeout) raised inside the driver."""
+    if isinstance(error, (asyncpg.PostgresConnectionError, asyncpg.exceptions.ConnectionDoesNotExistError,
+                          *_SERVER_GOING_AWAY)):
+        return True
+    if isinstance(error, OSError):  # TimeoutError and ConnectionRefusedError are OSErrors
+        return any(frame.f_globals.get("__name__", "").startswith("asyncpg")
+                   for frame, _ in traceback.walk_tb(error.__traceback__))
+    return False
