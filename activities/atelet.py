@@ -3,9 +3,11 @@ delete a snapshot.
 
 Every call carries the operation ID; the atelet answers a repeat with the first call's result,
 so Temporal may retry any of these after a crash without a double restore or a second
-checkpoint. Channels to atelets are mutual TLS (`activities.atelet_tls`: the control plane's
-client certificate, and the node's name checked against the atelet's certificate), kept open and
-reused (one per node and address; made again when the certificate files were renewed).
+checkpoint. The calls go through `activities.atelet_channels` (mutual-TLS channels kept open per
+node, heartbeats while a call runs, an unreachable atelet told from one that refused); the wire
+messages are built by `activities.atelet_wire`. A resume's or a suspend's RUNNING or SUSPENDED
+commit is made here right after the atelet answered (`_finalize_here`), so the api-server can
+answer at that commit's NOTIFY.
 """
 
 from __future__ import annotations
@@ -13,17 +15,16 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import Awaitable, Callable
-from typing import TypeVar
 
-import grpc
-from google.protobuf.json_format import MessageToDict, ParseDict
 from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
-from activities.atelet_tls import AteletClientTls, target_options
+from activities.atelet_channels import AteletChannels
+from activities.atelet_tls import AteletClientTls
+from activities.atelet_wire import SCOPES, actor_ref, call_id, manifest_dict, manifest_message, workload_spec
 from activities.errors import AteletCallFailed, activity_defn
 from atelet.proto import atelet_pb2 as pb
-from atelet.proto import atelet_pb2_grpc as pb_grpc
+from domain.activity_names import Activity
 from domain.failpoints import failpoint
 from domain.operations.atelet_calls import (
     AteletCheckpointInput,
@@ -35,16 +36,10 @@ from domain.operations.atelet_calls import (
 )
 from domain.operations.resume import PlaceAndRestoreInput, PlaceAndRestoreResult
 from domain.operations.snapshot_gc import DeleteSnapshotInput
+from domain.reasons import Reason
 from domain.refs import ActorRef, WorkerRef
-from domain.states import SnapshotScope, SnapshotStorage
-from domain.templates import ActorTemplateSpec
+from domain.states import SnapshotStorage
 from store import Store
-
-M = TypeVar("M")
-
-HEARTBEAT_SECONDS = 2.0
-"""How often an activity waiting for an atelet call heartbeats (the workflows' heartbeat timeout
-is a few times this)."""
 
 CHECKPOINT_REACH_SECONDS = 60.0
 """How long a checkpoint waits for an atelet that does not answer (restarting) before it fails:
@@ -53,51 +48,7 @@ the sandbox may have finished its save alone meanwhile, and only this call's ret
 exited (the chaos run of 2026-12-02). An atelet that answers with an error is not waited for."""
 
 REACH_RETRY_SECONDS = 1.0
-
-_SCOPES = {SnapshotScope.FULL: pb.SNAPSHOT_SCOPE_FULL, SnapshotScope.DATA: pb.SNAPSHOT_SCOPE_DATA}
-
-
-def workload_spec(spec: ActorTemplateSpec) -> pb.WorkloadSpec:
-    """The atelet's WorkloadSpec of an actor template spec.
-
-    Returns:
-        The proto message; CPU in millicores, memory in bytes (0 = no limit).
-    """
-    return pb.WorkloadSpec(
-        containers=[
-            pb.Container(
-                name=c.name,
-                image=c.image,
-                command=c.command,
-                env=c.env,
-                wakeup_probe=pb.HttpGetProbe(path=c.wakeup_probe.path, port=c.wakeup_probe.port)
-                if c.wakeup_probe
-                else None,
-                volume_mounts=[pb.VolumeMount(name=m.name, mount_path=m.mount_path) for m in c.volume_mounts],
-            )
-            for c in spec.containers
-        ],
-        volumes=[pb.Volume(name=v.name, durable_dir=v.durable_dir) for v in spec.volumes],
-        cpu_millis=spec.limits.cpu_millis,
-        memory_bytes=spec.limits.memory_bytes,
-    )
-
-
-def call_id(operation_id: str, call: str) -> str:
-    """The atelet operation ID of one call of an operation: `<operation>/<call>`.
-
-    A workflow makes several atelet calls (run, checkpoint, terminate); each needs its own ID,
-    stable across retries of the same call.
-    """
-    return f"{operation_id}/{call}"
-
-
-def _ref(actor: ActorRef) -> pb.ActorRef:
-    return pb.ActorRef(atespace=actor.atespace, name=actor.name)
-
-
-RETIRED_CHANNEL_GRACE_SECONDS = 600.0
-"""How long a channel replaced after a certificate renewal may finish its calls before it closes."""
+"""How often a checkpoint tries an atelet that could not be reached again."""
 
 
 class AteletActivities:
@@ -113,36 +64,8 @@ class AteletActivities:
         self, store: Store | None = None, call_timeout_seconds: float = 300.0, *, tls: AteletClientTls
     ) -> None:
         self.store = store
-        self.tls = tls
-        self._channels: dict[tuple[str, str], tuple[int, grpc.aio.Channel]] = {}
-        self._closing: set[asyncio.Task[None]] = set()
-        self._lock = asyncio.Lock()
+        self.channels = AteletChannels(tls)
         self.call_timeout_seconds = call_timeout_seconds
-
-    async def stub(self, address: str, node: str) -> pb_grpc.AteletStub:
-        """The (cached) stub of node `node`'s atelet at `address`; the channel refuses any other node.
-
-        Raises:
-            AteletTlsError: the TLS files cannot be loaded (the first time).
-        """
-        credentials = self.tls.credentials()  # notices renewed files
-        cached = self._channels.get((node, address))
-        if cached is None or cached[0] != self.tls.generation:
-            async with self._lock:
-                cached = self._channels.get((node, address))
-                if cached is None or cached[0] != self.tls.generation:
-                    if cached is not None:
-                        self._retire(cached[1])
-                    channel = grpc.aio.secure_channel(address, credentials, options=target_options(node))
-                    cached = (self.tls.generation, channel)
-                    self._channels[(node, address)] = cached
-        return pb_grpc.AteletStub(cached[1])  # type: ignore[no-untyped-call]
-
-    def _retire(self, channel: grpc.aio.Channel) -> None:
-        """Closes a channel made with replaced credentials once its calls had time to finish."""
-        task = asyncio.create_task(channel.close(grace=RETIRED_CHANNEL_GRACE_SECONDS))
-        self._closing.add(task)
-        task.add_done_callback(self._closing.discard)
 
     async def _still_placed(self, placement: str, worker: WorkerRef, operation_id: str) -> None:
         """Refuse to touch a sandbox for an operation that lost its place meanwhile.
@@ -159,39 +82,15 @@ class AteletActivities:
         raise ApplicationError(
             f"operation {operation_id} no longer holds worker {worker.pool}/{worker.name} for {placement} "
             "(the actor was reverted or deleted meanwhile); not touching its sandbox",
-            type="Superseded",
+            type=Reason.SUPERSEDED,
             non_retryable=True,
         )
 
-    async def _call(self, address: str, call: str, rpc: Awaitable[M]) -> M:
-        """Await one atelet RPC, heartbeating the activity while it runs (a restore or a
-        checkpoint takes seconds; the heartbeat lets Temporal tell a slow call from a dead worker).
-
-        Raises:
-            AteletCallFailed: the atelet answered with a non-OK status.
-        """
-        task: asyncio.Future[M] = asyncio.ensure_future(rpc)
-        try:
-            while True:
-                done, _ = await asyncio.wait({task}, timeout=HEARTBEAT_SECONDS)
-                if done:
-                    return task.result()
-                if activity.in_activity():
-                    activity.heartbeat()
-        except grpc.aio.AioRpcError as error:
-            raise AteletCallFailed(call, address, error) from error
-        finally:
-            task.cancel()
-
     async def close(self) -> None:
         """Close every channel."""
-        for _, channel in self._channels.values():
-            await channel.close(grace=None)
-        self._channels.clear()
-        for task in list(self._closing):
-            task.cancel()
+        await self.channels.close()
 
-    @activity_defn("atelet_start")
+    @activity_defn(Activity.ATELET_START)
     async def start(self, request: AteletRunInput) -> AteletRunResult:
         """Boot (no snapshot) or restore (snapshot) the holder's workload on the worker; with
         `mark_running`, then mark the holder RUNNING (see `_mark_running`), and answer a repeat
@@ -207,7 +106,7 @@ class AteletActivities:
         await self._still_placed(request.placement or request.holder.workflow_id, request.worker, request.operation_id)
         return await self._start(request)
 
-    @activity_defn("place_and_restore")
+    @activity_defn(Activity.PLACE_AND_RESTORE)
     async def place_and_restore(self, request: PlaceAndRestoreInput) -> PlaceAndRestoreResult:
         """ResumeActor's placement, restore and finalize in one activity: `begin_resume`'s
         transaction (SUSPENDED|PAUSED -> RESUMING on a chosen worker), the atelet's Restore (or
@@ -262,45 +161,33 @@ class AteletActivities:
 
     async def _run_or_restore(self, request: AteletRunInput) -> AteletRunResult:
         """The atelet's Run (no snapshot) or Restore of the holder's workload on the worker."""
-        address = request.worker.atelet_address
-        stub = await self.stub(address, request.worker.node)
+        address, node = request.worker.atelet_address, request.worker.node
         spec = workload_spec(request.spec)
         if request.snapshot is None:
-            run = await self._call(
-                address,
-                "Run",
-                stub.Run(
-                    pb.RunRequest(
-                        operation_id=call_id(request.operation_id, "run"),
-                        worker=request.worker.name,
-                        actor=_ref(request.holder),
-                        spec=spec,
-                        probe_timeout_seconds=request.probe_timeout_seconds,
-                    ),
-                    timeout=self.call_timeout_seconds,
-                ),
+            boot = pb.RunRequest(
+                operation_id=call_id(request.operation_id, "run"),
+                worker=request.worker.name,
+                actor=actor_ref(request.holder),
+                spec=spec,
+                probe_timeout_seconds=request.probe_timeout_seconds,
+            )
+            run = await self.channels.call(
+                address, node, "Run", lambda stub: stub.Run(boot, timeout=self.call_timeout_seconds)
             )
             return AteletRunResult(
                 worker_ip=run.worker_ip, timings={"boot": run.boot_seconds, "probe": run.probe_seconds}
             )
-        manifest = pb.SnapshotManifest()
-        if request.snapshot.manifest:
-            ParseDict(request.snapshot.manifest, manifest, ignore_unknown_fields=True)
-        restored = await self._call(
-            address,
-            "Restore",
-            stub.Restore(
-                pb.RestoreRequest(
-                    operation_id=call_id(request.operation_id, "restore"),
-                    worker=request.worker.name,
-                    actor=_ref(request.holder),
-                    spec=spec,
-                    snapshot_uri=request.snapshot.uri,
-                    manifest=manifest,
-                    probe_timeout_seconds=request.probe_timeout_seconds,
-                ),
-                timeout=self.call_timeout_seconds,
-            ),
+        restore = pb.RestoreRequest(
+            operation_id=call_id(request.operation_id, "restore"),
+            worker=request.worker.name,
+            actor=actor_ref(request.holder),
+            spec=spec,
+            snapshot_uri=request.snapshot.uri,
+            manifest=manifest_message(request.snapshot.manifest),
+            probe_timeout_seconds=request.probe_timeout_seconds,
+        )
+        restored = await self.channels.call(
+            address, node, "Restore", lambda stub: stub.Restore(restore, timeout=self.call_timeout_seconds)
         )
         return AteletRunResult(
             worker_ip=restored.worker_ip,
@@ -367,7 +254,7 @@ class AteletActivities:
         timings["finalize"] = time.monotonic() - started
         return time.time()
 
-    @activity_defn("atelet_checkpoint")
+    @activity_defn(Activity.ATELET_CHECKPOINT)
     async def checkpoint(self, request: AteletCheckpointInput) -> AteletCheckpointResult:
         """Checkpoint the holder into request.snapshot.uri with its scope; the worker is freed.
 
@@ -382,15 +269,19 @@ class AteletActivities:
         call = pb.CheckpointRequest(
             operation_id=call_id(request.operation_id, "checkpoint"),
             worker=request.worker.name,
-            actor=_ref(request.holder),
-            scope=_SCOPES[request.snapshot.scope],
+            actor=actor_ref(request.holder),
+            scope=SCOPES[request.snapshot.scope],
             snapshot_uri=request.snapshot.uri,
         )
         deadline = time.monotonic() + CHECKPOINT_REACH_SECONDS
         while True:
-            stub = await self.stub(address, request.worker.node)
             try:
-                done = await self._call(address, "Checkpoint", stub.Checkpoint(call, timeout=self.call_timeout_seconds))
+                done = await self.channels.call(
+                    address,
+                    request.worker.node,
+                    "Checkpoint",
+                    lambda stub: stub.Checkpoint(call, timeout=self.call_timeout_seconds),
+                )
                 break
             except AteletCallFailed as failed:
                 if not failed.unreachable or time.monotonic() > deadline:
@@ -399,7 +290,7 @@ class AteletActivities:
                 activity.heartbeat()
             await asyncio.sleep(REACH_RETRY_SECONDS)
         result = AteletCheckpointResult(
-            manifest=MessageToDict(done.manifest, preserving_proto_field_name=True),
+            manifest=manifest_dict(done.manifest),
             size_bytes=done.size_bytes,
             timings={"checkpoint": done.checkpoint_seconds, "upload": done.upload_seconds},
         )
@@ -430,7 +321,7 @@ class AteletActivities:
             result.timings,
         )
 
-    @activity_defn("atelet_copy_snapshot")
+    @activity_defn(Activity.ATELET_COPY_SNAPSHOT)
     async def copy_snapshot(self, request: AteletCopyInput) -> AteletCheckpointResult:
         """Upload a paused actor's LOCAL snapshot: the atelet of its node copies it (verified
         against its manifest) to `request.destination.uri`. Touches no sandbox; idempotent.
@@ -444,55 +335,44 @@ class AteletActivities:
         if request.source.node is None:
             raise ApplicationError(
                 f"local snapshot {request.source.uri} names no node; cannot reach the atelet holding it",
-                type="AteletNotFound",
+                type=Reason.ATELET_NOT_FOUND,
                 non_retryable=True,
             )
-        stub = await self.stub(address, request.source.node)
-        manifest = pb.SnapshotManifest()
-        if request.source.manifest:
-            ParseDict(request.source.manifest, manifest, ignore_unknown_fields=True)
-        done = await self._call(
+        copy = pb.CopySnapshotRequest(
+            operation_id=call_id(request.operation_id, "copy"),
+            source_uri=request.source.uri,
+            destination_uri=request.destination.uri,
+            manifest=manifest_message(request.source.manifest),
+        )
+        done = await self.channels.call(
             address,
+            request.source.node,
             "CopySnapshot",
-            stub.CopySnapshot(
-                pb.CopySnapshotRequest(
-                    operation_id=call_id(request.operation_id, "copy"),
-                    source_uri=request.source.uri,
-                    destination_uri=request.destination.uri,
-                    manifest=manifest,
-                ),
-                timeout=self.call_timeout_seconds,
-            ),
+            lambda stub: stub.CopySnapshot(copy, timeout=self.call_timeout_seconds),
         )
         return AteletCheckpointResult(
-            manifest=MessageToDict(done.manifest, preserving_proto_field_name=True),
+            manifest=manifest_dict(done.manifest),
             size_bytes=done.size_bytes,
             timings={"upload": done.copy_seconds},
         )
 
-    @activity_defn("atelet_terminate")
+    @activity_defn(Activity.ATELET_TERMINATE)
     async def terminate(self, request: AteletTerminateInput) -> bool:
         """Stop and delete the holder's sandbox on the worker (idempotent; with `only_own`, only
         the one this operation's Run or Restore started). Returns whether one ran."""
-        address = request.worker.atelet_address
-        stub = await self.stub(address, request.worker.node)
         own = [call_id(request.operation_id, "run"), call_id(request.operation_id, "restore")]
-        done = await self._call(
-            address,
-            "Terminate",
-            stub.Terminate(
-                pb.TerminateRequest(
-                    operation_id=call_id(request.operation_id, "terminate"),
-                    worker=request.worker.name,
-                    actor=_ref(request.holder),
-                    started_by=own if request.only_own else [],
-                ),
-                timeout=60,
-            ),
+        stop = pb.TerminateRequest(
+            operation_id=call_id(request.operation_id, "terminate"),
+            worker=request.worker.name,
+            actor=actor_ref(request.holder),
+            started_by=own if request.only_own else [],
+        )
+        done = await self.channels.call(
+            request.worker.atelet_address, request.worker.node, "Terminate", lambda stub: stub.Terminate(stop, timeout=60)
         )
         return bool(done.was_running)
 
-    @activity_defn("delete_snapshot")
+    @activity_defn(Activity.DELETE_SNAPSHOT)
     async def delete_snapshot(self, request: DeleteSnapshotInput) -> bool:
         """Delete a snapshot's data through a live atelet, then its row. Returns whether data existed.
 
@@ -508,24 +388,17 @@ class AteletActivities:
             if address is None:
                 raise ApplicationError(
                     f"node {snapshot.node} holding local snapshot {snapshot.uri} is not alive; retrying later",
-                    type="NoAtelet",
+                    type=Reason.NO_ATELET,
                 )
             node = snapshot.node
         else:
             live = await self.store.nodes.any_live_atelet()
             if live is None:
-                raise ApplicationError("no atelet is alive to delete snapshots; retrying later", type="NoAtelet")
+                raise ApplicationError("no atelet is alive to delete snapshots; retrying later", type=Reason.NO_ATELET)
             node, address = live
-        stub = await self.stub(address, node)
-        done = await self._call(
-            address,
-            "DeleteSnapshot",
-            stub.DeleteSnapshot(
-                pb.DeleteSnapshotRequest(
-                    operation_id=call_id(f"gc-{snapshot.snapshot_id}", "delete"), snapshot_uri=snapshot.uri
-                ),
-                timeout=60,
-            ),
+        delete = pb.DeleteSnapshotRequest(
+            operation_id=call_id(f"gc-{snapshot.snapshot_id}", "delete"), snapshot_uri=snapshot.uri
         )
+        done = await self.channels.call(address, node, "DeleteSnapshot", lambda stub: stub.DeleteSnapshot(delete, timeout=60))
         await self.store.snapshots.forget(snapshot.snapshot_id)
         return bool(done.existed)

@@ -15,6 +15,7 @@ from datetime import UTC, datetime, timedelta
 from temporalio import activity
 
 from activities.errors import activity_defn
+from domain.activity_names import Activity
 from domain.failpoints import failpoint
 from domain.operations.common import ActorOperation, FinishInput
 from domain.operations.drain import BeginDrainInput, CrashInput, DrainPlan, Leftover
@@ -48,7 +49,7 @@ class DbActivities:
 
     # ---- ResumeActor ------------------------------------------------------------------------
 
-    @activity_defn("begin_resume")
+    @activity_defn(Activity.BEGIN_RESUME)
     async def begin_resume(self, request: BeginResumeInput) -> ResumePlan:
         """Place and bind: SUSPENDED|PAUSED -> RESUMING on a chosen worker (one transaction)."""
         await failpoint("ResumeActor.before_placement")
@@ -56,32 +57,32 @@ class DbActivities:
         await failpoint("ResumeActor.after_bind")
         return plan
 
-    @activity_defn("finish_resume")
+    @activity_defn(Activity.FINISH_RESUME)
     async def finish_resume(self, request: FinishInput) -> None:
         """RESUMING -> RUNNING."""
         await failpoint("ResumeActor.before_finalize")
         await self.store.resumes.finish(request.actor, request.operation_id)
 
-    @activity_defn("resume_finished")
+    @activity_defn(Activity.RESUME_FINISHED)
     async def resume_finished(self, request: FinishInput) -> bool:
         """Whether this operation marked the actor RUNNING already (a restore that marked it and
         then lost its answer): the workflow must not roll such an actor back."""
         return await self.store.resumes.finished(request.actor, request.operation_id)
 
-    @activity_defn("resume_progress")
+    @activity_defn(Activity.RESUME_PROGRESS)
     async def resume_progress(self, request: FinishInput) -> ResumeProgress:
         """How far this operation's place_and_restore got (`Resumes.progress`), read after it
         failed: RUNNING (its answer was lost), RESUMING on a worker (to roll back), or nothing."""
         return await self.store.resumes.progress(request.actor, request.operation_id)
 
-    @activity_defn("rollback_resume")
+    @activity_defn(Activity.ROLLBACK_RESUME)
     async def rollback_resume(self, request: FinishInput) -> None:
         """RESUMING -> SUSPENDED (or PAUSED) and free the place, recording the error."""
         await self.store.resumes.rollback(request.actor, request.operation_id, request.error or "resume failed")
 
     # ---- SuspendActor and PauseActor --------------------------------------------------------
 
-    @activity_defn("begin_suspend")
+    @activity_defn(Activity.BEGIN_SUSPEND)
     async def begin_suspend(self, request: BeginSuspendInput) -> SuspendPlan:
         """RUNNING|PAUSED -> SUSPENDING with a PENDING snapshot reserved."""
         await failpoint("SuspendActor.before_mark")
@@ -89,7 +90,7 @@ class DbActivities:
         await failpoint("SuspendActor.after_mark")
         return plan
 
-    @activity_defn("complete_suspend")
+    @activity_defn(Activity.COMPLETE_SUSPEND)
     async def complete_suspend(self, request: CompleteSnapshotInput) -> None:
         """Snapshot COMPLETED, actor SUSPENDED, worker freed."""
         await failpoint("SuspendActor.before_finalize")
@@ -97,13 +98,13 @@ class DbActivities:
             request.actor, request.operation_id, request.snapshot_id, request.manifest, request.size_bytes
         )
 
-    @activity_defn("suspend_completed")
+    @activity_defn(Activity.SUSPEND_COMPLETED)
     async def suspend_completed(self, request: SuspendCompletedInput) -> bool:
         """Whether the suspend already completed with this snapshot (a checkpoint activity that
         completed it and then lost its answer): the workflow must not roll it back."""
         return await self.store.suspends.completed(request.actor, request.snapshot_id)
 
-    @activity_defn("rollback_suspend")
+    @activity_defn(Activity.ROLLBACK_SUSPEND)
     async def rollback_suspend(self, request: CompleteSnapshotInput) -> None:
         """SUSPENDING|PAUSING -> RUNNING after a failed checkpoint, SUSPENDING -> PAUSED after a failed
         upload (the error is in manifest['error'])."""
@@ -111,7 +112,7 @@ class DbActivities:
             request.actor, request.operation_id, request.snapshot_id, str(request.manifest.get("error", ""))
         )
 
-    @activity_defn("begin_pause")
+    @activity_defn(Activity.BEGIN_PAUSE)
     async def begin_pause(self, request: BeginSuspendInput) -> PausePlan:
         """RUNNING -> PAUSING with a PENDING local snapshot reserved on the worker's node."""
         await failpoint("PauseActor.before_mark")
@@ -119,7 +120,7 @@ class DbActivities:
         await failpoint("PauseActor.after_mark")
         return plan
 
-    @activity_defn("complete_pause")
+    @activity_defn(Activity.COMPLETE_PAUSE)
     async def complete_pause(self, request: CompleteSnapshotInput) -> None:
         """Local snapshot COMPLETED, actor PAUSED and pinned to its node, worker freed."""
         await failpoint("PauseActor.before_finalize")
@@ -127,7 +128,7 @@ class DbActivities:
             request.actor, request.operation_id, request.snapshot_id, request.manifest, request.size_bytes
         )
 
-    @activity_defn("drain_routers")
+    @activity_defn(Activity.DRAIN_ROUTERS)
     async def drain_routers(self, request: RouterDrainInput) -> RouterDrainResult:
         """Before a checkpoint: record the drain of the actor's traffic (NOTIFY to the router
         replicas) and wait until every live replica acknowledged it, or the longest drain timeout
@@ -163,13 +164,13 @@ class DbActivities:
 
     # ---- UploadSnapshot ---------------------------------------------------------------------
 
-    @activity_defn("begin_upload")
+    @activity_defn(Activity.BEGIN_UPLOAD)
     async def begin_upload(self, request: UploadInput) -> UploadPlan:
         """Reserve the storage-location snapshot an async suspend's local one is uploaded to."""
         await failpoint("UploadSnapshot.before_reserve")
         return await self.store.uploads.begin(request.actor, request.operation_id, request.local_snapshot_id)
 
-    @activity_defn("complete_upload")
+    @activity_defn(Activity.COMPLETE_UPLOAD)
     async def complete_upload(self, request: CompleteUploadInput) -> bool:
         """The upload landed: it becomes the actor's latest snapshot when the actor still waits for it."""
         await failpoint("UploadSnapshot.before_finalize")
@@ -177,14 +178,14 @@ class DbActivities:
             request.actor, request.local_snapshot_id, request.snapshot_id, request.manifest, request.size_bytes
         )
 
-    @activity_defn("abandon_upload")
+    @activity_defn(Activity.ABANDON_UPLOAD)
     async def abandon_upload(self, request: UploadInput) -> None:
         """Forget the snapshot an upload reserved and will not complete."""
         await self.store.uploads.abandon(request.actor, request.operation_id)
 
     # ---- GoldenSnapshot ---------------------------------------------------------------------
 
-    @activity_defn("begin_golden")
+    @activity_defn(Activity.BEGIN_GOLDEN)
     async def begin_golden(self, request: GoldenSnapshotInput) -> GoldenPlan:
         """Bind a worker for the template's golden boot and reserve the snapshot."""
         await failpoint("GoldenSnapshot.before_placement")
@@ -194,7 +195,7 @@ class DbActivities:
         await failpoint("GoldenSnapshot.after_bind")
         return plan
 
-    @activity_defn("complete_golden")
+    @activity_defn(Activity.COMPLETE_GOLDEN)
     async def complete_golden(self, request: CompleteSnapshotInput) -> None:
         """Golden snapshot COMPLETED, template Ready."""
         await failpoint("GoldenSnapshot.before_finalize")
@@ -202,7 +203,7 @@ class DbActivities:
             request.actor.atespace, request.actor.name, request.snapshot_id, request.manifest, request.size_bytes
         )
 
-    @activity_defn("fail_golden")
+    @activity_defn(Activity.FAIL_GOLDEN)
     async def fail_golden(self, request: FinishInput) -> None:
         """Template Failed with the reason; its place released."""
         await self.store.golden_snapshots.fail(
@@ -211,7 +212,7 @@ class DbActivities:
 
     # ---- RevertActor ------------------------------------------------------------------------
 
-    @activity_defn("begin_revert")
+    @activity_defn(Activity.BEGIN_REVERT)
     async def begin_revert(self, request: ActorOperation) -> RevertPlan:
         """Mark REVERTING; returns the worker to clean and whether its node is alive."""
         await failpoint("RevertActor.before_mark")
@@ -219,12 +220,12 @@ class DbActivities:
         await failpoint("RevertActor.after_mark")
         return plan
 
-    @activity_defn("fence_worker")
+    @activity_defn(Activity.FENCE_WORKER)
     async def fence_worker(self, request: FenceInput) -> None:
         """Keep a worker out of placement until its atelet reports it idle."""
         await self.store.nodes.fence_worker(request.worker_id, request.reason)
 
-    @activity_defn("finish_revert")
+    @activity_defn(Activity.FINISH_REVERT)
     async def finish_revert(self, request: FinishRevertInput) -> None:
         """REVERTING -> SUSPENDED with the last COMPLETED snapshot."""
         await failpoint("RevertActor.before_finalize")
@@ -232,25 +233,25 @@ class DbActivities:
 
     # ---- EvictionDeadline -------------------------------------------------------------------
 
-    @activity_defn("begin_drain")
+    @activity_defn(Activity.BEGIN_DRAIN)
     async def begin_drain(self, request: BeginDrainInput) -> DrainPlan:
         """Mark the node draining and list its actors."""
         deadline = datetime.now(UTC) + timedelta(seconds=request.deadline_seconds)
         return await self.store.drains.begin(request.node, deadline)
 
-    @activity_defn("drain_leftovers")
+    @activity_defn(Activity.DRAIN_LEFTOVERS)
     async def drain_leftovers(self, node: str) -> list[Leftover]:
         """Actors still bound to the node's workers, or pinned to it."""
         return [Leftover(actor=ref, worker=worker) for ref, worker in await self.store.drains.leftovers(node)]
 
-    @activity_defn("crash_after_deadline")
+    @activity_defn(Activity.CRASH_AFTER_DEADLINE)
     async def crash_after_deadline(self, request: CrashInput) -> None:
         """Mark an actor left on a drained node CRASHED (its last COMPLETED snapshot is kept)."""
         await self.store.drains.crash_after_deadline(request.actor, request.worker_id, request.reason, request.node)
 
     # ---- SnapshotGarbageCollection ----------------------------------------------------------
 
-    @activity_defn("garbage_snapshots")
+    @activity_defn(Activity.GARBAGE_SNAPSHOTS)
     async def garbage_snapshots(self, request: SnapshotGcInput) -> list[GarbageSnapshot]:
         """A batch of snapshots nothing needs."""
         return await self.store.snapshots.garbage(request.batch, request.min_age_seconds)

@@ -18,51 +18,52 @@ import grpc
 from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
+from domain.activity_names import Activity
+from domain.reasons import Reason, atelet_reason
 from store import StoreError, VersionConflict
 
 P = ParamSpec("P")
 R = TypeVar("R")
 
 _FINAL_GRPC = {
-    grpc.StatusCode.INVALID_ARGUMENT: "InvalidArgument",
-    grpc.StatusCode.NOT_FOUND: "NotFound",
-    grpc.StatusCode.FAILED_PRECONDITION: "FailedPrecondition",
-    grpc.StatusCode.DATA_LOSS: "DataLoss",
-    grpc.StatusCode.ALREADY_EXISTS: "AlreadyExists",
-    grpc.StatusCode.PERMISSION_DENIED: "PermissionDenied",
-    grpc.StatusCode.UNIMPLEMENTED: "Unimplemented",
+    grpc.StatusCode.INVALID_ARGUMENT: Reason.ATELET_INVALID_ARGUMENT,
+    grpc.StatusCode.NOT_FOUND: Reason.ATELET_NOT_FOUND,
+    grpc.StatusCode.FAILED_PRECONDITION: Reason.ATELET_FAILED_PRECONDITION,
+    grpc.StatusCode.DATA_LOSS: Reason.ATELET_DATA_LOSS,
+    grpc.StatusCode.ALREADY_EXISTS: Reason.ATELET_ALREADY_EXISTS,
+    grpc.StatusCode.PERMISSION_DENIED: Reason.ATELET_PERMISSION_DENIED,
+    grpc.StatusCode.UNIMPLEMENTED: Reason.ATELET_UNIMPLEMENTED,
 }
+"""The atelet's statuses no retry can change, and the failure type each becomes (non-retryable)."""
 
 
 class AteletCallFailed(Exception):
-    """An atelet answered a call with a non-OK status.
+    """An atelet call failed: the atelet answered with a non-OK status, or none could be reached.
 
     Args:
         call: the RPC, e.g. "Restore".
         address: the atelet's host:port.
         error: grpc's error (its code and details).
+        unreachable: no atelet answered at all (down or restarting: the channel could not
+            connect; `activities.atelet_channels.connect_failed`), as opposed to one that refused.
     """
 
-    def __init__(self, call: str, address: str, error: grpc.aio.AioRpcError) -> None:
-        super().__init__(atelet_failure_text(call, address, error.code(), error.details() or ""))
+    def __init__(self, call: str, address: str, error: grpc.aio.AioRpcError, *, unreachable: bool = False) -> None:
+        super().__init__(atelet_failure_text(call, address, error.code(), error.details() or "", unreachable))
         self.call = call
         self.address = address
         self.code = error.code()
-        self.unreachable = unreachable(error.code(), error.details() or "")
+        self.unreachable = unreachable
         """No atelet answered at all (down or restarting), as opposed to one that refused."""
 
 
-def unreachable(code: grpc.StatusCode, details: str) -> bool:
-    """Whether a failed call reached no atelet (grpc could not connect)."""
-    return code == grpc.StatusCode.UNAVAILABLE and "failed to connect" in details.lower()
-
-
-def atelet_failure_text(call: str, address: str, code: grpc.StatusCode, details: str) -> str:
+def atelet_failure_text(call: str, address: str, code: grpc.StatusCode, details: str, unreachable: bool) -> str:
     """The user's text of a failed atelet call: the atelet's own message, or, when it could not
-    be reached at all, that it is down or restarting with the connection's last error (gRPC's
-    `failed to connect to all addresses; last error: UNKNOWN: ipv4:...: Failed to connect to remote
-    host: Connection refused` says less, at more length)."""
-    if unreachable(code, details):
+    be reached at all (`unreachable`), that it is down or restarting with the connection's last
+    error (gRPC's `failed to connect to all addresses; last error: UNKNOWN: ipv4:...: Failed to
+    connect to remote host: Connection refused` says less, at more length). The details' text is
+    only shown, never decided on."""
+    if unreachable:
         cause = details.rstrip().rpartition(": ")[2] or "no connection"
         return (f"the atelet at {address} did not answer the {call} call ({cause}): the node's agent is down or "
                 "restarting")
@@ -77,14 +78,15 @@ def from_store_error(error: StoreError) -> ApplicationError:
 
 
 def from_atelet_error(error: AteletCallFailed) -> ApplicationError:
-    """An atelet status as an activity failure: type `Atelet<Code>`; final codes non-retryable."""
+    """An atelet status as an activity failure: type `Atelet<Code>` (`domain.reasons.atelet_reason`);
+    final codes non-retryable."""
     reason = _FINAL_GRPC.get(error.code)
     if reason is not None:
-        return ApplicationError(str(error), type=f"Atelet{reason}", non_retryable=True)
-    return ApplicationError(str(error), type=f"Atelet{error.code.name.title().replace('_', '')}")
+        return ApplicationError(str(error), type=reason, non_retryable=True)
+    return ApplicationError(str(error), type=atelet_reason(error.code.name))
 
 
-def activity_defn(name: str) -> Callable[[Callable[P, Awaitable[R]]], Callable[P, Awaitable[R]]]:
+def activity_defn(name: Activity) -> Callable[[Callable[P, Awaitable[R]]], Callable[P, Awaitable[R]]]:
     """`@activity.defn(name=name)` whose store and atelet failures reach the workflow translated
     (see the module docstring); any other exception is left to Temporal (retried)."""
 
@@ -98,7 +100,7 @@ def activity_defn(name: str) -> Callable[[Callable[P, Awaitable[R]]], Callable[P
             except AteletCallFailed as error:
                 raise from_atelet_error(error) from error
 
-        defined: Any = activity.defn(name=name)(translated)
+        defined: Any = activity.defn(name=name.value)(translated)
         return defined  # type: ignore[no-any-return]
 
     return decorate

@@ -3,11 +3,9 @@
 from __future__ import annotations
 
 import logging
-import traceback
 import uuid
 from typing import Any
 
-import asyncpg
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
@@ -15,40 +13,42 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.routing import Match
 
 from api.strict import DOCUMENT_LIMIT, NESTED_FIELD
+from domain.reasons import Reason
 from store import StoreError
+from store.errors import CONNECTION_ERRORS, is_connection_error
 
 log = logging.getLogger("ate.api")
 
-STATUS_BY_REASON = {
-    "InvalidArgument": 400,
-    "Unauthenticated": 401,
-    "PermissionDenied": 403,
-    "NotFound": 404,
-    "MethodNotAllowed": 405,
-    "RequestTooLarge": 413,
-    "HeadersTooLarge": 431,
-    "UnsupportedMediaType": 415,
-    "AlreadyExists": 409,
-    "OperationInProgress": 409,
-    "FailedPrecondition": 409,
-    "SnapshotDamaged": 409,
-    "VersionConflict": 409,
-    "NoCapacity": 503,
-    "Unreachable": 503,
-    "NoMatchingWorker": 409,
-    "NodeRetired": 410,
-    "Timeout": 504,
-    "Unavailable": 503,
-    "Internal": 500,
+STATUS_BY_REASON: dict[str, int] = {
+    Reason.INVALID_ARGUMENT: 400,
+    Reason.UNAUTHENTICATED: 401,
+    Reason.PERMISSION_DENIED: 403,
+    Reason.NOT_FOUND: 404,
+    Reason.METHOD_NOT_ALLOWED: 405,
+    Reason.REQUEST_TOO_LARGE: 413,
+    Reason.HEADERS_TOO_LARGE: 431,
+    Reason.UNSUPPORTED_MEDIA_TYPE: 415,
+    Reason.ALREADY_EXISTS: 409,
+    Reason.OPERATION_IN_PROGRESS: 409,
+    Reason.FAILED_PRECONDITION: 409,
+    Reason.SNAPSHOT_DAMAGED: 409,
+    Reason.VERSION_CONFLICT: 409,
+    Reason.NO_CAPACITY: 503,
+    Reason.UNREACHABLE: 503,
+    Reason.NO_MATCHING_WORKER: 409,
+    Reason.NODE_RETIRED: 410,
+    Reason.TIMEOUT: 504,
+    Reason.UNAVAILABLE: 503,
+    Reason.INTERNAL: 500,
 }
 
 
 class ApiError(Exception):
     """An error for the user: a reason (HTTP status by `STATUS_BY_REASON`), a message, details."""
 
-    reason = "Internal"
+    reason: Reason = Reason.INTERNAL
 
-    def __init__(self, message: str, details: dict[str, Any] | None = None, reason: str | None = None) -> None:
+    def __init__(self, message: str, details: dict[str, Any] | None = None, reason: Reason | None = None) -> None:
         super().__init__(message)
         self.message = message
         self.details = details or {}
@@ -59,44 +59,44 @@ class ApiError(Exception):
 class InvalidArgument(ApiError):
     """Bad input; the message names the field and the allowed values."""
 
-    reason = "InvalidArgument"
+    reason = Reason.INVALID_ARGUMENT
 
 
 class OperationInProgress(ApiError):
     """Another kind of operation holds the actor's workflow-ID lock."""
 
-    reason = "OperationInProgress"
+    reason = Reason.OPERATION_IN_PROGRESS
 
 
 class Timeout(ApiError):
     """The operation did not finish in time; it keeps running."""
 
-    reason = "Timeout"
+    reason = Reason.TIMEOUT
 
 
-REASON_BY_STATUS = {
-    400: "InvalidArgument",
-    404: "NotFound",
-    405: "MethodNotAllowed",
-    413: "RequestTooLarge",
-    415: "UnsupportedMediaType",
+REASON_BY_STATUS: dict[int, Reason] = {
+    400: Reason.INVALID_ARGUMENT,
+    404: Reason.NOT_FOUND,
+    405: Reason.METHOD_NOT_ALLOWED,
+    413: Reason.REQUEST_TOO_LARGE,
+    415: Reason.UNSUPPORTED_MEDIA_TYPE,
 }
 """The reason of an HTTP error the framework raises itself (no route, wrong method, unreadable body)."""
 
 
-def error_body(reason: str, message: str, details: dict[str, Any] | None = None) -> dict[str, Any]:
+def error_body(reason: Reason, message: str, details: dict[str, Any] | None = None) -> dict[str, Any]:
     """The one error format of the API: `{reason, message, details}`."""
-    return {"reason": reason, "message": message, "details": details or {}}
+    return {"reason": reason.value, "message": message, "details": details or {}}
 
 
 def error_response(
-    reason: str, message: str, details: dict[str, Any] | None = None, headers: dict[str, str] | None = None
+    reason: Reason, message: str, details: dict[str, Any] | None = None, headers: dict[str, str] | None = None
 ) -> JSONResponse:
     """The JSON error body with the status that belongs to `reason`."""
     return JSONResponse(
         status_code=STATUS_BY_REASON.get(reason, 500),
         content=error_body(reason, message, details),
-        headers=headers or ({"WWW-Authenticate": 'Bearer realm="ate"'} if reason == "Unauthenticated" else None),
+        headers=headers or ({"WWW-Authenticate": 'Bearer realm="ate"'} if reason == Reason.UNAUTHENTICATED else None),
     )
 
 
@@ -104,7 +104,7 @@ def framework_error(request: Request, error: StarletteHTTPException) -> JSONResp
     """An HTTP error raised by the framework itself (no such route, a method the route does not
     take, an unreadable body) in the one error format, with its own status and headers."""
     status = error.status_code
-    reason = REASON_BY_STATUS.get(status, "InvalidArgument" if status < 500 else "Internal")
+    reason = REASON_BY_STATUS.get(status, Reason.INVALID_ARGUMENT if status < 500 else Reason.INTERNAL)
     headers = dict(error.headers or {})
     if status == 404:
         message = f"no such route: {request.method} {request.url.path} (GET /docs lists the API's routes)"
@@ -161,26 +161,6 @@ def validation_message(errors: list[Any]) -> tuple[str, list[dict[str, str]]]:
 DATABASE_RETRY_AFTER_SECONDS = 5
 """The Retry-After of a 503 while the database is unreachable (a PostgreSQL restart takes seconds)."""
 
-_SERVER_GOING_AWAY = (
-    asyncpg.exceptions.AdminShutdownError,
-    asyncpg.exceptions.CrashShutdownError,
-    asyncpg.exceptions.CannotConnectNowError,
-)
-
-
-def database_unreachable(error: BaseException) -> bool:
-    """Whether `error` means PostgreSQL cannot be reached (down, restarting, refusing connections,
-    the connection lost), as opposed to a failed query: asyncpg's connection errors, the server's
-    shutdown errors, and an OS-level error (refused, no socket, timeout) raised inside asyncpg."""
-    if isinstance(error, (asyncpg.PostgresConnectionError, asyncpg.exceptions.ConnectionDoesNotExistError,
-                          *_SERVER_GOING_AWAY)):
-        return True
-    if isinstance(error, OSError):  # TimeoutError and ConnectionRefusedError are OSErrors
-        return any(frame.f_globals.get("__name__", "").startswith("asyncpg")
-                   for frame, _ in traceback.walk_tb(error.__traceback__))
-    return False
-
-
 def _one_line(error: BaseException) -> str:
     """The error's type and first line, for the message (no host or query in it)."""
     text = str(error).strip().splitlines()
@@ -206,13 +186,13 @@ def install_error_handlers(app: FastAPI) -> None:
     @app.exception_handler(RequestValidationError)
     async def _validation_error(_: Request, error: RequestValidationError) -> JSONResponse:
         message, fields = validation_message(list(error.errors()))
-        return error_response("InvalidArgument", message, {"fields": fields})
+        return error_response(Reason.INVALID_ARGUMENT, message, {"fields": fields})
 
     async def _unexpected(request: Request, error: Exception) -> JSONResponse:
-        if database_unreachable(error):
+        if is_connection_error(error):
             log.warning("database unreachable in %s %s: %s", request.method, request.url.path, _one_line(error))
             return error_response(
-                "Unavailable",
+                Reason.UNAVAILABLE,
                 f"the api-server cannot reach its database (PostgreSQL: {_one_line(error)}); retry in a few "
                 "seconds. If it lasts, check that PostgreSQL runs and the api-server's --database-url",
                 {"retry_after_seconds": DATABASE_RETRY_AFTER_SECONDS},
@@ -222,12 +202,11 @@ def install_error_handlers(app: FastAPI) -> None:
         log.error("unexpected error (incident %s) in %s %s", incident, request.method, request.url.path,
                   exc_info=error)
         return error_response(  # what failed inside stays in the log: it can name tables, values, hosts
-            "Internal", f"internal server error (incident {incident} in the api-server's log)", {"incident": incident}
+            Reason.INTERNAL, f"internal server error (incident {incident} in the api-server's log)", {"incident": incident}
         )
 
     # The database's errors are answered here, below the server-error middleware (which would
     # re-raise them to the server after the answer); anything else unexpected there.
-    for kind in (OSError, asyncpg.PostgresConnectionError, asyncpg.exceptions.ConnectionDoesNotExistError,
-                 *_SERVER_GOING_AWAY):
+    for kind in CONNECTION_ERRORS:
         app.add_exception_handler(kind, _unexpected)
     app.add_exception_handler(Exception, _unexpected)

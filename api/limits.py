@@ -17,6 +17,7 @@ from starlette.exceptions import HTTPException
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from api.errors import error_body
+from domain.reasons import Reason
 
 DEFAULT_MAX_REQUEST_BYTES = 1024 * 1024
 
@@ -47,7 +48,7 @@ class BodySizeLimit:
             return
         declared = _content_length(scope)
         if declared is not None and declared > self.max_bytes:
-            body = json.dumps(error_body("RequestTooLarge", too_large_message(self.max_bytes))).encode()
+            body = json.dumps(error_body(Reason.REQUEST_TOO_LARGE, too_large_message(self.max_bytes))).encode()
             await send({"type": "http.response.start", "status": 413, "headers": [
                 (b"content-type", b"application/json"), (b"content-length", str(len(body)).encode()),
                 (b"connection", b"close"),

@@ -11,6 +11,7 @@ import uvicorn
 from api.app import create_app
 from api.errors import error_body
 from api.settings import ApiSettings
+from domain.reasons import Reason
 from serving.protocol import guarded_http
 
 log = logging.getLogger("ate.api")
@@ -78,7 +79,7 @@ def main(argv: list[str] | None = None) -> None:
 
 def error_json(status: int, message: str) -> tuple[bytes, bytes]:
     """A refusal the HTTP protocol writes before the app runs (431), in the one error format."""
-    reason = "HeadersTooLarge" if status == 431 else "InvalidArgument"
+    reason = Reason.HEADERS_TOO_LARGE if status == 431 else Reason.INVALID_ARGUMENT
     return b"application/json", json.dumps(error_body(reason, message)).encode()
 
 

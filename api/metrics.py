@@ -8,6 +8,8 @@ from contextlib import contextmanager
 
 from prometheus_client import Counter, Gauge, Histogram
 
+from domain.reasons import Reason
+
 OPERATIONS = Counter("ate_api_operations_total", "Operations requested through the API", ["operation", "outcome"])
 OPERATION_SECONDS = Histogram(
     "ate_api_operation_duration_seconds",
@@ -26,7 +28,7 @@ def timed(operation: str) -> Iterator[None]:
     try:
         yield
     except Exception as error:
-        outcome = str(getattr(error, "reason", "Internal"))
+        outcome = str(getattr(error, "reason", Reason.INTERNAL))
         raise
     finally:
         OPERATIONS.labels(operation, outcome).inc()

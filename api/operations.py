@@ -23,6 +23,7 @@ from temporalio.exceptions import ApplicationError, WorkflowAlreadyStartedError
 from temporalio.service import RPCError
 
 from api.errors import ApiError, OperationInProgress, Timeout
+from domain.reasons import Reason
 from domain.states import Operation
 from domain.temporal import TASK_QUEUE, WORKFLOW_TASK_TIMEOUT, search_attribute_values
 
@@ -37,10 +38,11 @@ worker to take it: 3 s was too short for a worker's restart (tests/durability/te
 met a 409 there)."""
 
 # Workflow failure types that are a user-facing reason of their own; anything else is Internal.
-_REASONS = {
-    "NotFound", "FailedPrecondition", "NoCapacity", "NoMatchingWorker", "InvalidArgument", "AlreadyExists", "Unreachable",
-}  # fmt: skip
-DAMAGED = "AteletDataLoss"
+_REASONS = frozenset({
+    Reason.NOT_FOUND, Reason.FAILED_PRECONDITION, Reason.NO_CAPACITY, Reason.NO_MATCHING_WORKER, Reason.INVALID_ARGUMENT,
+    Reason.ALREADY_EXISTS, Reason.UNREACHABLE,
+})  # fmt: skip
+DAMAGED = Reason.ATELET_DATA_LOSS
 """The failure type of an operation an atelet refused because a snapshot's files do not match its
 manifest (gRPC DATA_LOSS): final (the same snapshot would be refused again), answered as
 `SnapshotDamaged` with what the user can do."""
@@ -193,7 +195,7 @@ async def wait_result(
         if isinstance(cause, ApplicationError):
             details = cause.details[0] if cause.details and isinstance(cause.details[0], dict) else {}
             if cause.type == DAMAGED:
-                raise ApiError(cause.message + DAMAGED_ADVICE, details, reason="SnapshotDamaged") from error
-            reason = cause.type if cause.type in _REASONS else "Internal"
+                raise ApiError(cause.message + DAMAGED_ADVICE, details, reason=Reason.SNAPSHOT_DAMAGED) from error
+            reason = Reason(cause.type) if cause.type in _REASONS else Reason.INTERNAL
             raise ApiError(cause.message, details, reason=reason) from error
-        raise ApiError(f"{what} of {subject} failed: {cause or error}", reason="Internal") from error
+        raise ApiError(f"{what} of {subject} failed: {cause or error}", reason=Reason.INTERNAL) from error

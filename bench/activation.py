@@ -43,6 +43,7 @@ import httpx
 from bench import stack as stack_mod
 from bench.actors import COUNTER, call, setup, workflow_steps
 from bench.common import ROOT, Log, machine, ms, summary, table, write_result
+from domain.activity_names import Activity
 
 if TYPE_CHECKING:
     from atelet.netns import WorkerNet
@@ -149,20 +150,20 @@ def step_row(h: dict[str, Any], t_send: float, t_recv: float) -> dict[str, Any]:
         "atelet_probe": probe,
         "before_completion": t_recv < h["completed"],  # answered at the commit's NOTIFY
     }
-    one = results.get("place_and_restore")
-    if one is not None and "begin_resume" not in la:  # one activity: placement timed inside it
-        step, placement = "place_and_restore", one.get("placement_seconds", 0.0)
+    one = results.get(Activity.PLACE_AND_RESTORE)
+    if one is not None and Activity.BEGIN_RESUME not in la:  # one activity: placement timed inside it
+        step, placement = Activity.PLACE_AND_RESTORE.value, one.get("placement_seconds", 0.0)
         origin, restored = h["task_started"] + placement, one.get("restored") or {}
     else:  # step by step: the begin_resume marker ends the placement
-        step, placement = "atelet_start", la["begin_resume"] - h["task_started"]
-        origin, restored = la["begin_resume"], results.get("atelet_start") or {}
+        step, placement = Activity.ATELET_START.value, la[Activity.BEGIN_RESUME] - h["task_started"]
+        origin, restored = la[Activity.BEGIN_RESUME], results.get(Activity.ATELET_START) or {}
     marked = restored.get("marked_running_at")
     if marked is not None:  # the activity's own RUNNING commit
         finalize = restored.get("timings", {}).get("finalize", 0.0)
         rpc_end, answered_from = marked - finalize, marked
     else:  # the workflow's finish_resume step after the activity's completion
-        finalize = la["finish_resume"] - la[step]
-        rpc_end, answered_from = la[step], la["finish_resume"]
+        finalize = la[Activity.FINISH_RESUME] - la[step]
+        rpc_end, answered_from = la[step], la[Activity.FINISH_RESUME]
     return row | {
         "placement": placement,
         "atelet_rpc": rpc_end - origin - (fetch + restore + probe),
@@ -296,8 +297,8 @@ class Baselines:
         self.floor_checkpoint: Path | None = None
 
     async def prepare(self) -> None:
-        from activities.atelet import workload_spec
         from activities.atelet_tls import AteletClientTls
+        from activities.atelet_wire import workload_spec
         from ate.dev.certificates import LocalCertificates
         from atelet.proto import atelet_pb2_grpc as pb_grpc
         from atelet.snapshots import SnapshotStore

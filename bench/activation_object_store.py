@@ -57,7 +57,7 @@ class RawFloor:
     async def prepare(self) -> None:
         from obstore.store import S3Store
 
-        from activities.atelet import workload_spec
+        from activities.atelet_wire import workload_spec
         from ate.dev.object_store import ACCESS_KEY, REGION, SECRET_KEY
         from bench.activation import prepare_floor
         from domain.templates import ActorTemplateSpec

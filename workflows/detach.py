@@ -23,6 +23,7 @@ from workflows.steps import (
 )
 
 with workflow.unsafe.imports_passed_through():
+    from domain.activity_names import Activity
     from domain.operations.atelet_calls import AteletCheckpointResult, AteletCopyInput
     from domain.operations.suspend import BeginSuspendInput, SuspendPlan
     from domain.refs import ActorRef
@@ -40,7 +41,7 @@ async def detach_paused(actor: ActorRef, resume_operation_id: str) -> int | None
     operation_id = f"{resume_operation_id}/detach"
     show_step("detach: mark suspending")
     plan: SuspendPlan = await db_step(
-        "begin_suspend", BeginSuspendInput(actor=actor, operation_id=operation_id), result_type=SuspendPlan
+        Activity.BEGIN_SUSPEND, BeginSuspendInput(actor=actor, operation_id=operation_id), result_type=SuspendPlan
     )
     if plan.already_suspended or plan.upload_from is None:
         return None
@@ -48,7 +49,7 @@ async def detach_paused(actor: ActorRef, resume_operation_id: str) -> int | None
     show_step(f"detach: upload paused snapshot from full node {plan.upload_from.node}")
     try:
         done: AteletCheckpointResult = await atelet_step(
-            "atelet_copy_snapshot",
+            Activity.ATELET_COPY_SNAPSHOT,
             AteletCopyInput(
                 operation_id=operation_id,
                 atelet_address=plan.atelet_address,
@@ -65,5 +66,5 @@ async def detach_paused(actor: ActorRef, resume_operation_id: str) -> int | None
             "moved off it; it stays PAUSED: ",
         ) from error
     show_step("detach: finalize")
-    await settle_snapshot("complete_suspend", actor, operation_id, plan.snapshot.snapshot_id, done)
+    await settle_snapshot(Activity.COMPLETE_SUSPEND, actor, operation_id, plan.snapshot.snapshot_id, done)
     return plan.snapshot.generation

@@ -24,6 +24,7 @@ from temporalio.workflow import ParentClosePolicy
 from workflows.steps import atelet_step, db_step, show_step
 
 with workflow.unsafe.imports_passed_through():
+    from domain.activity_names import Activity
     from domain.operations.atelet_calls import AteletTerminateInput
     from domain.operations.drain import (
         BeginDrainInput,
@@ -53,7 +54,7 @@ class EvictionDeadlineWorkflow:
         result = EvictionDeadlineResult(node=request.node)
         show_step("mark draining")
         plan: DrainPlan = await db_step(
-            "begin_drain", BeginDrainInput(node=request.node, deadline_seconds=request.deadline_seconds), DrainPlan
+            Activity.BEGIN_DRAIN, BeginDrainInput(node=request.node, deadline_seconds=request.deadline_seconds), DrainPlan
         )
         show_step(f"suspend {len(plan.running)} actors")
         children = []
@@ -83,7 +84,7 @@ class EvictionDeadlineWorkflow:
             except (ChildWorkflowError, TimeoutError):
                 continue
         while True:
-            leftovers: list[Leftover] = await db_step("drain_leftovers", request.node, list[Leftover])
+            leftovers: list[Leftover] = await db_step(Activity.DRAIN_LEFTOVERS, request.node, list[Leftover])
             if not leftovers:
                 show_step("drained")
                 return result
@@ -97,7 +98,7 @@ class EvictionDeadlineWorkflow:
             if left.worker is not None:
                 try:
                     await atelet_step(
-                        "atelet_terminate",
+                        Activity.ATELET_TERMINATE,
                         # One operation ID per leftover: the atelet answers a repeated ID with
                         # the first call's result, so a shared one would terminate only the first.
                         AteletTerminateInput(
@@ -111,7 +112,7 @@ class EvictionDeadlineWorkflow:
                     workflow.logger.warning("could not terminate %s on its drained node", left.actor.key)
             what = "suspended" if left.worker is not None else "uploaded from its paused snapshot"
             await db_step(
-                "crash_after_deadline",
+                Activity.CRASH_AFTER_DEADLINE,
                 CrashInput(
                     actor=left.actor,
                     worker_id=left.worker.worker_id if left.worker is not None else None,

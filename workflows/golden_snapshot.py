@@ -13,6 +13,7 @@ from temporalio.exceptions import ApplicationError
 from workflows.steps import atelet_step, boot_timeout, counted, db_step, show_step
 
 with workflow.unsafe.imports_passed_through():
+    from domain.activity_names import Activity
     from domain.operations.atelet_calls import (
         AteletCheckpointInput,
         AteletCheckpointResult,
@@ -23,6 +24,7 @@ with workflow.unsafe.imports_passed_through():
     from domain.operations.common import FinishInput
     from domain.operations.golden import GoldenPlan, GoldenSnapshotInput, GoldenSnapshotResult
     from domain.operations.suspend import CompleteSnapshotInput
+    from domain.reasons import Reason
     from domain.refs import ActorRef
     from domain.states import Operation
     from domain.temporal import template_workflow_id
@@ -46,10 +48,10 @@ class GoldenSnapshotWorkflow:
         waited = 0.0
         while True:
             try:
-                plan: GoldenPlan = await db_step("begin_golden", request, result_type=GoldenPlan)
+                plan: GoldenPlan = await db_step(Activity.BEGIN_GOLDEN, request, result_type=GoldenPlan)
                 break
             except ApplicationError as error:
-                if error.type != "NoCapacity" or waited >= request.placement_wait_seconds:
+                if error.type != Reason.NO_CAPACITY or waited >= request.placement_wait_seconds:
                     return await self._fail(template, operation_id, error.message)
                 # Every worker busy is a moment, not a verdict: wait for one to free up.
                 show_step(f"waiting for a free worker ({waited:.0f} s so far): {error.message}")
@@ -59,7 +61,7 @@ class GoldenSnapshotWorkflow:
         try:
             show_step(f"boot on worker {plan.worker.pool}/{plan.worker.name}")
             await atelet_step(
-                "atelet_start",
+                Activity.ATELET_START,
                 AteletRunInput(
                     operation_id=operation_id,
                     worker=plan.worker,
@@ -74,7 +76,7 @@ class GoldenSnapshotWorkflow:
             )
             show_step("checkpoint FULL")
             done: AteletCheckpointResult = await atelet_step(
-                "atelet_checkpoint",
+                Activity.ATELET_CHECKPOINT,
                 AteletCheckpointInput(
                     operation_id=operation_id,
                     worker=plan.worker,
@@ -85,12 +87,12 @@ class GoldenSnapshotWorkflow:
                 result_type=AteletCheckpointResult,
             )
         except ApplicationError as error:
-            if error.type == "Superseded":  # the template was recreated meanwhile
+            if error.type == Reason.SUPERSEDED:  # the template was recreated meanwhile
                 return GoldenSnapshotResult(phase="Superseded", reason=error.message)
             show_step("cleanup")
             try:
                 await atelet_step(
-                    "atelet_terminate",
+                    Activity.ATELET_TERMINATE,
                     AteletTerminateInput(operation_id=operation_id, worker=plan.worker, holder=holder),
                     result_type=bool,
                 )
@@ -99,7 +101,7 @@ class GoldenSnapshotWorkflow:
             return await self._fail(template, operation_id, error.message)
         show_step("finalize")
         await db_step(
-            "complete_golden",
+            Activity.COMPLETE_GOLDEN,
             CompleteSnapshotInput(
                 actor=template,
                 operation_id=operation_id,
@@ -113,5 +115,5 @@ class GoldenSnapshotWorkflow:
 
     async def _fail(self, template: ActorRef, operation_id: str, reason: str) -> GoldenSnapshotResult:
         show_step("failed")
-        await db_step("fail_golden", FinishInput(actor=template, operation_id=operation_id, error=reason))
+        await db_step(Activity.FAIL_GOLDEN, FinishInput(actor=template, operation_id=operation_id, error=reason))
         return GoldenSnapshotResult(phase="Failed", reason=reason)

@@ -35,6 +35,7 @@ from workflows.steps import (
 )
 
 with workflow.unsafe.imports_passed_through():
+    from domain.activity_names import Activity
     from domain.operations.atelet_calls import AteletCheckpointInput, AteletCheckpointResult
     from domain.operations.pause import PauseActorInput, PauseActorResult, PausePlan
     from domain.operations.suspend import BeginSuspendInput
@@ -63,7 +64,7 @@ class PauseActorWorkflow:
         show_step("mark pausing")
         started = workflow.time()
         plan: PausePlan = await db_step(
-            "begin_pause", BeginSuspendInput(actor=actor, operation_id=operation_id), result_type=PausePlan
+            Activity.BEGIN_PAUSE, BeginSuspendInput(actor=actor, operation_id=operation_id), result_type=PausePlan
         )
         timings["mark"] = workflow.time() - started
         if plan.already_paused:
@@ -77,7 +78,7 @@ class PauseActorWorkflow:
             started = workflow.time()
             show_step(f"local checkpoint {plan.snapshot.scope.value} on worker {plan.worker.pool}/{plan.worker.name}")
             done: AteletCheckpointResult = await atelet_step(
-                "atelet_checkpoint",
+                Activity.ATELET_CHECKPOINT,
                 AteletCheckpointInput(
                     operation_id=operation_id, worker=plan.worker, holder=actor, snapshot=plan.snapshot
                 ),
@@ -91,7 +92,7 @@ class PauseActorWorkflow:
         timings.update({f"atelet_{k}": v for k, v in done.timings.items()})
         show_step("finalize")
         started = workflow.time()
-        await settle_snapshot("complete_pause", actor, operation_id, plan.snapshot.snapshot_id, done)
+        await settle_snapshot(Activity.COMPLETE_PAUSE, actor, operation_id, plan.snapshot.snapshot_id, done)
         timings["finalize"] = workflow.time() - started
         show_step("done")
         return PauseActorResult(

@@ -44,6 +44,7 @@ from workflows.steps import (
 )
 
 with workflow.unsafe.imports_passed_through():
+    from domain.activity_names import Activity
     from domain.operations.atelet_calls import AteletRunInput, AteletRunResult, AteletTerminateInput
     from domain.operations.common import FinishInput
     from domain.operations.resume import (
@@ -56,6 +57,7 @@ with workflow.unsafe.imports_passed_through():
         ResumeProgress,
     )
     from domain.operations.revert import FenceInput
+    from domain.reasons import PLACEMENT_REFUSALS, Reason
     from domain.refs import ActorRef, WorkerRef
     from domain.states import Operation
 
@@ -63,8 +65,15 @@ ONE_ACTIVITY_PATCH = "place-and-restore"
 """The `workflow.patched` ID of the one activity that places, restores and marks RUNNING; runs
 recorded before it replay with their steps one by one."""
 
-PLACEMENT_REFUSALS = frozenset({"NotFound", "FailedPrecondition", "NoCapacity", "ActorUnreachable", "InvalidArgument"})
-"""Failure types of `place_and_restore` that only its placement raises, before anything is bound."""
+ALL_PLACEMENT_REFUSALS_PATCH = "all-placement-refusals"
+"""The `workflow.patched` ID of raising every placement refusal (`domain.reasons.PLACEMENT_REFUSALS`)
+at once. Runs recorded before it looked up the resume's progress after a NoMatchingWorker or an
+Unreachable refusal (the list here missed the one and misspelled the other: an extra round trip)
+and replay so."""
+
+_REFUSALS_BEFORE_THE_PATCH = frozenset(
+    {Reason.NOT_FOUND, Reason.FAILED_PRECONDITION, Reason.NO_CAPACITY, Reason.INVALID_ARGUMENT}
+)
 
 FINALIZE_IN_RESTORE_PATCH = "finalize-in-restore"
 """The `workflow.patched` ID of the restore step that marks the actor RUNNING itself; runs recorded
@@ -96,7 +105,7 @@ class ResumeActorWorkflow:
         try:
             plan = await self._place(request.actor, operation_id)
         except ApplicationError as error:
-            if error.type != "PinnedNodeFull":
+            if error.type != Reason.PINNED_NODE_FULL:
                 raise
             return await self._after_detach(request, operation_id, timings, started, None)
         timings["placement"] = workflow.time() - started
@@ -113,7 +122,7 @@ class ResumeActorWorkflow:
         started = workflow.time()
         try:
             done: PlaceAndRestoreResult = await atelet_step(
-                "place_and_restore",
+                Activity.PLACE_AND_RESTORE,
                 PlaceAndRestoreInput(
                     actor=actor, operation_id=operation_id, probe_timeout_seconds=request.probe_timeout_seconds
                 ),
@@ -121,12 +130,12 @@ class ResumeActorWorkflow:
                 timeout=boot_timeout(request.probe_timeout_seconds),
             )
         except ApplicationError as error:
-            if error.type == "PinnedNodeFull":
+            if error.type == Reason.PINNED_NODE_FULL:
                 return await self._after_detach(request, operation_id, timings, started, True)
-            if error.type in PLACEMENT_REFUSALS or error.type == "Superseded":
+            if _placement_refused(error) or error.type == Reason.SUPERSEDED:
                 raise
             finish = FinishInput(actor=actor, operation_id=operation_id)
-            progress = await db_step("resume_progress", finish, result_type=ResumeProgress)
+            progress = await db_step(Activity.RESUME_PROGRESS, finish, result_type=ResumeProgress)
             if progress.running:  # an attempt restored and marked it RUNNING; its answer was lost
                 timings["atelet"] = workflow.time() - started
                 show_step("done")
@@ -143,7 +152,7 @@ class ResumeActorWorkflow:
     async def _place(self, actor: ActorRef, operation_id: str) -> ResumePlan:
         """The placement step, `begin_resume` (a local activity)."""
         plan: ResumePlan = await db_step(
-            "begin_resume", BeginResumeInput(actor=actor, operation_id=operation_id), result_type=ResumePlan
+            Activity.BEGIN_RESUME, BeginResumeInput(actor=actor, operation_id=operation_id), result_type=ResumePlan
         )
         return plan
 
@@ -186,7 +195,7 @@ class ResumeActorWorkflow:
         restored: AteletRunResult | None
         try:
             restored = await atelet_step(
-                "atelet_start",
+                Activity.ATELET_START,
                 AteletRunInput(
                     operation_id=operation_id,
                     worker=plan.worker,
@@ -200,10 +209,10 @@ class ResumeActorWorkflow:
                 timeout=boot_timeout(request.probe_timeout_seconds),
             )
         except ApplicationError as error:
-            if error.type == "Superseded":  # a revert took the actor over: nothing here is ours to undo
+            if error.type == Reason.SUPERSEDED:  # a revert took the actor over: nothing here is ours to undo
                 raise
             finish = FinishInput(actor=actor, operation_id=operation_id)
-            if not (mark_running and await db_step("resume_finished", finish, result_type=bool)):
+            if not (mark_running and await db_step(Activity.RESUME_FINISHED, finish, result_type=bool)):
                 await self._roll_back(plan.worker, actor, operation_id, error)
             restored = None  # an attempt marked the actor RUNNING and its answer was lost: done
         return await self._finish(actor, operation_id, plan, restored, timings, started)
@@ -225,7 +234,7 @@ class ResumeActorWorkflow:
         if restored is not None and restored.marked_running_at is None:
             show_step("finalize")
             started = workflow.time()
-            await db_step("finish_resume", FinishInput(actor=actor, operation_id=operation_id))
+            await db_step(Activity.FINISH_RESUME, FinishInput(actor=actor, operation_id=operation_id))
             timings["finalize"] = workflow.time() - started
         show_step("done")
         return ResumeActorResult(
@@ -248,7 +257,7 @@ class ResumeActorWorkflow:
         show_step("rollback")
         try:
             await atelet_step(
-                "atelet_terminate",
+                Activity.ATELET_TERMINATE,
                 AteletTerminateInput(operation_id=operation_id, worker=worker, holder=actor, only_own=True),
                 result_type=bool,
             )
@@ -256,11 +265,19 @@ class ResumeActorWorkflow:
             # The sandbox may still be there: keep the worker out of placement until its
             # atelet reports it idle (or is told to stop the stray at its next heartbeat).
             await db_step(
-                "fence_worker",
+                Activity.FENCE_WORKER,
                 FenceInput(
                     worker_id=worker.worker_id,
                     reason=f"fenced: terminate of {actor.key} failed after a failed restore",
                 ),
             )
-        await db_step("rollback_resume", FinishInput(actor=actor, operation_id=operation_id, error=error.message))
+        await db_step(Activity.ROLLBACK_RESUME, FinishInput(actor=actor, operation_id=operation_id, error=error.message))
         raise reraise(error, f"resume of actor {actor.key} failed and was rolled back: ") from error
+
+
+def _placement_refused(error: ApplicationError) -> bool:
+    """Whether `place_and_restore` failed in its placement, before anything was bound (nothing
+    to look up or roll back); as runs before ALL_PLACEMENT_REFUSALS_PATCH decided, on replay."""
+    if error.type in _REFUSALS_BEFORE_THE_PATCH:
+        return True
+    return error.type in PLACEMENT_REFUSALS and workflow.patched(ALL_PLACEMENT_REFUSALS_PATCH)

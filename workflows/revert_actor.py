@@ -34,6 +34,7 @@ from workflows.steps import (
 )
 
 with workflow.unsafe.imports_passed_through():
+    from domain.activity_names import Activity
     from domain.operations.atelet_calls import AteletTerminateInput
     from domain.operations.common import ActorOperation
     from domain.operations.revert import FenceInput, FinishRevertInput, RevertActorInput, RevertActorResult, RevertPlan
@@ -59,7 +60,7 @@ class RevertActorWorkflow:
         actor = request.actor
         show_step("mark reverting")
         plan: RevertPlan = await db_step(
-            "begin_revert", ActorOperation(actor=actor, operation_id=operation_id), RevertPlan
+            Activity.BEGIN_REVERT, ActorOperation(actor=actor, operation_id=operation_id), RevertPlan
         )
         fenced = False
         if plan.worker is not None:
@@ -68,7 +69,7 @@ class RevertActorWorkflow:
                 show_step(f"terminate on worker {worker.pool}/{worker.name} ({worker.node})")
                 try:
                     await atelet_step(
-                        "atelet_terminate",
+                        Activity.ATELET_TERMINATE,
                         AteletTerminateInput(operation_id=operation_id, worker=worker, holder=actor),
                         bool,
                     )
@@ -79,7 +80,7 @@ class RevertActorWorkflow:
             if fenced:
                 show_step(f"fence worker {worker.pool}/{worker.name}: node {worker.node} unreachable")
                 await db_step(
-                    "fence_worker",
+                    Activity.FENCE_WORKER,
                     FenceInput(
                         worker_id=worker.worker_id,
                         reason=f"fenced: {actor.key} was reverted while node {worker.node} was unreachable",
@@ -95,7 +96,7 @@ class RevertActorWorkflow:
         if request.recovery_of is not None:
             note = f"{note} automatically (its template says onCrash: Revert)"
         await db_step(
-            "finish_revert",
+            Activity.FINISH_REVERT,
             FinishRevertInput(actor=actor, operation_id=operation_id, note=note, recovery_of=request.recovery_of),
         )
         show_step("done")

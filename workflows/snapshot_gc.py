@@ -18,6 +18,7 @@ from temporalio.exceptions import ApplicationError
 from workflows.steps import atelet_step, db_step, show_step
 
 with workflow.unsafe.imports_passed_through():
+    from domain.activity_names import Activity
     from domain.operations.snapshot_gc import DeleteSnapshotInput, GarbageSnapshot, SnapshotGcInput
 
 @workflow.defn(name="SnapshotGarbageCollection")
@@ -47,11 +48,11 @@ class SnapshotGarbageCollectionWorkflow:
             self._now = False
             query = replace(request, min_age_seconds=0.0) if urgent else request
             show_step("listing garbage")
-            batch: list[GarbageSnapshot] = await db_step("garbage_snapshots", query, list[GarbageSnapshot])
+            batch: list[GarbageSnapshot] = await db_step(Activity.GARBAGE_SNAPSHOTS, query, list[GarbageSnapshot])
             for snapshot in batch:
                 show_step(f"deleting {snapshot.owner} generation {snapshot.generation}")
                 try:
-                    await atelet_step("delete_snapshot", DeleteSnapshotInput(snapshot=snapshot), bool)
+                    await atelet_step(Activity.DELETE_SNAPSHOT, DeleteSnapshotInput(snapshot=snapshot), bool)
                     self.deleted += 1
                 except ApplicationError as error:
                     workflow.logger.warning("could not delete snapshot %s: %s", snapshot.uri, error)

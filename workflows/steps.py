@@ -15,9 +15,11 @@ from temporalio.exceptions import ActivityError, ApplicationError
 from temporalio.exceptions import TimeoutError as ActivityTimeout
 
 with workflow.unsafe.imports_passed_through():
+    from domain.activity_names import Activity
     from domain.operations.atelet_calls import AteletCheckpointResult
     from domain.operations.router_drain import MAX_DRAIN_WAIT_SECONDS, RouterDrainInput, RouterDrainResult
     from domain.operations.suspend import CompleteSnapshotInput
+    from domain.reasons import Reason
     from domain.refs import ActorRef
 
 T = TypeVar("T")
@@ -36,7 +38,7 @@ _ATELET_RETRY = RetryPolicy(
 )
 
 
-async def db_step(activity: str, argument: Any, result_type: type[T] | None = None) -> T:
+async def db_step(activity: Activity, argument: Any, result_type: type[T] | None = None) -> T:
     """Run a Postgres activity locally: short, retried through a database restart (~30 s in all).
 
     Raises:
@@ -44,7 +46,7 @@ async def db_step(activity: str, argument: Any, result_type: type[T] | None = No
     """
     try:
         result: T = await workflow.execute_local_activity(
-            activity,
+            activity.value,
             argument,
             result_type=result_type,
             start_to_close_timeout=timedelta(seconds=15),
@@ -72,7 +74,7 @@ def boot_timeout(probe_timeout_seconds: float) -> timedelta:
 
 
 async def atelet_step(
-    activity: str, argument: Any, result_type: type[T] | None = None, *, timeout: timedelta = ATELET_CALL_TIMEOUT
+    activity: Activity, argument: Any, result_type: type[T] | None = None, *, timeout: timedelta = ATELET_CALL_TIMEOUT
 ) -> T:
     """Run an atelet activity as a regular activity that heartbeats while the call runs: restores
     and checkpoints take seconds, so they must not hold the workflow task; a few retries of
@@ -87,7 +89,7 @@ async def atelet_step(
     """
     try:
         result: T = await workflow.execute_activity(
-            activity,
+            activity.value,
             argument,
             result_type=result_type,
             start_to_close_timeout=timeout,
@@ -129,7 +131,7 @@ async def drain_routers(
     show_step("drain the routers")
     try:
         result: RouterDrainResult = await workflow.execute_local_activity(
-            "drain_routers",
+            Activity.DRAIN_ROUTERS.value,
             RouterDrainInput(actor=actor, operation_id=operation_id, max_wait_seconds=max_wait_seconds),
             result_type=RouterDrainResult,
             start_to_close_timeout=timedelta(seconds=MAX_DRAIN_WAIT_SECONDS + 30),
@@ -160,16 +162,16 @@ def failure_of(error: BaseException) -> ApplicationError:
     if isinstance(cause, ActivityTimeout) and isinstance(error, ActivityError):
         kind = cause.type.name.lower().replace("_", "-") if cause.type is not None else "a"
         return ApplicationError(
-            f"the step {error.activity_type} got no answer in time ({kind} timeout)", type="Timeout", non_retryable=True
+            f"the step {error.activity_type} got no answer in time ({kind} timeout)", type=Reason.TIMEOUT, non_retryable=True
         )
-    return ApplicationError(str(cause or error), type="Internal", non_retryable=True)
+    return ApplicationError(str(cause or error), type=Reason.INTERNAL, non_retryable=True)
 
 
 def reraise(error: BaseException, prefix: str = "") -> ApplicationError:
     """A non-retryable workflow failure carrying the cause's type, for the API to map."""
     cause = failure_of(error)
     message = f"{prefix}{cause.message}" if prefix else cause.message
-    return ApplicationError(message, *cause.details, type=cause.type or "Internal", non_retryable=True)
+    return ApplicationError(message, *cause.details, type=cause.type or Reason.INTERNAL, non_retryable=True)
 
 
 def record_operation(operation: str, outcome: str, started: float) -> None:
@@ -189,7 +191,7 @@ def record_operation(operation: str, outcome: str, started: float) -> None:
 
 def outcome_of(error: BaseException) -> str:
     """The outcome label of a failed operation: the failure's type (NoCapacity, ...)."""
-    return failure_of(error).type or "Internal"
+    return failure_of(error).type or Reason.INTERNAL
 
 
 async def counted(operation: str, body: Awaitable[T], outcome: Callable[[T], str] = lambda _: "ok") -> T:
@@ -208,7 +210,7 @@ async def drop_snapshot(actor: ActorRef, operation_id: str, snapshot_id: int, er
     """`rollback_suspend`: a checkpoint or upload failed for good; the actor goes back to the
     state the operation started from and the PENDING snapshot row is dropped, `error` recorded."""
     await db_step(
-        "rollback_suspend",
+        Activity.ROLLBACK_SUSPEND,
         CompleteSnapshotInput(
             actor=actor, operation_id=operation_id, snapshot_id=snapshot_id, manifest={"error": error}, size_bytes=0
         ),
@@ -216,7 +218,7 @@ async def drop_snapshot(actor: ActorRef, operation_id: str, snapshot_id: int, er
 
 
 async def settle_snapshot(
-    activity: str, actor: ActorRef, operation_id: str, snapshot_id: int, done: AteletCheckpointResult
+    activity: Activity, actor: ActorRef, operation_id: str, snapshot_id: int, done: AteletCheckpointResult
 ) -> None:
     """`complete_suspend` / `complete_pause`: the snapshot COMPLETED with the manifest the atelet
     wrote (never without it), the actor in its resting state; a failure is re-raised for the API."""

@@ -47,6 +47,7 @@ from workflows.steps import (
 )
 
 with workflow.unsafe.imports_passed_through():
+    from domain.activity_names import Activity
     from domain.operations.atelet_calls import AteletCheckpointInput, AteletCheckpointResult, AteletCopyInput
     from domain.operations.suspend import (
         BeginSuspendInput,
@@ -88,7 +89,7 @@ class SuspendActorWorkflow:
         show_step("mark suspending")
         started = workflow.time()
         plan: SuspendPlan = await db_step(
-            "begin_suspend",
+            Activity.BEGIN_SUSPEND,
             BeginSuspendInput(actor=actor, operation_id=operation_id, mode=request.mode),
             result_type=SuspendPlan,
         )
@@ -104,7 +105,7 @@ class SuspendActorWorkflow:
                 assert plan.atelet_address is not None
                 show_step(f"upload paused snapshot from node {plan.upload_from.node}")
                 done = await atelet_step(
-                    "atelet_copy_snapshot",
+                    Activity.ATELET_COPY_SNAPSHOT,
                     AteletCopyInput(
                         operation_id=operation_id,
                         atelet_address=plan.atelet_address,
@@ -122,7 +123,7 @@ class SuspendActorWorkflow:
                 show_step(f"checkpoint {plan.snapshot.scope.value} on worker {plan.worker.pool}/{plan.worker.name}")
                 complete = workflow.patched(CHECKPOINT_COMPLETES_PATCH)
                 done = await atelet_step(
-                    "atelet_checkpoint",
+                    Activity.ATELET_CHECKPOINT,
                     AteletCheckpointInput(
                         operation_id=operation_id,
                         worker=plan.worker,
@@ -134,7 +135,7 @@ class SuspendActorWorkflow:
                 )
         except ApplicationError as error:
             if complete and await db_step(
-                "suspend_completed",
+                Activity.SUSPEND_COMPLETED,
                 SuspendCompletedInput(actor=actor, snapshot_id=plan.snapshot.snapshot_id),
                 result_type=bool,
             ):
@@ -164,7 +165,7 @@ class SuspendActorWorkflow:
         if done is not None and done.completed_at is None and not done.completed_earlier:
             show_step("finalize")
             started = workflow.time()
-            await settle_snapshot("complete_suspend", actor, operation_id, snapshot.snapshot_id, done)
+            await settle_snapshot(Activity.COMPLETE_SUSPEND, actor, operation_id, snapshot.snapshot_id, done)
             timings["finalize"] = workflow.time() - started
         upload_id = None
         if snapshot.storage == SnapshotStorage.LOCAL:

@@ -26,6 +26,7 @@ from temporalio.exceptions import ApplicationError
 from workflows.steps import atelet_step, db_step, show_step
 
 with workflow.unsafe.imports_passed_through():
+    from domain.activity_names import Activity
     from domain.operations.atelet_calls import AteletCheckpointResult, AteletCopyInput
     from domain.operations.upload import (
         CompleteUploadInput,
@@ -34,13 +35,14 @@ with workflow.unsafe.imports_passed_through():
         UploadSnapshotInput,
         UploadSnapshotResult,
     )
+    from domain.reasons import Reason
     from domain.states import Operation
 
 NO_PAUSE_AFTER_LAST_ATTEMPT = "upload-no-pause-after-last-attempt"
 """The patch ID of the fix that gives up right after the last failed attempt."""
 
 FINAL_COPY_FAILURES = frozenset(
-    {"AteletNotFound", "AteletFailedPrecondition", "AteletDataLoss", "AteletInvalidArgument"}
+    {Reason.ATELET_NOT_FOUND, Reason.ATELET_FAILED_PRECONDITION, Reason.ATELET_DATA_LOSS, Reason.ATELET_INVALID_ARGUMENT}
 )
 """Copy failures no retry can fix: the local snapshot is gone or does not match its manifest."""
 
@@ -61,7 +63,7 @@ class UploadSnapshotWorkflow:
         for attempt in range(1, request.attempts + 1):
             show_step(f"reserve (attempt {attempt})")
             try:
-                plan: UploadPlan = await db_step("begin_upload", step, UploadPlan)
+                plan: UploadPlan = await db_step(Activity.BEGIN_UPLOAD, step, UploadPlan)
             except ApplicationError as error:
                 last_error = error.message
                 await self._wait(attempt, request.attempts, pause, last_error)
@@ -69,13 +71,13 @@ class UploadSnapshotWorkflow:
                 continue
             if not plan.needed:
                 show_step("not needed: the local snapshot was resumed or dropped")
-                await db_step("abandon_upload", step)
+                await db_step(Activity.ABANDON_UPLOAD, step)
                 return UploadSnapshotResult(actor=actor, skipped="the local snapshot was resumed or dropped")
             assert plan.source is not None and plan.destination is not None and plan.atelet_address is not None
             show_step(f"upload from node {plan.source.node} (attempt {attempt})")
             try:
                 done: AteletCheckpointResult = await atelet_step(
-                    "atelet_copy_snapshot",
+                    Activity.ATELET_COPY_SNAPSHOT,
                     AteletCopyInput(
                         operation_id=step.operation_id,
                         atelet_address=plan.atelet_address,
@@ -93,7 +95,7 @@ class UploadSnapshotWorkflow:
                 continue
             show_step("finalize")
             taken: bool = await db_step(
-                "complete_upload",
+                Activity.COMPLETE_UPLOAD,
                 CompleteUploadInput(
                     actor=actor,
                     operation_id=step.operation_id,
@@ -111,7 +113,7 @@ class UploadSnapshotWorkflow:
                 skipped=None if taken else "the actor had moved on before the upload landed",
             )
         show_step(f"gave up: {last_error}")
-        await db_step("abandon_upload", step)
+        await db_step(Activity.ABANDON_UPLOAD, step)
         return UploadSnapshotResult(actor=actor, skipped=f"upload failed: {last_error}")
 
     @staticmethod

@@ -16,6 +16,7 @@ from fastapi import Depends, Request
 
 from api.errors import ApiError
 from domain.access import ATESPACE_ROLES, ROLE_PERMISSIONS, Permission, Principal, refusal
+from domain.reasons import Reason
 
 PERMISSION_KEY = "x-ate-permission"
 """The OpenAPI extension naming a route's permission (`authenticated`, `public`, or a Permission)."""
@@ -27,13 +28,13 @@ NODE_PERMISSIONS = frozenset({Permission.NODES_REGISTER, Permission.NODES_DRAIN}
 class Unauthenticated(ApiError):
     """No credential, or one that proves nothing (401)."""
 
-    reason = "Unauthenticated"
+    reason = Reason.UNAUTHENTICATED
 
 
 class PermissionDenied(ApiError):
     """The principal lacks the route's permission (403)."""
 
-    reason = "PermissionDenied"
+    reason = Reason.PERMISSION_DENIED
 
 
 async def current_principal(request: Request) -> Principal:

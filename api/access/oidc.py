@@ -11,6 +11,7 @@ import jwt
 
 from api.errors import ApiError
 from domain.access import Grant, Principal
+from domain.reasons import Reason
 
 log = logging.getLogger("ate.api.access")
 
@@ -24,7 +25,7 @@ LEEWAY_SECONDS = 30
 class IssuerUnavailable(ApiError):
     """The issuer's keys could not be fetched: OIDC tokens cannot be checked right now (503)."""
 
-    reason = "Unavailable"
+    reason = Reason.UNAVAILABLE
 
 
 class OidcVerifier:

@@ -43,6 +43,7 @@ from domain.operations.pause import PauseActorInput, PauseActorResult
 from domain.operations.resume import ResumeActorInput, ResumeActorResult
 from domain.operations.revert import RevertActorInput, RevertActorResult
 from domain.operations.suspend import SuspendActorInput, SuspendActorResult
+from domain.reasons import Reason
 from domain.refs import ActorRef
 from domain.states import TRANSITIONS, ActorState, Operation
 
@@ -112,7 +113,7 @@ async def create_actor(atespace: str, body: ActorCreate, store: StoreDep) -> Act
         raise ApiError(
             f"actor template {atespace}/{template} failed ({record.reason}); fix it and create it again",
             {"template_phase": "Failed"},
-            reason="FailedPrecondition",
+            reason=Reason.FAILED_PRECONDITION,
         )
     actor = await store.actors.create(ref, template, body.worker_selector)
     if tag is not None:
@@ -177,7 +178,7 @@ async def revert_actor(
                 f"actor {ref.key} is not in a revertable state (state: SUSPENDED); it already rests on its "
                 "last completed snapshot",
                 {"state": "SUSPENDED"},
-                reason="FailedPrecondition",
+                reason=Reason.FAILED_PRECONDITION,
             )
         await _revert(ref, temporal, timeout=(body.timeout_seconds if body else None) or 60.0, reason="revert")
         return actor_view(await store.actors.get(ref))
@@ -298,7 +299,7 @@ async def _unreachable(store: StoreDep, ref: ActorRef, operation: Operation) -> 
     final: the router retries), 409 FailedPrecondition for the others (they need its node)."""
     why = await store.liveness.unreachable(ref)
     if why is None:  # it left UNREACHABLE meanwhile
-        return ApiError(f"actor {ref.key} was UNREACHABLE a moment ago; retry", reason="Unreachable")
+        return ApiError(f"actor {ref.key} was UNREACHABLE a moment ago; retry", reason=Reason.UNREACHABLE)
     details = {
         "state": ActorState.UNREACHABLE.value,
         "node": why.node,
@@ -306,10 +307,10 @@ async def _unreachable(store: StoreDep, ref: ActorRef, operation: Operation) -> 
     }
     if operation == Operation.RESUME:
         message = unreachable_message(ref.key, why.node, why.silent_seconds, why.remaining_seconds)
-        return ApiError(message, details, reason="Unreachable")
+        return ApiError(message, details, reason=Reason.UNREACHABLE)
     participle = TRANSITIONS[operation].participle
     refusal = unreachable_refusal(ref.key, participle, why.node, why.silent_seconds, why.remaining_seconds)
-    return ApiError(refusal, details, reason="FailedPrecondition")
+    return ApiError(refusal, details, reason=Reason.FAILED_PRECONDITION)
 
 
 def _verb(operation: Operation) -> str:

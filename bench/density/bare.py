@@ -29,7 +29,7 @@ class Bare:
 
     async def start(self) -> dict[str, float]:
         """Prepare namespace + bundle, restore, wait until `/readyz` answers, then one `GET /`."""
-        from activities.atelet import workload_spec
+        from activities.atelet_wire import workload_spec
         from atelet import netns, probe
         from atelet.snapshots import CHECKPOINT_DIR, SnapshotStore
         from bench.activation import prepare_floor

@@ -9,11 +9,13 @@ import contextlib
 import time
 from pathlib import Path
 
+import grpc
 import pytest
 from temporalio.exceptions import ApplicationError
 from temporalio.testing import ActivityEnvironment
 
 from activities.atelet import AteletActivities
+from activities.atelet_channels import connect_failed
 from atelet.settings import AteletSettings
 from domain.operations.atelet_calls import AteletCheckpointInput
 from domain.operations.snapshot_gc import DeleteSnapshotInput, GarbageSnapshot
@@ -112,3 +114,30 @@ async def test_a_checkpoint_gives_up_on_an_atelet_that_stays_down(tmp_path: Path
         f"the atelet at {settings.listen} did not answer the Checkpoint call (Connection refused): the node's agent "
         "is down or restarting"
     )
+
+
+async def test_an_unreachable_atelet_is_told_from_one_that_answers_unavailable_by_the_channel_state() -> None:
+    # The decision reads the channel's connectivity, not the error's text: both fail UNAVAILABLE.
+    def refuse(_request: bytes, context: grpc.ServicerContext) -> bytes:
+        context.abort(grpc.StatusCode.UNAVAILABLE, "failed to connect to the sandbox")  # text that once misled
+
+    server = grpc.aio.server()
+    server.add_generic_rpc_handlers(
+        [grpc.method_handlers_generic_handler("t.T", {"Call": grpc.unary_unary_rpc_method_handler(refuse)})]
+    )
+    port = server.add_insecure_port("127.0.0.1:0")
+    await server.start()
+    answering = grpc.aio.insecure_channel(f"127.0.0.1:{port}")
+    try:
+        with pytest.raises(grpc.aio.AioRpcError) as answered:
+            await answering.unary_unary("/t.T/Call")(b"", timeout=10)
+        assert answered.value.code() == grpc.StatusCode.UNAVAILABLE
+        assert not connect_failed(answered.value, answering)
+        await server.stop(None)
+        with pytest.raises(grpc.aio.AioRpcError) as unanswered:
+            await answering.unary_unary("/t.T/Call")(b"", timeout=10)
+        assert unanswered.value.code() == grpc.StatusCode.UNAVAILABLE
+        assert connect_failed(unanswered.value, answering)
+    finally:
+        await answering.close()
+        await server.stop(None)

@@ -153,15 +153,21 @@ def store_failure(error: StoreError) -> Callable[[Any], ApplicationError]:
 
 
 def atelet_failure(
-    code: grpc.StatusCode, details: str, call: str = "Restore", address: str = "127.0.0.1:8085"
+    code: grpc.StatusCode,
+    details: str,
+    call: str = "Restore",
+    address: str = "127.0.0.1:8085",
+    *,
+    unreachable: bool = False,
 ) -> Callable[[Any], ApplicationError]:
     """What an atelet activity raises when the atelet answers `code` (the real translation:
-    type `Atelet<Code>`, retryable unless the code is final)."""
+    type `Atelet<Code>`, retryable unless the code is final); `unreachable`: the call reached no
+    atelet (the channel could not connect)."""
 
     def failure(_request: Any) -> ApplicationError:
         rpc = grpc.aio.AioRpcError(
             code, grpc.aio.Metadata(), grpc.aio.Metadata(), details=details, debug_error_string=""
         )
-        return from_atelet_error(AteletCallFailed(call, address, rpc))
+        return from_atelet_error(AteletCallFailed(call, address, rpc, unreachable=unreachable))
 
     return failure

@@ -33,7 +33,7 @@ from domain.operations.snapshot_gc import GarbageSnapshot, SnapshotGcInput
 from domain.operations.suspend import BeginSuspendInput, SuspendActorInput, SuspendPlan
 from domain.operations.upload import UploadPlan, UploadSnapshotInput
 from domain.temporal import SNAPSHOT_GC_WORKFLOW_ID, template_workflow_id, upload_workflow_id
-from store import NoCapacity, PinnedNodeFull
+from store import NoCapacity, NoMatchingWorker, PinnedNodeFull
 from tests.workflows.fakes import Fakes, atelet_failure, store_failure
 from tests.workflows.harness import Ate, running, start_test_server
 from tests.workflows.samples import ATELET, C1, DRAINED, MANIFEST, NODE, SPEC, actor, snapshot, worker
@@ -112,6 +112,13 @@ async def resume_detached_from_full_node(ate: Ate) -> Handle:
         SuspendPlan(already_suspended=False, snapshot=snapshot(4), upload_from=LOCAL, atelet_address=ATELET),
     )
     ate.fakes.script("atelet_copy_snapshot", CHECKPOINTED).script("complete_suspend", None)
+    return await settled(await ate.start(ResumeActorWorkflow.run, ResumeActorInput(actor=C1), id=C1.workflow_id))
+
+
+async def resume_refused_no_matching_worker(ate: Ate) -> Handle:
+    refusal = NoMatchingWorker("no worker could ever take the actor demo/c1: no pool has sandbox class microvm")
+    ate.fakes.script("place_and_restore", store_failure(refusal))
+    ate.fakes.script("resume_progress", ResumeProgress(running=False, worker=None))  # runs before the fix asked
     return await settled(await ate.start(ResumeActorWorkflow.run, ResumeActorInput(actor=C1), id=C1.workflow_id))
 
 
@@ -253,6 +260,7 @@ SCENARIOS: dict[str, Scenario] = {
     "resume_actor_already_running": resume_already_running,
     "resume_actor_rolled_back_and_fenced": resume_rolled_back_and_fenced,
     "resume_actor_detached_from_a_full_node": resume_detached_from_full_node,
+    "resume_actor_refused_no_matching_worker": resume_refused_no_matching_worker,
     "suspend_actor_sync": suspend_sync,
     "suspend_actor_completed_then_its_answer_lost": suspend_completed_then_its_answer_lost,
     "suspend_actor_async_starts_its_upload": suspend_async_with_upload,

@@ -8,6 +8,7 @@ from temporalio import activity
 
 from activities.atelet import AteletActivities
 from activities.db import DbActivities
+from domain.activity_names import Activity
 from domain.operations.resume import BeginResumeInput, ResumePlan
 from domain.operations.suspend import BeginSuspendInput, SuspendActorInput
 from tests.workflows.fakes import REAL_ACTIVITIES, Fakes
@@ -24,6 +25,12 @@ def test_there_is_a_fake_for_every_activity_the_worker_registers_with_its_types(
     fake = activity._Definition.must_from_callable(fakes["begin_resume"])
     assert (fake.arg_types, fake.ret_type) == (real.arg_types, real.ret_type) == ([BeginResumeInput], ResumePlan)
     assert activity._Definition.must_from_callable(AteletActivities.start).name == "atelet_start"
+
+
+def test_every_activity_name_is_registered_once_and_nothing_else() -> None:
+    # domain.activity_names.Activity is the one spelling of the names the workflows run and the
+    # worker registers: each member is a real activity, and each real activity is a member.
+    assert sorted(REAL_ACTIVITIES) == sorted(member.value for member in Activity)
 
 
 def test_only_real_activities_can_be_scripted() -> None:

@@ -6,6 +6,7 @@ retries; already RUNNING. Runs recorded before that shape are replayed by test_r
 from __future__ import annotations
 
 import grpc
+import pytest
 
 from domain.operations.atelet_calls import (
     AteletCheckpointResult,
@@ -26,7 +27,7 @@ from domain.operations.resume import (
 from domain.operations.revert import FenceInput
 from domain.operations.suspend import BeginSuspendInput, CompleteSnapshotInput, SuspendPlan
 from domain.states import TRANSITIONS, Operation
-from store import NoCapacity, NotFound, PinnedNodeFull, VersionConflict
+from store import ActorUnreachable, NoCapacity, NoMatchingWorker, NotFound, PinnedNodeFull, StoreError, VersionConflict
 from store.errors import refused
 from tests.workflows.fakes import atelet_failure, fail, store_failure
 from tests.workflows.harness import Ate
@@ -122,6 +123,24 @@ async def test_no_room_is_refused_with_the_placement_hint(ate: Ate) -> None:
     ate.fakes.script("place_and_restore", store_failure(NoCapacity(hint)))
     failure = await ate.failure(RUN, ResumeActorInput(actor=C1), id=ID)
     assert (failure.type, failure.message) == ("NoCapacity", hint)
+    assert ate.fakes.names() == ["place_and_restore"]
+
+
+@pytest.mark.parametrize(
+    "refusal",
+    [
+        NoMatchingWorker("no worker could ever take the actor demo/c1: no pool has sandbox class microvm"),
+        ActorUnreachable("actor demo/c1 is UNREACHABLE: node node-a stopped answering 4 s ago", {"state": "UNREACHABLE"}),
+    ],
+    ids=["NoMatchingWorker", "Unreachable"],
+)
+async def test_every_placement_refusal_is_raised_without_looking_up_the_progress(ate: Ate, refusal: StoreError) -> None:
+    # A refused placement bound nothing: asking how far the resume got is a round trip for nothing
+    # (it once was made for these two: one was misspelled in the workflow, the other missing).
+    ate.fakes.script("place_and_restore", store_failure(refusal))
+    ate.fakes.script("resume_progress", ResumeProgress(running=False, worker=None))
+    failure = await ate.failure(RUN, ResumeActorInput(actor=C1), id=ID)
+    assert (failure.type, failure.message) == (refusal.reason, refusal.message)
     assert ate.fakes.names() == ["place_and_restore"]
 
 

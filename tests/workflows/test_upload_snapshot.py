@@ -69,7 +69,7 @@ async def test_an_upload_that_lands_after_the_actor_moved_on_is_left_to_the_gc(a
 
 
 async def test_a_failed_copy_is_retried_after_a_doubling_pause_and_then_lands(ate: Ate) -> None:
-    unreachable = atelet_failure(grpc.StatusCode.UNAVAILABLE, UNREACHABLE, "CopySnapshot")
+    unreachable = atelet_failure(grpc.StatusCode.UNAVAILABLE, UNREACHABLE, "CopySnapshot", unreachable=True)
     # Each attempt's atelet call is itself retried (4 calls) before the workflow pauses.
     ate.fakes.script("begin_upload", PLAN).script("atelet_copy_snapshot", *[unreachable] * 8, COPIED)
     ate.fakes.script("complete_upload", True)
@@ -91,7 +91,7 @@ async def test_a_reservation_that_fails_is_retried_after_a_pause(ate: Ate) -> No
 
 
 def script_always_unreachable(ate: Ate) -> None:
-    unreachable = atelet_failure(grpc.StatusCode.UNAVAILABLE, UNREACHABLE, "CopySnapshot")
+    unreachable = atelet_failure(grpc.StatusCode.UNAVAILABLE, UNREACHABLE, "CopySnapshot", unreachable=True)
     ate.fakes.script("begin_upload", PLAN).script("atelet_copy_snapshot", unreachable).script("abandon_upload", None)
 
 

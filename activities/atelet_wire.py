@@ -1,0 +1,73 @@
+"""The atelet's wire messages built from ate's own types (`atelet/proto/atelet.proto`).
+
+Pure translation, no I/O: a template spec as the atelet's `WorkloadSpec`, an actor reference, a
+snapshot scope, a stored manifest, and the operation ID of one atelet call of an operation.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from google.protobuf.json_format import MessageToDict, ParseDict
+
+from atelet.proto import atelet_pb2 as pb
+from domain.refs import ActorRef
+from domain.states import SnapshotScope
+from domain.templates import ActorTemplateSpec
+
+SCOPES = {SnapshotScope.FULL: pb.SNAPSHOT_SCOPE_FULL, SnapshotScope.DATA: pb.SNAPSHOT_SCOPE_DATA}
+"""A snapshot scope as the atelet's enum."""
+
+
+def workload_spec(spec: ActorTemplateSpec) -> pb.WorkloadSpec:
+    """The atelet's WorkloadSpec of an actor template spec.
+
+    Returns:
+        The proto message; CPU in millicores, memory in bytes (0 = no limit).
+    """
+    return pb.WorkloadSpec(
+        containers=[
+            pb.Container(
+                name=c.name,
+                image=c.image,
+                command=c.command,
+                env=c.env,
+                wakeup_probe=pb.HttpGetProbe(path=c.wakeup_probe.path, port=c.wakeup_probe.port)
+                if c.wakeup_probe
+                else None,
+                volume_mounts=[pb.VolumeMount(name=m.name, mount_path=m.mount_path) for m in c.volume_mounts],
+            )
+            for c in spec.containers
+        ],
+        volumes=[pb.Volume(name=v.name, durable_dir=v.durable_dir) for v in spec.volumes],
+        cpu_millis=spec.limits.cpu_millis,
+        memory_bytes=spec.limits.memory_bytes,
+    )
+
+
+def call_id(operation_id: str, call: str) -> str:
+    """The atelet operation ID of one call of an operation: `<operation>/<call>`.
+
+    A workflow makes several atelet calls (run, checkpoint, terminate); each needs its own ID,
+    stable across retries of the same call.
+    """
+    return f"{operation_id}/{call}"
+
+
+def actor_ref(actor: ActorRef) -> pb.ActorRef:
+    """An actor reference as the atelet's message."""
+    return pb.ActorRef(atespace=actor.atespace, name=actor.name)
+
+
+def manifest_message(manifest: dict[str, Any] | None) -> pb.SnapshotManifest:
+    """A stored snapshot manifest (JSON, as the atelet wrote it) as the atelet's message; unknown
+    fields are ignored, an empty or missing manifest is an empty message."""
+    message = pb.SnapshotManifest()
+    if manifest:
+        ParseDict(manifest, message, ignore_unknown_fields=True)
+    return message
+
+
+def manifest_dict(message: pb.SnapshotManifest) -> dict[str, Any]:
+    """The atelet's manifest as JSON to store (proto field names kept)."""
+    return MessageToDict(message, preserving_proto_field_name=True)
