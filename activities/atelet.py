@@ -1,5 +1,5 @@
 """Activities that call atelets over gRPC: run/restore, checkpoint, copy (upload), terminate,
-delete a snapshot.
+delete a snapshot, freeze and thaw (`activities.atelet_freeze`).
 
 Every call carries the operation ID; the atelet answers a repeat with the first call's result,
 so Temporal may retry any of these after a crash without a double restore or a second
@@ -19,6 +19,7 @@ from collections.abc import Awaitable, Callable
 from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
+from activities import atelet_freeze as freeze_calls
 from activities.atelet_channels import AteletChannels
 from activities.atelet_tls import AteletClientTls
 from activities.atelet_wire import SCOPES, actor_ref, call_id, manifest_dict, manifest_message, workload_spec
@@ -34,6 +35,7 @@ from domain.operations.atelet_calls import (
     AteletRunResult,
     AteletTerminateInput,
 )
+from domain.operations.freeze import AteletFreezeInput, AteletFreezeResult
 from domain.operations.resume import PlaceAndRestoreInput, PlaceAndRestoreResult
 from domain.operations.snapshot_gc import DeleteSnapshotInput
 from domain.reasons import Reason
@@ -135,6 +137,10 @@ class AteletActivities:
             )
             return PlaceAndRestoreResult(plan=plan, placement_seconds=placement, resumed_earlier=earlier)
         assert plan.worker is not None and plan.spec is not None
+        if plan.thaw:
+            return PlaceAndRestoreResult(
+                plan=plan, restored=await self._thaw(request, plan.worker), placement_seconds=placement
+            )
         await failpoint("ResumeActor.atelet_call")
         # A revert may have taken the place over since `begin` (this activity goes on after its
         # workflow ended): a restore now would start a second sandbox of the actor on this node.
@@ -151,6 +157,32 @@ class AteletActivities:
             )
         )
         return PlaceAndRestoreResult(plan=plan, restored=restored, placement_seconds=placement)
+
+    async def _thaw(self, request: PlaceAndRestoreInput, worker: WorkerRef) -> AteletRunResult:
+        """A FROZEN actor's resume: thaw its sandbox in place, then RESUMING -> RUNNING (no
+        placement, no restore: the sandbox kept its worker and its memory)."""
+        await self._still_placed(request.actor.workflow_id, worker, request.operation_id)
+        thawed = await freeze_calls.thaw(
+            self.channels, AteletFreezeInput(operation_id=request.operation_id, worker=worker, holder=request.actor)
+        )
+        result = AteletRunResult(worker_ip=worker.ip, timings={"thaw": thawed.seconds})
+        result.marked_running_at = await self._finalize_here(
+            request.actor,
+            "marking RUNNING",
+            lambda store: store.resumes.finish(request.actor, request.operation_id),
+            result.timings,
+        )
+        return result
+
+    @activity_defn(Activity.ATELET_FREEZE)
+    async def freeze(self, request: AteletFreezeInput) -> AteletFreezeResult:
+        """Stop the holder's sandbox in place (FreezeActor; idempotent).
+
+        Raises:
+            ApplicationError: non-retryable for INVALID_ARGUMENT/NOT_FOUND/FAILED_PRECONDITION,
+                retryable otherwise.
+        """
+        return await freeze_calls.freeze(self.channels, request)
 
     async def _start(self, request: AteletRunInput) -> AteletRunResult:
         """The atelet's Run (no snapshot) or Restore, then `_mark_running` when asked (`start`)."""

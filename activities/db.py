@@ -19,6 +19,7 @@ from domain.activity_names import Activity
 from domain.failpoints import failpoint
 from domain.operations.common import ActorOperation, FinishInput
 from domain.operations.drain import BeginDrainInput, CrashInput, DrainPlan, Leftover
+from domain.operations.freeze import BeginFreezeInput, FinishFreezeInput, FreezePlan
 from domain.operations.golden import GoldenPlan, GoldenSnapshotInput
 from domain.operations.pause import PausePlan
 from domain.operations.resume import BeginResumeInput, ResumePlan, ResumeProgress
@@ -46,6 +47,23 @@ class DbActivities:
 
     def __init__(self, store: Store) -> None:
         self.store = store
+
+    # ---- FreezeActor ------------------------------------------------------------------------
+
+    @activity_defn(Activity.BEGIN_FREEZE)
+    async def begin_freeze(self, request: BeginFreezeInput) -> FreezePlan:
+        """RUNNING -> FROZEN under the operation (the routers stop sending at its NOTIFY)."""
+        return await self.store.freezes.begin(request.actor, request.operation_id, request.reason)
+
+    @activity_defn(Activity.FINISH_FREEZE)
+    async def finish_freeze(self, request: FinishFreezeInput) -> None:
+        """The sandbox is stopped: the actor rests FROZEN, the operation is recorded finished."""
+        await self.store.freezes.finish(request.actor, request.operation_id)
+
+    @activity_defn(Activity.ROLLBACK_FREEZE)
+    async def rollback_freeze(self, request: FinishFreezeInput) -> None:
+        """FROZEN -> RUNNING: the freeze gave way to traffic (`error` None) or failed."""
+        await self.store.freezes.rollback(request.actor, request.operation_id, request.error)
 
     # ---- ResumeActor ------------------------------------------------------------------------
 
@@ -86,7 +104,7 @@ class DbActivities:
     async def begin_suspend(self, request: BeginSuspendInput) -> SuspendPlan:
         """RUNNING|PAUSED -> SUSPENDING with a PENDING snapshot reserved."""
         await failpoint("SuspendActor.before_mark")
-        plan = await self.store.suspends.begin(request.actor, request.operation_id, request.mode)
+        plan = await self.store.suspends.begin(request.actor, request.operation_id, request.mode, request.reason)
         await failpoint("SuspendActor.after_mark")
         return plan
 
@@ -109,14 +127,15 @@ class DbActivities:
         """SUSPENDING|PAUSING -> RUNNING after a failed checkpoint, SUSPENDING -> PAUSED after a failed
         upload (the error is in manifest['error'])."""
         await self.store.suspends.rollback(
-            request.actor, request.operation_id, request.snapshot_id, str(request.manifest.get("error", ""))
-        )
+            request.actor, request.operation_id, request.snapshot_id, str(request.manifest.get("error", "")),
+            abandoned=request.abandoned,
+        )  # fmt: skip
 
     @activity_defn(Activity.BEGIN_PAUSE)
     async def begin_pause(self, request: BeginSuspendInput) -> PausePlan:
-        """RUNNING -> PAUSING with a PENDING local snapshot reserved on the worker's node."""
+        """RUNNING|FROZEN -> PAUSING with a PENDING local snapshot reserved on the worker's node."""
         await failpoint("PauseActor.before_mark")
-        plan = await self.store.pauses.begin(request.actor, request.operation_id)
+        plan = await self.store.pauses.begin(request.actor, request.operation_id, request.reason)
         await failpoint("PauseActor.after_mark")
         return plan
 

@@ -21,6 +21,7 @@ import asyncpg
 from store.actors import Actors
 from store.atespaces import Atespaces
 from store.drains import Drains
+from store.freezes import Freezes
 from store.golden_snapshots import GoldenSnapshots
 from store.history import OperationHistory
 from store.liveness import Liveness
@@ -71,6 +72,7 @@ class Store:
         self.drains = Drains(pool, self.placement)
         self.tokens = AccessTokens(pool)
         self.router_drains = RouterDrains(pool)
+        self.freezes = Freezes(pool, self.placement)
 
     @classmethod
     async def connect(

@@ -31,6 +31,7 @@ from store import Store, migrate
 from temporal_worker.search_attributes import ensure_search_attributes
 from temporal_worker.settings import WorkerSettings
 from workflows.eviction_deadline import EvictionDeadlineWorkflow
+from workflows.freeze_actor import FreezeActorWorkflow
 from workflows.golden_snapshot import GoldenSnapshotWorkflow
 from workflows.pause_actor import PauseActorWorkflow
 from workflows.resume_actor import ResumeActorWorkflow
@@ -45,6 +46,7 @@ WORKFLOWS = [
     ResumeActorWorkflow,
     SuspendActorWorkflow,
     PauseActorWorkflow,
+    FreezeActorWorkflow,
     UploadSnapshotWorkflow,
     GoldenSnapshotWorkflow,
     RevertActorWorkflow,
@@ -128,6 +130,10 @@ def activities(db: DbActivities, atelets: AteletActivities) -> list[Callable[...
         db.crash_after_deadline,
         db.garbage_snapshots,
         atelets.delete_snapshot,
+        db.begin_freeze,
+        db.finish_freeze,
+        db.rollback_freeze,
+        atelets.freeze,
     ]
 
 

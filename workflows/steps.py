@@ -114,14 +114,21 @@ already, so requests in flight to it are failing; the API waits 60 s for a rever
 
 
 async def drain_routers(
-    actor: ActorRef, operation_id: str, patch: str = ROUTER_DRAIN_PATCH, max_wait_seconds: float | None = None
+    actor: ActorRef,
+    operation_id: str,
+    patch: str = ROUTER_DRAIN_PATCH,
+    max_wait_seconds: float | None = None,
+    *,
+    if_idle: bool = False,
 ) -> RouterDrainResult | None:
     """`drain_routers` before a checkpoint (or before a revert frees the worker): every live
     router replica stops sending the actor new requests, lets those in flight finish (or cuts
     them at its drain timeout) and closes its connections to the worker. A local activity that
     waits at most `MAX_DRAIN_WAIT_SECONDS` (domain.operations.router_drain); None for a run from
     before this step (replay; `patch` is the step's `workflow.patched` ID). `max_wait_seconds`
-    bounds the wait below the usual bound.
+    bounds the wait below the usual bound. With `if_idle` (an idle action, a pressure suspend) a
+    replica with a request in flight answers busy instead (`RouterDrainResult.busy`): the caller
+    gives way.
 
     Raises:
         ApplicationError: the step failed for good (the database stayed down), in the user's terms.
@@ -132,7 +139,9 @@ async def drain_routers(
     try:
         result: RouterDrainResult = await workflow.execute_local_activity(
             Activity.DRAIN_ROUTERS.value,
-            RouterDrainInput(actor=actor, operation_id=operation_id, max_wait_seconds=max_wait_seconds),
+            RouterDrainInput(
+                actor=actor, operation_id=operation_id, max_wait_seconds=max_wait_seconds, if_idle=if_idle
+            ),
             result_type=RouterDrainResult,
             start_to_close_timeout=timedelta(seconds=MAX_DRAIN_WAIT_SECONDS + 30),
             retry_policy=_DB_RETRY,
@@ -206,15 +215,19 @@ async def counted(operation: str, body: Awaitable[T], outcome: Callable[[T], str
     return result
 
 
-async def drop_snapshot(actor: ActorRef, operation_id: str, snapshot_id: int, error: str) -> None:
-    """`rollback_suspend`: a checkpoint or upload failed for good; the actor goes back to the
-    state the operation started from and the PENDING snapshot row is dropped, `error` recorded."""
+async def drop_snapshot(
+    actor: ActorRef, operation_id: str, snapshot_id: int, error: str, *, abandoned: bool = False
+) -> None:
+    """`rollback_suspend`: a checkpoint or upload failed for good, or (`abandoned`) an idle or
+    pressure operation gave way to traffic; the actor goes back to the state the operation
+    started from and the PENDING snapshot row is dropped, `error` recorded."""
     await db_step(
         Activity.ROLLBACK_SUSPEND,
         CompleteSnapshotInput(
-            actor=actor, operation_id=operation_id, snapshot_id=snapshot_id, manifest={"error": error}, size_bytes=0
+            actor=actor, operation_id=operation_id, snapshot_id=snapshot_id, manifest={"error": error}, size_bytes=0,
+            abandoned=abandoned,
         ),
-    )
+    )  # fmt: skip
 
 
 async def settle_snapshot(
