@@ -16,6 +16,9 @@ class ActorState(StrEnum):
     SUSPENDED = "SUSPENDED"
     RESUMING = "RESUMING"
     RUNNING = "RUNNING"
+    FROZEN = "FROZEN"
+    """Its sandbox is stopped in place (cgroup freezer, or a stopped VM): it keeps its worker and
+    memory, uses no CPU, takes no traffic, and a resume thaws it in milliseconds."""
     UNREACHABLE = "UNREACHABLE"
     """Its node stopped answering: the actor keeps its worker (and, if the node returns within
     the grace, its sandbox and memory); it takes no traffic and no operation but a revert."""
@@ -24,9 +27,6 @@ class ActorState(StrEnum):
     PAUSED = "PAUSED"
     REVERTING = "REVERTING"
     CRASHED = "CRASHED"
-    FROZEN = "FROZEN"
-    """Its sandbox is stopped in place (cgroup freezer, or a stopped VM): it keeps its worker and
-    memory, uses no CPU, takes no traffic, and a resume thaws it in milliseconds."""
 
 
 ON_WORKER = frozenset({ActorState.RUNNING, ActorState.FROZEN})
