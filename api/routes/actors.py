@@ -39,6 +39,7 @@ from api.schemas import (
 from api.views import actor_view, decode_page_token, encode_page_token, operation_view, tag_view
 from domain.access import Permission
 from domain.liveness import unreachable_message, unreachable_refusal
+from domain.operations.freeze import FreezeActorInput, FreezeActorResult
 from domain.operations.pause import PauseActorInput, PauseActorResult
 from domain.operations.resume import ResumeActorInput, ResumeActorResult
 from domain.operations.revert import RevertActorInput, RevertActorResult
@@ -381,4 +382,25 @@ async def pause_actor(
         return await _operate(
             store, temporal, ref, Operation.PAUSE, PauseActorInput(actor=ref), PauseActorResult,
             ActorState.PAUSED, timeout,
+        )  # fmt: skip
+
+
+@router.post(PREFIX + "/{name}/freeze", **needs(Permission.ACTORS_OPERATE))
+async def freeze_actor(
+    atespace: str,
+    name: str,
+    store: StoreDep,
+    temporal: TemporalDep,
+    settings: SettingsDep,
+    body: PauseRequest | None = None,
+) -> ActorPublic:
+    """Freeze the actor: stop its sandbox in place (it keeps its worker and memory and uses no
+    CPU); its next request, or a resume, thaws it in milliseconds. Refused unless RUNNING (at
+    once when already FROZEN). An idle policy's `Freeze` step does the same by itself."""
+    ref = ActorRef(atespace, name)
+    with timed(Operation.FREEZE.value):
+        timeout = (body.timeout_seconds if body else None) or settings.suspend_timeout_seconds
+        return await _operate(
+            store, temporal, ref, Operation.FREEZE, FreezeActorInput(actor=ref), FreezeActorResult,
+            ActorState.FROZEN, timeout,
         )  # fmt: skip
