@@ -24,6 +24,7 @@ from store.drains import Drains
 from store.golden_snapshots import GoldenSnapshots
 from store.history import OperationHistory
 from store.liveness import Liveness
+from store.migrations import migrate
 from store.nodes import Nodes
 from store.pauses import Pauses
 from store.pinning import Pinning
@@ -90,6 +91,16 @@ class Store:
                                          command_timeout=command_timeout, timeout=connect_timeout)
         assert pool is not None
         return cls(pool)
+
+    async def migrate(self) -> tuple[int, int]:
+        """Bring the schema up to date (`store.migrations.migrate`: under an advisory lock, so
+        processes starting at once apply each migration once).
+
+        Returns:
+            (version before, version after).
+        """
+        async with self.pool.acquire() as connection:
+            return await migrate(connection)
 
     async def close(self) -> None:
         """Stop the worker view (if placement started it) and close every connection."""
