@@ -9,7 +9,8 @@ concern; named queries in (`queries.sql`), dataclasses and store errors out.
 - the operations' transitions, one class per workflow: `resumes`, `suspends`, `pauses`,
   `uploads`, `golden_snapshots`, `reverts`, `drains`;
 - what those share inside their transactions: `placement` (with its in-memory worker view,
-  started by the first placement or by `Placement.view.ready()`), `snapshots`, `pinning`.
+  started by the first placement or by `Placement.view.ready()`), `snapshots`, `pinning`;
+- the benchmarks' readings and staging (bench/ only): `measurements`.
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ from store.drains import Drains
 from store.golden_snapshots import GoldenSnapshots
 from store.history import OperationHistory
 from store.liveness import Liveness
+from store.measurements import Measurements
 from store.migrations import migrate
 from store.nodes import Nodes
 from store.pauses import Pauses
@@ -72,6 +74,7 @@ class Store:
         self.drains = Drains(pool, self.placement)
         self.tokens = AccessTokens(pool)
         self.router_drains = RouterDrains(pool)
+        self.measurements = Measurements(pool)
 
     @classmethod
     async def connect(
