@@ -41,7 +41,7 @@ from domain.operations.snapshot_gc import DeleteSnapshotInput
 from domain.reasons import Reason
 from domain.refs import ActorRef, WorkerRef
 from domain.states import SnapshotStorage
-from store import Store
+from store.interfaces import AteletActivitiesStore
 
 CHECKPOINT_REACH_SECONDS = 60.0
 """How long a checkpoint waits for an atelet that does not answer (restarting) before it fails:
@@ -63,7 +63,7 @@ class AteletActivities:
     """
 
     def __init__(
-        self, store: Store | None = None, call_timeout_seconds: float = 300.0, *, tls: AteletClientTls
+        self, store: AteletActivitiesStore | None = None, call_timeout_seconds: float = 300.0, *, tls: AteletClientTls
     ) -> None:
         self.store = store
         self.channels = AteletChannels(tls)
@@ -250,7 +250,7 @@ class AteletActivities:
             result.timings,
         )
 
-    async def _done_earlier(self, holder: ActorRef, state: str, check: Callable[[Store], Awaitable[bool]]) -> bool:
+    async def _done_earlier(self, holder: ActorRef, state: str, check: Callable[[AteletActivitiesStore], Awaitable[bool]]) -> bool:
         """Whether an earlier attempt of this call committed its operation's finalize, as `check`
         asks the store (callers ask from the second attempt on; a first attempt has no earlier
         one). No store, or a database that does not answer, counts as no: the call then goes on
@@ -264,7 +264,7 @@ class AteletActivities:
             return False
 
     async def _finalize_here(
-        self, holder: ActorRef, what: str, commit: Callable[[Store], Awaitable[None]], timings: dict[str, float]
+        self, holder: ActorRef, what: str, commit: Callable[[AteletActivitiesStore], Awaitable[None]], timings: dict[str, float]
     ) -> float | None:
         """An operation's finalize `commit`, run in the activity right after the atelet answered
         (after the `<workflow>.before_finalize` failpoint); its seconds go to `timings["finalize"]`.

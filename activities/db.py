@@ -33,7 +33,7 @@ from domain.operations.router_drain import (
 from domain.operations.snapshot_gc import GarbageSnapshot, SnapshotGcInput
 from domain.operations.suspend import BeginSuspendInput, CompleteSnapshotInput, SuspendCompletedInput, SuspendPlan
 from domain.operations.upload import CompleteUploadInput, UploadInput, UploadPlan
-from store import Store
+from store.interfaces import DbActivitiesStore
 
 log = logging.getLogger(__name__)
 
@@ -43,9 +43,9 @@ with nothing in flight answers within a few ms; bench/README.md, "activation"), 
 
 
 class DbActivities:
-    """Postgres activities bound to one `Store`."""
+    """Postgres activities bound to the store (`store.interfaces.DbActivitiesStore`)."""
 
-    def __init__(self, store: Store) -> None:
+    def __init__(self, store: DbActivitiesStore) -> None:
         self.store = store
 
     # ---- FreezeActor ------------------------------------------------------------------------

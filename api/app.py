@@ -28,7 +28,7 @@ from api.names import check_request_names
 from api.recovery import run_recovery
 from api.routes import actors, atespaces, operations, routers, templates, tokens, workers
 from api.settings import ApiSettings
-from store import Store, migrate
+from store import Store
 
 log = logging.getLogger("ate.api")
 
@@ -68,8 +68,7 @@ def create_app(settings: ApiSettings) -> FastAPI:
         store = await Store.connect(settings.database_url, max_size=20,
                                     command_timeout=settings.database_timeout_seconds,
                                     connect_timeout=settings.database_timeout_seconds)
-        async with store.pool.acquire() as connection:
-            await migrate(connection)
+        await store.migrate()
         app.state.store = store
         app.state.authenticator = authenticator_for(settings, store)
         app.state.temporal = await Client.connect(settings.temporal_address, namespace=settings.temporal_namespace)

@@ -9,7 +9,8 @@ concern; named queries in (`queries.sql`), dataclasses and store errors out.
 - the operations' transitions, one class per workflow: `resumes`, `suspends`, `pauses`,
   `uploads`, `golden_snapshots`, `reverts`, `drains`;
 - what those share inside their transactions: `placement` (with its in-memory worker view,
-  started by the first placement or by `Placement.view.ready()`), `snapshots`, `pinning`.
+  started by the first placement or by `Placement.view.ready()`), `snapshots`, `pinning`;
+- the benchmarks' readings and staging (bench/ only): `measurements`.
 """
 
 from __future__ import annotations
@@ -25,6 +26,8 @@ from store.freezes import Freezes
 from store.golden_snapshots import GoldenSnapshots
 from store.history import OperationHistory
 from store.liveness import Liveness
+from store.measurements import Measurements
+from store.migrations import migrate
 from store.nodes import Nodes
 from store.pauses import Pauses
 from store.pinning import Pinning
@@ -73,6 +76,7 @@ class Store:
         self.tokens = AccessTokens(pool)
         self.router_drains = RouterDrains(pool)
         self.freezes = Freezes(pool, self.placement)
+        self.measurements = Measurements(pool)
 
     @classmethod
     async def connect(
@@ -92,6 +96,16 @@ class Store:
                                          command_timeout=command_timeout, timeout=connect_timeout)
         assert pool is not None
         return cls(pool)
+
+    async def migrate(self) -> tuple[int, int]:
+        """Bring the schema up to date (`store.migrations.migrate`: under an advisory lock, so
+        processes starting at once apply each migration once).
+
+        Returns:
+            (version before, version after).
+        """
+        async with self.pool.acquire() as connection:
+            return await migrate(connection)
 
     async def close(self) -> None:
         """Stop the worker view (if placement started it) and close every connection."""

@@ -27,7 +27,7 @@ from activities.atelet_tls import AteletClientTls, AteletTlsError
 from activities.db import DbActivities
 from domain.operations.snapshot_gc import SnapshotGcInput
 from domain.temporal import SNAPSHOT_GC_WORKFLOW_ID, TASK_QUEUE, WORKFLOW_TASK_TIMEOUT
-from store import Store, migrate
+from store import Store
 from temporal_worker.search_attributes import ensure_search_attributes
 from temporal_worker.settings import WorkerSettings
 from workflows.eviction_deadline import EvictionDeadlineWorkflow
@@ -168,8 +168,7 @@ async def serve(settings: WorkerSettings) -> None:
     )
     tls.credentials()  # unusable files fail the start, not every activity
     store = await Store.connect(settings.database_url, max_size=20)
-    async with store.pool.acquire() as connection:
-        await migrate(connection)
+    await store.migrate()
     client = await Client.connect(
         settings.temporal_address,
         namespace=settings.temporal_namespace,

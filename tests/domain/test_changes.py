@@ -1,7 +1,18 @@
 """The NOTIFY payloads of domain.changes, read as the migrations' trigger and the drain query write
 them (store/migrations/0001_initial.sql: `atespace || '/' || name || ' ' || state`)."""
 
-from domain.changes import ActorChange, format_drain, parse_actor_change, parse_drain
+import re
+from pathlib import Path
+
+from domain.changes import (
+    ACTOR_CHANGES_CHANNEL,
+    ROUTER_DRAINS_CHANNEL,
+    WORKER_CHANGES_CHANNEL,
+    ActorChange,
+    format_drain,
+    parse_actor_change,
+    parse_drain,
+)
 from domain.refs import ActorRef
 
 
@@ -21,3 +32,12 @@ def test_a_drain_payload_goes_there_and_back() -> None:
     assert parse_drain("7 demo/c1") == (7, actor)
     for payload in ("x demo/c1", "7", "7 demo", "7 /c1", "-1 demo/c1"):
         assert parse_drain(payload) is None, payload
+
+
+def test_every_channel_the_sql_notifies_is_one_of_domain_changes() -> None:
+    # The triggers (migrations) and the drain query are SQL and cannot import the constants: this
+    # keeps their spellings of the channels the one of domain.changes.
+    store = Path(__file__).resolve().parents[2] / "store"
+    sql = "".join(path.read_text() for path in [store / "queries.sql", *sorted((store / "migrations").glob("*.sql"))])
+    notified = set(re.findall(r"pg_notify\('([a-z_]+)'", sql))
+    assert notified == {ACTOR_CHANGES_CHANNEL, ROUTER_DRAINS_CHANNEL, WORKER_CHANGES_CHANNEL}
