@@ -21,6 +21,7 @@ from api.access.oidc import OidcVerifier
 from api.actor_changes import ActorChanges
 from api.deps import StoreDep
 from api.errors import install_error_handlers
+from api.idle import IdleJudge
 from api.limits import BodySizeLimit
 from api.liveness import LivenessWatcher
 from api.metrics import WORKERS
@@ -81,7 +82,12 @@ def create_app(settings: ApiSettings) -> FastAPI:
             grace_seconds=settings.unreachable_grace_seconds,
             every_seconds=settings.liveness_check_seconds,
         )
-        background = [asyncio.create_task(watcher.run()), asyncio.create_task(run_recovery(store, app.state.temporal))]
+        judge = IdleJudge(store, app.state.temporal, every_seconds=settings.idle_check_seconds)
+        background = [
+            asyncio.create_task(watcher.run()),
+            asyncio.create_task(run_recovery(store, app.state.temporal)),
+            asyncio.create_task(judge.run()),
+        ]
         try:
             yield
         finally:

@@ -92,3 +92,5 @@ class Freezes:
             outcome = "abandoned" if error is None else "failed"
             why = error if error is not None else "a request came in: the actor keeps running"
             await connection.execute(Q["finish_operation"], operation_id, outcome, why, None)
+            if error is None:  # the request in flight proves it busy now: its idle time starts again
+                await connection.execute(Q["touch_actor"], ref.atespace, ref.name)

@@ -27,6 +27,7 @@ from store.drains import Drains
 from store.freezes import Freezes
 from store.golden_snapshots import GoldenSnapshots
 from store.history import OperationHistory
+from store.idleness import Idleness
 from store.liveness import MAX_RECOVERIES_PER_WINDOW, RECOVERY_WINDOW_SECONDS, CrashedActor, Unreachability
 from store.nodes import FencingOrder
 from store.pauses import Pauses
@@ -237,6 +238,8 @@ class ApiStore(Protocol):
     def liveness(self) -> ActorUnreachability: ...  # noqa: D102
     @property
     def router_drains(self) -> RouterReplicas: ...  # noqa: D102
+    @property
+    def idleness(self) -> Idleness: ...  # noqa: D102
 
     async def ping(self) -> None:
         """See `Store.ping` (the health check)."""

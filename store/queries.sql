@@ -58,8 +58,9 @@ RETURNING name;
 SELECT EXISTS (SELECT 1 FROM actors WHERE atespace = $1 AND template = $2);
 
 -- create_actor --
--- Create an actor in SUSPENDED; returns nothing when the name is taken.
-INSERT INTO actors (atespace, name, template, worker_selector) VALUES ($1, $2, $3, $4)
+-- Create an actor in SUSPENDED, with its own idle policy $5 (NULL: its template's); returns
+-- nothing when the name is taken.
+INSERT INTO actors (atespace, name, template, worker_selector, idle_policy) VALUES ($1, $2, $3, $4, $5)
 ON CONFLICT DO NOTHING
 RETURNING atespace, name;
 
@@ -73,8 +74,11 @@ SELECT a.atespace, a.name, a.template, a.state, a.version, a.worker_selector, a.
        s.uri AS snapshot_uri, s.state AS snapshot_state, s.manifest AS snapshot_manifest,
        a.pinned_node, l.id AS local_snapshot_id, l.generation AS local_snapshot_generation,
        a.pending_upload_snapshot_id IS NOT NULL AS upload_pending,
-       l.scope AS local_snapshot_scope, l.uri AS local_snapshot_uri
+       l.scope AS local_snapshot_scope, l.uri AS local_snapshot_uri,
+       a.idle_policy, t.spec -> 'idle' AS template_idle,
+       EXTRACT(EPOCH FROM now() - a.last_active_at)::float8 AS idle_seconds
 FROM actors a
+LEFT JOIN actor_templates t ON t.atespace = a.atespace AND t.name = a.template
 LEFT JOIN workers w ON w.id = a.worker_id
 LEFT JOIN nodes n ON n.name = w.node
 LEFT JOIN snapshots s ON s.id = a.latest_snapshot_id
@@ -101,8 +105,11 @@ SELECT a.atespace, a.name, a.template, a.state, a.version, a.worker_selector, a.
        s.uri AS snapshot_uri, s.state AS snapshot_state, NULL::jsonb AS snapshot_manifest,
        a.pinned_node, l.id AS local_snapshot_id, l.generation AS local_snapshot_generation,
        a.pending_upload_snapshot_id IS NOT NULL AS upload_pending,
-       l.scope AS local_snapshot_scope, l.uri AS local_snapshot_uri
+       l.scope AS local_snapshot_scope, l.uri AS local_snapshot_uri,
+       a.idle_policy, t.spec -> 'idle' AS template_idle,
+       EXTRACT(EPOCH FROM now() - a.last_active_at)::float8 AS idle_seconds
 FROM page a
+LEFT JOIN actor_templates t ON t.atespace = a.atespace AND t.name = a.template
 LEFT JOIN workers w ON w.id = a.worker_id
 LEFT JOIN snapshots s ON s.id = a.latest_snapshot_id
 LEFT JOIN snapshots l ON l.id = COALESCE(a.local_snapshot_id, a.pending_upload_snapshot_id)
@@ -504,7 +511,7 @@ WHERE operation_id = $1 AND finished_at IS NULL;
 
 -- actor_operations --
 -- The last operations of an actor.
-SELECT operation_id, operation, outcome, worker, error, started_at, finished_at
+SELECT operation_id, operation, outcome, worker, error, started_at, finished_at, reason
 FROM operations WHERE atespace = $1 AND actor = $2
 ORDER BY started_at DESC LIMIT $3;
 
@@ -873,3 +880,31 @@ SELECT version FROM thawing;
 -- Why ate started an operation by itself ('idle for 300 s', 'pressure: ...'), shown in the
 -- actor's history.
 UPDATE operations SET reason = $2 WHERE operation_id = $1;
+
+-- idle_candidates --
+-- The actors an idle policy may act on now: RUNNING, FROZEN or PAUSED, no operation in flight,
+-- an idle policy (their own, else their template's) whose first step is due. Only actors on a
+-- worker or pinned to a node are looked at (by state: bounded by the workers' places and the
+-- nodes' disks, not by the actor population); the longest idle first, at most $1.
+SELECT a.atespace, a.name, a.state, COALESCE(a.idle_policy, t.spec -> 'idle') AS policy,
+       EXTRACT(EPOCH FROM now() - a.last_active_at)::float8 AS idle_seconds
+FROM actors a JOIN actor_templates t ON t.atespace = a.atespace AND t.name = a.template
+WHERE a.state IN ('RUNNING', 'FROZEN', 'PAUSED') AND a.operation IS NULL
+  AND jsonb_typeof(COALESCE(a.idle_policy, t.spec -> 'idle')) = 'array'
+  AND jsonb_array_length(COALESCE(a.idle_policy, t.spec -> 'idle')) > 0
+  AND a.last_active_at
+      <= now() - make_interval(secs => (COALESCE(a.idle_policy, t.spec -> 'idle') -> 0 ->> 'afterSeconds')::float8)
+ORDER BY a.last_active_at
+LIMIT $1;
+
+-- touch_actor --
+-- Traffic proves the actor busy now (an idle operation gave way to a request in flight): its idle
+-- time starts again.
+UPDATE actors SET last_active_at = now() WHERE atespace = $1 AND name = $2;
+
+-- set_actor_idle_policy --
+-- The actor's own idle policy ($3: a list of steps; an empty list: off for it; NULL: its
+-- template's again).
+UPDATE actors SET idle_policy = $3, version = version + 1, updated_at = now()
+WHERE atespace = $1 AND name = $2
+RETURNING version;

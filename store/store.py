@@ -25,6 +25,7 @@ from store.drains import Drains
 from store.freezes import Freezes
 from store.golden_snapshots import GoldenSnapshots
 from store.history import OperationHistory
+from store.idleness import Idleness
 from store.liveness import Liveness
 from store.measurements import Measurements
 from store.migrations import migrate
@@ -76,6 +77,7 @@ class Store:
         self.tokens = AccessTokens(pool)
         self.router_drains = RouterDrains(pool)
         self.freezes = Freezes(pool, self.placement)
+        self.idleness = Idleness(pool)
         self.measurements = Measurements(pool)
 
     @classmethod

@@ -150,6 +150,8 @@ class Suspends:
             )
             await connection.execute(Q["delete_pending_snapshot"], snapshot_id)
             await connection.execute(Q["finish_operation"], operation_id, "abandoned" if abandoned else "failed", error, None)
+            if abandoned:  # the request in flight proves it busy now: its idle time starts again
+                await connection.execute(Q["touch_actor"], ref.atespace, ref.name)
 
 
 def _suspended_with(row: asyncpg.Record | None, snapshot_id: int) -> bool:

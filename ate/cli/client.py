@@ -240,9 +240,13 @@ class ApiClient:
         template: str | None,
         worker_selector: dict[str, str],
         from_tag: str | None = None,
+        idle: list[dict[str, Any]] | None = None,
     ) -> dict[str, Any]:
-        """Create an actor (SUSPENDED), from a template or from a tag `<atespace>/<tag>`."""
+        """Create an actor (SUSPENDED), from a template or from a tag `<atespace>/<tag>`, with its
+        own idle policy `idle` (None: its template's; []: off for it)."""
         body: dict[str, Any] = {"name": name, "worker_selector": worker_selector}
+        if idle is not None:
+            body["idle"] = idle
         if template is not None:
             body["template"] = template
         if from_tag is not None:
@@ -340,6 +344,21 @@ class ApiClient:
             f"/v1/atespaces/{_segment(atespace)}/actors/{_segment(name)}/pause",
             json={"timeout_seconds": timeout_seconds},
             timeout=timeout_seconds + 15.0,
+        )
+
+    def freeze_actor(self, atespace: str, name: str, timeout_seconds: float = 60.0) -> dict[str, Any]:
+        """Freeze an actor (its sandbox stops in place) and return it FROZEN."""
+        return self.request_object(
+            "POST",
+            f"/v1/atespaces/{_segment(atespace)}/actors/{_segment(name)}/freeze",
+            json={"timeout_seconds": timeout_seconds},
+            timeout=timeout_seconds + 15.0,
+        )
+
+    def update_actor(self, atespace: str, name: str, changes: dict[str, Any]) -> dict[str, Any]:
+        """Replace the given fields of an actor (`worker_selector`, `idle`) and return it."""
+        return self.request_object(
+            "PATCH", f"/v1/atespaces/{_segment(atespace)}/actors/{_segment(name)}", json=changes
         )
 
     # Workers
