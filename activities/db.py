@@ -22,6 +22,7 @@ from domain.operations.drain import BeginDrainInput, CrashInput, DrainPlan, Left
 from domain.operations.freeze import BeginFreezeInput, FinishFreezeInput, FreezePlan
 from domain.operations.golden import GoldenPlan, GoldenSnapshotInput
 from domain.operations.pause import PausePlan
+from domain.operations.pressure import MAX_PRESSURE_MOVES, PressureInput, PressureVictimRef, PressureVictims
 from domain.operations.resume import BeginResumeInput, ResumePlan, ResumeProgress
 from domain.operations.revert import FenceInput, FinishRevertInput, RevertPlan
 from domain.operations.router_drain import (
@@ -64,6 +65,16 @@ class DbActivities:
     async def rollback_freeze(self, request: FinishFreezeInput) -> None:
         """FROZEN -> RUNNING: the freeze gave way to traffic (`error` None) or failed."""
         await self.store.freezes.rollback(request.actor, request.operation_id, request.error)
+
+    @activity_defn(Activity.PRESSURE_VICTIMS)
+    async def pressure_victims(self, request: PressureInput) -> PressureVictims:
+        """The opted-in actors whose move would make room for `request.actor` (store.pressure),
+        best first, without those already tried."""
+        tried = set(request.tried)
+        found = await self.store.pressure.victims(request.actor, limit=MAX_PRESSURE_MOVES + len(tried))
+        return PressureVictims(
+            [PressureVictimRef(v.actor, v.action.value, v.pool) for v in found if v.actor not in tried]
+        )
 
     # ---- ResumeActor ------------------------------------------------------------------------
 

@@ -72,6 +72,8 @@ class Activity(StrEnum):
     """RUNNING -> FROZEN under the operation (the routers stop sending at its NOTIFY)."""
     FINISH_FREEZE = "finish_freeze"
     """The sandbox is stopped: the operation is recorded finished, the actor rests FROZEN."""
+    PRESSURE_VICTIMS = "pressure_victims"
+    """The opted-in actors whose move would make room for a resume that found none."""
     ROLLBACK_FREEZE = "rollback_freeze"
     """FROZEN -> RUNNING: the freeze gave way to traffic or the atelet could not stop the sandbox."""
 

@@ -31,6 +31,7 @@ from store.idleness import Idleness
 from store.liveness import MAX_RECOVERIES_PER_WINDOW, RECOVERY_WINDOW_SECONDS, CrashedActor, Unreachability
 from store.nodes import FencingOrder
 from store.pauses import Pauses
+from store.pressure import Pressure
 from store.records import WorkerRecord, WorkerRegistration
 from store.resumes import Resumes
 from store.reverts import Reverts
@@ -294,6 +295,8 @@ class DbActivitiesStore(Protocol):
     def snapshots(self) -> GarbageSnapshots: ...  # noqa: D102
     @property
     def freezes(self) -> Freezes: ...  # noqa: D102
+    @property
+    def pressure(self) -> Pressure: ...  # noqa: D102
 
 
 class AteletActivitiesStore(Protocol):

@@ -908,3 +908,26 @@ UPDATE actors SET last_active_at = now() WHERE atespace = $1 AND name = $2;
 UPDATE actors SET idle_policy = $3, version = version + 1, updated_at = now()
 WHERE atespace = $1 AND name = $2
 RETURNING version;
+
+-- pressure_candidates --
+-- Actors that may be moved off their worker to make room for actor $1/$2's resume: their template
+-- opted in (suspendUnderPressure), RUNNING or FROZEN with no operation in flight, on a worker of a
+-- live node; frozen ones first, then the longest idle; at most $3. The caller checks each one's
+-- worker against the resume's demand and its template's minimum run time.
+SELECT a.atespace, a.name, a.state, t.spec -> 'suspendUnderPressure' AS pressure,
+       EXTRACT(EPOCH FROM now() - COALESCE(a.running_since, a.updated_at))::float8 AS running_seconds,
+       EXTRACT(EPOCH FROM now() - a.last_active_at)::float8 AS idle_seconds,
+       w.node, w.pool, w.name AS worker, w.state AS worker_state, w.state_reason, w.sandbox_class, w.labels,
+       w.places, w.cpu_millis, w.memory_bytes,
+       CASE WHEN w.sandbox_class = 'gvisor' THEN COALESCE(NULLIF(w.runtime_version, ''), n.runsc_version)
+            ELSE w.runtime_version END AS runsc_version
+FROM actors a
+JOIN actor_templates t ON t.atespace = a.atespace AND t.name = a.template
+JOIN workers w ON w.id = a.worker_id
+JOIN nodes n ON n.name = w.node
+WHERE a.state IN ('RUNNING', 'FROZEN') AND a.operation IS NULL
+  AND COALESCE(t.spec -> 'suspendUnderPressure', 'false'::jsonb) <> 'false'::jsonb
+  AND n.lost_at IS NULL AND n.retired_at IS NULL
+  AND NOT (a.atespace = $1 AND a.name = $2)
+ORDER BY a.state = 'FROZEN' DESC, a.last_active_at
+LIMIT $3;

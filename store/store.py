@@ -33,6 +33,7 @@ from store.nodes import Nodes
 from store.pauses import Pauses
 from store.pinning import Pinning
 from store.placement import Placement
+from store.pressure import Pressure
 from store.resumes import Resumes
 from store.reverts import Reverts
 from store.router_drains import RouterDrains
@@ -78,6 +79,7 @@ class Store:
         self.router_drains = RouterDrains(pool)
         self.freezes = Freezes(pool, self.placement)
         self.idleness = Idleness(pool)
+        self.pressure = Pressure(pool, self.snapshots)
         self.measurements = Measurements(pool)
 
     @classmethod

@@ -134,6 +134,7 @@ def activities(db: DbActivities, atelets: AteletActivities) -> list[Callable[...
         db.finish_freeze,
         db.rollback_freeze,
         atelets.freeze,
+        db.pressure_victims,
     ]
 
 

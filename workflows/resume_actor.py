@@ -34,6 +34,7 @@ from temporalio import workflow
 from temporalio.exceptions import ApplicationError
 
 from workflows.detach import detach_paused
+from workflows.pressure import PRESSURE_PATCH, make_room
 from workflows.steps import (
     atelet_step,
     boot_timeout,
@@ -116,38 +117,62 @@ class ResumeActorWorkflow:
     async def _in_one_activity(
         self, request: ResumeActorInput, operation_id: str, timings: dict[str, float]
     ) -> ResumeActorResult:
-        """Placement, restore and finalize in `place_and_restore` (module doc)."""
+        """Placement, restore and finalize in `place_and_restore` (module doc); when placement
+        finds no room, the pressure step moves opted-in actors off their workers and tries again
+        (`workflows.pressure`)."""
         actor = request.actor
         show_step("placement and restore")
         started = workflow.time()
-        try:
-            done: PlaceAndRestoreResult = await atelet_step(
-                Activity.PLACE_AND_RESTORE,
-                PlaceAndRestoreInput(
-                    actor=actor, operation_id=operation_id, probe_timeout_seconds=request.probe_timeout_seconds
-                ),
-                result_type=PlaceAndRestoreResult,
-                timeout=boot_timeout(request.probe_timeout_seconds),
-            )
-        except ApplicationError as error:
-            if error.type == Reason.PINNED_NODE_FULL:
-                return await self._after_detach(request, operation_id, timings, started, True)
-            if _placement_refused(error) or error.type == Reason.SUPERSEDED:
-                raise
-            finish = FinishInput(actor=actor, operation_id=operation_id)
-            progress = await db_step(Activity.RESUME_PROGRESS, finish, result_type=ResumeProgress)
-            if progress.running:  # an attempt restored and marked it RUNNING; its answer was lost
-                timings["atelet"] = workflow.time() - started
-                show_step("done")
-                return ResumeActorResult(actor=actor, worker=progress.worker, timings=timings)
-            if progress.worker is not None:
-                await self._roll_back(progress.worker, actor, operation_id, error)
-            raise
+        tried: list[ActorRef] = []
+        while True:
+            try:
+                done: PlaceAndRestoreResult = await atelet_step(
+                    Activity.PLACE_AND_RESTORE,
+                    PlaceAndRestoreInput(
+                        actor=actor, operation_id=operation_id, probe_timeout_seconds=request.probe_timeout_seconds
+                    ),
+                    result_type=PlaceAndRestoreResult,
+                    timeout=boot_timeout(request.probe_timeout_seconds),
+                )
+                break
+            except ApplicationError as error:
+                if error.type != Reason.NO_CAPACITY or not workflow.patched(PRESSURE_PATCH):
+                    return await self._not_placed(request, operation_id, timings, started, error)
+                moved = await make_room(actor, tried)
+                if moved is None:
+                    return await self._not_placed(request, operation_id, timings, started, error)
+                timings["pressure"] = workflow.time() - started
+                show_step(f"placement and restore (moved {moved.key} to make room)")
         plan = done.plan
         timings["placement"] = done.placement_seconds
         if plan.already_running and not done.resumed_earlier:
             return ResumeActorResult(actor=actor, worker=plan.worker, already_running=True, timings=timings)
         return await self._finish(actor, operation_id, plan, done.restored, timings, started)
+
+    async def _not_placed(
+        self,
+        request: ResumeActorInput,
+        operation_id: str,
+        timings: dict[str, float],
+        started: float,
+        error: ApplicationError,
+    ) -> ResumeActorResult:
+        """`place_and_restore` failed: a full pinned node detaches, a refusal is raised, anything
+        else is looked up (`resume_progress`) and rolled back or taken as done."""
+        actor = request.actor
+        if error.type == Reason.PINNED_NODE_FULL:
+            return await self._after_detach(request, operation_id, timings, started, True)
+        if _placement_refused(error) or error.type == Reason.SUPERSEDED:
+            raise error
+        finish = FinishInput(actor=actor, operation_id=operation_id)
+        progress = await db_step(Activity.RESUME_PROGRESS, finish, result_type=ResumeProgress)
+        if progress.running:  # an attempt restored and marked it RUNNING; its answer was lost
+            timings["atelet"] = workflow.time() - started
+            show_step("done")
+            return ResumeActorResult(actor=actor, worker=progress.worker, timings=timings)
+        if progress.worker is not None:
+            await self._roll_back(progress.worker, actor, operation_id, error)
+        raise error
 
     async def _place(self, actor: ActorRef, operation_id: str) -> ResumePlan:
         """The placement step, `begin_resume` (a local activity)."""

@@ -71,7 +71,7 @@ def openapi_document() -> dict[str, Any]:
 schema = schemathesis.openapi.from_dict(openapi_document())
 seeded_schema = (
     schemathesis.openapi.from_dict(openapi_document())
-    .exclude(path_regex=r"/(resume|suspend|pause|revert)$")
+    .exclude(path_regex=r"/(resume|suspend|pause|freeze|revert)$")
     .exclude(path_regex=r"^/healthz$")
 )
 

@@ -28,6 +28,7 @@ from domain.operations.drain import DrainPlan, EvictionDeadlineInput, Leftover
 from domain.operations.freeze import AteletFreezeResult, FreezeActorInput, FreezePlan
 from domain.operations.golden import GoldenPlan, GoldenSnapshotInput
 from domain.operations.pause import PauseActorInput, PausePlan
+from domain.operations.pressure import PressureVictimRef, PressureVictims
 from domain.operations.resume import PlaceAndRestoreResult, ResumeActorInput, ResumePlan, ResumeProgress
 from domain.operations.revert import RevertActorInput, RevertPlan
 from domain.operations.router_drain import RouterDrainResult
@@ -283,6 +284,16 @@ async def suspend_idle_abandoned(ate: Ate) -> Handle:
     return await settled(await ate.start(SuspendActorWorkflow.run, request, id=C1.workflow_id))
 
 
+async def resume_made_room(ate: Ate) -> Handle:
+    full = store_failure(NoCapacity("no worker has room for the actor demo/c1: all 1 matching workers have every place taken"))
+    ate.fakes.script("place_and_restore", full, PlaceAndRestoreResult(plan=RESUME_PLAN, restored=MARKED))
+    victim = PressureVictimRef(actor=actor("idle-1"), action="Suspend", pool="pool-a")
+    ate.fakes.script("pressure_victims", PressureVictims([victim]))
+    ate.fakes.script("begin_suspend", SuspendPlan(already_suspended=False, worker=worker(2), snapshot=snapshot(7)))
+    ate.fakes.script("drain_routers", DRAINED).script("atelet_checkpoint", COMPLETED)
+    return await settled(await ate.start(ResumeActorWorkflow.run, ResumeActorInput(actor=C1), id=C1.workflow_id))
+
+
 SCENARIOS: dict[str, Scenario] = {
     "resume_actor_restored_after_a_retry": resume_restored,
     "resume_actor_finalized_by_the_workflow": resume_finalized_by_the_workflow,
@@ -291,6 +302,7 @@ SCENARIOS: dict[str, Scenario] = {
     "resume_actor_rolled_back_and_fenced": resume_rolled_back_and_fenced,
     "resume_actor_detached_from_a_full_node": resume_detached_from_full_node,
     "resume_actor_refused_no_matching_worker": resume_refused_no_matching_worker,
+    "resume_actor_made_room_under_pressure": resume_made_room,
     "suspend_actor_sync": suspend_sync,
     "suspend_actor_completed_then_its_answer_lost": suspend_completed_then_its_answer_lost,
     "suspend_actor_async_starts_its_upload": suspend_async_with_upload,

@@ -16,6 +16,7 @@ from domain.operations.atelet_calls import (
     AteletTerminateInput,
 )
 from domain.operations.common import FinishInput
+from domain.operations.pressure import PressureVictims
 from domain.operations.resume import (
     BeginResumeInput,
     PlaceAndRestoreInput,
@@ -121,9 +122,10 @@ async def test_a_state_that_allows_no_resume_is_refused_naming_both_states(ate: 
 async def test_no_room_is_refused_with_the_placement_hint(ate: Ate) -> None:
     hint = "no worker has room for the actor demo/c1: all 2 matching workers have every place taken"
     ate.fakes.script("place_and_restore", store_failure(NoCapacity(hint)))
+    ate.fakes.script("pressure_victims", PressureVictims([]))  # nobody opted in to make room
     failure = await ate.failure(RUN, ResumeActorInput(actor=C1), id=ID)
     assert (failure.type, failure.message) == ("NoCapacity", hint)
-    assert ate.fakes.names() == ["place_and_restore"]
+    assert ate.fakes.names() == ["place_and_restore", "pressure_victims"]
 
 
 @pytest.mark.parametrize(
