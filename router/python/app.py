@@ -29,16 +29,11 @@ from router.core.errors import RouteError
 from router.core.metrics import ObserveRequest, observe_request
 from router.core.routing import Found, RouterCore
 from router.core.target import TargetError, scan_head, target_label
-from router.python.proxy import BodyStream, open_upstream, relay
+from router.python.proxy import open_upstream, relay
+from router.python.request_body import BodyStream
 from router.python.sessions import Sessions
-from router.python.upstream_client import (
-    ClientGone,
-    ClientIdle,
-    UpstreamClient,
-    UpstreamConnectError,
-    UpstreamResponse,
-    new_upstream_client,
-)
+from router.python.upstream_client import UpstreamClient, UpstreamResponse, new_upstream_client
+from router.python.upstream_errors import ClientGone, ClientIdle, UpstreamConnectError
 from router.python.websocket import WebSocketProxy
 from router.settings import RouterSettings
 

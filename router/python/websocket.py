@@ -40,7 +40,8 @@ from router.core.metrics import ObserveRequest, observe_request
 from router.core.routing import Found, RouterCore
 from router.core.target import TargetError, scan_head
 from router.core.upstream import Upstream
-from router.python.proxy import HOP_BY_HOP, Receive, Scope, Send, request_headers
+from router.python.asgi import Receive, Scope, Send
+from router.python.headers import HOP_BY_HOP, request_headers
 from router.python.sessions import GOING_AWAY, Session, Sessions
 from router.settings import MAX_MESSAGE_BYTES
 

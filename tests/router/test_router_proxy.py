@@ -12,7 +12,8 @@ import pytest
 
 from router.core.errors import RouteError
 from router.core.upstream import Upstream
-from router.python.proxy import BodyStream, open_upstream
+from router.python.proxy import open_upstream
+from router.python.request_body import BodyStream
 from router.python.upstream_client import new_upstream_client
 from tests.router.router_harness import free_port, pattern, working_worker
 
