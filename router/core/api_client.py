@@ -16,6 +16,7 @@ from typing import Any
 
 import httpx
 
+from domain.reasons import Reason
 from domain.templates import ActorAccess, ActorTemplateSpec
 
 # Reply kinds of ResumeReply.kind.
@@ -305,17 +306,17 @@ def classify(status: int, body: dict[str, Any]) -> ResumeReply:
         if body.get("state") == "RUNNING" and worker.get("ip"):
             return ResumeReply(RUNNING, actor=body)
         return ResumeReply(ERROR, f"resume answered state {body.get('state')!r} without a worker IP")
-    if reason == "NoMatchingWorker":
+    if reason == Reason.NO_MATCHING_WORKER:
         return ResumeReply(NO_MATCHING_WORKER, message, details=details)
     if status == 404:
         return ResumeReply(NOT_FOUND, message, details=details)
-    if status == 409 and reason == "OperationInProgress":
+    if status == 409 and reason == Reason.OPERATION_IN_PROGRESS:
         return ResumeReply(BUSY, message, details=details)
     if status == 409:
         return ResumeReply(FAILED_PRECONDITION, message, details=details)
-    if status == 503 and reason == "NoCapacity":
+    if status == 503 and reason == Reason.NO_CAPACITY:
         return ResumeReply(NO_CAPACITY, message, details=details)
-    if status == 503 and reason == "Unreachable":
+    if status == 503 and reason == Reason.UNREACHABLE:
         return ResumeReply(ACTOR_UNREACHABLE, message, details=details)
     if status == 504:
         return ResumeReply(TIMEOUT, message, details=details)
