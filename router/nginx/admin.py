@@ -1,6 +1,6 @@
 """The client of nginx's admin server (a unix socket that only the control service reaches):
 invalidations pushed in order, counters, the recent requests, in-flight counts, drains, cuts,
-the lease and nginx's worker processes (router/nginx/ate_router.lua serves them)."""
+the lease and nginx's worker processes (router/nginx/ate_admin.lua serves them)."""
 
 from __future__ import annotations
 
