@@ -114,14 +114,20 @@ already, so requests in flight to it are failing; the API waits 60 s for a rever
 
 
 async def drain_routers(
-    actor: ActorRef, operation_id: str, patch: str = ROUTER_DRAIN_PATCH, max_wait_seconds: float | None = None
+    actor: ActorRef,
+    operation_id: str,
+    patch: str = ROUTER_DRAIN_PATCH,
+    max_wait_seconds: float | None = None,
+    if_idle: bool = False,
 ) -> RouterDrainResult | None:
     """`drain_routers` before a checkpoint (or before a revert frees the worker): every live
     router replica stops sending the actor new requests, lets those in flight finish (or cuts
     them at its drain timeout) and closes its connections to the worker. A local activity that
     waits at most `MAX_DRAIN_WAIT_SECONDS` (domain.operations.router_drain); None for a run from
     before this step (replay; `patch` is the step's `workflow.patched` ID). `max_wait_seconds`
-    bounds the wait below the usual bound.
+    bounds the wait below the usual bound. `if_idle` (an idle action, a pressure suspend): a
+    replica with a request of the actor in flight refuses the drain, named in the result's `busy`
+    (the caller then abandons the action: the request wins).
 
     Raises:
         ApplicationError: the step failed for good (the database stayed down), in the user's terms.
@@ -132,7 +138,9 @@ async def drain_routers(
     try:
         result: RouterDrainResult = await workflow.execute_local_activity(
             Activity.DRAIN_ROUTERS.value,
-            RouterDrainInput(actor=actor, operation_id=operation_id, max_wait_seconds=max_wait_seconds),
+            RouterDrainInput(
+                actor=actor, operation_id=operation_id, max_wait_seconds=max_wait_seconds, if_idle=if_idle
+            ),
             result_type=RouterDrainResult,
             start_to_close_timeout=timedelta(seconds=MAX_DRAIN_WAIT_SECONDS + 30),
             retry_policy=_DB_RETRY,

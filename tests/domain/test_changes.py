@@ -1,7 +1,7 @@
 """The NOTIFY payloads of domain.changes, read as the migrations' trigger and the drain query write
 them (store/migrations/0001_initial.sql: `atespace || '/' || name || ' ' || state`)."""
 
-from domain.changes import ActorChange, format_drain, parse_actor_change, parse_drain
+from domain.changes import ActorChange, DrainNotice, format_drain, parse_actor_change, parse_drain, parse_drain_notice
 from domain.refs import ActorRef
 
 
@@ -21,3 +21,15 @@ def test_a_drain_payload_goes_there_and_back() -> None:
     assert parse_drain("7 demo/c1") == (7, actor)
     for payload in ("x demo/c1", "7", "7 demo", "7 /c1", "-1 demo/c1"):
         assert parse_drain(payload) is None, payload
+
+
+def test_an_idle_drain_payload_goes_there_and_back_and_an_old_reader_ignores_it() -> None:
+    actor = ActorRef("demo", "c1")
+    assert format_drain(7, actor, if_idle=True) == "7:idle demo/c1"
+    assert parse_drain_notice("7:idle demo/c1") == DrainNotice(7, actor, True)
+    assert parse_drain_notice("7 demo/c1") == DrainNotice(7, actor, False)
+    assert parse_drain("7:idle demo/c1") == (7, actor)
+    old_id = "7:idle demo/c1".partition(" ")[0]
+    assert not old_id.isdigit()  # the parser from before the mark finds the payload unparsable
+    for payload in ("7:busy demo/c1", "7 demo/c1 idle", ":idle demo/c1"):
+        assert parse_drain_notice(payload) is None, payload
