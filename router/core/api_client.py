@@ -68,6 +68,16 @@ class LookupFailed(Exception):
 
 
 @dataclass(frozen=True, slots=True)
+class DrainOrder:
+    """A drain the API lists in a heartbeat's answer: its id, the actor's key, and whether it
+    is an idle action's (``if_idle``: refused when this replica is busy with the actor)."""
+
+    drain_id: int
+    key: str
+    if_idle: bool = False
+
+
+@dataclass(frozen=True, slots=True)
 class TemplateRouting:
     """What the router needs of a template: its serving port and its access rule."""
 
@@ -228,16 +238,19 @@ class ApiClient:
         return AccessReview(authenticated=bool(body.get("authenticated")), allowed=bool(body.get("allowed")))
 
     async def heartbeat(
-        self, replica: str, lease_seconds: float, drain_timeout_seconds: float
-    ) -> list[tuple[int, str]]:
-        """Register this router replica or refresh its lease; return the drains it must carry
-        out, as ``(drain id, "<atespace>/<name>")``.
+        self, replica: str, lease_seconds: float, drain_timeout_seconds: float, active: list[str] | None = None
+    ) -> list[DrainOrder]:
+        """Register this router replica or refresh its lease, reporting the actors with traffic
+        on it since its last heartbeat (``active``: at most ``MAX_ACTIVE_PER_HEARTBEAT`` keys
+        ``"<atespace>/<name>"``); return the drains it must carry out.
 
         Raises:
             LookupFailed: The API is unreachable or did not take the heartbeat.
         """
         url = f"{self.base_url}/v1/routers/{replica}"
-        body = {"lease_seconds": lease_seconds, "drain_timeout_seconds": drain_timeout_seconds}
+        body: dict[str, Any] = {"lease_seconds": lease_seconds, "drain_timeout_seconds": drain_timeout_seconds}
+        if active:
+            body["active"] = active
         try:
             resp = await self._client.put(url, json=body, timeout=httpx.Timeout(lease_seconds / 2, connect=2.0))
         except httpx.TransportError as exc:
@@ -250,7 +263,7 @@ class ApiClient:
         listed = answer.get("drains")
         drains: list[Any] = listed if isinstance(listed, list) else []
         return [
-            (int(d["id"]), f"{d['atespace']}/{d['name']}")
+            DrainOrder(int(d["id"]), f"{d['atespace']}/{d['name']}", d.get("if_idle") is True)
             for d in drains
             if isinstance(d, dict) and {"id", "atespace", "name"} <= d.keys()
         ]
@@ -272,15 +285,16 @@ class ApiClient:
                 f"{_json(resp).get('message') or resp.status_code}"
             )
 
-    async def ack_drain(self, replica: str, drain_id: int) -> None:
-        """Tell the API that this replica has drained ``drain_id``.
+    async def ack_drain(self, replica: str, drain_id: int, busy: bool = False) -> None:
+        """Tell the API that this replica has drained ``drain_id``, or (``busy``) refused an
+        idle action's drain because a request of the actor is in flight here.
 
         Raises:
             LookupFailed: The API is unreachable or did not take it.
         """
         url = f"{self.base_url}/v1/routers/{replica}/drains/{drain_id}/ack"
         try:
-            resp = await self._client.post(url)
+            resp = await self._client.post(url, json={"busy": True} if busy else None)
         except httpx.TransportError as exc:
             raise LookupFailed(f"cannot acknowledge drain {drain_id}: {exc!r}") from exc
         if resp.status_code != 200:

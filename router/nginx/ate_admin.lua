@@ -1,6 +1,6 @@
 -- The admin server of the router's nginx data path (a unix socket only the control service
 -- reaches; router/nginx/admin.py is its client): invalidate, drain, cut, lease, flush, stats,
--- recent, inflight. Split from ate_router.lua.
+-- recent, inflight, active. Split from ate_router.lua.
 
 local counters = require("ate_counters")
 
@@ -10,6 +10,8 @@ local routes = ngx.shared.ate_routes
 local stats = ngx.shared.ate_stats
 -- Drains and the lease (see ate_router.lua).
 local control = ngx.shared.ate_control
+-- The actors marked by the log phase (ate_counters.lua).
+local active = ngx.shared.ate_active
 local sub = string.sub
 local concat = table.concat
 local RECENT, RECENT_KEYS = counters.RECENT, counters.RECENT_KEYS
@@ -111,6 +113,28 @@ function M.recent()
     local line = stats:get(RECENT_KEYS[n % RECENT])
     if line ~= nil then
       lines[#lines + 1] = line
+    end
+  end
+  ngx.print(concat(lines, "\n"))
+end
+
+--- GET /active: the actors with traffic since the last call, one key a line: a request of it
+--- ended (marked by the log phase; the marks are taken) or is in flight now ("f:" counts).
+function M.active()
+  local lines, seen, n = {}, {}, 0
+  for _, key in ipairs(active:get_keys(0)) do
+    active:delete(key)
+    n = n + 1
+    lines[n] = key
+    seen[key] = true
+  end
+  for _, name in ipairs(stats:get_keys(0)) do
+    if sub(name, 1, 2) == "f:" and (stats:get(name) or 0) > 0 then
+      local key = sub(name, 3)
+      if not seen[key] then
+        n = n + 1
+        lines[n] = key
+      end
     end
   end
   ngx.print(concat(lines, "\n"))

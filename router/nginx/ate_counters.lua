@@ -1,12 +1,17 @@
 -- The log phase of the router's nginx data path: outcome counters, the duration histogram,
 -- bytes, the request's actor leaving its in-flight count (for drains) and the last 100 requests
--- (for /statusz), all in the shared dict `ate_stats` (read by the admin server, ate_admin.lua).
--- Split from ate_router.lua.
+-- (for /statusz), all in the shared dict `ate_stats`; and the request's actor marked in
+-- `ate_active` for the replica's heartbeat (at most once a second per actor and nginx worker:
+-- the heartbeat needs one mark per actor, not one per request). The admin server
+-- (ate_admin.lua) reads both. Split from ate_router.lua.
 
 local M = {}
 
 local stats = ngx.shared.ate_stats
 local control = ngx.shared.ate_control
+-- The actors with a request ended since the control service last read them (/active): key ->
+-- true. (Those in flight are read from the "f:" counts of `ate_stats`.)
+local active = ngx.shared.ate_active
 local find, sub = string.find, string.sub
 local floor = math.floor
 
@@ -71,6 +76,11 @@ function M.log()
   local counted = ctx.counted
   if counted then
     stats:incr(counted.f, -1, 0)
+    local second = floor(ngx.now())
+    if counted.m ~= second then
+      counted.m = second
+      active:set(ctx.actor, true)
+    end
     if (control:get(counted.c) or 0) > ctx.seq then
       outcome = "error"  -- cut off by a drain at --drain-timeout
       ngx.var.ate_outcome = outcome

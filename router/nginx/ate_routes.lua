@@ -12,7 +12,7 @@ local KEYS_KEPT = 10000
 
 -- The shared-dict keys of an actor, made once per worker (a concatenation a request saves):
 -- f (its requests in flight), c (its last cut), d (its last drain), p (its public route), g
--- (its generation).
+-- (its generation); and m, the second this nginx worker last marked it active (ate_counters.lua).
 local actor_keys, actor_keys_count = {}, 0
 function M.keys_of(actor)
   local keys = actor_keys[actor]

@@ -141,6 +141,7 @@ http {{
   lua_shared_dict ate_routes 32m;
   lua_shared_dict ate_stats 8m;
   lua_shared_dict ate_control 8m;
+  lua_shared_dict ate_active 4m;
   init_by_lua_block {{
     ate = require("ate_router")
     ate_admin = require("ate_admin")
@@ -266,6 +267,7 @@ http {{
     location = /stats {{ content_by_lua_block {{ ate_admin.stats() }} }}
     location = /recent {{ content_by_lua_block {{ ate_admin.recent() }} }}
     location = /inflight {{ content_by_lua_block {{ ate_admin.inflight() }} }}
+    location = /active {{ content_by_lua_block {{ ate_admin.active() }} }}
     location = /drain {{ content_by_lua_block {{ ate_admin.drain() }} }}
     location = /cut {{ content_by_lua_block {{ ate_admin.cut() }} }}
     location = /lease {{ content_by_lua_block {{ ate_admin.lease() }} }}

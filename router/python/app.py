@@ -31,7 +31,7 @@ from router.core.routing import Found, RouterCore
 from router.core.target import TargetError, scan_head, target_label
 from router.python.proxy import open_upstream, relay
 from router.python.request_body import BodyStream
-from router.python.sessions import Sessions
+from router.python.sessions import Sessions, StreamMarks
 from router.python.upstream_client import UpstreamClient, UpstreamResponse, new_upstream_client
 from router.python.upstream_errors import ClientGone, ClientIdle, UpstreamConnectError
 from router.python.websocket import WebSocketProxy
@@ -190,7 +190,8 @@ class ActorRouter:
         except ClientGone:
             return errors.CLIENT_GONE
         try:
-            outcome = await relay(response, receive, send, body, self.sessions, target.key)
+            marks = StreamMarks(self.core.activity, flight)
+            outcome = await relay(response, receive, send, body, self.sessions, target.key, marks)
         finally:
             self.core.drains.leave(flight)
         return errors.PARKED_OK if outcome == errors.OK and parked else outcome

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Callable, Sequence
 from ipaddress import IPv4Network, IPv6Network
 
 import anyio
@@ -38,7 +38,7 @@ from router.core.upstream import Upstream
 from router.python.asgi import Receive, Scope, Send
 from router.python.headers import request_headers, response_headers
 from router.python.request_body import BodyStream
-from router.python.sessions import Sessions
+from router.python.sessions import Sessions, StreamMarks
 from router.python.upstream_client import UpstreamClient, UpstreamResponse
 from router.python.upstream_errors import ClientGone, Cuttable, UpstreamBroken, UpstreamCut, UpstreamTimeout
 
@@ -131,6 +131,7 @@ async def relay(
     body: BodyStream,
     sessions: Sessions | None = None,
     actor: str = "",
+    stream: StreamMarks | None = None,
 ) -> str:
     """Stream the worker's response to the client, then close the upstream connection.
 
@@ -150,6 +151,8 @@ async def relay(
         body: The request body stream (tells whether ``receive`` is free to watch).
         sessions: Where to register an event stream (None: not registered).
         actor: Key of the actor, for ``sessions``.
+        stream: Marks an event stream's flight as a stream and its bytes as activity
+            (router.core.activity), or None.
 
     Returns:
         The outcome: ``ok`` when the response was relayed completely; ``error`` when the
@@ -178,8 +181,9 @@ async def relay(
             return OK
         if sessions is None or not _is_event_stream(response):
             return OK if await _relay_watched(chunks, receive, send) else CLIENT_GONE
+        moved = stream.opened() if stream is not None else None
         with sessions.open(actor) as session:
-            return OK if await _relay_watched(chunks, receive, send, session.ended) else CLIENT_GONE
+            return OK if await _relay_watched(chunks, receive, send, session.ended, moved) else CLIENT_GONE
     except UpstreamTimeout as exc:
         log.warning("worker response cut off: no %s", exc.what)
         return TIMEOUT
@@ -208,8 +212,10 @@ def _is_event_stream(response: UpstreamResponse) -> bool:
     return False
 
 
-async def _relay_rest(chunks: AsyncIterator[bytes], send: Send) -> bool:
+async def _relay_rest(chunks: AsyncIterator[bytes], send: Send, moved: Callable[[], None] | None = None) -> bool:
     async for chunk in chunks:
+        if moved is not None:
+            moved()
         SENT_BYTES.inc(len(chunk))
         await send({"type": "http.response.body", "body": chunk, "more_body": True})
     await send({"type": "http.response.body", "body": b"", "more_body": False})
@@ -217,7 +223,11 @@ async def _relay_rest(chunks: AsyncIterator[bytes], send: Send) -> bool:
 
 
 async def _relay_watched(
-    chunks: AsyncIterator[bytes], receive: Receive, send: Send, ended: asyncio.Event | None = None
+    chunks: AsyncIterator[bytes],
+    receive: Receive,
+    send: Send,
+    ended: asyncio.Event | None = None,
+    moved: Callable[[], None] | None = None,
 ) -> bool:
     """Relay until the end, the client's disconnect, or ``ended`` (then end the body cleanly)."""
     finished = stopped = False
@@ -243,7 +253,7 @@ async def _relay_watched(
         if ended is not None:
             group.start_soon(stop, group.cancel_scope, ended)
         try:
-            finished = await _relay_rest(chunks, send)
+            finished = await _relay_rest(chunks, send, moved)
         except (UpstreamBroken, ClientGone) as exc:  # raised as itself, not in an exception group
             failure = exc
         group.cancel_scope.cancel()

@@ -40,7 +40,7 @@ from router.core.target import TargetError, scan_head
 from router.core.upstream import Upstream
 from router.python.asgi import Receive, Scope, Send
 from router.python.headers import request_headers
-from router.python.sessions import GOING_AWAY, Sessions
+from router.python.sessions import GOING_AWAY, Sessions, StreamMarks
 from router.python.websocket_deny import HANDSHAKE_HEADERS, Denier, WorkerRefused, accept_headers
 from router.python.websocket_relay import relay_messages
 from router.settings import MAX_MESSAGE_BYTES
@@ -151,7 +151,8 @@ class WebSocketProxy:
             with self.sessions.open(target.key) as session:
                 if self.drains.draining(target.key):  # a drain began during the handshake: it missed this one
                     session.end(DRAIN_REASON)
-                clean = await relay_messages(worker, receive, send, session)
+                moved = StreamMarks(self.core.activity, flight).opened()
+                clean = await relay_messages(worker, receive, send, session, moved)
         finally:
             await worker.close(GOING_AWAY, "the client went away")
             self.drains.leave(flight)

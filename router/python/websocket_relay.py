@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+from collections.abc import Callable
 
 from websockets.asyncio.client import ClientConnection
 from websockets.exceptions import ConnectionClosed
@@ -21,15 +22,17 @@ ABNORMAL = 1006  # the connection dropped without a close frame; cannot be sent 
 BAD_GATEWAY = 1014  # a gateway's upstream failed (RFC 6455 registry)
 
 
-async def relay_messages(worker: ClientConnection, receive: Receive, send: Send, session: Session) -> bool:
+async def relay_messages(
+    worker: ClientConnection, receive: Receive, send: Send, session: Session, moved: Callable[[], None] = lambda: None
+) -> bool:
     """Relay messages both ways until one side closes or the router ends the session; then
     close the other side with the same code and reason (1001 to both when the router ends it).
 
     Returns:
         False when the worker's connection broke off without a close frame.
     """
-    upward = asyncio.create_task(_client_to_worker(worker, receive))
-    downward = asyncio.create_task(_worker_to_client(worker, send))
+    upward = asyncio.create_task(_client_to_worker(worker, receive, moved))
+    downward = asyncio.create_task(_worker_to_client(worker, send, moved))
     ended = asyncio.create_task(session.ended.wait())
     try:
         await asyncio.wait({upward, downward, ended}, return_when=asyncio.FIRST_COMPLETED)
@@ -72,7 +75,9 @@ def _result(task: asyncio.Task[tuple[int, str] | None]) -> tuple[int, str] | Non
     return None
 
 
-async def _client_to_worker(worker: ClientConnection, receive: Receive) -> tuple[int, str] | None:
+async def _client_to_worker(
+    worker: ClientConnection, receive: Receive, moved: Callable[[], None]
+) -> tuple[int, str] | None:
     """Relay the client's messages; returns its close (code, reason), or None when the worker
     closed first."""
     while True:
@@ -81,6 +86,7 @@ async def _client_to_worker(worker: ClientConnection, receive: Receive) -> tuple
             return int(message.get("code", NORMAL)), str(message.get("reason") or "")
         if message["type"] != "websocket.receive":
             continue
+        moved()
         text = message.get("text")
         try:
             await worker.send(text if text is not None else (message.get("bytes") or b""))
@@ -88,13 +94,14 @@ async def _client_to_worker(worker: ClientConnection, receive: Receive) -> tuple
             return None
 
 
-async def _worker_to_client(worker: ClientConnection, send: Send) -> None:
+async def _worker_to_client(worker: ClientConnection, send: Send, moved: Callable[[], None]) -> None:
     """Relay the worker's messages until it closes (the client leaving shows on receive)."""
     while True:
         try:
             message = await worker.recv()
         except ConnectionClosed:
             return
+        moved()
         if isinstance(message, str):
             await send({"type": "websocket.send", "text": message})
         else:
