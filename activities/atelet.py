@@ -1,5 +1,5 @@
 """Activities that call atelets over gRPC: run/restore, checkpoint, copy (upload), terminate,
-delete a snapshot.
+delete a snapshot, freeze and thaw (`activities.atelet_freeze`).
 
 Every call carries the operation ID; the atelet answers a repeat with the first call's result,
 so Temporal may retry any of these after a crash without a double restore or a second
@@ -19,6 +19,7 @@ from collections.abc import Awaitable, Callable
 from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
+from activities import atelet_freeze as freeze_calls
 from activities.atelet_channels import AteletChannels
 from activities.atelet_tls import AteletClientTls
 from activities.atelet_wire import SCOPES, actor_ref, call_id, manifest_dict, manifest_message, workload_spec
@@ -34,12 +35,13 @@ from domain.operations.atelet_calls import (
     AteletRunResult,
     AteletTerminateInput,
 )
+from domain.operations.freeze import AteletFreezeInput, AteletFreezeResult
 from domain.operations.resume import PlaceAndRestoreInput, PlaceAndRestoreResult
 from domain.operations.snapshot_gc import DeleteSnapshotInput
 from domain.reasons import Reason
 from domain.refs import ActorRef, WorkerRef
 from domain.states import SnapshotStorage
-from store import Store
+from store.interfaces import AteletActivitiesStore
 
 CHECKPOINT_REACH_SECONDS = 60.0
 """How long a checkpoint waits for an atelet that does not answer (restarting) before it fails:
@@ -61,7 +63,7 @@ class AteletActivities:
     """
 
     def __init__(
-        self, store: Store | None = None, call_timeout_seconds: float = 300.0, *, tls: AteletClientTls
+        self, store: AteletActivitiesStore | None = None, call_timeout_seconds: float = 300.0, *, tls: AteletClientTls
     ) -> None:
         self.store = store
         self.channels = AteletChannels(tls)
@@ -135,6 +137,10 @@ class AteletActivities:
             )
             return PlaceAndRestoreResult(plan=plan, placement_seconds=placement, resumed_earlier=earlier)
         assert plan.worker is not None and plan.spec is not None
+        if plan.thaw:
+            return PlaceAndRestoreResult(
+                plan=plan, restored=await self._thaw(request, plan.worker), placement_seconds=placement
+            )
         await failpoint("ResumeActor.atelet_call")
         # A revert may have taken the place over since `begin` (this activity goes on after its
         # workflow ended): a restore now would start a second sandbox of the actor on this node.
@@ -151,6 +157,32 @@ class AteletActivities:
             )
         )
         return PlaceAndRestoreResult(plan=plan, restored=restored, placement_seconds=placement)
+
+    async def _thaw(self, request: PlaceAndRestoreInput, worker: WorkerRef) -> AteletRunResult:
+        """A FROZEN actor's resume: thaw its sandbox in place, then RESUMING -> RUNNING (no
+        placement, no restore: the sandbox kept its worker and its memory)."""
+        await self._still_placed(request.actor.workflow_id, worker, request.operation_id)
+        thawed = await freeze_calls.thaw(
+            self.channels, AteletFreezeInput(operation_id=request.operation_id, worker=worker, holder=request.actor)
+        )
+        result = AteletRunResult(worker_ip=worker.ip, timings={"thaw": thawed.seconds})
+        result.marked_running_at = await self._finalize_here(
+            request.actor,
+            "marking RUNNING",
+            lambda store: store.resumes.finish(request.actor, request.operation_id),
+            result.timings,
+        )
+        return result
+
+    @activity_defn(Activity.ATELET_FREEZE)
+    async def freeze(self, request: AteletFreezeInput) -> AteletFreezeResult:
+        """Stop the holder's sandbox in place (FreezeActor; idempotent).
+
+        Raises:
+            ApplicationError: non-retryable for INVALID_ARGUMENT/NOT_FOUND/FAILED_PRECONDITION,
+                retryable otherwise.
+        """
+        return await freeze_calls.freeze(self.channels, request)
 
     async def _start(self, request: AteletRunInput) -> AteletRunResult:
         """The atelet's Run (no snapshot) or Restore, then `_mark_running` when asked (`start`)."""
@@ -218,7 +250,7 @@ class AteletActivities:
             result.timings,
         )
 
-    async def _done_earlier(self, holder: ActorRef, state: str, check: Callable[[Store], Awaitable[bool]]) -> bool:
+    async def _done_earlier(self, holder: ActorRef, state: str, check: Callable[[AteletActivitiesStore], Awaitable[bool]]) -> bool:
         """Whether an earlier attempt of this call committed its operation's finalize, as `check`
         asks the store (callers ask from the second attempt on; a first attempt has no earlier
         one). No store, or a database that does not answer, counts as no: the call then goes on
@@ -232,7 +264,7 @@ class AteletActivities:
             return False
 
     async def _finalize_here(
-        self, holder: ActorRef, what: str, commit: Callable[[Store], Awaitable[None]], timings: dict[str, float]
+        self, holder: ActorRef, what: str, commit: Callable[[AteletActivitiesStore], Awaitable[None]], timings: dict[str, float]
     ) -> float | None:
         """An operation's finalize `commit`, run in the activity right after the atelet answered
         (after the `<workflow>.before_finalize` failpoint); its seconds go to `timings["finalize"]`.

@@ -19,6 +19,7 @@ from domain.activity_names import Activity
 from domain.failpoints import failpoint
 from domain.operations.common import ActorOperation, FinishInput
 from domain.operations.drain import BeginDrainInput, CrashInput, DrainPlan, Leftover
+from domain.operations.freeze import BeginFreezeInput, FinishFreezeInput, FreezePlan
 from domain.operations.golden import GoldenPlan, GoldenSnapshotInput
 from domain.operations.pause import PausePlan
 from domain.operations.resume import BeginResumeInput, ResumePlan, ResumeProgress
@@ -32,7 +33,7 @@ from domain.operations.router_drain import (
 from domain.operations.snapshot_gc import GarbageSnapshot, SnapshotGcInput
 from domain.operations.suspend import BeginSuspendInput, CompleteSnapshotInput, SuspendCompletedInput, SuspendPlan
 from domain.operations.upload import CompleteUploadInput, UploadInput, UploadPlan
-from store import Store
+from store.interfaces import DbActivitiesStore
 
 log = logging.getLogger(__name__)
 
@@ -42,10 +43,27 @@ with nothing in flight answers within a few ms; bench/README.md, "activation"), 
 
 
 class DbActivities:
-    """Postgres activities bound to one `Store`."""
+    """Postgres activities bound to the store (`store.interfaces.DbActivitiesStore`)."""
 
-    def __init__(self, store: Store) -> None:
+    def __init__(self, store: DbActivitiesStore) -> None:
         self.store = store
+
+    # ---- FreezeActor ------------------------------------------------------------------------
+
+    @activity_defn(Activity.BEGIN_FREEZE)
+    async def begin_freeze(self, request: BeginFreezeInput) -> FreezePlan:
+        """RUNNING -> FROZEN under the operation (the routers stop sending at its NOTIFY)."""
+        return await self.store.freezes.begin(request.actor, request.operation_id, request.reason)
+
+    @activity_defn(Activity.FINISH_FREEZE)
+    async def finish_freeze(self, request: FinishFreezeInput) -> None:
+        """The sandbox is stopped: the actor rests FROZEN, the operation is recorded finished."""
+        await self.store.freezes.finish(request.actor, request.operation_id)
+
+    @activity_defn(Activity.ROLLBACK_FREEZE)
+    async def rollback_freeze(self, request: FinishFreezeInput) -> None:
+        """FROZEN -> RUNNING: the freeze gave way to traffic (`error` None) or failed."""
+        await self.store.freezes.rollback(request.actor, request.operation_id, request.error)
 
     # ---- ResumeActor ------------------------------------------------------------------------
 
@@ -86,7 +104,7 @@ class DbActivities:
     async def begin_suspend(self, request: BeginSuspendInput) -> SuspendPlan:
         """RUNNING|PAUSED -> SUSPENDING with a PENDING snapshot reserved."""
         await failpoint("SuspendActor.before_mark")
-        plan = await self.store.suspends.begin(request.actor, request.operation_id, request.mode)
+        plan = await self.store.suspends.begin(request.actor, request.operation_id, request.mode, request.reason)
         await failpoint("SuspendActor.after_mark")
         return plan
 
@@ -109,14 +127,15 @@ class DbActivities:
         """SUSPENDING|PAUSING -> RUNNING after a failed checkpoint, SUSPENDING -> PAUSED after a failed
         upload (the error is in manifest['error'])."""
         await self.store.suspends.rollback(
-            request.actor, request.operation_id, request.snapshot_id, str(request.manifest.get("error", ""))
-        )
+            request.actor, request.operation_id, request.snapshot_id, str(request.manifest.get("error", "")),
+            abandoned=request.abandoned,
+        )  # fmt: skip
 
     @activity_defn(Activity.BEGIN_PAUSE)
     async def begin_pause(self, request: BeginSuspendInput) -> PausePlan:
-        """RUNNING -> PAUSING with a PENDING local snapshot reserved on the worker's node."""
+        """RUNNING|FROZEN -> PAUSING with a PENDING local snapshot reserved on the worker's node."""
         await failpoint("PauseActor.before_mark")
-        plan = await self.store.pauses.begin(request.actor, request.operation_id)
+        plan = await self.store.pauses.begin(request.actor, request.operation_id, request.reason)
         await failpoint("PauseActor.after_mark")
         return plan
 

@@ -21,6 +21,7 @@ from api.access.oidc import OidcVerifier
 from api.actor_changes import ActorChanges
 from api.deps import StoreDep
 from api.errors import install_error_handlers
+from api.idle import IdleJudge
 from api.limits import BodySizeLimit
 from api.liveness import LivenessWatcher
 from api.metrics import WORKERS
@@ -28,7 +29,7 @@ from api.names import check_request_names
 from api.recovery import run_recovery
 from api.routes import actors, atespaces, operations, routers, templates, tokens, workers
 from api.settings import ApiSettings
-from store import Store, migrate
+from store import Store
 
 log = logging.getLogger("ate.api")
 
@@ -68,8 +69,7 @@ def create_app(settings: ApiSettings) -> FastAPI:
         store = await Store.connect(settings.database_url, max_size=20,
                                     command_timeout=settings.database_timeout_seconds,
                                     connect_timeout=settings.database_timeout_seconds)
-        async with store.pool.acquire() as connection:
-            await migrate(connection)
+        await store.migrate()
         app.state.store = store
         app.state.authenticator = authenticator_for(settings, store)
         app.state.temporal = await Client.connect(settings.temporal_address, namespace=settings.temporal_namespace)
@@ -82,7 +82,12 @@ def create_app(settings: ApiSettings) -> FastAPI:
             grace_seconds=settings.unreachable_grace_seconds,
             every_seconds=settings.liveness_check_seconds,
         )
-        background = [asyncio.create_task(watcher.run()), asyncio.create_task(run_recovery(store, app.state.temporal))]
+        judge = IdleJudge(store, app.state.temporal, every_seconds=settings.idle_check_seconds)
+        background = [
+            asyncio.create_task(watcher.run()),
+            asyncio.create_task(run_recovery(store, app.state.temporal)),
+            asyncio.create_task(judge.run()),
+        ]
         try:
             yield
         finally:

@@ -13,12 +13,12 @@ from temporalio.client import Client
 
 from api.actor_changes import ActorChanges
 from api.settings import ApiSettings
-from store import Store
+from store.interfaces import ApiStore
 
 
-async def get_store(request: Request) -> Store:
-    """The process's `Store`."""
-    store: Store = request.app.state.store
+async def get_store(request: Request) -> ApiStore:
+    """The process's `Store`, as the routes see it (`store.interfaces.ApiStore`)."""
+    store: ApiStore = request.app.state.store
     return store
 
 
@@ -40,7 +40,7 @@ async def get_actor_changes(request: Request) -> ActorChanges:
     return changes
 
 
-StoreDep = Annotated[Store, Depends(get_store)]
+StoreDep = Annotated[ApiStore, Depends(get_store)]
 ActorChangesDep = Annotated[ActorChanges, Depends(get_actor_changes)]
 TemporalDep = Annotated[Client, Depends(get_temporal)]
 SettingsDep = Annotated[ApiSettings, Depends(get_settings)]

@@ -19,7 +19,7 @@ from store.errors import CONNECTION_ERRORS, is_connection_error
 
 log = logging.getLogger("ate.api")
 
-STATUS_BY_REASON: dict[str, int] = {
+STATUS_BY_REASON: dict[Reason, int] = {
     Reason.INVALID_ARGUMENT: 400,
     Reason.UNAUTHENTICATED: 401,
     Reason.PERMISSION_DENIED: 403,

@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 
 from api.metrics import NODES_LOST, UNREACHABLE_EXPIRED
 from domain.liveness import LIVENESS_CHECK_SECONDS, NODE_LEASE_SECONDS, UNREACHABLE_GRACE_SECONDS
-from store import Store
+from store.interfaces import LivenessStore
 
 log = logging.getLogger("ate.api.liveness")
 
@@ -40,7 +40,7 @@ class LivenessWatcher:
         every_seconds: the interval between rounds.
     """
 
-    store: Store
+    store: LivenessStore
     lease_seconds: float = NODE_LEASE_SECONDS
     grace_seconds: float = UNREACHABLE_GRACE_SECONDS
     every_seconds: float = LIVENESS_CHECK_SECONDS

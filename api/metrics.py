@@ -40,6 +40,12 @@ RECOVERIES = Counter(
     "CRASHED actors the api-server started reverting by itself because their template says onCrash: <action>",
     ["action"],
 )
+IDLE_ACTIONS = Counter(
+    "ate_idle_actions_total",
+    "Idle policy steps the api-server started by itself, by action (Freeze, Pause, Suspend) and outcome (ok; "
+    "abandoned: a request in flight won; failed)",
+    ["action", "outcome"],
+)
 NODES_LOST = Counter("ate_nodes_lost_total", "Nodes found silent past their lease (workers UNAVAILABLE)")
 UNREACHABLE_EXPIRED = Counter(
     "ate_unreachable_actors_crashed_total",

@@ -32,7 +32,7 @@ from domain.operations.revert import RevertActorInput, RevertActorResult
 from domain.states import Operation
 from domain.templates import CrashAction
 from domain.temporal import TASK_QUEUE, WORKFLOW_TASK_TIMEOUT
-from store import Store
+from store.interfaces import RecoveryStore
 
 log = logging.getLogger("ate.api.recovery")
 
@@ -40,7 +40,7 @@ RECOVERY_CHECK_SECONDS = 1.0
 """How often the api-server looks for CRASHED actors to recover, in seconds."""
 
 
-async def recover_crashed(store: Store, temporal: Client, limit: int = 100) -> int:
+async def recover_crashed(store: RecoveryStore, temporal: Client, limit: int = 100) -> int:
     """Start RevertActor for each CRASHED actor whose template says `onCrash: Revert`.
 
     Returns:
@@ -75,7 +75,7 @@ async def recover_crashed(store: Store, temporal: Client, limit: int = 100) -> i
     return started
 
 
-async def run_recovery(store: Store, temporal: Client, every_seconds: float = RECOVERY_CHECK_SECONDS) -> None:
+async def run_recovery(store: RecoveryStore, temporal: Client, every_seconds: float = RECOVERY_CHECK_SECONDS) -> None:
     """`recover_crashed` every `every_seconds` until cancelled; a failed sweep is logged and retried."""
     while True:
         try:

@@ -10,9 +10,10 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, Field, ValidationInfo, field_validator, model_validator
 
-from api.strict import Strict, Tolerant, within_limits
+from api.strict import Strict, Tolerant, nested_error, within_limits
 from api.template_spec import TemplateSpec
 from domain.documents import printable
+from domain.idle import PolicyError, parse_idle_policy
 from domain.labels import DNS_LABEL, check_labels, check_selector
 from domain.names import check_host_port, check_ip, check_label_name, check_worker_name, shown
 from domain.operations.router_drain import MAX_ACTIVE_PER_HEARTBEAT
@@ -69,6 +70,17 @@ class ActorCreate(Strict):
     template: str | None = Field(default=None, json_schema_extra={"pattern": DNS_LABEL.pattern})
     from_tag: str | None = Field(default=None, description="<atespace>/<tag>")
     worker_selector: dict[str, str] = Field(default_factory=dict)
+    idle: Any = Field(
+        default=None,
+        description="the actor's own idle policy, over its template's: one step {afterSeconds, action} or a list "
+        "of steps (action Freeze, Pause or Suspend, in that order); [] turns idleness off for this actor; unset: "
+        "its template's",
+    )
+
+    @field_validator("idle")
+    @classmethod
+    def _idle(cls, value: Any) -> Any:
+        return idle_document(value)
 
     @model_validator(mode="after")
     def _source(self) -> ActorCreate:
@@ -100,14 +112,46 @@ class ActorCreate(Strict):
 
 
 class ActorUpdate(Strict):
-    """PATCH body of an actor."""
+    """PATCH body of an actor: the fields given are replaced, the others kept."""
 
-    worker_selector: dict[str, str]
+    worker_selector: dict[str, str] | None = None
+    idle: Any = Field(
+        default=None,
+        description="the actor's own idle policy (as at create); [] turns idleness off for this actor; null: its "
+        "template's policy again",
+    )
 
     @field_validator("worker_selector")
     @classmethod
-    def _selector(cls, value: dict[str, str]) -> dict[str, str]:
+    def _selector(cls, value: dict[str, str] | None) -> dict[str, str] | None:
+        if value is None:
+            raise ValueError("must be a map of labels (an empty map selects any worker)")
         return check_selector(value)
+
+    @field_validator("idle")
+    @classmethod
+    def _idle(cls, value: Any) -> Any:
+        return idle_document(value)
+
+    @model_validator(mode="after")
+    def _something(self) -> ActorUpdate:
+        if not self.model_fields_set:
+            raise ValueError("give worker_selector or idle (the fields to replace)")
+        return self
+
+
+def idle_document(value: Any) -> list[dict[str, Any]] | None:
+    """An idle policy as stored (a list of steps; [] for off), or None when `value` is None.
+
+    Raises:
+        PydanticCustomError: the policy is wrong, naming where below the field (`[1].action`).
+    """
+    if value is None:
+        return None
+    try:
+        return parse_idle_policy(value).document()
+    except PolicyError as error:
+        raise nested_error(error.path, error.problem) from None
 
 
 class ResumeRequest(Strict):
@@ -165,6 +209,26 @@ class ActorPublic(BaseModel):
     last_error: str | None
     created_at: datetime
     updated_at: datetime
+    idle: IdleOfActor | None = None
+    """Its idle policy and where it stands (None when neither it nor its template has one)."""
+
+
+class IdleStepOfActor(BaseModel):
+    """One step of an idle policy."""
+
+    afterSeconds: float  # noqa: N815 - as the template writes it
+    action: Literal["Freeze", "Pause", "Suspend"]
+
+
+class IdleOfActor(BaseModel):
+    """An actor's idle policy in force and where it stands."""
+
+    policy: list[IdleStepOfActor]
+    source: Literal["actor", "template"]
+    idle_seconds: float | None = Field(description="seconds without traffic through any router replica (RUNNING, "
+                                       "FROZEN or PAUSED actors; None otherwise)")
+    next_action: Literal["Freeze", "Pause", "Suspend"] | None = None
+    next_action_in_seconds: float | None = Field(default=None, description="0 when due now")
 
 
 class ActorList(BaseModel):
@@ -377,6 +441,8 @@ class OperationPublic(BaseModel):
     started_at: datetime
     finished_at: datetime | None
     duration_seconds: float | None
+    reason: str | None = Field(default=None, description="why ate started it by itself (idle for 300 s); null: "
+                               "a user or an operator asked")
 
 
 class RunningOperation(BaseModel):

@@ -9,6 +9,7 @@ from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from api.limits import DEFAULT_MAX_REQUEST_BYTES
 from domain.access import Grant, Role
+from domain.idle import IDLE_CHECK_SECONDS
 from domain.liveness import LIVENESS_CHECK_SECONDS, NODE_LEASE_SECONDS, UNREACHABLE_GRACE_SECONDS
 from domain.locations import check_storage_location
 from serving.protocol import DEFAULT_HEAD_TIMEOUT_SECONDS, DEFAULT_MAX_HEAD_BYTES
@@ -37,6 +38,8 @@ class ApiSettings(BaseSettings):
     intact) before it is CRASHED."""
     liveness_check_seconds: float = Field(default=LIVENESS_CHECK_SECONDS, gt=0)
     """How often silent nodes and expired graces are looked for."""
+    idle_check_seconds: float = Field(default=IDLE_CHECK_SECONDS, gt=0, le=60)
+    """How often actors whose idle policy is due are looked for (api.idle)."""
     resume_timeout_seconds: float = 30.0
     suspend_timeout_seconds: float = 60.0
     max_request_bytes: int = Field(default=DEFAULT_MAX_REQUEST_BYTES, ge=1024)

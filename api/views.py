@@ -8,6 +8,8 @@ import json
 from api.errors import InvalidArgument
 from api.schemas import (
     ActorPublic,
+    IdleOfActor,
+    IdleStepOfActor,
     OperationPublic,
     SnapshotOfActor,
     TagPublic,
@@ -15,9 +17,35 @@ from api.schemas import (
     WorkerOfActor,
     WorkerPublic,
 )
+from domain.idle import IdleAction
 from domain.names import check_label_name
-from domain.states import WorkerState
+from domain.states import ActorState, WorkerState
 from store.records import ActorRecord, OperationRecord, TagRecord, TemplateRecord, WorkerRecord
+
+_DONE = {ActorState.RUNNING: None, ActorState.FROZEN: IdleAction.FREEZE, ActorState.PAUSED: IdleAction.PAUSE}
+"""The resting states an idle policy acts on, and how far down the tiers each already is."""
+
+
+def idle_view(actor: ActorRecord) -> IdleOfActor | None:
+    """The actor's idle policy in force and where it stands: how long it has been idle, its next
+    step and in how many seconds (0: due now, the api-server's idle judge starts it within a
+    second); None when neither the actor nor its template has a policy."""
+    if actor.idle_source == "off":
+        return None
+    policy = actor.idle_policy
+    steps = [IdleStepOfActor(afterSeconds=s.after_seconds, action=s.action.value) for s in policy.steps]
+    resting = actor.state in _DONE and actor.operation is None
+    idle = actor.idle_seconds if resting else None
+    step = policy.next_step(_DONE[ActorState(actor.state)]) if resting and idle is not None else None
+    if step is not None and actor.state == ActorState.PAUSED and step.action is not IdleAction.SUSPEND:
+        step = None
+    return IdleOfActor(
+        policy=steps,
+        source="actor" if actor.idle_source == "actor" else "template",
+        idle_seconds=None if idle is None else round(idle, 1),
+        next_action=step.action.value if step is not None else None,
+        next_action_in_seconds=None if step is None or idle is None else round(max(0.0, step.after_seconds - idle), 1),
+    )
 
 
 def actor_view(actor: ActorRecord) -> ActorPublic:
@@ -50,6 +78,7 @@ def actor_view(actor: ActorRecord) -> ActorPublic:
         if actor.local_snapshot
         else None,
         upload_pending=actor.upload_pending,
+        idle=idle_view(actor),
         operation=actor.operation,
         last_error=actor.last_error,
         created_at=actor.created_at,
@@ -124,4 +153,5 @@ def operation_view(record: OperationRecord) -> OperationPublic:
     return OperationPublic(
         operation_id=record.operation_id, operation=record.operation, outcome=record.outcome, worker=record.worker,
         error=record.error, started_at=record.started_at, finished_at=record.finished_at, duration_seconds=duration,
+        reason=record.reason,
     )  # fmt: skip

@@ -10,7 +10,9 @@ names are deleted. A Run/Restore repeated with the operation ID that started an 
 (the atelet died before it recorded the response) probes that sandbox and answers success instead
 of starting a second one (``SandboxOperations``). A record with a checkpoint in progress is
 adopted whatever its sandbox's state (a FULL save ends the sandbox): the worker keeps the actor
-and the checkpoint, and ``Node.start`` has its save followed (``atelet.checkpoint_ops``).
+and the checkpoint, and ``Node.start`` has its save followed (``atelet.checkpoint_ops``). A record
+marked ``frozen`` (Freeze) is adopted frozen (``SandboxDriver.reattach`` with ``frozen``): its
+exit watch is re-armed, and Thaw lets it run.
 """
 
 from __future__ import annotations
@@ -80,15 +82,16 @@ async def _adopt(driver: SandboxDriver | None, table: WorkerTable, exits: ExitWa
     elif record.state != "running" or not record.container_id:
         why = f"it had {record.state} before the restart"
     else:
-        why = await driver.reattach(record.container_id, record.net, listed)
+        why = await driver.reattach(record.container_id, record.net, listed, frozen=record.frozen)
     if why or worker is None:
         log.warning("not adopting %s: %s; the worker is idle (durable dirs kept)", what, why)
         return False
     worker.actor, worker.spec, worker.container_id = record.actor, record.spec, record.container_id
     worker.state, worker.exit_reason, worker.adopted = "running", "", True
     worker.operation = (record.operation_id, record.operation_kind)
-    worker.started_at = record.started_at
+    worker.started_at, worker.frozen = record.started_at, record.frozen
     exits.watch(worker)
     table.persist(worker)
-    log.warning("adopted %s (started by operation %s, %s)", what, record.operation_id, record.operation_kind)
+    log.warning("adopted %s (started by operation %s, %s)%s", what, record.operation_id, record.operation_kind,
+                " frozen" if record.frozen else "")
     return True

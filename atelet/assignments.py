@@ -14,7 +14,9 @@ container, null once the sandbox stopped); ``state`` (running | exited); ``exit_
 Run/Restore that started the sandbox); ``spec`` (the WorkloadSpec, base64 protobuf);
 ``runsc_version``; ``started_at`` / ``updated_at`` (Unix seconds); ``checkpoint`` (null, or the
 checkpoint in progress on the worker: ``PendingCheckpoint``, so that a restarted atelet finishes
-it instead of losing the memory it saved).
+it instead of losing the memory it saved); ``frozen`` (true: the sandbox was frozen by Freeze, or
+a Freeze was about to freeze it: a restarted atelet adopts it frozen; absent in older records:
+false).
 """
 
 from __future__ import annotations
@@ -84,6 +86,7 @@ class Assignment:
     runsc_version: str = ""
     started_at: float = 0.0
     checkpoint: PendingCheckpoint | None = None
+    frozen: bool = False
 
     @property
     def probe(self) -> tuple[int, str]:
@@ -114,6 +117,7 @@ class Assignment:
             "runsc_version": self.runsc_version,
             "started_at": self.started_at,
             "checkpoint": asdict(self.checkpoint) if self.checkpoint is not None else None,
+            "frozen": self.frozen,
             "updated_at": time.time(),
         }
 
@@ -142,6 +146,7 @@ class Assignment:
             runsc_version=str(data.get("runsc_version") or ""),
             started_at=float(data.get("started_at") or 0.0),
             checkpoint=PendingCheckpoint.from_json(data["checkpoint"]) if data.get("checkpoint") else None,
+            frozen=bool(data.get("frozen")),
         )
 
 

@@ -20,8 +20,10 @@ lost although it had been saved (the chaos run of 2026-12-02 lost it 5 times of 
   (``_finish_saved``); a retry after the commit frees a worker still holding it.
 
 Two paths: to a directory on this node (``_checkpoint_stopped``: the save ends the sandbox) and
-to object storage (``_checkpoint_frozen``: the sandbox stays frozen until the upload is done, and
-runs on when it fails).
+to object storage (``_checkpoint_frozen``: the sandbox stays held by ``pause_for_save`` until the
+upload is done, and runs on when it fails). A sandbox frozen by Freeze (the hot tier,
+``Worker.frozen``) is thawed first: a cgroup-frozen gVisor sentry cannot answer runsc's
+checkpoint RPC. When the checkpoint then fails, the sandbox runs on, thawed (Health says so).
 
 Errors: INVALID_ARGUMENT (scope, URI), NOT_FOUND (worker), FAILED_PRECONDITION (the worker does
 not run the actor, the snapshot exists, another operation's save is held), UNAVAILABLE (a
@@ -125,6 +127,12 @@ class CheckpointOperations:
                 self.table.free(worker)
                 return pb.CheckpointResponse(manifest=manifest)
             assert worker.container_id is not None and worker.spec is not None
+            if worker.frozen:
+                how = await self.drivers[worker.pool.sandbox_class].thaw_in_place(worker.container_id)
+                worker.frozen = False
+                self.table.persist(worker)
+                log.info("checkpoint %s: thawed the frozen sandbox of %s on %s first (%s)", req.operation_id,
+                         describe(actor), worker.name, how or "it ran")
             target = self.snapshots.checkpoint_target(req.snapshot_uri)
             if target.location is not None:
                 checkpoint_s, upload_s, manifest = await self._checkpoint_frozen(worker, actor, req, target, manifest)
@@ -248,7 +256,7 @@ class CheckpointOperations:
         pending = self._begin(worker, req, target, leave_running=True, saved=not full)
         start = time.monotonic()
         try:
-            await driver.freeze(cid)
+            await driver.pause_for_save(cid)
             if full:
                 await driver.checkpoint(cid, target.staging / CHECKPOINT_DIR, leave_running=True,
                                         compress=self._compress(object_storage=True), journal=_journal(pending))
@@ -281,7 +289,7 @@ class CheckpointOperations:
         cid = worker.container_id
         driver = self.drivers[worker.pool.sandbox_class]
         if cid is not None and await driver.alive(cid):
-            await driver.thaw(cid)
+            await driver.resume_after_save(cid)
             self.table.persist(worker)
         else:
             await self.runner.stop(worker, already_exited=True)
@@ -293,7 +301,7 @@ class CheckpointOperations:
         if cid is None:
             return
         try:
-            await self.drivers[worker.pool.sandbox_class].thaw(cid)
+            await self.drivers[worker.pool.sandbox_class].resume_after_save(cid)
         except AteletError as error:
             log.warning("thaw of %s before its stop failed: %s", cid, error.reason)
         await self.runner.stop(worker)
@@ -367,7 +375,7 @@ class CheckpointOperations:
         if cid is not None and await driver.alive(cid):
             if pending.leave_running:
                 with contextlib.suppress(AteletError):
-                    await driver.thaw(cid)
+                    await driver.resume_after_save(cid)
             if worker.adopted:
                 why = await driver.reattach(cid, worker.net, {cid})
             if not why:

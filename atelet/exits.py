@@ -86,7 +86,7 @@ class ExitWatcher:
                     return
                 worker.watcher = None
                 self._detached.add(me)
-                worker.container_id, worker.state = None, "exited"
+                worker.container_id, worker.state, worker.frozen = None, "exited", False
                 worker.exit_reason = "exited on its own (finding out how)"
                 self.table.persist(worker)
                 self.table.update_metrics()

@@ -6,7 +6,7 @@
 - ``atelet.layout``: the files under ``state_dir``;
 - ``atelet.workers``: the worker slots, their locks and their records (``atelet.assignments``);
 - ``atelet.sandbox_ops``: Run, Restore, Checkpoint, Terminate; ``atelet.snapshot_ops``:
-  DeleteSnapshot, CopySnapshot;
+  DeleteSnapshot, CopySnapshot; ``atelet.freeze_ops``: Freeze, Thaw;
 - ``atelet.sandbox``: booting and stopping one worker's sandbox;
 - ``atelet.drivers``: the runtime of each sandbox class behind ``SandboxDriver`` (``gvisor``: runsc;
   ``microvm``: QEMU), one per class among the pools, each worker served by its pool's class's;
@@ -44,6 +44,7 @@ from atelet.drivers.microvm import accelerator
 from atelet.drivers.microvm.driver import MicrovmDriver
 from atelet.errors import AteletError, invalid
 from atelet.exits import ExitReport, ExitWatcher
+from atelet.freeze_ops import FreezeOperations
 from atelet.images import ImageStore
 from atelet.layout import NodeLayout
 from atelet.oplog import OperationLog
@@ -104,6 +105,7 @@ class Node:
         self.checkpoint_ops = CheckpointOperations(settings.hollow, self.table, self.layout, self.places,
                                                    self.drivers, self.runner, settings.checkpoint_compression)
         self.snapshot_ops = SnapshotOperations(settings.hollow, self.places)
+        self.freeze_ops = FreezeOperations(settings.hollow, self.table, self.drivers)
 
     @property
     def runsc_version(self) -> str:
@@ -210,6 +212,16 @@ class Node:
         return await self._measured("terminate", req.operation_id, pb.TerminateResponse,
                                     lambda: self.sandbox_ops.terminate(req), req.worker)
 
+    async def freeze(self, req: pb.FreezeRequest) -> pb.FreezeResponse:
+        """Freezes ``req.actor``'s sandbox on ``req.worker`` in place (``FreezeOperations.freeze``)."""
+        return await self._measured("freeze", req.operation_id, pb.FreezeResponse,
+                                    lambda: self.freeze_ops.freeze(req), req.worker)
+
+    async def thaw(self, req: pb.ThawRequest) -> pb.ThawResponse:
+        """Lets ``req.actor``'s frozen sandbox on ``req.worker`` run again (``FreezeOperations.thaw``)."""
+        return await self._measured("thaw", req.operation_id, pb.ThawResponse,
+                                    lambda: self.freeze_ops.thaw(req), req.worker)
+
     async def delete_snapshot(self, req: pb.DeleteSnapshotRequest) -> pb.DeleteSnapshotResponse:
         """Deletes the snapshot at ``req.snapshot_uri`` (``SnapshotOperations.delete_snapshot``)."""
         # Not recorded: deleting is idempotent by itself, and existed=false tells a repeat.
@@ -289,7 +301,7 @@ class Node:
             workers=[
                 pb.WorkerStatus(
                     name=w.name, pool=w.pool.name, ip=w.net.worker_ip, sandbox_state=w.state,
-                    exit_reason=w.exit_reason,
+                    exit_reason=w.exit_reason, frozen=w.frozen and w.state == "running",
                     actor=pb.ActorRef(atespace=w.actor[0], name=w.actor[1]) if w.actor else None,
                 )
                 for w in self.workers.values()

@@ -18,6 +18,7 @@ message and the log path).
 from __future__ import annotations
 
 import asyncio
+import builtins
 import json
 import os
 import re
@@ -276,6 +277,41 @@ class Runsc:
             raise internal(result.describe())
         return [line.strip() for line in result.stdout.splitlines() if line.strip()]
 
+    def saved_state(self, container_id: str) -> dict[str, Any] | None:
+        """What runsc keeps on disk of the container (``<root>/<id>_sandbox:<sandbox id>.state``,
+        JSON: ``status``, ``bundleDir``, ``sandbox.pid``...), read without running runsc: unlike
+        ``state``, it answers for a sandbox frozen by the cgroup freezer, which cannot answer
+        runsc's RPC (``atelet.freezer``). None when there is no such file or it cannot be read.
+        The status is what runsc last wrote (``running`` for a cgroup-frozen sandbox)."""
+        for path in self.root.glob(f"{_glob_escape(container_id)}_sandbox:*.state"):
+            try:
+                state = json.loads(path.read_text())
+            except (OSError, ValueError):
+                return None
+            return state if isinstance(state, dict) else None
+        return None
+
+    def saved_pid(self, container_id: str) -> int:
+        """The sandbox process's PID from ``saved_state`` (0 when unknown)."""
+        state = self.saved_state(container_id)
+        sandbox = state.get("sandbox") if state else None
+        try:
+            return int(sandbox.get("pid") or 0) if isinstance(sandbox, dict) else 0
+        except (TypeError, ValueError):
+            return 0
+
+    def saved_ids(self) -> builtins.list[str]:
+        """The container IDs of the state files under the root (what ``runsc list`` lists, read
+        without its RPC to each sandbox, which waits on a cgroup-frozen one)."""
+        if not self.root.is_dir():
+            return []
+        return sorted({p.name.split("_sandbox:", 1)[0] for p in self.root.glob("*_sandbox:*.state")})
+
     def describe(self) -> str:
         """The global command line, for logs."""
         return shlex.join(self._global())
+
+
+def _glob_escape(name: str) -> str:
+    """``name`` with glob's special characters escaped."""
+    return re.sub(r"([*?\[\]])", r"[\1]", name)

@@ -3,13 +3,15 @@
 ``boot`` prepares the sandbox (driver), records it on the worker before it starts (so a crash from
 then on leaves a record to adopt or clean up), starts it (driver), waits for its wakeup probe and
 arms its exit watch; a failure deletes it and frees the worker. ``stop`` cancels the exit watch,
-kills the sandbox and records that, then deletes it in the background (``settle`` waits for those
-deletes).
+thaws a frozen sandbox (``Worker.frozen``: a v1-frozen one takes a SIGKILL only once thawed, and a
+cgroup-frozen gVisor sandbox cannot answer runsc), kills the sandbox and records that, then
+deletes it in the background (``settle`` waits for those deletes).
 """
 
 from __future__ import annotations
 
 import asyncio
+import logging
 import shutil
 import time
 import uuid
@@ -23,6 +25,8 @@ from atelet.layout import NodeLayout
 from atelet.proto import atelet_pb2 as pb
 from atelet.watch import last_log_line
 from atelet.workers import Worker, WorkerTable
+
+log = logging.getLogger(__name__)
 
 DEFAULT_PROBE_TIMEOUT = 30.0  # seconds, when the request gives none
 
@@ -115,6 +119,13 @@ class SandboxRunner:
             return False
         existed = True
         driver = self.drivers[worker.pool.sandbox_class]
+        if worker.frozen and not already_exited:
+            try:
+                await driver.thaw_in_place(cid)
+            except AteletError as error:  # the driver's kill thaws what it must itself; say why here
+                log.warning("thaw of the frozen sandbox %s before its stop failed: %s", cid, error.reason)
+            worker.frozen = False
+            self.table.persist(worker)
         if not already_exited:
             try:
                 existed = await driver.kill(cid)

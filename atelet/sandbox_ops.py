@@ -176,6 +176,9 @@ class SandboxOperations:
                  describe(actor), worker.name, ", adopted after a restart" if worker.adopted else "")
         if self.hollow or worker.spec is None or not worker.spec.containers[0].wakeup_probe.port:
             return 0.0
+        if worker.frozen:  # it answered its probe before it was frozen; a frozen one cannot
+            log.info("%s %s: %s is frozen on %s; not probed", kind, op_id, describe(actor), worker.name)
+            return 0.0
         wp = worker.spec.containers[0].wakeup_probe
         return await probe.wait_ready(worker.net.worker_ip, wp.port, wp.path or "/",
                                       req.probe_timeout_seconds or DEFAULT_PROBE_TIMEOUT)

@@ -72,6 +72,18 @@ class AteletService(pb_grpc.AteletServicer):
         """Copies a completed snapshot (typically a local one) to another URI (idempotent)."""
         return await _call(context, f"CopySnapshot {request.operation_id}", self.node.copy_snapshot(request))
 
+    async def Freeze(  # noqa: N802
+        self, request: pb.FreezeRequest, context: Context
+    ) -> pb.FreezeResponse:
+        """Freezes an actor's sandbox in place (no CPU, memory kept; idempotent)."""
+        return await _call(context, f"Freeze {request.operation_id}", self.node.freeze(request))
+
+    async def Thaw(  # noqa: N802
+        self, request: pb.ThawRequest, context: Context
+    ) -> pb.ThawResponse:
+        """Lets a frozen sandbox run again (idempotent)."""
+        return await _call(context, f"Thaw {request.operation_id}", self.node.thaw(request))
+
     async def Health(  # noqa: N802
         self, request: pb.HealthRequest, context: Context
     ) -> pb.HealthResponse:

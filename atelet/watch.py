@@ -75,9 +75,14 @@ class ExitWatch:
         self._waiter: asyncio.Task[int | None] | None = None
 
     async def gone(self) -> None:
-        """Returns once the container exited (``runsc wait`` answered) or its sandbox process died."""
-        state = await self.runsc.state(self.container_id)
-        pid = int(state.get("pid") or 0) if state else 0
+        """Returns once the container exited (``runsc wait`` answered) or its sandbox process died.
+        The PID comes from runsc's state file (``Runsc.saved_pid``; ``runsc state`` when it has
+        none): ``runsc state`` waits on a frozen sandbox, and an adopted one may be frozen. A
+        frozen sandbox is not gone: its process lives and ``runsc wait`` waits."""
+        pid = self.runsc.saved_pid(self.container_id)
+        if pid <= 0:
+            state = await self.runsc.state(self.container_id)
+            pid = int(state.get("pid") or 0) if state else 0
         self._waiter = waiter = asyncio.create_task(self.runsc.wait(self.container_id))
         while True:
             done, _ = await asyncio.wait({waiter}, timeout=POLL_SECONDS)

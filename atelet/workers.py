@@ -4,7 +4,9 @@ Each worker is one network namespace (``atelet.netns``) that runs at most one ac
 time, guarded by a per-worker asyncio lock. Whenever what runs on a worker changes, it is persisted
 (``WorkerTable.persist``, records in ``atelet.assignments``) so that a restarted atelet can adopt
 the sandbox (``atelet.adoption``). Each worker's state (idle | running | exited) is also the
-``ate_atelet_workers`` gauge (``atelet.metrics``).
+``ate_atelet_workers`` gauge (``atelet.metrics``); a running sandbox that is frozen (Freeze,
+``atelet.freeze_ops``) keeps state ``running`` with ``frozen`` set, counted in
+``ate_atelet_frozen_sandboxes``.
 """
 
 from __future__ import annotations
@@ -44,6 +46,7 @@ class Worker:
     adopted: bool = False  # the sandbox was started by an earlier atelet process
     checkpoint: PendingCheckpoint | None = None  # a checkpoint started and not yet committed
     settling: asyncio.Task[None] | None = None  # follows a checkpoint its caller no longer waits for
+    frozen: bool = False  # the running sandbox is frozen (Freeze): no CPU until Thaw
 
     def free(self) -> None:
         """Marks the worker idle (nothing runs on it); ``WorkerTable.free`` also forgets its record."""
@@ -56,6 +59,7 @@ class Worker:
         self.started_at = 0.0
         self.adopted = False
         self.checkpoint = None
+        self.frozen = False
 
 
 def describe(actor: tuple[str, str] | None) -> str:
@@ -161,7 +165,7 @@ class WorkerTable:
             volumes={k: str(v) for k, v in self.layout.volume_dirs(worker.actor, worker.spec).items()},
             log=str(self.layout.log_path(worker.actor)), bundle=str(self.layout.bundle_dir(worker.name)),
             exit_reason=worker.exit_reason, runsc_version=self.runtime_version(worker), started_at=worker.started_at,
-            checkpoint=worker.checkpoint,
+            checkpoint=worker.checkpoint, frozen=worker.frozen,
         ))
 
     def free(self, worker: Worker) -> None:
@@ -170,8 +174,9 @@ class WorkerTable:
         self.persist(worker)
 
     def update_metrics(self) -> None:
-        """Sets the worker gauge from every worker's state."""
+        """Sets the worker gauge from every worker's state, and the frozen sandboxes' gauge."""
         metrics.set_workers((w.pool.name, w.state) for w in self.by_name.values())
+        metrics.set_frozen((w.pool.name, w.frozen and w.state == "running") for w in self.by_name.values())
 
     @contextmanager
     def inflight(self, worker_name: str) -> Iterator[None]:

@@ -42,7 +42,7 @@ import httpx
 
 from bench import stack as stack_mod
 from bench.actors import COUNTER, call, setup, workflow_steps
-from bench.common import ROOT, Log, machine, ms, summary, table, write_result
+from bench.common import ROOT, Log, machine, measurements, ms, summary, table, write_result
 from domain.activity_names import Activity
 
 if TYPE_CHECKING:
@@ -174,20 +174,8 @@ def step_row(h: dict[str, Any], t_send: float, t_recv: float) -> dict[str, Any]:
 
 async def _snapshot(stack: stack_mod.Stack) -> tuple[str, dict[str, Any], dict[str, Any]]:
     """The actor's latest snapshot (uri, manifest) and its template spec, from Postgres."""
-    import asyncpg
-
-    conn = await asyncpg.connect(stack.dsn)
-    try:
-        row = await conn.fetchrow(
-            "SELECT s.uri, s.manifest, t.spec FROM actors a JOIN snapshots s ON s.id = a.latest_snapshot_id "
-            "JOIN actor_templates t ON t.atespace = a.atespace AND t.name = a.template "
-            "WHERE a.atespace = $1 AND a.name = $2",
-            ATESPACE,
-            ACTOR,
-        )
-    finally:
-        await conn.close()
-    return row["uri"], json.loads(row["manifest"]), json.loads(row["spec"])
+    async with measurements(stack.dsn) as db:
+        return await db.latest_snapshot(ATESPACE, ACTOR)
 
 
 @dataclass

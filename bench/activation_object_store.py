@@ -13,7 +13,6 @@ namespace (as `bench activation`'s floor) and wait for the first `GET /`.
 from __future__ import annotations
 
 import asyncio
-import json
 import shutil
 import tempfile
 import time
@@ -24,27 +23,16 @@ import httpx
 
 from bench import stack as stack_mod
 from bench.actors import COUNTER, call, setup
-from bench.common import Log, machine, ms, summary, table, write_result
+from bench.common import Log, machine, measurements, ms, summary, table, write_result
 
 ATESPACE, ACTOR = "bench", "s1"
 S3_PORT = 18433
 
 
 async def _latest(dsn: str) -> tuple[str, dict[str, Any], dict[str, Any]]:
-    import asyncpg
-
-    conn = await asyncpg.connect(dsn)
-    try:
-        row = await conn.fetchrow(
-            "SELECT s.uri, s.manifest, t.spec FROM actors a JOIN snapshots s ON s.id = a.latest_snapshot_id "
-            "JOIN actor_templates t ON t.atespace = a.atespace AND t.name = a.template "
-            "WHERE a.atespace = $1 AND a.name = $2",
-            ATESPACE,
-            ACTOR,
-        )
-    finally:
-        await conn.close()
-    return row["uri"], json.loads(row["manifest"]), json.loads(row["spec"])
+    """The actor's latest snapshot (uri, manifest) and its template spec, from Postgres."""
+    async with measurements(dsn) as db:
+        return await db.latest_snapshot(ATESPACE, ACTOR)
 
 
 class RawFloor:

@@ -31,11 +31,28 @@ def setup(
     return tpl
 
 
+class CallFailed(RuntimeError):
+    """A verb the API answered with an error status; `reason` is the answer's (empty when the body
+    is not the API's error format)."""
+
+    def __init__(self, message: str, reason: str) -> None:
+        super().__init__(message)
+        self.reason = reason
+
+
 async def call(client: httpx.AsyncClient, verb: str, atespace: str, name: str) -> httpx.Response:
-    """POST /v1/atespaces/{a}/actors/{n}/{resume|suspend}; raises on an error status."""
+    """POST /v1/atespaces/{a}/actors/{n}/{resume|suspend}.
+
+    Raises:
+        CallFailed: an error status (its reason from the API's error body).
+    """
     r = await client.post(f"/v1/atespaces/{atespace}/actors/{name}/{verb}", json={})
     if r.status_code != 200:
-        raise RuntimeError(f"{verb} {atespace}/{name}: HTTP {r.status_code} {r.text[:300]}")
+        try:
+            reason = str(r.json().get("reason", ""))
+        except (ValueError, AttributeError):
+            reason = ""
+        raise CallFailed(f"{verb} {atespace}/{name}: HTTP {r.status_code} {r.text[:300]}", reason)
     return r
 
 

@@ -1,4 +1,4 @@
-"""Shared helpers: percentiles, tables, results JSON, process CPU/RSS from /proc."""
+"""Shared helpers: percentiles, tables, results JSON, process CPU/RSS from /proc, the stack's database."""
 
 from __future__ import annotations
 
@@ -6,10 +6,14 @@ import json
 import os
 import statistics
 import time
-from collections.abc import Callable
+from collections.abc import AsyncIterator, Callable
+from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from store.measurements import Measurements
 
 ROOT = Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "bench" / "results"
@@ -149,3 +153,16 @@ class CpuMeter:
             name: sum(max(cpu_seconds(p) - self.start_values.get(p, 0.0), 0.0) for p in pids)
             for name, pids in self.groups.items()
         }
+
+
+@asynccontextmanager
+async def measurements(dsn: str) -> AsyncIterator[Measurements]:
+    """The store's benchmark readings and staging (`store.measurements`) on a small pool of their
+    own to the stack's database `dsn`; closed on leaving."""
+    from store import Store
+
+    store = await Store.connect(dsn, min_size=1, max_size=2)
+    try:
+        yield store.measurements
+    finally:
+        await store.close()

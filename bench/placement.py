@@ -38,11 +38,13 @@ import httpx
 
 from bench import stack as stack_mod
 from bench.actors import call, setup
-from bench.common import Log, machine, ms, summary, table, write_result
+from bench.common import Log, machine, measurements, ms, summary, table, write_result
 
 ATESPACE = "bench"
 PER_NODE = 10
 """Workers per hollow node."""
+HOLLOW_PREFIX = "hollow-"
+"""The name prefix of the hollow nodes (and of their workers)."""
 REAL_WORKERS = 2
 WARMUP = 10
 """Cycles at each size before the measured ones."""
@@ -79,46 +81,29 @@ async def _register(store: Any, have: int, want: int) -> float:
             )
             for j in range(min(PER_NODE, want - i * PER_NODE))
         ]
-        await store.nodes.register(f"hollow-{i:05d}", "127.0.0.1:1", "hollow", workers)
+        await store.nodes.register(f"{HOLLOW_PREFIX}{i:05d}", "127.0.0.1:1", "hollow", workers)
     return time.monotonic() - t
 
 
 async def _keep_alive(dsn: str, stop: asyncio.Event) -> None:
     """The hollow nodes' heartbeat: one UPDATE a second (a node update announces nothing)."""
-    import asyncpg
-
-    conn = await asyncpg.connect(dsn)
-    try:
+    async with measurements(dsn) as db:
         while not stop.is_set():
-            await conn.execute("UPDATE nodes SET last_heartbeat = now() WHERE name LIKE 'hollow-%'")
+            await db.heartbeat_nodes(HOLLOW_PREFIX)
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(stop.wait(), 1.0)
-    finally:
-        await conn.close()
 
 
 async def _unregister(dsn: str) -> None:
-    import asyncpg
-
-    conn = await asyncpg.connect(dsn)
-    try:
-        await conn.execute("DELETE FROM workers WHERE node LIKE 'hollow-%'")  # announced: views drop them
-        await conn.execute("DELETE FROM nodes WHERE name LIKE 'hollow-%'")
-    finally:
-        await conn.close()
+    """Delete the hollow nodes and their workers (announced: worker views drop them)."""
+    async with measurements(dsn) as db:
+        await db.delete_nodes(HOLLOW_PREFIX)
 
 
 async def _counts(dsn: str) -> tuple[int, int]:
     """(workers, ACTIVE workers) as the table says."""
-    import asyncpg
-
-    conn = await asyncpg.connect(dsn)
-    try:
-        row = await conn.fetchrow("SELECT count(*), count(*) FILTER (WHERE state = 'ACTIVE') FROM workers")
-        assert row is not None
-        return int(row[0]), int(row[1])
-    finally:
-        await conn.close()
+    async with measurements(dsn) as db:
+        return await db.worker_counts()
 
 
 async def _view_load_seconds(dsn: str, reps: int = 3) -> float:
@@ -129,8 +114,7 @@ async def _view_load_seconds(dsn: str, reps: int = 3) -> float:
     for _ in range(reps):
         store = await Store.connect(dsn, min_size=1, max_size=2)
         try:
-            async with store.pool.acquire():
-                pass
+            await store.ping()  # a connection open: its connect is not counted
             t = time.monotonic()
             await store.placement.view.ready()
             best = min(best, time.monotonic() - t)
@@ -157,7 +141,7 @@ async def _measure(stack: stack_mod.Stack, store: Any, size: int, cycles: int, t
             p = time.monotonic() - t
             await store.resumes.rollback(ref, op, "benchmark: placement only")
             assert plan.worker is not None
-            placed_on_hollow += plan.worker.node.startswith("hollow-")
+            placed_on_hollow += plan.worker.node.startswith(HOLLOW_PREFIX)
             t = time.monotonic()
             await call(api, "resume", ATESPACE, "r0")
             r = time.monotonic() - t

@@ -55,6 +55,9 @@ def main(argv: list[str] | None = None) -> None:
     x = sub.add_parser("proxy", help="the router's data path vs nginx vs direct, wrk at 1/8/64 connections")
     x.add_argument("--seconds", type=float, default=8.0, help="length of each wrk run")
     x.add_argument("--rounds", type=int, default=2, help="interleaved rounds; the best of each is reported")
+    fz = sub.add_parser("freeze", help="Thaw + GET of a frozen gVisor counter vs GET of a running one (one node)")
+    fz.add_argument("--cycles", type=int, default=50)
+    fz.add_argument("--warmup", type=int, default=3)
     mv = sub.add_parser("microvm", help="microvm VM restore vs cold boot on QEMU (TCG here), checkpoint, RAM copy")
     mv.add_argument("--cycles", type=int, default=5)
     for sp in (a, o, t, p, s, d, pl, x):
@@ -104,6 +107,10 @@ def main(argv: list[str] | None = None) -> None:
             keep=args.keep,
             log=log,
         )
+    elif args.name == "freeze":
+        from bench import freeze
+
+        freeze.run(cycles=args.cycles, warmup=args.warmup, log=log)
     elif args.name == "microvm":
         from bench import microvm
 

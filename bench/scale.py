@@ -21,7 +21,7 @@ import httpx
 
 from bench import stack as stack_mod
 from bench.actors import call, setup
-from bench.common import Log, machine, ms, rss_bytes, summary, table, write_result
+from bench.common import Log, machine, measurements, ms, rss_bytes, summary, table, write_result
 
 ATESPACE = "bench"
 
@@ -31,23 +31,10 @@ def _name(i: int) -> str:
 
 
 async def _insert(dsn: str, start: int, end: int) -> float:
-    import asyncpg
-
-    conn = await asyncpg.connect(dsn)
-    t = time.monotonic()
-    try:
-        await conn.execute("SET session_replication_role = replica")
-        await conn.execute(
-            "INSERT INTO actors (atespace, name, template) "
-            "SELECT $1, 's' || lpad(g::text, 8, '0'), 'counter' FROM generate_series($2::int, $3::int - 1) g",
-            ATESPACE,
-            start,
-            end,
-        )
-        await conn.execute("ANALYZE actors")
-        total = await conn.fetchval("SELECT count(*) FROM actors")
-    finally:
-        await conn.close()
+    """Insert actors `start`..`end - 1` (never resumed) and return the seconds it took."""
+    async with measurements(dsn) as db:
+        t = time.monotonic()
+        total = await db.insert_actors(ATESPACE, "counter", start, end)
     assert total >= end
     return time.monotonic() - t
 
@@ -96,78 +83,32 @@ async def _measure(stack: stack_mod.Stack, size: int, cycles: int, used: set[int
     return data
 
 
-VARIANT = """
-WITH page AS (
-    SELECT * FROM actors a
-    WHERE ($1::text IS NULL OR a.atespace = $1) AND (a.atespace, a.name) > ($2, $3)
-    ORDER BY a.atespace, a.name LIMIT $4
-)
-SELECT a.atespace, a.name, a.template, a.state, a.version, a.worker_selector, a.operation,
-       a.operation_id, a.last_error, a.created_at, a.updated_at,
-       w.id AS worker_id, w.pool AS worker_pool, w.name AS worker_name, w.node AS worker_node,
-       w.ip AS worker_ip, NULL::text AS atelet_address,
-       s.id AS snapshot_id, s.generation AS snapshot_generation, s.scope AS snapshot_scope,
-       s.uri AS snapshot_uri, s.state AS snapshot_state, NULL::jsonb AS snapshot_manifest
-FROM page a
-LEFT JOIN workers w ON w.id = a.worker_id
-LEFT JOIN snapshots s ON s.id = a.latest_snapshot_id
-ORDER BY a.atespace, a.name
-"""
-"""list_actors with the page cut from the primary-key index before the joins (a candidate fix)."""
-
-
 async def _sql_variants(dsn: str, size: int, reps: int = 15) -> dict[str, dict[str, float]]:
-    """Deep page straight on Postgres: queries.sql list_actors vs VARIANT (same rows)."""
-    import asyncpg
-
-    from store.sql import QUERIES as Q
-
-    conn = await asyncpg.connect(dsn)
+    """Deep page straight on Postgres: queries.sql list_actors vs its candidate in
+    store/measurements.sql (same rows)."""
     out: dict[str, list[float]] = {"sql_current": [], "sql_variant": []}
-    try:
+    async with measurements(dsn) as db:
         rng = random.Random(7)
         for _ in range(reps):
             key = _name(int(size * 0.8) + rng.randrange(size // 20))
-            for name, sql in (("sql_current", Q["list_actors"]), ("sql_variant", VARIANT)):
-                t = time.monotonic()
-                extra = (None,) if name == "sql_current" else ()  # list_actors' state filter: none
-                rows = await conn.fetch(sql, None, ATESPACE, key, 101, *extra)
-                out[name].append(time.monotonic() - t)
-                assert len(rows) == 101
-    finally:
-        await conn.close()
+            for name in ("sql_current", "sql_variant"):
+                seconds, rows = await db.time_list_actors(name == "sql_variant", None, ATESPACE, key, 101, None)
+                out[name].append(seconds)
+                assert rows == 101
     return {k: summary(v) for k, v in out.items()}
 
 
 async def _cleanup(dsn: str) -> None:
     """Drop the never-resumed bulk rows, so that `ate dev`'s stop (which pages through every actor to
     find RUNNING ones) does not take minutes."""
-    import asyncpg
-
-    conn = await asyncpg.connect(dsn)
-    try:
-        await conn.execute("SET session_replication_role = replica")
-        await conn.execute("DELETE FROM actors WHERE latest_snapshot_id IS NULL AND state = 'SUSPENDED'")
-    finally:
-        await conn.close()
+    async with measurements(dsn) as db:
+        await db.delete_never_resumed_actors()
 
 
 async def _table_sizes(dsn: str) -> dict[str, Any]:
-    import asyncpg
-
-    from store.sql import QUERIES as Q
-
-    conn = await asyncpg.connect(dsn)
-    try:
-        n = await conn.fetchval("SELECT count(*) FROM actors")
-        heap = await conn.fetchval("SELECT pg_table_size('actors')")
-        idx = await conn.fetchval("SELECT pg_indexes_size('actors')")
-        plan = await conn.fetch(
-            "EXPLAIN (ANALYZE, BUFFERS) " + Q["list_actors"], None, ATESPACE, _name(n * 8 // 10), 101, None
-        )
-    finally:
-        await conn.close()
-    lines = [r[0] for r in plan]
+    async with measurements(dsn) as db:
+        n, heap, idx = await db.actors_table()
+        lines = await db.explain_list_actors(None, ATESPACE, _name(n * 8 // 10), 101, None)
     return {
         "rows": n,
         "heap": heap,

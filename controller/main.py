@@ -29,7 +29,8 @@ from controller.pools import PLURAL, VERSION, PoolReconciler
 from controller.settings import ControllerSettings
 from controller.watch import Watcher, key_of
 from domain.pools import API_GROUP, WorkerPoolSpec
-from store import Store, migrate
+from store import Store
+from store.interfaces import ControllerStore
 
 log = logging.getLogger("ate.controller")
 
@@ -57,7 +58,7 @@ class Controller:
         store: the control plane's store.
     """
 
-    def __init__(self, settings: ControllerSettings, kube: client.ApiClient, store: Store) -> None:
+    def __init__(self, settings: ControllerSettings, kube: client.ApiClient, store: ControllerStore) -> None:
         self.settings = settings
         self.custom = client.CustomObjectsApi(kube)
         self.apps = client.AppsV1Api(kube)
@@ -227,8 +228,7 @@ class Controller:
 async def serve(settings: ControllerSettings) -> None:
     """Run the controller until SIGTERM/SIGINT."""
     store = await Store.connect(settings.database_url, max_size=5)
-    async with store.pool.acquire() as connection:
-        await migrate(connection)
+    await store.migrate()
     kube = api_client(settings)
     controller = Controller(settings, kube, store)
     loop = asyncio.get_running_loop()

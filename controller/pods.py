@@ -23,7 +23,7 @@ from typing import Any
 
 from controller.labels import ATELET_PORT, POOL_LABEL, worker_name
 from domain.pools import WorkerPoolSpec
-from store import Store
+from store.interfaces import ControllerStore
 from store.records import WorkerRegistration
 
 log = logging.getLogger(__name__)
@@ -53,7 +53,7 @@ class PodSyncer:
         drain: starts the drain of a node.
     """
 
-    def __init__(self, store: Store, pools: dict[tuple[str, str], WorkerPoolSpec], drain: Drain) -> None:
+    def __init__(self, store: ControllerStore, pools: dict[tuple[str, str], WorkerPoolSpec], drain: Drain) -> None:
         self.store = store
         self.pools = pools
         self.drain = drain

@@ -68,6 +68,12 @@ class Activity(StrEnum):
     """Mark an actor left on a drained node CRASHED (its last COMPLETED snapshot is kept)."""
     GARBAGE_SNAPSHOTS = "garbage_snapshots"
     """A batch of snapshots nothing needs."""
+    BEGIN_FREEZE = "begin_freeze"
+    """RUNNING -> FROZEN under the operation (the routers stop sending at its NOTIFY)."""
+    FINISH_FREEZE = "finish_freeze"
+    """The sandbox is stopped: the operation is recorded finished, the actor rests FROZEN."""
+    ROLLBACK_FREEZE = "rollback_freeze"
+    """FROZEN -> RUNNING: the freeze gave way to traffic or the atelet could not stop the sandbox."""
 
     # ---- atelet calls (activities.atelet.AteletActivities)
     ATELET_START = "atelet_start"
@@ -80,5 +86,7 @@ class Activity(StrEnum):
     """Upload a LOCAL snapshot: its node's atelet copies it to the storage location."""
     ATELET_TERMINATE = "atelet_terminate"
     """Stop and delete the holder's sandbox on a worker (idempotent)."""
+    ATELET_FREEZE = "atelet_freeze"
+    """Stop the holder's sandbox in place (cgroup freezer or a stopped VM; idempotent)."""
     DELETE_SNAPSHOT = "delete_snapshot"
     """Delete a snapshot's data through a live atelet, then its row."""

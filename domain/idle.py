@@ -38,6 +38,10 @@ from domain.names import shown
 MAX_IDLE_STEPS = 3
 """At most one step per action, in the order Freeze, Pause, Suspend."""
 
+IDLE_CHECK_SECONDS = 1.0
+"""How often the api-server looks for idle actors, in seconds: with the router replicas'
+heartbeat (2 s), which reports their traffic, the resolution of `afterSeconds`."""
+
 MAX_AFTER_SECONDS = 366 * 24 * 3600
 """The longest idle time a step may wait for (a year and a day)."""
 

@@ -16,6 +16,9 @@ class ActorState(StrEnum):
     SUSPENDED = "SUSPENDED"
     RESUMING = "RESUMING"
     RUNNING = "RUNNING"
+    FROZEN = "FROZEN"
+    """Its sandbox is stopped in place (cgroup freezer, or a stopped VM): it keeps its worker and
+    memory, uses no CPU, takes no traffic, and a resume thaws it in milliseconds."""
     UNREACHABLE = "UNREACHABLE"
     """Its node stopped answering: the actor keeps its worker (and, if the node returns within
     the grace, its sandbox and memory); it takes no traffic and no operation but a revert."""
@@ -24,6 +27,10 @@ class ActorState(StrEnum):
     PAUSED = "PAUSED"
     REVERTING = "REVERTING"
     CRASHED = "CRASHED"
+
+
+ON_WORKER = frozenset({ActorState.RUNNING, ActorState.FROZEN})
+"""The resting states of an actor whose sandbox is on a worker (RUNNING, or FROZEN in place)."""
 
 
 class WorkerState(StrEnum):
@@ -64,6 +71,7 @@ class Operation(StrEnum):
     REVERT = "RevertActor"
     GOLDEN_SNAPSHOT = "GoldenSnapshot"
     UPLOAD = "UploadSnapshot"
+    FREEZE = "FreezeActor"
 
 
 @dataclass(frozen=True)
@@ -117,19 +125,24 @@ TRANSITIONS: dict[Operation, Transition] = {
     for t in (
         Transition(
             Operation.RESUME,
-            frozenset({ActorState.SUSPENDED, ActorState.PAUSED}),
+            frozenset({ActorState.SUSPENDED, ActorState.PAUSED, ActorState.FROZEN}),
             ActorState.RESUMING,
             ActorState.RUNNING,
             "resumed",
         ),
         Transition(
             Operation.SUSPEND,
-            frozenset({ActorState.RUNNING, ActorState.PAUSED}),
+            frozenset({ActorState.RUNNING, ActorState.PAUSED, ActorState.FROZEN}),
             ActorState.SUSPENDING,
             ActorState.SUSPENDED,
             "suspended",
         ),
-        Transition(Operation.PAUSE, frozenset({ActorState.RUNNING}), ActorState.PAUSING, ActorState.PAUSED, "paused"),
+        Transition(
+            Operation.PAUSE, frozenset({ActorState.RUNNING, ActorState.FROZEN}), ActorState.PAUSING, ActorState.PAUSED,
+            "paused",
+        ),
+        # A freeze writes FROZEN first (the routers stop sending at its NOTIFY), then stops the sandbox.
+        Transition(Operation.FREEZE, frozenset({ActorState.RUNNING}), ActorState.FROZEN, ActorState.FROZEN, "frozen"),
         # A revert also takes over a stuck transitional state, a revert that died (REVERTING),
         # and a SUSPENDED actor whose async upload has not landed (the store checks that one).
         Transition(
@@ -137,6 +150,7 @@ TRANSITIONS: dict[Operation, Transition] = {
             frozenset(
                 {
                     ActorState.RUNNING,
+                    ActorState.FROZEN,
                     ActorState.UNREACHABLE,
                     ActorState.PAUSED,
                     ActorState.CRASHED,
@@ -156,18 +170,23 @@ TRANSITIONS: dict[Operation, Transition] = {
 
 EVENTS: tuple[tuple[str, str, str], ...] = (
     ("SUSPENDED, its async upload not landed", "RevertActor (drops the local copy, unpins)", "SUSPENDED"),
-    ("RUNNING", f"its node sent no heartbeat for the lease (default {NODE_LEASE_SECONDS:g} s)", "UNREACHABLE"),
+    ("RUNNING, FROZEN", f"its node sent no heartbeat for the lease (default {NODE_LEASE_SECONDS:g} s)", "UNREACHABLE"),
     (
         "UNREACHABLE",
         f"its node answers again within the grace (default {UNREACHABLE_GRACE_SECONDS:g} s), still running its sandbox",
-        "RUNNING",
+        "RUNNING (FROZEN if it was)",
     ),
     (
         "UNREACHABLE",
         "the grace passed, its node came back without its sandbox, or its node is known gone (worker pod deleted)",
         "CRASHED",
     ),
-    ("RUNNING", "its sandbox exited, its worker pod was deleted, or an eviction deadline passed", "CRASHED"),
+    ("RUNNING, FROZEN", "its sandbox exited, its worker pod was deleted, or an eviction deadline passed", "CRASHED"),
+    (
+        "RUNNING, FROZEN, PAUSED",
+        "its idle policy's next step, or a pressure suspend: FreezeActor, PauseActor or SuspendActor, started by ate",
+        "FROZEN, PAUSED or SUSPENDED",
+    ),
     ("CRASHED, its template says onCrash: Revert", "RevertActor, started by the api-server", "SUSPENDED"),
     ("SUSPENDED", "Delete (any state with --force)", "gone"),
     ("(created)", "Create", "SUSPENDED"),

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncpg
 
+from domain.idle import IdlePolicy
 from domain.refs import ActorRef
 from store.errors import AlreadyExists, FailedPrecondition, NotFound
 from store.records import ActorRecord
@@ -19,10 +20,14 @@ class Actors:
         self.pool = pool
         self.templates = templates
 
-    async def create(self, ref: ActorRef, template: str, worker_selector: dict[str, str]) -> ActorRecord:
-        """Create an actor in SUSPENDED. Raises NotFound (atespace, template), AlreadyExists."""
+    async def create(
+        self, ref: ActorRef, template: str, worker_selector: dict[str, str], idle: IdlePolicy | None = None
+    ) -> ActorRecord:
+        """Create an actor in SUSPENDED with its own idle policy `idle` (None: its template's;
+        `IdlePolicy()`: off for it). Raises NotFound (atespace, template), AlreadyExists."""
         await self.templates.get(ref.atespace, template)
-        row = await self.pool.fetchrow(Q["create_actor"], ref.atespace, ref.name, template, worker_selector)
+        own = None if idle is None else idle.document()
+        row = await self.pool.fetchrow(Q["create_actor"], ref.atespace, ref.name, template, worker_selector, own)
         if row is None:
             raise AlreadyExists(f"actor {ref.key} already exists")
         return await self.get(ref)

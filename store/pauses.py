@@ -31,9 +31,9 @@ class Pauses:
         self.placement = placement
         self.snapshots = snapshots
 
-    async def begin(self, ref: ActorRef, operation_id: str) -> PausePlan:
-        """RUNNING -> PAUSING with a PENDING LOCAL snapshot reserved on the worker's node
-        (idempotent per operation).
+    async def begin(self, ref: ActorRef, operation_id: str, reason: str | None = None) -> PausePlan:
+        """RUNNING|FROZEN -> PAUSING with a PENDING LOCAL snapshot reserved on the worker's node
+        (idempotent per operation); `reason` (why ate paused it by itself) goes to its history.
 
         Raises:
             NotFound: unknown actor.
@@ -75,6 +75,8 @@ class Pauses:
                 Operation.PAUSE.value,
                 f"{worker.pool}/{worker.name}",
             )
+            if reason is not None:
+                await connection.execute(Q["set_operation_reason"], operation_id, reason)
             return PausePlan(already_paused=False, worker=worker, snapshot=snapshot)
 
     async def complete(

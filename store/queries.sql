@@ -58,8 +58,9 @@ RETURNING name;
 SELECT EXISTS (SELECT 1 FROM actors WHERE atespace = $1 AND template = $2);
 
 -- create_actor --
--- Create an actor in SUSPENDED; returns nothing when the name is taken.
-INSERT INTO actors (atespace, name, template, worker_selector) VALUES ($1, $2, $3, $4)
+-- Create an actor in SUSPENDED, with its own idle policy $5 (NULL: its template's); returns
+-- nothing when the name is taken.
+INSERT INTO actors (atespace, name, template, worker_selector, idle_policy) VALUES ($1, $2, $3, $4, $5)
 ON CONFLICT DO NOTHING
 RETURNING atespace, name;
 
@@ -73,8 +74,11 @@ SELECT a.atespace, a.name, a.template, a.state, a.version, a.worker_selector, a.
        s.uri AS snapshot_uri, s.state AS snapshot_state, s.manifest AS snapshot_manifest,
        a.pinned_node, l.id AS local_snapshot_id, l.generation AS local_snapshot_generation,
        a.pending_upload_snapshot_id IS NOT NULL AS upload_pending,
-       l.scope AS local_snapshot_scope, l.uri AS local_snapshot_uri
+       l.scope AS local_snapshot_scope, l.uri AS local_snapshot_uri,
+       a.idle_policy, t.spec -> 'idle' AS template_idle,
+       EXTRACT(EPOCH FROM now() - a.last_active_at)::float8 AS idle_seconds
 FROM actors a
+LEFT JOIN actor_templates t ON t.atespace = a.atespace AND t.name = a.template
 LEFT JOIN workers w ON w.id = a.worker_id
 LEFT JOIN nodes n ON n.name = w.node
 LEFT JOIN snapshots s ON s.id = a.latest_snapshot_id
@@ -101,8 +105,11 @@ SELECT a.atespace, a.name, a.template, a.state, a.version, a.worker_selector, a.
        s.uri AS snapshot_uri, s.state AS snapshot_state, NULL::jsonb AS snapshot_manifest,
        a.pinned_node, l.id AS local_snapshot_id, l.generation AS local_snapshot_generation,
        a.pending_upload_snapshot_id IS NOT NULL AS upload_pending,
-       l.scope AS local_snapshot_scope, l.uri AS local_snapshot_uri
+       l.scope AS local_snapshot_scope, l.uri AS local_snapshot_uri,
+       a.idle_policy, t.spec -> 'idle' AS template_idle,
+       EXTRACT(EPOCH FROM now() - a.last_active_at)::float8 AS idle_seconds
 FROM page a
+LEFT JOIN actor_templates t ON t.atespace = a.atespace AND t.name = a.template
 LEFT JOIN workers w ON w.id = a.worker_id
 LEFT JOIN snapshots s ON s.id = a.latest_snapshot_id
 LEFT JOIN snapshots l ON l.id = COALESCE(a.local_snapshot_id, a.pending_upload_snapshot_id)
@@ -123,7 +130,7 @@ RETURNING name;
 -- Lock one actor row for a state transition, with what the transition needs.
 SELECT a.atespace, a.name, a.template, a.state, a.version, a.worker_selector, a.worker_id,
        a.latest_snapshot_id, a.in_progress_snapshot_id, a.local_snapshot_id, a.pending_upload_snapshot_id,
-       a.pinned_node,
+       a.pinned_node, a.resumed_from,
        a.operation, a.operation_id, a.last_error, t.spec, t.golden_snapshot_id, t.phase AS template_phase
 FROM actors a JOIN actor_templates t ON t.atespace = a.atespace AND t.name = a.template
 WHERE a.atespace = $1 AND a.name = $2
@@ -204,7 +211,7 @@ DELETE FROM placements WHERE holder = $1 RETURNING worker_id;
 -- mark_actor_resuming --
 -- SUSPENDED|PAUSED -> RESUMING, bound to a worker, guarded by the version read under lock.
 UPDATE actors SET state = 'RESUMING', worker_id = $4, operation = 'ResumeActor', operation_id = $5,
-                  last_error = NULL, version = version + 1, updated_at = now()
+                  last_error = NULL, resumed_from = NULL, version = version + 1, updated_at = now()
 WHERE atespace = $1 AND name = $2 AND version = $3
 RETURNING version;
 
@@ -214,6 +221,7 @@ RETURNING version;
 -- and the actor unpinned.
 UPDATE actors SET state = 'RUNNING', operation = NULL, local_snapshot_id = NULL,
                   pending_upload_snapshot_id = NULL, pinned_node = NULL,
+                  last_active_at = now(), running_since = now(),
                   version = version + 1, updated_at = now()
 WHERE atespace = $1 AND name = $2 AND state = 'RESUMING' AND operation_id = $3
 RETURNING version;
@@ -352,16 +360,18 @@ SELECT lost_at IS NULL AND retired_at IS NULL FROM nodes WHERE name = $1;
 UPDATE workers SET state = 'UNAVAILABLE', state_reason = $2, updated_at = now() WHERE id = $1;
 
 -- crash_actor_on_worker --
--- RUNNING or UNREACHABLE on this worker -> CRASHED with the reason; unbound (the sandbox is gone,
--- or is terminated when its node answers again).
+-- RUNNING, FROZEN or UNREACHABLE on this worker -> CRASHED with the reason; unbound (the sandbox
+-- is gone, or is terminated when its node answers again).
 UPDATE actors SET state = 'CRASHED', worker_id = NULL, operation = NULL, last_error = $4,
-                  unreachable_until = NULL, version = version + 1, updated_at = now()
-WHERE atespace = $1 AND name = $2 AND state IN ('RUNNING', 'UNREACHABLE') AND worker_id = $3
+                  unreachable_until = NULL, unreachable_from = NULL, version = version + 1, updated_at = now()
+WHERE atespace = $1 AND name = $2 AND state IN ('RUNNING', 'FROZEN', 'UNREACHABLE') AND worker_id = $3
 RETURNING version;
 
 -- mark_actor_reachable --
--- UNREACHABLE on this worker -> RUNNING: its node answers again and still runs its sandbox.
-UPDATE actors SET state = 'RUNNING', unreachable_until = NULL, last_error = NULL,
+-- UNREACHABLE on this worker -> RUNNING (FROZEN when it was frozen): its node answers again and
+-- still holds its sandbox.
+UPDATE actors SET state = COALESCE(unreachable_from, 'RUNNING'), unreachable_until = NULL, unreachable_from = NULL,
+                  last_error = NULL,
                   version = version + 1, updated_at = now()
 WHERE atespace = $1 AND name = $2 AND state = 'UNREACHABLE' AND worker_id = $3
 RETURNING version;
@@ -407,7 +417,7 @@ WHERE n.last_heartbeat < now() - make_interval(secs => $1) AND n.retired_at IS N
   AND (n.lost_at IS NULL
        OR EXISTS (SELECT 1 FROM workers w WHERE w.node = n.name AND w.state = 'ACTIVE')
        OR EXISTS (SELECT 1 FROM workers w JOIN actors a ON a.worker_id = w.id
-                  WHERE w.node = n.name AND a.state = 'RUNNING'
+                  WHERE w.node = n.name AND a.state IN ('RUNNING', 'FROZEN')
                     AND a.updated_at < now() - make_interval(secs => $1)))
 ORDER BY n.name;
 
@@ -416,13 +426,15 @@ ORDER BY n.name;
 UPDATE nodes SET lost_at = COALESCE(lost_at, now()) WHERE name = $1;
 
 -- mark_node_actors_unreachable --
--- The RUNNING actors of lost node $1 -> UNREACHABLE for the grace ($2 seconds), keeping their
--- worker and place, with reason $3; each gets a NodeLost record (outcome waiting) in its history.
+-- The RUNNING (and FROZEN) actors of lost node $1 -> UNREACHABLE for the grace ($2 seconds),
+-- keeping their worker and place and the state they go back to, with reason $3; each gets a
+-- NodeLost record (outcome waiting) in its history.
 WITH marked AS (
     UPDATE actors a SET state = 'UNREACHABLE', unreachable_until = now() + make_interval(secs => $2),
+                        unreachable_from = a.state,
                         last_error = $3, version = a.version + 1, updated_at = now()
     FROM workers w
-    WHERE w.id = a.worker_id AND w.node = $1 AND a.state = 'RUNNING'
+    WHERE w.id = a.worker_id AND w.node = $1 AND (a.state = 'RUNNING' OR (a.state = 'FROZEN' AND a.operation IS NULL))
     RETURNING a.atespace, a.name, a.version, w.pool, w.name AS worker
 )
 INSERT INTO operations (operation_id, atespace, actor, operation, worker, outcome, error)
@@ -499,7 +511,7 @@ WHERE operation_id = $1 AND finished_at IS NULL;
 
 -- actor_operations --
 -- The last operations of an actor.
-SELECT operation_id, operation, outcome, worker, error, started_at, finished_at
+SELECT operation_id, operation, outcome, worker, error, started_at, finished_at, reason
 FROM operations WHERE atespace = $1 AND actor = $2
 ORDER BY started_at DESC LIMIT $3;
 
@@ -677,15 +689,15 @@ WHERE node = $1 AND state = 'UNAVAILABLE' AND state_reason = 'pod not Ready' AND
 -- release_actors_of_node --
 -- A node is gone for good (its pod was deleted): every actor bound to its workers or pinned to it
 -- goes back to SUSPENDED with its last COMPLETED snapshot and reason $2, except one that ran there
--- (RUNNING or UNREACHABLE: its memory is gone), which is CRASHED with reason $3 (a CRASHED one
+-- (RUNNING, FROZEN or UNREACHABLE: its memory is gone), which is CRASHED with reason $3 (a CRASHED one
 -- stays CRASHED); the caller drops the PENDING snapshots of operations in flight
 -- (lock_actors_of_node lists them).
 UPDATE actors a SET
-    state = CASE WHEN a.state IN ('CRASHED', 'RUNNING', 'UNREACHABLE') THEN 'CRASHED' ELSE 'SUSPENDED' END,
+    state = CASE WHEN a.state IN ('CRASHED', 'RUNNING', 'FROZEN', 'UNREACHABLE') THEN 'CRASHED' ELSE 'SUSPENDED' END,
     worker_id = NULL, operation = NULL, local_snapshot_id = NULL, pending_upload_snapshot_id = NULL,
-    pinned_node = NULL, in_progress_snapshot_id = NULL, unreachable_until = NULL,
+    pinned_node = NULL, in_progress_snapshot_id = NULL, unreachable_until = NULL, unreachable_from = NULL,
     last_error = CASE WHEN a.state = 'CRASHED' THEN a.last_error
-                      WHEN a.state IN ('RUNNING', 'UNREACHABLE') THEN $3 ELSE $2 END,
+                      WHEN a.state IN ('RUNNING', 'FROZEN', 'UNREACHABLE') THEN $3 ELSE $2 END,
     version = a.version + 1, updated_at = now()
 WHERE a.worker_id IN (SELECT id FROM workers WHERE node = $1) OR a.pinned_node = $1
 RETURNING a.atespace, a.name, a.state, a.version;
@@ -840,3 +852,70 @@ RETURNING w.id;
 -- router_drain_exists --
 -- Whether drain $1 exists.
 SELECT EXISTS (SELECT 1 FROM router_drains WHERE id = $1);
+
+-- mark_actor_freezing --
+-- RUNNING -> FROZEN under FreezeActor $4, guarded by the version read under lock: written before
+-- the sandbox is stopped, so the routers stop sending at its NOTIFY.
+UPDATE actors SET state = 'FROZEN', operation = 'FreezeActor', operation_id = $4,
+                  version = version + 1, updated_at = now()
+WHERE atespace = $1 AND name = $2 AND version = $3
+RETURNING version;
+
+-- finish_actor_freeze --
+-- The sandbox is stopped: the FROZEN actor rests (no operation holds it any more).
+UPDATE actors SET operation = NULL, version = version + 1, updated_at = now()
+WHERE atespace = $1 AND name = $2 AND state = 'FROZEN' AND operation = 'FreezeActor' AND operation_id = $3
+RETURNING version;
+
+-- rollback_actor_freeze --
+-- FROZEN -> RUNNING under FreezeActor $3: the freeze gave way to traffic (the sandbox was not
+-- stopped) or the atelet could not stop it; $4 the error, NULL when traffic won.
+UPDATE actors SET state = 'RUNNING', operation = NULL, last_error = $4, version = version + 1, updated_at = now()
+WHERE atespace = $1 AND name = $2 AND state = 'FROZEN' AND operation = 'FreezeActor' AND operation_id = $3
+RETURNING version;
+
+-- mark_actor_thawing --
+-- FROZEN -> RESUMING under ResumeActor $4 on the worker it holds (its sandbox is thawed next),
+-- guarded by the version read under lock; its place passes to this operation.
+WITH thawing AS (
+    UPDATE actors SET state = 'RESUMING', operation = 'ResumeActor', operation_id = $4, last_error = NULL,
+                      resumed_from = 'FROZEN', version = version + 1, updated_at = now()
+    WHERE atespace = $1 AND name = $2 AND version = $3 AND state = 'FROZEN'
+    RETURNING version
+), placed AS (
+    UPDATE placements SET operation_id = $4 WHERE holder = 'actor/' || $1 || '/' || $2 AND EXISTS (SELECT 1 FROM thawing)
+)
+SELECT version FROM thawing;
+
+-- set_operation_reason --
+-- Why ate started an operation by itself ('idle for 300 s', 'pressure: ...'), shown in the
+-- actor's history.
+UPDATE operations SET reason = $2 WHERE operation_id = $1;
+
+-- idle_candidates --
+-- The actors an idle policy may act on now: RUNNING, FROZEN or PAUSED, no operation in flight,
+-- an idle policy (their own, else their template's) whose first step is due. Only actors on a
+-- worker or pinned to a node are looked at (by state: bounded by the workers' places and the
+-- nodes' disks, not by the actor population); the longest idle first, at most $1.
+SELECT a.atespace, a.name, a.state, COALESCE(a.idle_policy, t.spec -> 'idle') AS policy,
+       EXTRACT(EPOCH FROM now() - a.last_active_at)::float8 AS idle_seconds
+FROM actors a JOIN actor_templates t ON t.atespace = a.atespace AND t.name = a.template
+WHERE a.state IN ('RUNNING', 'FROZEN', 'PAUSED') AND a.operation IS NULL
+  AND jsonb_typeof(COALESCE(a.idle_policy, t.spec -> 'idle')) = 'array'
+  AND jsonb_array_length(COALESCE(a.idle_policy, t.spec -> 'idle')) > 0
+  AND a.last_active_at
+      <= now() - make_interval(secs => (COALESCE(a.idle_policy, t.spec -> 'idle') -> 0 ->> 'afterSeconds')::float8)
+ORDER BY a.last_active_at
+LIMIT $1;
+
+-- touch_actor --
+-- Traffic proves the actor busy now (an idle operation gave way to a request in flight): its idle
+-- time starts again.
+UPDATE actors SET last_active_at = now() WHERE atespace = $1 AND name = $2;
+
+-- set_actor_idle_policy --
+-- The actor's own idle policy ($3: a list of steps; an empty list: off for it; NULL: its
+-- template's again).
+UPDATE actors SET idle_policy = $3, version = version + 1, updated_at = now()
+WHERE atespace = $1 AND name = $2
+RETURNING version;

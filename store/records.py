@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
 import asyncpg
 
+from domain.idle import IdlePolicy, parse_idle_policy
 from domain.templates import ActorTemplateSpec
 
 
@@ -101,6 +102,12 @@ class ActorRecord:
     """A PAUSED actor's LOCAL snapshot, or an async suspend's not uploaded yet (on `pinned_node` only)."""
     upload_pending: bool = False
     """Whether `local_snapshot` is an async suspend's checkpoint whose upload has not landed."""
+    idle_policy: IdlePolicy = field(default_factory=IdlePolicy)
+    """The idle policy in force: the actor's own, else its template's (`idle_source` says which)."""
+    idle_source: str = "off"
+    """`actor` (its own policy, set at create or later), `template`, or `off` (neither has one)."""
+    idle_seconds: float | None = None
+    """Seconds since the last traffic any router replica reported, or since its last resume."""
 
     @classmethod
     def from_row(cls, row: asyncpg.Record) -> ActorRecord:
@@ -149,7 +156,23 @@ class ActorRecord:
             if row["local_snapshot_id"] is not None
             else None,
             upload_pending=bool(row["upload_pending"]),
+            **_idleness(row),
         )
+
+
+def _idleness(row: asyncpg.Record) -> dict[str, Any]:
+    """The idle fields of an actor row: its policy in force and where it comes from."""
+    own, inherited = _json(row["idle_policy"]), _json(row["template_idle"])
+    try:
+        if own is not None:
+            policy, source = parse_idle_policy(own), "actor"
+        else:
+            policy, source = parse_idle_policy(inherited), "template"
+    except ValueError:  # never for a document the API validated
+        policy, source = IdlePolicy(), "off"
+    if policy.off and own is None:
+        source = "off"
+    return {"idle_policy": policy, "idle_source": source, "idle_seconds": row["idle_seconds"]}
 
 
 @dataclass
@@ -227,6 +250,8 @@ class OperationRecord:
     error: str | None
     started_at: datetime
     finished_at: datetime | None
+    reason: str | None = None
+    """Why ate started it by itself (`idle for 300 s`, a pressure suspend); None when a user asked."""
 
 
 @dataclass

@@ -42,7 +42,8 @@ class Resumes:
         self.pinning = pinning
 
     async def begin(self, ref: ActorRef, operation_id: str) -> ResumePlan:
-        """SUSPENDED|PAUSED -> RESUMING bound to a worker, in one transaction (idempotent per operation).
+        """SUSPENDED|PAUSED -> RESUMING bound to a worker, in one transaction (idempotent per operation);
+        FROZEN -> RESUMING on the worker it holds (`ResumePlan.thaw`: the caller thaws the sandbox).
 
         Raises:
             NotFound: unknown actor.
@@ -67,8 +68,12 @@ class Resumes:
             pinned = actor["pinned_node"] if local_id else None
             if state == ActorState.RESUMING and actor["operation_id"] == operation_id:
                 worker = await self.placement.worker_ref(connection, actor["worker_id"])
+                if actor["resumed_from"] == ActorState.FROZEN:
+                    return ResumePlan(already_running=False, worker=worker, spec=spec, thaw=True)
                 snapshot = await self.snapshots.ref(connection, snapshot_id) if snapshot_id else None
                 return ResumePlan(already_running=False, worker=worker, snapshot=snapshot, spec=spec)
+            if state == ActorState.FROZEN:
+                return await self._thaw(connection, ref, actor, operation_id)
             if state == ActorState.CRASHED:
                 reason = actor["last_error"] or "no reason recorded"
                 revert = f"'ate revert actor {ref.name} -a {ref.atespace}'"
@@ -116,6 +121,23 @@ class Resumes:
                 f"{worker.pool}/{worker.name}",
             )
             return ResumePlan(already_running=False, worker=worker, snapshot=snapshot, spec=spec)
+
+    async def _thaw(
+        self, connection: asyncpg.Connection, ref: ActorRef, actor: asyncpg.Record, operation_id: str
+    ) -> ResumePlan:
+        """FROZEN -> RESUMING on the worker that holds its sandbox (no placement: the caller thaws
+        the sandbox in place, then marks it RUNNING)."""
+        worker = await self.placement.worker_ref(connection, actor["worker_id"])
+        updated = await connection.fetchval(
+            Q["mark_actor_thawing"], ref.atespace, ref.name, actor["version"], operation_id
+        )
+        if updated is None:
+            raise VersionConflict("concurrent update conflict, please retry")
+        await connection.execute(
+            Q["insert_operation"], operation_id, ref.atespace, ref.name, Operation.RESUME.value,
+            f"{worker.pool}/{worker.name} (thaw)",
+        )  # fmt: skip
+        return ResumePlan(already_running=False, worker=worker, spec=spec_of(actor), thaw=True)
 
     async def finish(self, ref: ActorRef, operation_id: str) -> None:
         """RESUMING -> RUNNING for this operation (idempotent: a repeat finds RUNNING).

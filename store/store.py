@@ -9,7 +9,8 @@ concern; named queries in (`queries.sql`), dataclasses and store errors out.
 - the operations' transitions, one class per workflow: `resumes`, `suspends`, `pauses`,
   `uploads`, `golden_snapshots`, `reverts`, `drains`;
 - what those share inside their transactions: `placement` (with its in-memory worker view,
-  started by the first placement or by `Placement.view.ready()`), `snapshots`, `pinning`.
+  started by the first placement or by `Placement.view.ready()`), `snapshots`, `pinning`;
+- the benchmarks' readings and staging (bench/ only): `measurements`.
 """
 
 from __future__ import annotations
@@ -21,9 +22,13 @@ import asyncpg
 from store.actors import Actors
 from store.atespaces import Atespaces
 from store.drains import Drains
+from store.freezes import Freezes
 from store.golden_snapshots import GoldenSnapshots
 from store.history import OperationHistory
+from store.idleness import Idleness
 from store.liveness import Liveness
+from store.measurements import Measurements
+from store.migrations import migrate
 from store.nodes import Nodes
 from store.pauses import Pauses
 from store.pinning import Pinning
@@ -71,6 +76,9 @@ class Store:
         self.drains = Drains(pool, self.placement)
         self.tokens = AccessTokens(pool)
         self.router_drains = RouterDrains(pool)
+        self.freezes = Freezes(pool, self.placement)
+        self.idleness = Idleness(pool)
+        self.measurements = Measurements(pool)
 
     @classmethod
     async def connect(
@@ -90,6 +98,16 @@ class Store:
                                          command_timeout=command_timeout, timeout=connect_timeout)
         assert pool is not None
         return cls(pool)
+
+    async def migrate(self) -> tuple[int, int]:
+        """Bring the schema up to date (`store.migrations.migrate`: under an advisory lock, so
+        processes starting at once apply each migration once).
+
+        Returns:
+            (version before, version after).
+        """
+        async with self.pool.acquire() as connection:
+            return await migrate(connection)
 
     async def close(self) -> None:
         """Stop the worker view (if placement started it) and close every connection."""

@@ -13,7 +13,7 @@ import asyncpg
 
 from domain.operations.suspend import SuspendPlan
 from domain.refs import ActorRef
-from domain.states import TRANSITIONS, ActorState, Operation, SnapshotStorage
+from domain.states import ON_WORKER, TRANSITIONS, ActorState, Operation, SnapshotStorage
 from store.errors import FailedPrecondition, NotFound, VersionConflict, refused
 from store.pinning import Pinning
 from store.placement import Placement
@@ -33,8 +33,12 @@ class Suspends:
         self.snapshots = snapshots
         self.pinning = pinning
 
-    async def begin(self, ref: ActorRef, operation_id: str, mode: str = "sync") -> SuspendPlan:
-        """RUNNING|PAUSED -> SUSPENDING with a PENDING snapshot row reserved (idempotent per operation).
+    async def begin(
+        self, ref: ActorRef, operation_id: str, mode: str = "sync", reason: str | None = None
+    ) -> SuspendPlan:
+        """RUNNING|FROZEN|PAUSED -> SUSPENDING with a PENDING snapshot row reserved (idempotent per
+        operation); `reason` (why ate suspended it by itself) goes to its history. A FROZEN
+        actor's sandbox is thawed by the atelet's checkpoint.
 
         Mode "async" from RUNNING reserves a LOCAL snapshot on the worker's node (uploaded later
         by an UploadSnapshot workflow); from PAUSED the upload is done now either way.
@@ -60,7 +64,7 @@ class Suspends:
             if not SUSPEND.allows(state):
                 raise refused(SUSPEND, ref.key, state)
             spec = spec_of(actor)
-            running = state == ActorState.RUNNING
+            running = state in ON_WORKER
             worker = await self.placement.worker_ref(connection, actor["worker_id"]) if running else None
             local = await self.snapshots.ref(connection, actor["local_snapshot_id"]) if worker is None else None
             if local is not None:
@@ -87,6 +91,8 @@ class Suspends:
                 Operation.SUSPEND.value,
                 f"{worker.pool}/{worker.name}" if worker else f"upload from {local.node if local else '?'}",
             )
+            if reason is not None:
+                await connection.execute(Q["set_operation_reason"], operation_id, reason)
             if local is not None:
                 return await self.pinning.upload_plan(connection, ref, local.snapshot_id, snapshot)
             return SuspendPlan(already_suspended=False, worker=worker, snapshot=snapshot)
@@ -131,13 +137,21 @@ class Suspends:
         latest (or, after an async suspend, its local) snapshot."""
         return _suspended_with(await self.pool.fetchrow(Q["get_actor"], ref.atespace, ref.name), snapshot_id)
 
-    async def rollback(self, ref: ActorRef, operation_id: str, snapshot_id: int, error: str) -> None:
+    async def rollback(
+        self, ref: ActorRef, operation_id: str, snapshot_id: int, error: str, *, abandoned: bool = False
+    ) -> None:
         """SUSPENDING|PAUSING -> RUNNING after a failed checkpoint, or SUSPENDING -> PAUSED after a
-        failed upload of the local snapshot; the PENDING snapshot row is dropped (idempotent)."""
+        failed upload of the local snapshot; the PENDING snapshot row is dropped (idempotent).
+        `abandoned`: an idle or pressure operation gave way to traffic before its checkpoint: no
+        error is left on the actor, and its history says `abandoned` with `error` as the why."""
         async with self.pool.acquire() as connection, connection.transaction():
-            await connection.fetchval(Q["rollback_actor_suspend"], ref.atespace, ref.name, operation_id, error)
+            await connection.fetchval(
+                Q["rollback_actor_suspend"], ref.atespace, ref.name, operation_id, None if abandoned else error
+            )
             await connection.execute(Q["delete_pending_snapshot"], snapshot_id)
-            await connection.execute(Q["finish_operation"], operation_id, "failed", error, None)
+            await connection.execute(Q["finish_operation"], operation_id, "abandoned" if abandoned else "failed", error, None)
+            if abandoned:  # the request in flight proves it busy now: its idle time starts again
+                await connection.execute(Q["touch_actor"], ref.atespace, ref.name)
 
 
 def _suspended_with(row: asyncpg.Record | None, snapshot_id: int) -> bool:

@@ -27,10 +27,11 @@ from activities.atelet_tls import AteletClientTls, AteletTlsError
 from activities.db import DbActivities
 from domain.operations.snapshot_gc import SnapshotGcInput
 from domain.temporal import SNAPSHOT_GC_WORKFLOW_ID, TASK_QUEUE, WORKFLOW_TASK_TIMEOUT
-from store import Store, migrate
+from store import Store
 from temporal_worker.search_attributes import ensure_search_attributes
 from temporal_worker.settings import WorkerSettings
 from workflows.eviction_deadline import EvictionDeadlineWorkflow
+from workflows.freeze_actor import FreezeActorWorkflow
 from workflows.golden_snapshot import GoldenSnapshotWorkflow
 from workflows.pause_actor import PauseActorWorkflow
 from workflows.resume_actor import ResumeActorWorkflow
@@ -45,6 +46,7 @@ WORKFLOWS = [
     ResumeActorWorkflow,
     SuspendActorWorkflow,
     PauseActorWorkflow,
+    FreezeActorWorkflow,
     UploadSnapshotWorkflow,
     GoldenSnapshotWorkflow,
     RevertActorWorkflow,
@@ -128,6 +130,10 @@ def activities(db: DbActivities, atelets: AteletActivities) -> list[Callable[...
         db.crash_after_deadline,
         db.garbage_snapshots,
         atelets.delete_snapshot,
+        db.begin_freeze,
+        db.finish_freeze,
+        db.rollback_freeze,
+        atelets.freeze,
     ]
 
 
@@ -162,8 +168,7 @@ async def serve(settings: WorkerSettings) -> None:
     )
     tls.credentials()  # unusable files fail the start, not every activity
     store = await Store.connect(settings.database_url, max_size=20)
-    async with store.pool.acquire() as connection:
-        await migrate(connection)
+    await store.migrate()
     client = await Client.connect(
         settings.temporal_address,
         namespace=settings.temporal_namespace,

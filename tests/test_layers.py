@@ -42,6 +42,8 @@ def test_imports_across_a_layer_break_its_contract(tmp_path: Path) -> None:
     peer.write_text(peer.read_text() + "\nimport router.python.app  # noqa\n")
     core = tmp_path / "router" / "core" / "routing.py"
     core.write_text(core.read_text() + "\nimport router.nginx.admin  # noqa\n")
+    api = tmp_path / "api" / "deps.py"
+    api.write_text(api.read_text() + "\nimport asyncpg  # noqa\n")
     done = lint(tmp_path)
     assert done.returncode == 1
     assert "workflows import only domain and temporalio (no I/O) BROKEN" in done.stdout
@@ -58,4 +60,6 @@ def test_imports_across_a_layer_break_its_contract(tmp_path: Path) -> None:
     assert "router.nginx.drain -> router.python.app" in done.stdout
     assert "router.core imports no data path BROKEN" in done.stdout
     assert "router.core.routing -> router.nginx.admin" in done.stdout
-    assert "Contracts: 4 kept, 7 broken." in done.stdout, done.stdout
+    assert "only the store talks to PostgreSQL (asyncpg)" in done.stdout
+    assert "api.deps -> asyncpg" in done.stdout
+    assert "Contracts: 4 kept, 8 broken." in done.stdout, done.stdout

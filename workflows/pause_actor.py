@@ -10,7 +10,8 @@ Steps (idempotent local activities, operation ID = this run's ID):
 1. mark: `begin_pause` marks PAUSING and reserves the next generation as a PENDING LOCAL
    snapshot at `local:///<atespace>/actors/<name>/<gen>-<op>` on the worker's node.
 2. drain: `drain_routers` has every live router replica stop sending the actor new requests,
-   finish or cut those in flight and close its worker connections (see SuspendActor).
+   finish or cut those in flight and close its worker connections (see SuspendActor); a pause ate
+   started by itself (`if_idle`) gives way to a request in flight instead (`abandoned`).
 3. checkpoint: `atelet_checkpoint` writes it with the template's onPause scope; the atelet stops
    the sandbox and frees the worker.
 4. finalize: `complete_pause` marks the snapshot COMPLETED (with the manifest) and the actor
@@ -33,6 +34,7 @@ from workflows.steps import (
     settle_snapshot,
     show_step,
 )
+from workflows.suspend_actor import ABANDONED
 
 with workflow.unsafe.imports_passed_through():
     from domain.activity_names import Activity
@@ -49,7 +51,7 @@ class PauseActorWorkflow:
     @workflow.run
     async def run(self, request: PauseActorInput) -> PauseActorResult:
         """Run the operation, counting it by outcome (see `_run` for what it does)."""
-        return await counted(Operation.PAUSE.value, self._run(request))
+        return await counted(Operation.PAUSE.value, self._run(request), lambda r: "abandoned" if r.abandoned else "ok")
 
     async def _run(self, request: PauseActorInput) -> PauseActorResult:
         """Pause `request.actor`: its checkpoint is on its node when this returns.
@@ -64,7 +66,9 @@ class PauseActorWorkflow:
         show_step("mark pausing")
         started = workflow.time()
         plan: PausePlan = await db_step(
-            Activity.BEGIN_PAUSE, BeginSuspendInput(actor=actor, operation_id=operation_id), result_type=PausePlan
+            Activity.BEGIN_PAUSE,
+            BeginSuspendInput(actor=actor, operation_id=operation_id, reason=request.reason),
+            result_type=PausePlan,
         )
         timings["mark"] = workflow.time() - started
         if plan.already_paused:
@@ -72,9 +76,13 @@ class PauseActorWorkflow:
         assert plan.worker is not None and plan.snapshot is not None
         started = workflow.time()
         try:
-            drained = await drain_routers(actor, operation_id)
+            drained = await drain_routers(actor, operation_id, if_idle=request.if_idle)
             if drained is not None:
                 timings["drain"] = drained.waited_seconds
+                if drained.busy:  # an idle or pressure pause gives way to the request in flight
+                    show_step(f"abandoned: a request is in flight on {', '.join(drained.busy)}")
+                    await drop_snapshot(actor, operation_id, plan.snapshot.snapshot_id, ABANDONED, abandoned=True)
+                    return PauseActorResult(actor=actor, abandoned=True, timings=timings)
             started = workflow.time()
             show_step(f"local checkpoint {plan.snapshot.scope.value} on worker {plan.worker.pool}/{plan.worker.name}")
             done: AteletCheckpointResult = await atelet_step(

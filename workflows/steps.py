@@ -118,6 +118,7 @@ async def drain_routers(
     operation_id: str,
     patch: str = ROUTER_DRAIN_PATCH,
     max_wait_seconds: float | None = None,
+    *,
     if_idle: bool = False,
 ) -> RouterDrainResult | None:
     """`drain_routers` before a checkpoint (or before a revert frees the worker): every live
@@ -125,9 +126,9 @@ async def drain_routers(
     them at its drain timeout) and closes its connections to the worker. A local activity that
     waits at most `MAX_DRAIN_WAIT_SECONDS` (domain.operations.router_drain); None for a run from
     before this step (replay; `patch` is the step's `workflow.patched` ID). `max_wait_seconds`
-    bounds the wait below the usual bound. `if_idle` (an idle action, a pressure suspend): a
-    replica with a request of the actor in flight refuses the drain, named in the result's `busy`
-    (the caller then abandons the action: the request wins).
+    bounds the wait below the usual bound. With `if_idle` (an idle action, a pressure suspend) a
+    replica with a request in flight answers busy instead (`RouterDrainResult.busy`): the caller
+    gives way.
 
     Raises:
         ApplicationError: the step failed for good (the database stayed down), in the user's terms.
@@ -214,15 +215,19 @@ async def counted(operation: str, body: Awaitable[T], outcome: Callable[[T], str
     return result
 
 
-async def drop_snapshot(actor: ActorRef, operation_id: str, snapshot_id: int, error: str) -> None:
-    """`rollback_suspend`: a checkpoint or upload failed for good; the actor goes back to the
-    state the operation started from and the PENDING snapshot row is dropped, `error` recorded."""
+async def drop_snapshot(
+    actor: ActorRef, operation_id: str, snapshot_id: int, error: str, *, abandoned: bool = False
+) -> None:
+    """`rollback_suspend`: a checkpoint or upload failed for good, or (`abandoned`) an idle or
+    pressure operation gave way to traffic; the actor goes back to the state the operation
+    started from and the PENDING snapshot row is dropped, `error` recorded."""
     await db_step(
         Activity.ROLLBACK_SUSPEND,
         CompleteSnapshotInput(
-            actor=actor, operation_id=operation_id, snapshot_id=snapshot_id, manifest={"error": error}, size_bytes=0
+            actor=actor, operation_id=operation_id, snapshot_id=snapshot_id, manifest={"error": error}, size_bytes=0,
+            abandoned=abandoned,
         ),
-    )
+    )  # fmt: skip
 
 
 async def settle_snapshot(

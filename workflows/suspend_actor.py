@@ -10,7 +10,9 @@ Steps (idempotent local activities, operation ID = this run's ID):
 2. drain: `drain_routers` (from RUNNING) has every live router replica stop sending the actor
    new requests (they wait and are served after the next resume), finish or cut those in
    flight and close its worker connections, so no response is cut short by the checkpoint and
-   no socket is connected when it runs.
+   no socket is connected when it runs. A suspend ate started by itself (`if_idle`: the idle
+   policy, a pressure suspend) gives way instead when a replica has a request in flight: the
+   PENDING snapshot is dropped and the actor keeps running (`abandoned`).
 3. checkpoint: `atelet_checkpoint` writes the snapshot with the template's onCommit scope to its
    storage location; the atelet stops the sandbox and frees the worker. From PAUSED there is
    no sandbox: `atelet_copy_snapshot` uploads the local snapshot instead (the atelet of the node
@@ -62,6 +64,9 @@ with workflow.unsafe.imports_passed_through():
     from domain.temporal import WORKFLOW_TASK_TIMEOUT, upload_workflow_id
     from workflows.search_attributes import operation_attributes
 
+ABANDONED = "a request came in before the checkpoint: the actor keeps running"
+"""The history's word for an idle (or pressure) suspend that gave way to traffic."""
+
 CHECKPOINT_COMPLETES_PATCH = "checkpoint-completes-suspend"
 """The `workflow.patched` ID of the checkpoint step that completes the suspend itself; runs
 recorded before it replay with their own `complete_suspend` step."""
@@ -74,7 +79,7 @@ class SuspendActorWorkflow:
     @workflow.run
     async def run(self, request: SuspendActorInput) -> SuspendActorResult:
         """Run the operation, counting it by outcome (see `_run` for what it does)."""
-        return await counted(Operation.SUSPEND.value, self._run(request))
+        return await counted(Operation.SUSPEND.value, self._run(request), lambda r: "abandoned" if r.abandoned else "ok")
 
     async def _run(self, request: SuspendActorInput) -> SuspendActorResult:
         """Suspend `request.actor` (sync: the snapshot is stored before this returns).
@@ -90,7 +95,7 @@ class SuspendActorWorkflow:
         started = workflow.time()
         plan: SuspendPlan = await db_step(
             Activity.BEGIN_SUSPEND,
-            BeginSuspendInput(actor=actor, operation_id=operation_id, mode=request.mode),
+            BeginSuspendInput(actor=actor, operation_id=operation_id, mode=request.mode, reason=request.reason),
             result_type=SuspendPlan,
         )
         timings["mark"] = workflow.time() - started
@@ -116,9 +121,13 @@ class SuspendActorWorkflow:
                 )
             else:
                 assert plan.worker is not None
-                drained = await drain_routers(actor, operation_id)
+                drained = await drain_routers(actor, operation_id, if_idle=request.if_idle)
                 if drained is not None:
                     timings["drain"] = drained.waited_seconds
+                    if drained.busy:  # an idle or pressure suspend gives way to the request in flight
+                        show_step(f"abandoned: a request is in flight on {', '.join(drained.busy)}")
+                        await drop_snapshot(actor, operation_id, plan.snapshot.snapshot_id, ABANDONED, abandoned=True)
+                        return SuspendActorResult(actor=actor, abandoned=True, timings=timings)
                 started = workflow.time()
                 show_step(f"checkpoint {plan.snapshot.scope.value} on worker {plan.worker.pool}/{plan.worker.name}")
                 complete = workflow.patched(CHECKPOINT_COMPLETES_PATCH)

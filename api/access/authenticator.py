@@ -12,7 +12,7 @@ import jwt
 from api.access.oidc import OidcVerifier
 from api.settings import ApiSettings
 from domain.access import TOKEN_PREFIX, Grant, Principal, Role, hash_secret
-from store import Store
+from store.interfaces import ApiStore
 
 BOOTSTRAP_MINIMUM_LENGTH = 32
 """Characters a bootstrap token must have at least (it is a cluster-admin credential)."""
@@ -55,7 +55,7 @@ class Authenticator:
 
     def __init__(
         self,
-        store: Store,
+        store: ApiStore,
         bootstrap_token: str | None = None,
         oidc: OidcVerifier | None = None,
         nodes: NodeAssertionVerifier | None = None,

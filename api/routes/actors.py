@@ -38,7 +38,9 @@ from api.schemas import (
 )
 from api.views import actor_view, decode_page_token, encode_page_token, operation_view, tag_view
 from domain.access import Permission
+from domain.idle import parse_idle_policy
 from domain.liveness import unreachable_message, unreachable_refusal
+from domain.operations.freeze import FreezeActorInput, FreezeActorResult
 from domain.operations.pause import PauseActorInput, PauseActorResult
 from domain.operations.resume import ResumeActorInput, ResumeActorResult
 from domain.operations.revert import RevertActorInput, RevertActorResult
@@ -115,7 +117,8 @@ async def create_actor(atespace: str, body: ActorCreate, store: StoreDep) -> Act
             {"template_phase": "Failed"},
             reason=Reason.FAILED_PRECONDITION,
         )
-    actor = await store.actors.create(ref, template, body.worker_selector)
+    idle = None if body.idle is None else parse_idle_policy(body.idle)
+    actor = await store.actors.create(ref, template, body.worker_selector, idle)
     if tag is not None:
         await store.tags.start_from(ref, tag)
         actor = await store.actors.get(ref)
@@ -130,8 +133,15 @@ async def get_actor(atespace: str, name: str, store: StoreDep) -> ActorPublic:
 
 @router.patch(PREFIX + "/{name}", **needs(Permission.ACTORS_MANAGE))
 async def update_actor(atespace: str, name: str, body: ActorUpdate, store: StoreDep) -> ActorPublic:
-    """Replace the actor's worker_selector (takes effect at its next resume)."""
-    return actor_view(await store.actors.update_selector(ActorRef(atespace, name), body.worker_selector))
+    """Replace the fields given: the actor's worker_selector (takes effect at its next resume),
+    its own idle policy (at once; null: its template's again)."""
+    ref = ActorRef(atespace, name)
+    await store.actors.get(ref)  # 404 before anything changes
+    if "idle" in body.model_fields_set:
+        await store.idleness.set_policy(ref, None if body.idle is None else parse_idle_policy(body.idle))
+    if body.worker_selector is not None:
+        await store.actors.update_selector(ref, body.worker_selector)
+    return actor_view(await store.actors.get(ref))
 
 
 @router.delete(PREFIX + "/{name}", status_code=204, **needs(Permission.ACTORS_MANAGE))
@@ -381,4 +391,25 @@ async def pause_actor(
         return await _operate(
             store, temporal, ref, Operation.PAUSE, PauseActorInput(actor=ref), PauseActorResult,
             ActorState.PAUSED, timeout,
+        )  # fmt: skip
+
+
+@router.post(PREFIX + "/{name}/freeze", **needs(Permission.ACTORS_OPERATE))
+async def freeze_actor(
+    atespace: str,
+    name: str,
+    store: StoreDep,
+    temporal: TemporalDep,
+    settings: SettingsDep,
+    body: PauseRequest | None = None,
+) -> ActorPublic:
+    """Freeze the actor: stop its sandbox in place (it keeps its worker and memory and uses no
+    CPU); its next request, or a resume, thaws it in milliseconds. Refused unless RUNNING (at
+    once when already FROZEN). An idle policy's `Freeze` step does the same by itself."""
+    ref = ActorRef(atespace, name)
+    with timed(Operation.FREEZE.value):
+        timeout = (body.timeout_seconds if body else None) or settings.suspend_timeout_seconds
+        return await _operate(
+            store, temporal, ref, Operation.FREEZE, FreezeActorInput(actor=ref), FreezeActorResult,
+            ActorState.FROZEN, timeout,
         )  # fmt: skip

@@ -16,7 +16,8 @@ from api.schemas import RunningOperation
 from domain.access import Permission
 from domain.refs import ActorRef
 from domain.temporal import SEARCH_ATTRIBUTES
-from store import Store, StoreError
+from store import StoreError
+from store.interfaces import ApiStore
 
 router = APIRouter(tags=["operations"])
 
@@ -41,7 +42,7 @@ def visibility_query(atespaces: set[str] | None, actor: str | None) -> str:
     return " AND ".join(clauses)
 
 
-async def _step(client: Client, store: Store, execution: WorkflowExecution) -> str | None:
+async def _step(client: Client, store: ApiStore, execution: WorkflowExecution) -> str | None:
     """The workflow's current step (its current details, as the Temporal UI shows them).
 
     A workflow whose task is busy (a Postgres step runs inside it) or whose worker is down
@@ -59,7 +60,7 @@ async def _step(client: Client, store: Store, execution: WorkflowExecution) -> s
     return str(details) if details else await _step_from_state(store, execution)
 
 
-async def _step_from_state(store: Store, execution: WorkflowExecution) -> str | None:
+async def _step_from_state(store: ApiStore, execution: WorkflowExecution) -> str | None:
     attributes = execution.typed_search_attributes
     atespace, actor = attributes.get(ATESPACE), attributes.get(ACTOR)
     if not atespace or not actor or not execution.id.startswith("actor/"):

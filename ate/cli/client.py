@@ -11,6 +11,8 @@ from urllib.parse import quote
 
 import httpx
 
+from domain.reasons import Reason
+
 DEFAULT_SERVER = "http://127.0.0.1:8080"
 """Where `ate dev` serves the API; overridden by `--server` / `ATE_SERVER` or the config's context
 (ate.cli.config)."""
@@ -42,7 +44,7 @@ class ApiUnreachable(ApiError):
 
     def __init__(self, server: str, cause: str = "") -> None:
         message = f"cannot reach the ate API at {server}: is 'ate dev' running?"
-        super().__init__(0, "Unreachable", message, {"cause": cause} if cause else None)
+        super().__init__(0, Reason.UNREACHABLE, message, {"cause": cause} if cause else None)
 
 
 def _segment(value: str) -> str:
@@ -59,7 +61,7 @@ def _error_from_response(response: httpx.Response) -> ApiError:
     if isinstance(body, dict) and isinstance(body.get("message"), str):
         return ApiError(response.status_code, str(body.get("reason", "")), body["message"], body.get("details"))
     if isinstance(body, dict) and "detail" in body:  # FastAPI's own validation errors
-        return ApiError(response.status_code, "InvalidArgument", f"HTTP {response.status_code}: {body['detail']}")
+        return ApiError(response.status_code, Reason.INVALID_ARGUMENT, f"HTTP {response.status_code}: {body['detail']}")
     text = response.text.strip() or response.reason_phrase
     return ApiError(response.status_code, "", f"HTTP {response.status_code}: {text}")
 
@@ -128,7 +130,7 @@ class ApiClient:
         except (httpx.ConnectError, httpx.ConnectTimeout) as exc:
             raise ApiUnreachable(self.server, str(exc)) from exc
         except httpx.TimeoutException as exc:
-            raise ApiError(0, "Timeout", f"the ate API at {self.server} did not answer in time") from exc
+            raise ApiError(0, Reason.TIMEOUT, f"the ate API at {self.server} did not answer in time") from exc
         except httpx.TransportError as exc:
             raise ApiError(0, "Transport", f"talking to the ate API at {self.server} failed: {exc}") from exc
         if response.status_code >= 400:
@@ -142,7 +144,7 @@ class ApiClient:
             return response.json()
         except ValueError as exc:
             raise ApiError(
-                response.status_code, "Internal", f"the ate API answered with non-JSON: {response.text[:200]}"
+                response.status_code, Reason.INTERNAL, f"the ate API answered with non-JSON: {response.text[:200]}"
             ) from exc
 
     def paginate(
@@ -238,9 +240,13 @@ class ApiClient:
         template: str | None,
         worker_selector: dict[str, str],
         from_tag: str | None = None,
+        idle: list[dict[str, Any]] | None = None,
     ) -> dict[str, Any]:
-        """Create an actor (SUSPENDED), from a template or from a tag `<atespace>/<tag>`."""
+        """Create an actor (SUSPENDED), from a template or from a tag `<atespace>/<tag>`, with its
+        own idle policy `idle` (None: its template's; []: off for it)."""
         body: dict[str, Any] = {"name": name, "worker_selector": worker_selector}
+        if idle is not None:
+            body["idle"] = idle
         if template is not None:
             body["template"] = template
         if from_tag is not None:
@@ -338,6 +344,21 @@ class ApiClient:
             f"/v1/atespaces/{_segment(atespace)}/actors/{_segment(name)}/pause",
             json={"timeout_seconds": timeout_seconds},
             timeout=timeout_seconds + 15.0,
+        )
+
+    def freeze_actor(self, atespace: str, name: str, timeout_seconds: float = 60.0) -> dict[str, Any]:
+        """Freeze an actor (its sandbox stops in place) and return it FROZEN."""
+        return self.request_object(
+            "POST",
+            f"/v1/atespaces/{_segment(atespace)}/actors/{_segment(name)}/freeze",
+            json={"timeout_seconds": timeout_seconds},
+            timeout=timeout_seconds + 15.0,
+        )
+
+    def update_actor(self, atespace: str, name: str, changes: dict[str, Any]) -> dict[str, Any]:
+        """Replace the given fields of an actor (`worker_selector`, `idle`) and return it."""
+        return self.request_object(
+            "PATCH", f"/v1/atespaces/{_segment(atespace)}/actors/{_segment(name)}", json=changes
         )
 
     # Workers

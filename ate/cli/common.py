@@ -11,6 +11,7 @@ from typer.core import TyperGroup
 from ate.cli.client import ApiClient, ApiError
 from ate.cli.config import ConfigError, resolve
 from ate.cli.output import OutputFormat
+from domain.reasons import Reason
 
 OutputOpt = Annotated[
     OutputFormat | None,
@@ -79,7 +80,7 @@ def explained(error: ApiError) -> str:
     API's text is fixed by ARCHITECTURE.md; the operation is in its details)."""
     details = error.details or {}
     operation = details.get("operation")
-    if error.reason != "OperationInProgress" or not isinstance(operation, str):
+    if error.reason != Reason.OPERATION_IN_PROGRESS or not isinstance(operation, str):
         return error.message
     actor = str(details.get("actor", "")).removeprefix("actor ")
     atespace, _, name = actor.partition("/")

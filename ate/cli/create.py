@@ -10,6 +10,7 @@ import typer
 
 from ate.cli.client import ApiClient, ApiError
 from ate.cli.common import AtespaceOpt, OutputOpt, client, new_typer
+from ate.cli.idle import IdleOpt, parse_idle_option
 from ate.cli.manifest import ManifestError, load_template_spec
 from ate.cli.output import print_actors, print_atespaces, print_templates, print_tokens
 
@@ -163,18 +164,21 @@ def create_actor(
     selector: Annotated[
         list[str] | None, typer.Option("--selector", "-l", help="Worker label the actor needs, key=value (repeatable).")
     ] = None,
+    idle: IdleOpt = None,
     output: OutputOpt = None,
 ) -> None:
     """Create an actor (it starts SUSPENDED).
 
     Examples: ate create actor c1 -a demo --template counter --selector zone=a
               ate create actor c2 -a demo --from-tag demo/v1
+              ate create actor c3 -a demo --template counter --idle 20:Freeze --idle 600:Suspend
     """
     if template is None and from_tag is None:
         raise typer.BadParameter("give --template TEMPLATE or --from-tag ATESPACE/TAG", param_hint="'--template'")
     if from_tag is not None and from_tag.count("/") != 1:
         raise typer.BadParameter(f"{from_tag!r} is not ATESPACE/TAG", param_hint="'--from-tag'")
-    actor = client(ctx).create_actor(atespace, name, template, parse_selector(selector), from_tag=from_tag)
+    policy = parse_idle_option(idle)
+    actor = client(ctx).create_actor(atespace, name, template, parse_selector(selector), from_tag=from_tag, idle=policy)
     if output is None:
         typer.echo(f"actor/{name} created")
     else:

@@ -9,7 +9,7 @@ from ate.cli.output import format_table, human_age, one_line
 
 app = new_typer("describe", "Show one resource in detail, with its history.")
 
-OPERATION_COLUMNS = ("OPERATION", "OUTCOME", "WORKER", "DURATION", "AGE", "ERROR")
+OPERATION_COLUMNS = ("OPERATION", "OUTCOME", "WORKER", "DURATION", "AGE", "REASON", "ERROR")
 
 
 def operation_row(operation: dict[str, Any]) -> list[str]:
@@ -21,8 +21,25 @@ def operation_row(operation: dict[str, Any]) -> list[str]:
         str(operation.get("worker") or "<none>"),
         f"{duration:.2f}s" if isinstance(duration, int | float) else "-",
         human_age(operation.get("started_at")),
+        str(operation.get("reason") or "-"),
         one_line(str(operation.get("error") or ""), 60),
     ]
+
+
+def idle_lines(actor: dict[str, Any]) -> list[str]:
+    """The `Idle policy:` lines of `ate describe actor`: the steps and where they come from, how
+    long the actor has been idle, and its next step with when."""
+    idle = actor.get("idle")
+    if not idle:
+        return ["Idle policy:      <none> (it keeps its worker until suspended)"]
+    steps = ", ".join(f"{s.get('action')} after {s.get('afterSeconds'):g} s" for s in idle.get("policy") or [])
+    lines = [f"Idle policy:      {steps or 'off'} (from the {idle.get('source')})"]
+    if idle.get("idle_seconds") is not None:
+        lines.append(f"Idle for:         {idle['idle_seconds']:.0f} s (no traffic through any router)")
+    if idle.get("next_action"):
+        due = idle.get("next_action_in_seconds") or 0
+        lines.append(f"Next:             {idle['next_action']} " + (f"in {due:.0f} s" if due > 0 else "now"))
+    return lines
 
 
 @app.command("actor")
@@ -58,6 +75,7 @@ def describe_actor(ctx: typer.Context, name: str, atespace: AtespaceOpt) -> None
             else []
         ),
         f"Worker selector:  {actor.get('worker_selector') or {}}",
+        *idle_lines(actor),
         f"Last error:       {actor.get('last_error') or '<none>'}",
         f"Age:              {human_age(actor.get('created_at'))}",
         "",

@@ -6,7 +6,23 @@ token for every client command (ate.cli.config).
 
 import typer
 
-from ate.cli import auth, create, delete, describe, dev, get, node, pause, processes, resume, revert, suspend, tag
+from ate.cli import (
+    auth,
+    create,
+    delete,
+    describe,
+    dev,
+    freeze,
+    get,
+    node,
+    pause,
+    processes,
+    resume,
+    revert,
+    set_fields,
+    suspend,
+    tag,
+)
 from ate.cli.common import AteGroup, ContextOpt, ServerOpt
 
 app = typer.Typer(
@@ -29,7 +45,7 @@ def root(
     ctx.obj = {"server": server, "context": context}
 
 
-for verb in (create, get, describe, resume, suspend, pause, revert, tag, delete):
+for verb in (create, get, describe, resume, suspend, pause, freeze, revert, tag, set_fields, delete):
     app.add_typer(verb.app, rich_help_panel="Resources")
 app.add_typer(node.drain_app, rich_help_panel="Nodes")
 app.add_typer(node.undrain_app, rich_help_panel="Nodes")

@@ -13,12 +13,15 @@ What the node asks of a driver, per call:
   (scope DATA: the durable dirs were extracted before ``prepare``);
 - Checkpoint FULL: ``checkpoint`` into the staging dir's ``checkpoint/`` (the sandbox exits); DATA:
   ``kill`` first; then the node archives the durable dirs. A checkpoint to object storage,
-  whose upload can fail, ``freeze``s the sandbox first, checkpoints it with ``leave_running``,
-  and ``kill``s it only once the snapshot is stored (``thaw`` when it could not be: the actor
-  runs on as if nothing happened). After a failed checkpoint, ``alive``
+  whose upload can fail, ``pause_for_save``s the sandbox first, checkpoints it with
+  ``leave_running``, and ``kill``s it only once the snapshot is stored (``resume_after_save`` when
+  it could not be: the actor runs on as if nothing happened). After a failed checkpoint, ``alive``
   tells whether the sandbox still runs;
+- Freeze / Thaw (the hot tier): ``freeze_in_place`` / ``thaw_in_place``; a Checkpoint of a
+  frozen sandbox thaws it first, ``kill`` and ``delete`` work on a frozen one;
 - Terminate, fence, node stop: ``kill``, then ``delete_quietly`` in the background;
-- adoption after an atelet restart: ``list`` once, then ``reattach`` per recorded sandbox; the
+- adoption after an atelet restart: ``list`` once, then ``reattach`` per recorded sandbox (with
+  ``frozen`` when it was recorded frozen); the
   sandboxes no adopted record names are removed with ``delete``;
 - exit events: ``exit_watch`` per running sandbox.
 
@@ -142,12 +145,37 @@ class SandboxDriver(Protocol):
         """
         ...
 
-    async def freeze(self, container_id: str) -> None:
-        """Stops every task of the sandbox from running (its state stays in memory)."""
+    async def pause_for_save(self, container_id: str) -> None:
+        """Stops every task of the sandbox for a checkpoint with ``leave_running`` (its state stays
+        in memory and the runtime can still save it). Not the hot tier: see ``freeze_in_place``."""
         ...
 
-    async def thaw(self, container_id: str) -> None:
-        """Lets a frozen sandbox run again."""
+    async def resume_after_save(self, container_id: str) -> None:
+        """Lets a sandbox held by ``pause_for_save`` run again."""
+        ...
+
+    async def freeze_in_place(self, container_id: str) -> str:
+        """Freeze (the hot tier): stops the sandbox where it is; it keeps its memory and uses no
+        CPU until ``thaw_in_place``. Returns once every task stopped; idempotent.
+
+        Returns:
+            How it was frozen, for logs and the response (e.g. ``cgroup v1 freezer``, ``qmp stop``).
+
+        Raises:
+            AteletError: UNAVAILABLE when it could not be frozen in time (it runs on), NOT_FOUND,
+                INTERNAL.
+        """
+        ...
+
+    async def thaw_in_place(self, container_id: str) -> str:
+        """Lets a sandbox ``freeze_in_place`` stopped run again; returns once it runs.
+
+        Returns:
+            How it was thawed, '' when it was not frozen.
+
+        Raises:
+            AteletError: NOT_FOUND, INTERNAL.
+        """
         ...
 
     async def kill(self, container_id: str) -> bool:
@@ -175,13 +203,15 @@ class SandboxDriver(Protocol):
         """True while the sandbox's process exists (asked after a failed checkpoint)."""
         ...
 
-    async def reattach(self, container_id: str, net: WorkerNet, listed: set[str]) -> str:
+    async def reattach(self, container_id: str, net: WorkerNet, listed: set[str], *, frozen: bool = False) -> str:
         """Takes over a sandbox a previous atelet process started, if it still runs.
 
         Args:
             container_id: the sandbox the worker's record names.
             net: the worker's network, unchanged since the record was written.
             listed: what ``list`` returned at this start.
+            frozen: the record says it was frozen (Freeze): it is taken over frozen, and frozen
+                again should it run (the previous atelet died between its record and the freeze).
 
         Returns:
             '' when the sandbox runs and its network is usable again; else why not, one line

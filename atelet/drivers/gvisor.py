@@ -6,6 +6,13 @@ Composes the gVisor-specific modules: ``atelet.runsc`` (one coroutine per runsc 
 quirks of runsc with network namespaces: runsc strips the worker end's address and routes, so
 ``launch`` re-applies them first (``netns.ensure``); an adopted sandbox's namespace is only checked
 (``netns.attach``), never recreated.
+
+Freeze (the hot tier, ``freeze_in_place``) uses the kernel's cgroup freezer (``atelet.freezer``),
+``runsc pause`` only when the sandbox has no freezer cgroup of its own. A cgroup-frozen sandbox
+cannot answer runsc's RPCs (``runsc state``, ``list``, ``kill`` wait on it), so ``list`` reads
+runsc's state files, and ``kill``, ``delete`` and ``alive`` thaw it or read those files first.
+The checkpoint to object storage holds the sandbox with ``runsc pause`` (``pause_for_save``),
+which runsc's checkpoint RPC can still answer.
 """
 
 from __future__ import annotations
@@ -18,7 +25,8 @@ from atelet import netns, watch
 from atelet.bundle import build_config, cpu_resources, write_bundle
 from atelet.cgroups import CgroupError, SharedCgroup, set_cpu_limit
 from atelet.drivers.base import SandboxDriver
-from atelet.errors import AteletError, internal
+from atelet.errors import AteletError, internal, unavailable
+from atelet.freezer import Freezer, find_freezer
 from atelet.images import ImageStore
 from atelet.netns import WorkerNet
 from atelet.proto import atelet_pb2 as pb
@@ -84,8 +92,9 @@ class GVisorDriver(SandboxDriver):
         return await self.runsc.version()
 
     async def list(self) -> list[str]:
-        """``runsc list``: every container under the root."""
-        return await self.runsc.list()
+        """Every container under the root, from runsc's state files (``Runsc.saved_ids``: what
+        ``runsc list`` lists, without its RPC to each sandbox, which waits forever on a frozen one)."""
+        return self.runsc.saved_ids()
 
     async def prepare(self, workdir: Path, net: WorkerNet, spec: pb.WorkloadSpec,
                       volume_dirs: dict[str, Path], hostname: str) -> Path:
@@ -162,53 +171,153 @@ class GVisorDriver(SandboxDriver):
             raise Runsc.failure(outcome, f"({journal})")
         return True
 
-    async def freeze(self, container_id: str) -> None:
-        """``runsc pause``."""
+    async def pause_for_save(self, container_id: str) -> None:
+        """``runsc pause`` (the sentry stops itself and can still answer runsc's checkpoint RPC)."""
         await self.runsc.pause(container_id)
 
-    async def thaw(self, container_id: str) -> None:
+    async def resume_after_save(self, container_id: str) -> None:
         """``runsc resume``."""
         await self.runsc.resume(container_id)
 
+    def _freezer(self, container_id: str) -> Freezer:
+        """The sandbox's freezer cgroup, found from its PID in runsc's state file (no runsc call).
+
+        Raises:
+            CgroupError: no state file, or no freezer cgroup of the sandbox's own.
+        """
+        pid = self.runsc.saved_pid(container_id)
+        if pid <= 0:
+            raise CgroupError(f"runsc keeps no state file with a PID for sandbox {container_id}")
+        return find_freezer(pid, container_id)
+
+    def _cgroup_frozen(self, container_id: str) -> Freezer | None:
+        """The sandbox's freezer when it is frozen (or freezing), else None (also when unknown)."""
+        try:
+            freezer = self._freezer(container_id)
+            return freezer if freezer.frozen() else None
+        except CgroupError:
+            return None
+
+    async def freeze_in_place(self, container_id: str) -> str:
+        """Writes the freezer of the sandbox's cgroup and waits until the kernel reports every task
+        stopped (``Freezer.freeze``); idempotent. Without a freezer cgroup of its own:
+        ``runsc pause`` (logged).
+
+        Returns:
+            How: ``cgroup v1 freezer``, ``cgroup v2 freezer`` or ``runsc pause``.
+
+        Raises:
+            AteletError: UNAVAILABLE when the kernel did not freeze it in time (it runs on),
+                NOT_FOUND / INTERNAL from runsc.
+        """
+        try:
+            freezer = self._freezer(container_id)
+        except CgroupError as exc:
+            log.warning("sandbox %s has no freezer cgroup of its own (%s): freezing it with runsc pause", container_id,
+                        exc)
+            state = await self.runsc.state(container_id)
+            if not state or state.get("status") != "paused":
+                await self.runsc.pause(container_id)
+            return "runsc pause"
+        try:
+            await freezer.freeze()
+        except CgroupError as exc:
+            raise unavailable(f"sandbox {container_id} was not frozen: {exc}") from exc
+        return freezer.method
+
+    async def thaw_in_place(self, container_id: str) -> str:
+        """Thaws the sandbox's freezer cgroup and waits until the kernel reports it running; a
+        sandbox runsc paused (``freeze_in_place`` without a freezer) gets ``runsc resume``.
+
+        Returns:
+            How (``cgroup v1 freezer``, ``cgroup v2 freezer``, ``runsc resume``), '' when it was
+            not frozen.
+
+        Raises:
+            AteletError: INTERNAL when the freezer cannot be written or the kernel did not thaw
+                it in time, NOT_FOUND / INTERNAL from runsc.
+        """
+        freezer = self._cgroup_frozen(container_id)
+        if freezer is not None:
+            try:
+                await freezer.thaw()
+            except CgroupError as exc:
+                raise internal(f"sandbox {container_id} was not thawed: {exc}") from exc
+            return freezer.method
+        state = await self.runsc.state(container_id)  # not cgroup-frozen: runsc answers
+        if state and state.get("status") == "paused":
+            await self.runsc.resume(container_id)
+            return "runsc resume"
+        return ""
+
+    async def _thaw_for_runsc(self, container_id: str) -> None:
+        """Thaws a cgroup-frozen sandbox before runsc is asked about it (runsc would wait on it);
+        a failure is logged (the runsc call then times out and says so)."""
+        freezer = self._cgroup_frozen(container_id)
+        if freezer is not None:
+            try:
+                await freezer.thaw()
+                log.info("thawed the frozen sandbox %s before runsc acts on it", container_id)
+            except CgroupError as exc:
+                log.warning("thaw of the frozen sandbox %s failed: %s", container_id, exc)
+
     async def kill(self, container_id: str) -> bool:
-        """``runsc kill`` (SIGKILL), waiting until the sandbox process exited."""
+        """``runsc kill`` (SIGKILL), waiting until the sandbox process exited (a frozen sandbox is
+        thawed first: under a v1 freezer the signal would wait for a thaw)."""
+        await self._thaw_for_runsc(container_id)
         return await self.runsc.kill(container_id) is not None
 
     async def delete(self, container_id: str) -> bool:
-        """``runsc delete --force``."""
+        """``runsc delete --force`` (a frozen sandbox is thawed first)."""
+        await self._thaw_for_runsc(container_id)
         return await self.runsc.delete(container_id)
 
     async def delete_quietly(self, container_id: str) -> None:
         """``runsc delete --force``, logging a failure."""
         try:
-            await self.runsc.delete(container_id)
+            await self.delete(container_id)
         except AteletError as exc:
             log.warning("runsc delete %s failed: %s", container_id, exc.reason)
 
     async def alive(self, container_id: str) -> bool:
-        """True when runsc knows the sandbox and its process lives."""
+        """True when runsc knows the sandbox and its process lives (a cgroup-frozen one: its state
+        file's PID lives)."""
+        if self._cgroup_frozen(container_id) is not None:
+            return pid_alive(self.runsc.saved_pid(container_id))
         state = await self.runsc.state(container_id)
         if not state:
             return False
         return pid_alive(int(state.get("pid") or 0))
 
-    async def reattach(self, container_id: str, net: WorkerNet, listed: set[str]) -> str:
+    async def reattach(self, container_id: str, net: WorkerNet, listed: set[str], *, frozen: bool = False) -> str:
         """Checks that runsc lists the sandbox as running with a live process, writes its CPU limit
-        again (``confine``), then re-applies the host end's address (``netns.attach``)."""
+        again (``confine``), then re-applies the host end's address (``netns.attach``). A sandbox
+        recorded ``frozen`` is read from runsc's state file (runsc cannot answer for it), may be
+        paused, and is frozen again (``freeze_in_place``, idempotent: the previous atelet may have
+        died between its record and the freeze)."""
         if container_id not in listed:
             return "runsc no longer knows it"
-        state = await self.runsc.state(container_id)
-        pid = int(state.get("pid") or 0) if state else 0
-        if not state or state.get("status") != "running" or not pid_alive(pid):
+        state = self.runsc.saved_state(container_id) if frozen else await self.runsc.state(container_id)
+        runnable: tuple[str, ...] = ("running", "paused") if frozen else ("running",)
+        if frozen:
+            pid = self.runsc.saved_pid(container_id)
+        else:
+            pid = int(state.get("pid") or 0) if state else 0
+        if not state or state.get("status") not in runnable or not pid_alive(pid):
             return f"it is not running (runsc: {state.get('status') if state else 'unknown'}, pid {pid})"
         try:  # the previous atelet may have stopped between the start and the limit's write
-            confine(Path(str(state.get("bundle", ""))), pid, container_id)
+            confine(Path(str(state.get("bundle") or state.get("bundleDir") or "")), pid, container_id)
         except (OSError, ValueError, CgroupError) as exc:
             return f"its CPU limit could not be set: {exc}"
         try:
             await netns.attach(net, pid)
         except AteletError as exc:
             return f"its network is not usable: {exc.reason}"
+        if frozen:
+            try:
+                await self.freeze_in_place(container_id)
+            except AteletError as exc:
+                return f"it could not be frozen again: {exc.reason}"
         return ""
 
     def exit_watch(self, container_id: str) -> watch.ExitWatch:

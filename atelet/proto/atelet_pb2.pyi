@@ -215,20 +215,22 @@ class HealthRequest(_message.Message):
     def __init__(self) -> None: ...
 
 class WorkerStatus(_message.Message):
-    __slots__ = ("name", "pool", "ip", "actor", "sandbox_state", "exit_reason")
+    __slots__ = ("name", "pool", "ip", "actor", "sandbox_state", "exit_reason", "frozen")
     NAME_FIELD_NUMBER: _ClassVar[int]
     POOL_FIELD_NUMBER: _ClassVar[int]
     IP_FIELD_NUMBER: _ClassVar[int]
     ACTOR_FIELD_NUMBER: _ClassVar[int]
     SANDBOX_STATE_FIELD_NUMBER: _ClassVar[int]
     EXIT_REASON_FIELD_NUMBER: _ClassVar[int]
+    FROZEN_FIELD_NUMBER: _ClassVar[int]
     name: str
     pool: str
     ip: str
     actor: ActorRef
     sandbox_state: str
     exit_reason: str
-    def __init__(self, name: _Optional[str] = ..., pool: _Optional[str] = ..., ip: _Optional[str] = ..., actor: _Optional[_Union[ActorRef, _Mapping]] = ..., sandbox_state: _Optional[str] = ..., exit_reason: _Optional[str] = ...) -> None: ...
+    frozen: bool
+    def __init__(self, name: _Optional[str] = ..., pool: _Optional[str] = ..., ip: _Optional[str] = ..., actor: _Optional[_Union[ActorRef, _Mapping]] = ..., sandbox_state: _Optional[str] = ..., exit_reason: _Optional[str] = ..., frozen: _Optional[bool] = ...) -> None: ...
 
 class HealthResponse(_message.Message):
     __slots__ = ("node", "runsc_version", "workers")
@@ -275,3 +277,43 @@ class CopySnapshotResponse(_message.Message):
     size_bytes: int
     copy_seconds: float
     def __init__(self, manifest: _Optional[_Union[SnapshotManifest, _Mapping]] = ..., size_bytes: _Optional[int] = ..., copy_seconds: _Optional[float] = ...) -> None: ...
+
+class FreezeRequest(_message.Message):
+    __slots__ = ("operation_id", "worker", "actor")
+    OPERATION_ID_FIELD_NUMBER: _ClassVar[int]
+    WORKER_FIELD_NUMBER: _ClassVar[int]
+    ACTOR_FIELD_NUMBER: _ClassVar[int]
+    operation_id: str
+    worker: str
+    actor: ActorRef
+    def __init__(self, operation_id: _Optional[str] = ..., worker: _Optional[str] = ..., actor: _Optional[_Union[ActorRef, _Mapping]] = ...) -> None: ...
+
+class FreezeResponse(_message.Message):
+    __slots__ = ("already_frozen", "freeze_seconds", "method")
+    ALREADY_FROZEN_FIELD_NUMBER: _ClassVar[int]
+    FREEZE_SECONDS_FIELD_NUMBER: _ClassVar[int]
+    METHOD_FIELD_NUMBER: _ClassVar[int]
+    already_frozen: bool
+    freeze_seconds: float
+    method: str
+    def __init__(self, already_frozen: _Optional[bool] = ..., freeze_seconds: _Optional[float] = ..., method: _Optional[str] = ...) -> None: ...
+
+class ThawRequest(_message.Message):
+    __slots__ = ("operation_id", "worker", "actor")
+    OPERATION_ID_FIELD_NUMBER: _ClassVar[int]
+    WORKER_FIELD_NUMBER: _ClassVar[int]
+    ACTOR_FIELD_NUMBER: _ClassVar[int]
+    operation_id: str
+    worker: str
+    actor: ActorRef
+    def __init__(self, operation_id: _Optional[str] = ..., worker: _Optional[str] = ..., actor: _Optional[_Union[ActorRef, _Mapping]] = ...) -> None: ...
+
+class ThawResponse(_message.Message):
+    __slots__ = ("was_frozen", "thaw_seconds", "method")
+    WAS_FROZEN_FIELD_NUMBER: _ClassVar[int]
+    THAW_SECONDS_FIELD_NUMBER: _ClassVar[int]
+    METHOD_FIELD_NUMBER: _ClassVar[int]
+    was_frozen: bool
+    thaw_seconds: float
+    method: str
+    def __init__(self, was_frozen: _Optional[bool] = ..., thaw_seconds: _Optional[float] = ..., method: _Optional[str] = ...) -> None: ...

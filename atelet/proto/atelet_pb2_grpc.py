@@ -70,6 +70,16 @@ class AteletStub:
                 request_serializer=atelet_dot_proto_dot_atelet__pb2.CopySnapshotRequest.SerializeToString,
                 response_deserializer=atelet_dot_proto_dot_atelet__pb2.CopySnapshotResponse.FromString,
                 _registered_method=True)
+        self.Freeze = channel.unary_unary(
+                '/ate.atelet.v1.Atelet/Freeze',
+                request_serializer=atelet_dot_proto_dot_atelet__pb2.FreezeRequest.SerializeToString,
+                response_deserializer=atelet_dot_proto_dot_atelet__pb2.FreezeResponse.FromString,
+                _registered_method=True)
+        self.Thaw = channel.unary_unary(
+                '/ate.atelet.v1.Atelet/Thaw',
+                request_serializer=atelet_dot_proto_dot_atelet__pb2.ThawRequest.SerializeToString,
+                response_deserializer=atelet_dot_proto_dot_atelet__pb2.ThawResponse.FromString,
+                _registered_method=True)
 
 
 class AteletServicer:
@@ -133,6 +143,28 @@ class AteletServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def Freeze(self, request, context):
+        """Stops the actor's sandbox in place (the hot tier, "frozen"): it keeps its worker and its
+        memory and uses no CPU until Thaw. gvisor: the kernel's cgroup freezer on the sandbox's
+        cgroup (runsc pause when it has none); microvm: QMP stop. Recorded, so a restarted atelet
+        adopts the sandbox frozen. Other calls still work on a frozen sandbox (Checkpoint and
+        Terminate thaw it first). Idempotent: freezing a frozen sandbox answers already_frozen.
+        Errors: NOT_FOUND (worker), FAILED_PRECONDITION (the worker does not run the actor, or
+        holds a checkpoint of it), UNAVAILABLE (the kernel did not freeze it in time: it runs on,
+        retryable), INTERNAL.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def Thaw(self, request, context):
+        """Lets a frozen sandbox run again (within milliseconds). Idempotent: thawing a running
+        sandbox answers was_frozen=false. Errors as Freeze.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_AteletServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -170,6 +202,16 @@ def add_AteletServicer_to_server(servicer, server):
                     servicer.CopySnapshot,
                     request_deserializer=atelet_dot_proto_dot_atelet__pb2.CopySnapshotRequest.FromString,
                     response_serializer=atelet_dot_proto_dot_atelet__pb2.CopySnapshotResponse.SerializeToString,
+            ),
+            'Freeze': grpc.unary_unary_rpc_method_handler(
+                    servicer.Freeze,
+                    request_deserializer=atelet_dot_proto_dot_atelet__pb2.FreezeRequest.FromString,
+                    response_serializer=atelet_dot_proto_dot_atelet__pb2.FreezeResponse.SerializeToString,
+            ),
+            'Thaw': grpc.unary_unary_rpc_method_handler(
+                    servicer.Thaw,
+                    request_deserializer=atelet_dot_proto_dot_atelet__pb2.ThawRequest.FromString,
+                    response_serializer=atelet_dot_proto_dot_atelet__pb2.ThawResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -361,6 +403,60 @@ class Atelet:
             '/ate.atelet.v1.Atelet/CopySnapshot',
             atelet_dot_proto_dot_atelet__pb2.CopySnapshotRequest.SerializeToString,
             atelet_dot_proto_dot_atelet__pb2.CopySnapshotResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def Freeze(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/ate.atelet.v1.Atelet/Freeze',
+            atelet_dot_proto_dot_atelet__pb2.FreezeRequest.SerializeToString,
+            atelet_dot_proto_dot_atelet__pb2.FreezeResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def Thaw(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/ate.atelet.v1.Atelet/Thaw',
+            atelet_dot_proto_dot_atelet__pb2.ThawRequest.SerializeToString,
+            atelet_dot_proto_dot_atelet__pb2.ThawResponse.FromString,
             options,
             channel_credentials,
             insecure,

@@ -13,8 +13,9 @@ from typing import Any
 
 import httpx
 
-from bench.actors import call
+from bench.actors import CallFailed, call
 from bench.common import summary
+from domain.reasons import Reason
 
 ATESPACE, TEMPLATE = "bench", "counter"
 
@@ -43,8 +44,8 @@ async def run_verbs(api_url: str, token: str, names: list[str], verbs: list[str]
                     try:
                         await call(api, verb, ATESPACE, name)
                         break
-                    except RuntimeError as exc:  # a worker freed by a suspend a moment ago: try again
-                        if "NoCapacity" not in str(exc) or attempt == 19:
+                    except CallFailed as exc:  # a worker freed by a suspend a moment ago: try again
+                        if exc.reason != Reason.NO_CAPACITY or attempt == 19:
                             raise
                         await asyncio.sleep(0.5)
 

@@ -9,9 +9,11 @@ from domain.refs import ActorRef, SnapshotRef, WorkerRef
 
 @dataclass
 class PauseActorInput:
-    """Input of the PauseActor workflow."""
+    """Input of the PauseActor workflow; `reason` and `if_idle` as SuspendActorInput's."""
 
     actor: ActorRef
+    reason: str | None = None
+    if_idle: bool = False
 
 
 @dataclass
@@ -23,6 +25,8 @@ class PauseActorResult:
     generation: int | None = None
     node: str | None = None
     timings: dict[str, float] = field(default_factory=dict)
+    abandoned: bool = False
+    """An `if_idle` pause gave way to a request in flight: the actor is RUNNING."""
 
 
 @dataclass

@@ -41,12 +41,14 @@ class BeginResumeInput:
 
 @dataclass
 class ResumePlan:
-    """What begin_resume decided: nothing to do (already RUNNING) or a worker and a snapshot."""
+    """What begin_resume decided: nothing to do (already RUNNING), a worker and a snapshot, or
+    (`thaw`) the worker where the FROZEN actor's sandbox waits to be thawed."""
 
     already_running: bool
     worker: WorkerRef | None = None
     snapshot: SnapshotRef | None = None
     spec: ActorTemplateSpec | None = None
+    thaw: bool = False
 
 
 @dataclass

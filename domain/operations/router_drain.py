@@ -47,6 +47,9 @@ class RouterDrainInput:
     operation_id: str
     max_wait_seconds: float | None = None
     if_idle: bool = False
+    """The operation is an idle action or a pressure suspend: a replica with a request in flight
+    for the actor acknowledges at once as busy (nothing cut, nothing held) and the operation
+    gives way."""
 
 
 @dataclass
@@ -62,3 +65,5 @@ class RouterDrainResult:
     missing: list[str] = field(default_factory=list)
     waited_seconds: float = 0.0
     busy: list[str] = field(default_factory=list)
+    """Replicas that had a request in flight for the actor when an `if_idle` drain reached them:
+    the operation must give way (the actor keeps running)."""

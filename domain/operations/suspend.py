@@ -15,10 +15,17 @@ background, and until then the actor is pinned to that node (ARCHITECTURE.md, "W
 
 @dataclass
 class SuspendActorInput:
-    """Input of the SuspendActor workflow; `mode` is one of SUSPEND_MODES."""
+    """Input of the SuspendActor workflow; `mode` is one of SUSPEND_MODES.
+
+    `reason` says why ate suspended the actor by itself (`idle for 300 s`, a pressure suspend);
+    None when a user asked. With `if_idle` the suspend gives way to traffic: a router replica
+    with a request in flight for the actor makes it abandon before the checkpoint.
+    """
 
     actor: ActorRef
     mode: str = "sync"
+    reason: str | None = None
+    if_idle: bool = False
 
 
 @dataclass
@@ -31,6 +38,8 @@ class SuspendActorResult:
     generation: int | None = None
     timings: dict[str, float] = field(default_factory=dict)
     upload_workflow_id: str | None = None
+    abandoned: bool = False
+    """An `if_idle` suspend gave way to a request in flight: the actor is RUNNING."""
 
 
 @dataclass
@@ -41,6 +50,7 @@ class BeginSuspendInput:
     actor: ActorRef
     operation_id: str
     mode: str = "sync"
+    reason: str | None = None
 
 
 @dataclass
@@ -68,6 +78,8 @@ class CompleteSnapshotInput:
     snapshot_id: int
     manifest: dict[str, Any]
     size_bytes: int
+    abandoned: bool = False
+    """For rollback_suspend: the operation gave way to traffic (not a failure: no error is recorded)."""
 
 
 @dataclass

@@ -14,10 +14,8 @@ import pytest
 
 from domain.refs import ActorRef
 from store import NoCapacity, Store
+from tests.activities.conftest import ONE_NODE_WORKERS as WORKERS
 from tests.activities.test_lifecycle import running_actor
-from tests.activities.test_node_loss import WORKERS, stage
-
-__all__ = ["stage"]  # the fixture: node n1 with workers w0 and w1, the template `counter` Ready
 
 
 async def home_of(store: Store, ref: ActorRef) -> str:

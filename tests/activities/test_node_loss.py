@@ -19,17 +19,9 @@ from domain.refs import ActorRef
 from domain.templates import ActorTemplateSpec
 from store import ActorUnreachable, FailedPrecondition, Store
 from store.nodes import FencingOrder
+from tests.activities.conftest import ONE_NODE_WORKERS as WORKERS
 from tests.activities.test_lifecycle import running_actor, suspend
-from tests.activities.test_store import SPEC, ready_template, worker
-
-WORKERS = [worker("w0"), worker("w1")]
-
-
-@pytest.fixture
-async def stage(store: Store) -> Store:
-    await store.nodes.register("n1", "127.0.0.1:1", "v", WORKERS)
-    await ready_template(store)
-    return store
+from tests.activities.test_store import SPEC, worker
 
 
 async def silence(store: Store, node: str, seconds: int) -> None:

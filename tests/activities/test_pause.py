@@ -70,7 +70,7 @@ async def test_pause_is_refused_outside_running(two_nodes: Store) -> None:
     await two_nodes.actors.create(ref, "counter", {})
     with pytest.raises(FailedPrecondition) as refused:
         await two_nodes.pauses.begin(ref, "p1")
-    assert refused.value.message == "actor demo/a1 cannot be paused from state SUSPENDED (PauseActor wants RUNNING)"
+    assert refused.value.message == "actor demo/a1 cannot be paused from state SUSPENDED (PauseActor wants RUNNING or FROZEN)"
     assert refused.value.details == {"state": "SUSPENDED"}
     with pytest.raises(NotFound, match="actor demo/nope not found"):
         await two_nodes.pauses.begin(ActorRef("demo", "nope"), "p1")

@@ -56,6 +56,7 @@ ROUTES: dict[tuple[str, str], str] = {
     ("POST", "/v1/atespaces/{atespace}/actors/{name}/resume"): "operator",
     ("POST", "/v1/atespaces/{atespace}/actors/{name}/suspend"): "operator",
     ("POST", "/v1/atespaces/{atespace}/actors/{name}/pause"): "operator",
+    ("POST", "/v1/atespaces/{atespace}/actors/{name}/freeze"): "operator",
     ("GET", "/v1/workers"): "cluster-viewer",
     ("PUT", "/v1/nodes/{node}"): "node",
     ("POST", "/v1/nodes/{node}/events"): "node",

@@ -46,7 +46,7 @@ def test_pause_resume_upload_and_revert(stack: Stack) -> None:
 
     refused = api(stack, "POST", path + "/pause", json={})
     assert refused.status_code == 409
-    assert refused.json()["message"] == "actor pz/p1 cannot be paused from state SUSPENDED (PauseActor wants RUNNING)"
+    assert refused.json()["message"] == "actor pz/p1 cannot be paused from state SUSPENDED (PauseActor wants RUNNING or FROZEN)"
 
     assert get(stack, "pz/p1")["memory_count"] == 1
     stack.ate("suspend", "actor", "p1", "-a", "pz")  # generation 1 (stored): count 1

@@ -25,10 +25,12 @@ from temporalio.client import WorkflowHandle
 
 from domain.operations.atelet_calls import AteletCheckpointResult, AteletRunResult
 from domain.operations.drain import DrainPlan, EvictionDeadlineInput, Leftover
+from domain.operations.freeze import AteletFreezeResult, FreezeActorInput, FreezePlan
 from domain.operations.golden import GoldenPlan, GoldenSnapshotInput
 from domain.operations.pause import PauseActorInput, PausePlan
 from domain.operations.resume import PlaceAndRestoreResult, ResumeActorInput, ResumePlan, ResumeProgress
 from domain.operations.revert import RevertActorInput, RevertPlan
+from domain.operations.router_drain import RouterDrainResult
 from domain.operations.snapshot_gc import GarbageSnapshot, SnapshotGcInput
 from domain.operations.suspend import BeginSuspendInput, SuspendActorInput, SuspendPlan
 from domain.operations.upload import UploadPlan, UploadSnapshotInput
@@ -38,6 +40,7 @@ from tests.workflows.fakes import Fakes, atelet_failure, store_failure
 from tests.workflows.harness import Ate, running, start_test_server
 from tests.workflows.samples import ATELET, C1, DRAINED, MANIFEST, NODE, SPEC, actor, snapshot, worker
 from workflows.eviction_deadline import EvictionDeadlineWorkflow
+from workflows.freeze_actor import FreezeActorWorkflow
 from workflows.golden_snapshot import GoldenSnapshotWorkflow
 from workflows.pause_actor import PauseActorWorkflow
 from workflows.resume_actor import ResumeActorWorkflow
@@ -253,6 +256,33 @@ async def snapshot_gc_rounds(ate: Ate) -> Handle:
     return ate.client.get_workflow_handle(SNAPSHOT_GC_WORKFLOW_ID, run_id=handle.first_execution_run_id)
 
 
+BUSY = RouterDrainResult(drain_id=2, acknowledged=["router-a"], busy=["router-a"], waited_seconds=0.003)
+
+
+async def freeze(ate: Ate) -> Handle:
+    ate.fakes.script("begin_freeze", FreezePlan(already_frozen=False, worker=worker(1)))
+    ate.fakes.script("drain_routers", DRAINED).script(
+        "atelet_freeze", UNAVAILABLE, AteletFreezeResult(changed=True, seconds=0.004, method="cgroup v1 freezer")
+    )
+    ate.fakes.script("finish_freeze", None)
+    request = FreezeActorInput(actor=C1, reason="idle for 20 s", if_idle=True)
+    return await settled(await ate.start(FreezeActorWorkflow.run, request, id=C1.workflow_id))
+
+
+async def freeze_abandoned(ate: Ate) -> Handle:
+    ate.fakes.script("begin_freeze", FreezePlan(already_frozen=False, worker=worker(1)))
+    ate.fakes.script("drain_routers", BUSY).script("rollback_freeze", None)
+    request = FreezeActorInput(actor=C1, reason="idle for 20 s", if_idle=True)
+    return await settled(await ate.start(FreezeActorWorkflow.run, request, id=C1.workflow_id))
+
+
+async def suspend_idle_abandoned(ate: Ate) -> Handle:
+    ate.fakes.script("begin_suspend", SuspendPlan(already_suspended=False, worker=worker(1), snapshot=snapshot(6)))
+    ate.fakes.script("drain_routers", BUSY).script("rollback_suspend", None)
+    request = SuspendActorInput(actor=C1, reason="idle for 300 s", if_idle=True)
+    return await settled(await ate.start(SuspendActorWorkflow.run, request, id=C1.workflow_id))
+
+
 SCENARIOS: dict[str, Scenario] = {
     "resume_actor_restored_after_a_retry": resume_restored,
     "resume_actor_finalized_by_the_workflow": resume_finalized_by_the_workflow,
@@ -265,6 +295,9 @@ SCENARIOS: dict[str, Scenario] = {
     "suspend_actor_completed_then_its_answer_lost": suspend_completed_then_its_answer_lost,
     "suspend_actor_async_starts_its_upload": suspend_async_with_upload,
     "suspend_actor_from_paused_rolled_back": suspend_from_paused_rolled_back,
+    "suspend_actor_idle_abandoned": suspend_idle_abandoned,
+    "freeze_actor_after_a_retry": freeze,
+    "freeze_actor_idle_abandoned": freeze_abandoned,
     "pause_actor_after_a_retry": pause,
     "pause_actor_rolled_back": pause_rolled_back,
     "revert_actor_terminated": revert_terminated,

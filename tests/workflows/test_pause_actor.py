@@ -60,7 +60,7 @@ async def test_a_suspended_actor_cannot_be_paused(ate: Ate) -> None:
     ate.fakes.script("begin_pause", store_failure(refused(TRANSITIONS[Operation.PAUSE], C1.key, "SUSPENDED")))
     failure = await ate.failure(RUN, PauseActorInput(actor=C1), id=ID)
     assert failure.type == "FailedPrecondition"
-    assert failure.message == "actor demo/c1 cannot be paused from state SUSPENDED (PauseActor wants RUNNING)"
+    assert failure.message == "actor demo/c1 cannot be paused from state SUSPENDED (PauseActor wants RUNNING or FROZEN)"
     assert ate.fakes.names() == ["begin_pause"]
 
 

@@ -112,7 +112,7 @@ async def test_a_state_that_allows_no_resume_is_refused_naming_both_states(ate: 
     assert failure.type == "FailedPrecondition"
     assert (
         failure.message
-        == "actor demo/c1 cannot be resumed from state SUSPENDING (ResumeActor wants SUSPENDED or PAUSED)"
+        == "actor demo/c1 cannot be resumed from state SUSPENDING (ResumeActor wants SUSPENDED, FROZEN or PAUSED)"
     )
     assert failure.details == ({"state": "SUSPENDING"},)  # what the API puts in the error's details
     assert ate.fakes.names() == ["place_and_restore"]

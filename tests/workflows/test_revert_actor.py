@@ -90,7 +90,7 @@ async def test_a_suspended_actor_is_not_revertable(ate: Ate) -> None:
     assert failure.type == "FailedPrecondition"
     assert failure.message == (
         "actor demo/c1 cannot be reverted from state SUSPENDED "
-        "(RevertActor wants RESUMING, RUNNING, UNREACHABLE, SUSPENDING, PAUSING, PAUSED, REVERTING or CRASHED)"
+        "(RevertActor wants RESUMING, RUNNING, FROZEN, UNREACHABLE, SUSPENDING, PAUSING, PAUSED, REVERTING or CRASHED)"
     )
     assert ate.fakes.names() == ["begin_revert"]
 

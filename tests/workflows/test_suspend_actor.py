@@ -132,7 +132,7 @@ async def test_a_state_that_allows_no_suspend_is_refused_naming_both_states(ate:
     assert failure.type == "FailedPrecondition"
     assert (
         failure.message
-        == "actor demo/c1 cannot be suspended from state RESUMING (SuspendActor wants RUNNING or PAUSED)"
+        == "actor demo/c1 cannot be suspended from state RESUMING (SuspendActor wants RUNNING, FROZEN or PAUSED)"
     )
     assert ate.fakes.names() == ["begin_suspend"]
 

@@ -229,7 +229,7 @@ class MicrovmDriver(SandboxDriver):
         """Never called (``follows_saves`` is False): a save this process did not drive cannot be told."""
         raise internal("the microvm save was driven by an atelet process that is gone; it did not complete")
 
-    async def freeze(self, container_id: str) -> None:
+    async def pause_for_save(self, container_id: str) -> None:
         """Stops the guest's vCPUs and reads the disks back into the durable dirs."""
         sandbox = self._get(container_id)
         if sandbox.vm is None:
@@ -245,7 +245,7 @@ class MicrovmDriver(SandboxDriver):
                 await sandbox.vm.cont()
             raise
 
-    async def thaw(self, container_id: str) -> None:
+    async def resume_after_save(self, container_id: str) -> None:
         """Lets the guest run again."""
         sandbox = self._get(container_id)
         if sandbox.vm is None:
@@ -257,6 +257,28 @@ class MicrovmDriver(SandboxDriver):
         if sandbox.saved_running:
             sandbox.saved_running = False
             sandbox.save()
+
+    async def freeze_in_place(self, container_id: str) -> str:
+        """QMP ``stop`` (idempotent): the vCPUs stop, the RAM stays in QEMU; the disks are not
+        read back (the durable dirs are as current as a running VM's). Returns ``qmp stop``;
+        raises AteletError NOT_FOUND or INTERNAL (QEMU's reason included)."""
+        await self._qmp(container_id, "stop")
+        return "qmp stop"
+
+    async def thaw_in_place(self, container_id: str) -> str:
+        """QMP ``cont``: the guest runs on from where it stopped. Returns ``qmp cont``; raises as
+        ``freeze_in_place``."""
+        await self._qmp(container_id, "cont")
+        return "qmp cont"
+
+    async def _qmp(self, container_id: str, command: str) -> None:
+        sandbox = self._get(container_id)
+        if sandbox.vm is None:
+            raise not_found(f"microvm sandbox {container_id} is not running")
+        try:
+            await (sandbox.vm.pause() if command == "stop" else sandbox.vm.cont())
+        except VmError as error:
+            raise internal(f"microvm sandbox {container_id}: {error}") from None
 
     async def kill(self, container_id: str) -> bool:
         """Ends QEMU, then reads the disks back into the durable dirs.
@@ -318,13 +340,14 @@ class MicrovmDriver(SandboxDriver):
         sandbox = self._sandboxes.get(container_id)
         return sandbox is not None and sandbox.vm is not None and sandbox.vm.process.returncode is None
 
-    async def reattach(self, container_id: str, net: WorkerNet, listed: set[str]) -> str:
+    async def reattach(self, container_id: str, net: WorkerNet, listed: set[str], *, frozen: bool = False) -> str:
         """Takes over the QEMU a previous atelet started (its pid in ``sandbox.json``, its monitor
         answering). A guest that atelet had stopped and not yet ended (killed during a checkpoint
         after QEMU saved it, during a freeze, or during a restore after QEMU loaded it) runs on
         from where it was, so the retried call finds the actor as before it; a restored guest
         is given this worker's address if it was not yet. A VM still loading its state is not
-        adopted (the retried restore starts over)."""
+        adopted (the retried restore starts over). A VM recorded ``frozen`` (Freeze) stays
+        stopped, and is stopped should it run."""
         if container_id not in listed:
             return "no microvm dir for it any more"
         workdir = self.root / container_id
@@ -349,14 +372,18 @@ class MicrovmDriver(SandboxDriver):
             if state == "postmigrate" and sandbox.saved_running:
                 raise VmError("it had been saved by a checkpoint bound for object storage whose outcome only the "
                               "control plane knows; it is not continued, so the actor never runs twice")  # fmt: skip
-            if state in ("paused", "postmigrate"):
+            if frozen and state in ("paused", "running"):
+                if state == "running":
+                    await vm.pause()
+            elif state in ("paused", "postmigrate"):
                 log.warning("microvm sandbox %s was left %s by the previous atelet; letting it run on", container_id,
                             state)  # fmt: skip
                 await vm.cont()
             elif state != "running":
                 raise VmError(f"its guest is {state}, not running")
             sandbox.vm = vm
-            await self._address(sandbox)
+            if not frozen:  # a frozen guest is given its address once it runs again (a restore's is done then)
+                await self._address(sandbox)
         except (VmError, AteletError) as error:
             await vm.stop()  # delete then reads its disks back
             return error.reason if isinstance(error, AteletError) else str(error)
