@@ -28,8 +28,9 @@ from tests.conftest import fresh_database
 from tests.credentials import BOOTSTRAP_TOKEN
 from tests.router import test_router_websocket
 from tests.router.router_harness import FakeApi, Step
+from tests.router.stream_worker import event
 from tests.router.test_router_drain import in_flight_is, until
-from tests.router.test_router_websocket import StreamEnv, ws
+from tests.router.test_router_websocket import EVENT_STREAM, StreamEnv, sse_events, ws
 
 env = test_router_websocket.env
 """The stream worker's router (fixture ``env``: both data paths, WebSockets and event streams)."""
@@ -217,6 +218,24 @@ async def test_an_idle_drain_closes_a_silent_websocket_with_the_drains_reason(en
         await socket.wait_closed()
         assert socket.close_code == 1001
         assert "suspended" in (socket.close_reason or "")
+
+
+@pytest.mark.asyncio
+async def test_an_event_stream_is_reported_while_it_moves_bytes_and_not_while_silent(
+    env: StreamEnv, quick_streams: None
+) -> None:
+    async with httpx.AsyncClient(timeout=30) as client:
+        async with client.stream("GET", env.url + "/events?n=2", headers={**H, **EVENT_STREAM}) as resp:
+            events = sse_events(resp)
+            assert await anext(events) == event(1)
+            assert KEY in await stream_beat(env)
+            await asyncio.sleep(0.3)
+            await stream_beat(env)
+            assert KEY not in await stream_beat(env)  # open, silent
+            env.log.acks.put_nowait(1)  # the worker sends event 2
+            assert await anext(events) == event(2)
+            assert KEY in await stream_beat(env)
+            env.log.acks.put_nowait(2)
 
 
 # ---------------------------------------------------------------------------- idle drains
