@@ -31,7 +31,9 @@ MAX_DRAIN_WAIT_SECONDS = 300.0
 
 MAX_ACTIVE_PER_HEARTBEAT = 2000
 """At most this many actor keys in one heartbeat's `active` list (a replica with more sends the
-rest in extra heartbeat calls right after, so every key is reported within the same beat)."""
+rest in extra heartbeat calls right after, so every key is reported within the same beat). Each
+key is at most 127 characters: a full list is about 260 KB of JSON, under the API's 1 MiB body
+limit (`api.limits.DEFAULT_MAX_REQUEST_BYTES`)."""
 
 
 @dataclass
