@@ -84,7 +84,7 @@ class NginxAdmin:
         Raises:
             httpx.HTTPError: nginx's admin server did not answer.
         """
-        resp = await self._client.get("/active", timeout=5)
+        resp = await self._client.get("/active", timeout=1)  # before each heartbeat: never hold it long
         resp.raise_for_status()
         return [line for line in resp.text.splitlines() if line]
 
