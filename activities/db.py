@@ -163,9 +163,11 @@ class DbActivities:
         """Before a checkpoint: record the drain of the actor's traffic (NOTIFY to the router
         replicas) and wait until every live replica acknowledged it, or the longest drain timeout
         of those still missing plus `DRAIN_ACK_MARGIN_SECONDS` passed (at most
-        `MAX_DRAIN_WAIT_SECONDS`); the checkpoint then goes ahead, the missing ones named."""
+        `MAX_DRAIN_WAIT_SECONDS`); the checkpoint then goes ahead, the missing ones named. For an
+        `if_idle` drain the wait ends as soon as one replica refused it busy (a request of the
+        actor in flight there): the result's `busy` names it and the caller abandons the action."""
         await failpoint(f"{activity.info().workflow_type}.router_drain")
-        drain_id = await self.store.router_drains.request(request.actor, request.operation_id)
+        drain_id = await self.store.router_drains.request(request.actor, request.operation_id, request.if_idle)
         started = time.monotonic()
         polls = 0
         while True:
@@ -174,11 +176,16 @@ class DbActivities:
             bound = min(progress.longest_timeout_seconds + DRAIN_ACK_MARGIN_SECONDS, MAX_DRAIN_WAIT_SECONDS)
             if request.max_wait_seconds is not None:
                 bound = min(bound, request.max_wait_seconds)
-            if not progress.missing or waited >= bound:
+            if not progress.missing or waited >= bound or progress.busy:
                 break
             await asyncio.sleep(DRAIN_POLL_SECONDS[min(polls, len(DRAIN_POLL_SECONDS) - 1)])
             polls += 1
-        if progress.missing:
+        if progress.busy:
+            log.info(
+                "idle drain %d of actor %s refused by busy router replica(s) %s in %.3fs: the request wins",
+                drain_id, request.actor.key, ", ".join(progress.busy), waited,
+            )  # fmt: skip
+        elif progress.missing:
             log.warning(
                 "drain %d of actor %s: router replicas %s did not acknowledge within %.1fs; checkpointing anyway",
                 drain_id, request.actor.key, ", ".join(progress.missing), waited,
@@ -189,7 +196,11 @@ class DbActivities:
                 drain_id, request.actor.key, len(progress.acknowledged), waited,
             )  # fmt: skip
         return RouterDrainResult(
-            drain_id=drain_id, acknowledged=progress.acknowledged, missing=progress.missing, waited_seconds=waited
+            drain_id=drain_id,
+            acknowledged=progress.acknowledged,
+            missing=progress.missing,
+            waited_seconds=waited,
+            busy=progress.busy,
         )
 
     # ---- UploadSnapshot ---------------------------------------------------------------------

@@ -16,6 +16,7 @@ from domain.documents import printable
 from domain.idle import PolicyError, parse_idle_policy
 from domain.labels import DNS_LABEL, check_labels, check_selector
 from domain.names import check_host_port, check_ip, check_label_name, check_worker_name, shown
+from domain.operations.router_drain import MAX_ACTIVE_PER_HEARTBEAT
 from domain.quantities import MAX_CPU_MILLIS, MAX_MEMORY_BYTES, WORKER_PLACES, check_worker_places
 
 MAX_WORKERS_PER_NODE = 1000
@@ -344,14 +345,41 @@ class RouterHeartbeat(Tolerant):
         le=240.0,
         description="how long it lets requests in flight finish when told to drain an actor",
     )
+    active: list[str] = Field(
+        default_factory=list,
+        max_length=MAX_ACTIVE_PER_HEARTBEAT,
+        description="actors (`<atespace>/<name>`) with traffic on the replica since its last heartbeat: a "
+        "request started, ended or in flight, bytes moved; their last_active_at becomes now. A replica "
+        f"with more than {MAX_ACTIVE_PER_HEARTBEAT} sends the rest in further heartbeats right after",
+    )
+
+    @field_validator("active")
+    @classmethod
+    def _actor_keys(cls, values: list[str]) -> list[str]:
+        for value in values:
+            atespace, slash, name = value.partition("/") if isinstance(value, str) else ("", "", "")
+            if not slash or not DNS_LABEL.fullmatch(atespace) or not DNS_LABEL.fullmatch(name):
+                raise ValueError(f"active: {shown(value)} is not an actor key <atespace>/<name> of two DNS labels")
+        return values
 
 
 class RouterDrainPublic(BaseModel):
-    """A drain a router replica must carry out, then acknowledge."""
+    """A drain a router replica must carry out, then acknowledge (`if_idle`: an idle action's,
+    which the replica refuses, acknowledging it busy, while a request of the actor is in flight)."""
 
     id: int
     atespace: str
     name: str
+    if_idle: bool = False
+
+
+class RouterDrainAck(Tolerant):
+    """Optional POST body of a drain's acknowledgement."""
+
+    busy: bool = Field(
+        default=False,
+        description="the replica refused an if-idle drain: a request of the actor is in flight there (nothing drained)",
+    )
 
 
 class RouterReplicaPublic(BaseModel):

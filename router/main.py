@@ -100,6 +100,14 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         "--replica-name",
         help="this router replica's name towards the control plane (a DNS label; default router-<host>-<pid>-<hex>)",
     )
+    parser.add_argument(
+        "--open-streams-keep-awake",
+        action=argparse.BooleanOptionalAction,
+        default=None,
+        help="an open but silent WebSocket or event stream keeps its actor awake (counts as a request in "
+        "flight while open); default off: it counts as activity only while it moves bytes, and an idle "
+        "action closes it (env ATE_ROUTER_OPEN_STREAMS_KEEP_AWAKE)",
+    )
     parser.add_argument("--log-level", default="info", help="log level (default info)")
     return parser.parse_args(argv)
 
@@ -138,6 +146,7 @@ def build_settings(args: argparse.Namespace) -> RouterSettings:
         "drain_timeout_seconds": args.drain_timeout,
         "stop_grace_seconds": args.stop_grace,
         "replica_name": args.replica_name,
+        "open_streams_keep_awake": args.open_streams_keep_awake,
     }
     given = {k: v for k, v in overrides.items() if v is not None}
     try:

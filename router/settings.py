@@ -60,6 +60,13 @@ class RouterSettings(BaseSettings):
             one unique to the process (``router-<host>-<pid>-<hex>``).
         register_replica: Whether to register with the API and take part in drains (off only for tests
             and tools that run a router without an API).
+        open_streams_keep_awake: What an open but silent WebSocket or event stream means for its
+            actor's idleness (issue 27). False (the default): it counts as activity only while
+            it moves bytes, so an actor whose only traffic is a silent open stream is idle (its
+            idle action drains it, closing the stream with the drain's reason; the client
+            connects again and resumes the actor). True: an open stream counts as a request in
+            flight for as long as it is open (reported active at every heartbeat; an idle
+            action's drain is refused as busy), so it keeps its actor awake.
     """
 
     model_config = SettingsConfigDict(env_prefix="ATE_ROUTER_", extra="ignore")
@@ -106,6 +113,7 @@ class RouterSettings(BaseSettings):
     stop_grace_seconds: int = Field(default=10, ge=1, le=3600)
     replica_name: str | None = Field(default=None, pattern=r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$")
     register_replica: bool = True
+    open_streams_keep_awake: bool = False
 
     def read_api_token(self) -> str | None:
         """The API token, from ``api_token`` or ``api_token_file``.

@@ -1,5 +1,5 @@
-"""Actors: create, read, page through, change the selector of, and delete (state changes are the
-operations' transitions: `resumes`, `suspends`, `pauses`, `reverts`...)."""
+"""Actors: create, read, page through, change the selector of, delete, and mark active (state
+changes are the operations' transitions: `resumes`, `suspends`, `pauses`, `reverts`...)."""
 
 from __future__ import annotations
 
@@ -14,7 +14,7 @@ from store.templates import Templates
 
 
 class Actors:
-    """create, get, page, update_selector and delete."""
+    """create, get, page, update_selector, delete and touch."""
 
     def __init__(self, pool: asyncpg.Pool, templates: Templates) -> None:
         self.pool = pool
@@ -76,3 +76,19 @@ class Actors:
                 f"actor {ref.key} is not suspended (state: {actor.state}); suspend it first",
                 {"state": actor.state},
             )
+
+    async def touch(self, actors: list[ActorRef]) -> int:
+        """A router replica saw traffic for `actors` since its last heartbeat: set their
+        `last_active_at` to now, in one statement (rows locked in key order, so that replicas
+        touching the same actors at once never deadlock). Unknown actors are skipped; no NOTIFY
+        (the trigger announces state and worker changes only).
+
+        Returns:
+            How many actor rows were touched.
+        """
+        if not actors:
+            return 0
+        result: str = await self.pool.execute(
+            Q["touch_actors"], [a.atespace for a in actors], [a.name for a in actors]
+        )
+        return int(result.rsplit(" ", 1)[-1])

@@ -153,14 +153,14 @@ class RouterReplicas(Protocol):
     async def replicas(self) -> list[RouterReplica]:
         """See `RouterDrains.replicas`."""
 
-    async def acknowledge(self, drain_id: int, replica: str) -> None:
+    async def acknowledge(self, drain_id: int, replica: str, busy: bool = False) -> None:
         """See `RouterDrains.acknowledge`."""
 
 
 class DrainRequests(Protocol):
     """`RouterDrains` as the drain step uses it: ask the replicas, then wait for them."""
 
-    async def request(self, actor: ActorRef, operation_id: str) -> int:
+    async def request(self, actor: ActorRef, operation_id: str, if_idle: bool = False) -> int:
         """See `RouterDrains.request`."""
 
     async def waiting(self, drain_id: int) -> DrainProgress:

@@ -738,6 +738,17 @@ WHERE revoked_at IS NULL ORDER BY created_at DESC;
 -- Revoke a token (idempotent: a revoked one keeps its first revocation time).
 UPDATE tokens SET revoked_at = COALESCE(revoked_at, now()) WHERE id = $1 RETURNING id;
 
+-- touch_actors --
+-- Router replicas saw traffic for these actors ($1 atespaces, $2 names, pairwise): last_active_at = now(); rows locked in key order (no deadlock between replicas).
+UPDATE actors a SET last_active_at = now()
+FROM (
+    SELECT x.atespace, x.name FROM actors x
+    JOIN unnest($1::text[], $2::text[]) AS t(atespace, name) ON x.atespace = t.atespace AND x.name = t.name
+    ORDER BY x.atespace, x.name
+    FOR UPDATE OF x
+) AS touched
+WHERE a.atespace = touched.atespace AND a.name = touched.name;
+
 -- heartbeat_router --
 -- Register a router replica or refresh its lease ($1 name, $2 lease seconds, $3 drain timeout seconds).
 INSERT INTO router_replicas (name, lease_seconds, drain_timeout_seconds) VALUES ($1, $2, $3)
@@ -761,17 +772,17 @@ SELECT r.name, r.started_at, r.last_seen_at, r.lease_seconds, r.drain_timeout_se
 FROM router_replicas r ORDER BY r.name;
 
 -- pending_router_drains --
--- The drains of the last 5 minutes replica $1 has not acknowledged, oldest first.
-SELECT d.id, d.atespace, d.name FROM router_drains d
+-- The drains of the last 5 minutes replica $1 has not acknowledged, oldest first (if_idle: an idle action's).
+SELECT d.id, d.atespace, d.name, d.if_idle FROM router_drains d
 WHERE d.requested_at > now() - interval '5 minutes'
   AND NOT EXISTS (SELECT 1 FROM router_drain_acks a WHERE a.drain_id = d.id AND a.replica = $1)
 ORDER BY d.id LIMIT 1000;
 
 -- record_router_drain --
--- The drain of actor ($2, $3) for operation $1 (the same row for a retry of that operation).
-INSERT INTO router_drains (operation_id, atespace, name) VALUES ($1, $2, $3)
+-- The drain of actor ($2, $3) for operation $1, an idle action's when $4 (the same row for a retry of that operation).
+INSERT INTO router_drains (operation_id, atespace, name, if_idle) VALUES ($1, $2, $3, $4)
 ON CONFLICT (operation_id) DO UPDATE SET operation_id = EXCLUDED.operation_id
-RETURNING id;
+RETURNING id, if_idle;
 
 -- notify_router_drain --
 -- Tell the listening replicas at once ($1 payload "<id> <atespace>/<name>").
@@ -782,17 +793,17 @@ SELECT pg_notify('ate_router_drains', $1);
 DELETE FROM router_drains WHERE requested_at < now() - interval '1 hour';
 
 -- router_drain_waiting --
--- Live replicas (heard from within their lease) that have not acknowledged drain $1, with their drain timeouts; and those that have.
-SELECT r.name, r.drain_timeout_seconds, (a.drain_id IS NOT NULL) AS acked
+-- Live replicas (heard from within their lease) that have not acknowledged drain $1, with their drain timeouts; and those that have (busy: refused an if-idle drain).
+SELECT r.name, r.drain_timeout_seconds, (a.drain_id IS NOT NULL) AS acked, COALESCE(a.busy, false) AS busy
 FROM router_replicas r
 LEFT JOIN router_drain_acks a ON a.drain_id = $1 AND a.replica = r.name
 WHERE r.last_seen_at > now() - make_interval(secs => r.lease_seconds) OR a.drain_id IS NOT NULL
 ORDER BY r.name;
 
 -- ack_router_drain --
--- Replica $2 has drained drain $1 (idempotent); NULL when no such drain.
-INSERT INTO router_drain_acks (drain_id, replica)
-SELECT id, $2 FROM router_drains WHERE id = $1
+-- Replica $2 has drained drain $1, or refused it busy ($3, an if-idle drain with a request in flight) (idempotent: the first answer stays); NULL when no such drain.
+INSERT INTO router_drain_acks (drain_id, replica, busy)
+SELECT id, $2, $3 FROM router_drains WHERE id = $1
 ON CONFLICT DO NOTHING
 RETURNING drain_id;
 

@@ -7,7 +7,7 @@ polls `waiting` until every live replica acknowledged it (`acknowledge`).
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime
 
 import asyncpg
@@ -18,21 +18,25 @@ from store.errors import NotFound
 from store.sql import QUERIES as Q
 
 
-async def record_drain(connection: asyncpg.Connection, actor: ActorRef, operation_id: str) -> int:
+async def record_drain(
+    connection: asyncpg.Connection, actor: ActorRef, operation_id: str, if_idle: bool = False
+) -> int:
     """Record the drain of `actor` for operation `operation_id` (the same row for a retry of that
-    operation) and NOTIFY the listening replicas (delivered when the caller's transaction
-    commits); return the drain's ID."""
-    drain_id: int = await connection.fetchval(Q["record_router_drain"], operation_id, actor.atespace, actor.name)
-    await connection.execute(Q["notify_router_drain"], format_drain(drain_id, actor))
+    operation; `if_idle`: an idle action's, which a busy replica refuses) and NOTIFY the listening
+    replicas (delivered when the caller's transaction commits); return the drain's ID."""
+    row = await connection.fetchrow(Q["record_router_drain"], operation_id, actor.atespace, actor.name, if_idle)
+    drain_id: int = row["id"]
+    await connection.execute(Q["notify_router_drain"], format_drain(drain_id, actor, row["if_idle"]))
     return drain_id
 
 
 @dataclass(frozen=True)
 class PendingDrain:
-    """A drain a replica has yet to carry out and acknowledge."""
+    """A drain a replica has yet to carry out and acknowledge (`if_idle`: an idle action's)."""
 
     drain_id: int
     actor: ActorRef
+    if_idle: bool = False
 
 
 @dataclass(frozen=True)
@@ -50,11 +54,13 @@ class RouterReplica:
 @dataclass(frozen=True)
 class DrainProgress:
     """Where a drain stands: live replicas that acknowledged it, those that have not, and the
-    longest drain timeout among the latter (seconds; 0 when none is missing)."""
+    longest drain timeout among the latter (seconds; 0 when none is missing); `busy`: those of
+    `acknowledged` that refused an if-idle drain (a request of the actor in flight there)."""
 
     acknowledged: list[str]
     missing: list[str]
     longest_timeout_seconds: float
+    busy: list[str] = field(default_factory=list)
 
 
 class RouterDrains:
@@ -70,7 +76,7 @@ class RouterDrains:
             await connection.fetchval(Q["heartbeat_router"], replica, lease_seconds, drain_timeout_seconds)
             await connection.execute(Q["forget_silent_routers"])
             rows = await connection.fetch(Q["pending_router_drains"], replica)
-        return [PendingDrain(r["id"], ActorRef(r["atespace"], r["name"])) for r in rows]
+        return [PendingDrain(r["id"], ActorRef(r["atespace"], r["name"]), r["if_idle"]) for r in rows]
 
     async def release(self, replica: str) -> None:
         """`replica` stopped cleanly and gives its lease back: from now on no drain waits for it and
@@ -94,12 +100,13 @@ class RouterDrains:
             for r in rows
         ]
 
-    async def request(self, actor: ActorRef, operation_id: str) -> int:
+    async def request(self, actor: ActorRef, operation_id: str, if_idle: bool = False) -> int:
         """Record the drain of `actor` for operation `operation_id` (the same ID again for a
-        retry of that operation) and NOTIFY the listening replicas; return the drain's ID."""
+        retry of that operation; `if_idle`: an idle action's, refused by a busy replica) and
+        NOTIFY the listening replicas; return the drain's ID."""
         async with self.pool.acquire() as connection:
             await connection.execute(Q["prune_router_drains"])
-            return await record_drain(connection, actor, operation_id)
+            return await record_drain(connection, actor, operation_id, if_idle)
 
     async def waiting(self, drain_id: int) -> DrainProgress:
         """Which live replicas have acknowledged drain `drain_id` and which have not."""
@@ -110,15 +117,17 @@ class RouterDrains:
             acknowledged=[r["name"] for r in rows if r["acked"]],
             missing=[r["name"] for r in missing],
             longest_timeout_seconds=max((r["drain_timeout_seconds"] for r in missing), default=0.0),
+            busy=[r["name"] for r in rows if r["busy"]],
         )
 
-    async def acknowledge(self, drain_id: int, replica: str) -> None:
-        """Record that `replica` drained `drain_id` (idempotent).
+    async def acknowledge(self, drain_id: int, replica: str, busy: bool = False) -> None:
+        """Record that `replica` drained `drain_id`, or (`busy`) refused an if-idle drain because
+        a request of the actor was in flight there (idempotent: the first answer stays).
 
         Raises:
             NotFound: no such drain (it is older than an hour, or never was).
         """
         async with self.pool.acquire() as connection:
-            if await connection.fetchval(Q["ack_router_drain"], drain_id, replica) is None:
+            if await connection.fetchval(Q["ack_router_drain"], drain_id, replica, busy) is None:
                 if not await connection.fetchval(Q["router_drain_exists"], drain_id):
                     raise NotFound(f"router drain {drain_id} not found (drains are kept for an hour)")

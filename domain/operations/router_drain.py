@@ -29,12 +29,21 @@ acknowledgements (the cut of what is left and the acknowledgement's own round tr
 MAX_DRAIN_WAIT_SECONDS = 300.0
 """The step never waits longer than this, whatever the replicas' drain timeouts."""
 
+MAX_ACTIVE_PER_HEARTBEAT = 2000
+"""At most this many actor keys in one heartbeat's `active` list (a replica with more sends the
+rest in extra heartbeat calls right after, so every key is reported within the same beat). Each
+key is at most 127 characters: a full list is about 260 KB of JSON, under the API's 1 MiB body
+limit (`api.limits.DEFAULT_MAX_REQUEST_BYTES`)."""
+
 
 @dataclass
 class RouterDrainInput:
     """Input of `drain_routers`: the actor, about to be checkpointed by operation `operation_id`
     (or to leave its worker, for a revert); `max_wait_seconds` bounds the wait for the replicas'
-    acknowledgements below the usual bound (None: the usual one)."""
+    acknowledgements below the usual bound (None: the usual one). `if_idle`: an idle action's
+    (or a pressure suspend's) drain, which must not cut a request: a replica with a request in
+    flight for the actor acknowledges it `busy` at once, draining nothing (False in runs
+    recorded before the field, which replay unchanged)."""
 
     actor: ActorRef
     operation_id: str
@@ -48,7 +57,10 @@ class RouterDrainInput:
 @dataclass
 class RouterDrainResult:
     """What `drain_routers` saw: the drain's ID, the live replicas that acknowledged it, and
-    those that did not within the bound (the checkpoint goes ahead without them)."""
+    those that did not within the bound (the checkpoint goes ahead without them). `busy`: for
+    an `if_idle` drain, the replicas that refused it because a request of the actor was in
+    flight there (among `acknowledged` too; the action is then abandoned: the request won).
+    Empty for an ordinary drain and in results recorded before the field."""
 
     drain_id: int
     acknowledged: list[str] = field(default_factory=list)

@@ -16,6 +16,7 @@ from typing import Any
 
 import httpx
 
+from domain.reasons import Reason
 from domain.templates import ActorAccess, ActorTemplateSpec
 
 # Reply kinds of ResumeReply.kind.
@@ -64,6 +65,16 @@ class TemplateError(Exception):
 
 class LookupFailed(Exception):
     """The API could not say what the router asked (unreachable, an unexpected answer)."""
+
+
+@dataclass(frozen=True, slots=True)
+class DrainOrder:
+    """A drain the API lists in a heartbeat's answer: its id, the actor's key, and whether it
+    is an idle action's (``if_idle``: refused when this replica is busy with the actor)."""
+
+    drain_id: int
+    key: str
+    if_idle: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -227,16 +238,19 @@ class ApiClient:
         return AccessReview(authenticated=bool(body.get("authenticated")), allowed=bool(body.get("allowed")))
 
     async def heartbeat(
-        self, replica: str, lease_seconds: float, drain_timeout_seconds: float
-    ) -> list[tuple[int, str]]:
-        """Register this router replica or refresh its lease; return the drains it must carry
-        out, as ``(drain id, "<atespace>/<name>")``.
+        self, replica: str, lease_seconds: float, drain_timeout_seconds: float, active: list[str] | None = None
+    ) -> list[DrainOrder]:
+        """Register this router replica or refresh its lease, reporting the actors with traffic
+        on it since its last heartbeat (``active``: at most ``MAX_ACTIVE_PER_HEARTBEAT`` keys
+        ``"<atespace>/<name>"``); return the drains it must carry out.
 
         Raises:
             LookupFailed: The API is unreachable or did not take the heartbeat.
         """
         url = f"{self.base_url}/v1/routers/{replica}"
-        body = {"lease_seconds": lease_seconds, "drain_timeout_seconds": drain_timeout_seconds}
+        body: dict[str, Any] = {"lease_seconds": lease_seconds, "drain_timeout_seconds": drain_timeout_seconds}
+        if active:
+            body["active"] = active
         try:
             resp = await self._client.put(url, json=body, timeout=httpx.Timeout(lease_seconds / 2, connect=2.0))
         except httpx.TransportError as exc:
@@ -249,7 +263,7 @@ class ApiClient:
         listed = answer.get("drains")
         drains: list[Any] = listed if isinstance(listed, list) else []
         return [
-            (int(d["id"]), f"{d['atespace']}/{d['name']}")
+            DrainOrder(int(d["id"]), f"{d['atespace']}/{d['name']}", d.get("if_idle") is True)
             for d in drains
             if isinstance(d, dict) and {"id", "atespace", "name"} <= d.keys()
         ]
@@ -271,15 +285,16 @@ class ApiClient:
                 f"{_json(resp).get('message') or resp.status_code}"
             )
 
-    async def ack_drain(self, replica: str, drain_id: int) -> None:
-        """Tell the API that this replica has drained ``drain_id``.
+    async def ack_drain(self, replica: str, drain_id: int, busy: bool = False) -> None:
+        """Tell the API that this replica has drained ``drain_id``, or (``busy``) refused an
+        idle action's drain because a request of the actor is in flight here.
 
         Raises:
             LookupFailed: The API is unreachable or did not take it.
         """
         url = f"{self.base_url}/v1/routers/{replica}/drains/{drain_id}/ack"
         try:
-            resp = await self._client.post(url)
+            resp = await self._client.post(url, json={"busy": True} if busy else None)
         except httpx.TransportError as exc:
             raise LookupFailed(f"cannot acknowledge drain {drain_id}: {exc!r}") from exc
         if resp.status_code != 200:
@@ -305,17 +320,17 @@ def classify(status: int, body: dict[str, Any]) -> ResumeReply:
         if body.get("state") == "RUNNING" and worker.get("ip"):
             return ResumeReply(RUNNING, actor=body)
         return ResumeReply(ERROR, f"resume answered state {body.get('state')!r} without a worker IP")
-    if reason == "NoMatchingWorker":
+    if reason == Reason.NO_MATCHING_WORKER:
         return ResumeReply(NO_MATCHING_WORKER, message, details=details)
     if status == 404:
         return ResumeReply(NOT_FOUND, message, details=details)
-    if status == 409 and reason == "OperationInProgress":
+    if status == 409 and reason == Reason.OPERATION_IN_PROGRESS:
         return ResumeReply(BUSY, message, details=details)
     if status == 409:
         return ResumeReply(FAILED_PRECONDITION, message, details=details)
-    if status == 503 and reason == "NoCapacity":
+    if status == 503 and reason == Reason.NO_CAPACITY:
         return ResumeReply(NO_CAPACITY, message, details=details)
-    if status == 503 and reason == "Unreachable":
+    if status == 503 and reason == Reason.UNREACHABLE:
         return ResumeReply(ACTOR_UNREACHABLE, message, details=details)
     if status == 504:
         return ResumeReply(TIMEOUT, message, details=details)

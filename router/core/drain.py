@@ -18,6 +18,12 @@ the sequence (``DrainElsewhere``), run at the same time as step 3 on this gate's
 sequence itself is written here once. How a flight's connection is shut (``cut``) and how the
 open WebSockets and event streams end (``end_sessions``) are the data path's mechanics, handed in.
 
+An idle action's drain (``drain_if_idle``) must not cut a request: a replica busy with the
+actor (router.core.activity: a request in flight or parked, a stream moving bytes, or any open
+stream with ``open_streams_keep_awake``; the data path's own requests too, ``DrainElsewhere.busy``)
+refuses it, doing nothing; otherwise it is carried out as above. A request that arrives after the
+check is held and parks like any other (served after the action).
+
 The guarantee that no request of an actor that left RUNNING reaches its old worker (which may
 host another actor by then) rests on ``enter``: a request may send to an upstream only through a
 ``Flight`` entered with a ``token`` taken before the upstream was looked up (the cache read, or
@@ -35,6 +41,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Protocol
 
+from router.core.activity import Activity
 from router.core.cache import ActorCache
 from router.core.metrics import DRAIN_CUT_REQUESTS, DRAIN_DURATION, DRAIN_HELD, DRAINS
 from router.core.resume import Resumer
@@ -62,11 +69,17 @@ class Flight:
         upstream: Where it sends.
         cut: Set when a drain cut it off (its connection is shut; a connection made later is
             closed at once).
+        stream: Set when it became an open WebSocket or event stream (router.core.activity).
+        moved_at: When bytes last moved through the stream (monotonic seconds).
+        marked_at: When the stream last marked its actor active (monotonic seconds).
     """
 
     key: str
     upstream: Upstream
     cut: bool = field(default=False)
+    stream: bool = field(default=False)
+    moved_at: float = field(default=0.0)
+    marked_at: float = field(default=float("-inf"))
 
 
 @dataclass(frozen=True)
@@ -96,6 +109,16 @@ class DrainElsewhere(Protocol):
         """
         ...
 
+    async def busy(self, key: str) -> bool:
+        """Whether a request of actor ``key`` is in flight there (an idle action's drain is then
+        refused); False when it cannot tell (logged)."""
+        ...
+
+    async def active(self) -> set[str]:
+        """The actors with traffic there since the last call (router.core.activity's rules);
+        empty when it cannot tell (logged)."""
+        ...
+
 
 class DrainGate:
     """Who may send to which actor's worker, and the drains that stop it.
@@ -111,6 +134,7 @@ class DrainGate:
         end_sessions: Ends the actor's open WebSockets and event streams at once, cleanly, with
             a reason (``Sessions.end_actor``): they never finish on their own.
         elsewhere: The data path's own part of each drain (nginx's), or None.
+        activity: The actors with traffic on this replica (marked as requests enter and leave).
     """
 
     def __init__(
@@ -123,8 +147,10 @@ class DrainGate:
         leased: Callable[[], bool] = lambda: True,
         end_sessions: Callable[[str, str], int] = lambda _key, _reason: 0,
         elsewhere: DrainElsewhere | None = None,
+        activity: Activity | None = None,
     ) -> None:
         self.cache = cache
+        self.activity = activity or Activity()
         self.resumer = resumer
         self.cut = cut
         self.elsewhere = elsewhere
@@ -161,10 +187,12 @@ class DrainGate:
             return None
         flight = Flight(key, upstream)
         self._flights.setdefault(key, set()).add(flight)
+        self.activity.mark(key)
         return flight
 
     def leave(self, flight: Flight) -> None:
         """The flight's request is over (its worker connection is closed)."""
+        self.activity.mark(flight.key)
         flights = self._flights.get(flight.key)
         if flights is None:
             return
@@ -174,6 +202,31 @@ class DrainGate:
             emptied = self._emptied.pop(flight.key, None)
             if emptied is not None:
                 emptied.set()
+
+    def busy(self, key: str) -> bool:
+        """Whether this gate has a request of actor ``key`` that counts as in flight, or one
+        parked for it (router.core.activity)."""
+        return self.activity.busy(key, self._flights.get(key, ()))
+
+    async def active(self) -> set[str]:
+        """The actors with traffic on this replica since the last call: this gate's (marked,
+        parked, in flight) and the data path's elsewhere."""
+        keys = self.activity.take(self._flights)
+        if self.elsewhere is not None:
+            keys |= await self.elsewhere.active()
+        return keys
+
+    async def drain_if_idle(self, drain_id: int, key: str) -> DrainOutcome | None:
+        """An idle action's drain: None (nothing done) when this replica is busy with actor
+        ``key``, here or elsewhere; else ``drain``. This gate is asked again after the data
+        path's answer, with no wait between that check and the drain's start."""
+        if self.busy(key):
+            return None
+        if self.elsewhere is not None and await self.elsewhere.busy(key):
+            return None
+        if self.busy(key):
+            return None
+        return await self.drain(drain_id, key)
 
     def draining(self, key: str) -> bool:
         """Whether a drain of actor ``key`` runs now."""

@@ -47,6 +47,12 @@ PARKED = Gauge(
     "ate_router_parked_requests",
     "Requests currently waiting for their actor to be RUNNING.",
 )
+PARKED_NO_ROOM = Gauge(
+    "ate_router_parked_no_room_requests",
+    "Requests currently parked because no worker has room for their actor (the API answered their resume "
+    "NoCapacity; they wait and retry within the park budget): demand that could not be placed, which an "
+    "autoscaler can grow a worker pool for. Not labelled by pool: the resume answer does not name one.",
+)
 
 DRAINS = Counter(
     "ate_router_drains_total",

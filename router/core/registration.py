@@ -1,12 +1,18 @@
-"""This router replica's registration with the control plane: its heartbeat and lease, and the
-drains it is told to carry out and acknowledge.
+"""This router replica's registration with the control plane: its heartbeat and lease, the
+actors with traffic on it, and the drains it is told to carry out and acknowledge.
 
-Every ``heartbeat_seconds`` the replica sends ``PUT /v1/routers/<replica>``; the answer lists the
-drains it has not acknowledged. Drains also arrive at once by NOTIFY on ``ate_router_drains``
-(payload ``"<id> <atespace>/<name>"``) through the cache's LISTEN connection; the heartbeat
-brings any that a lost connection missed. Each drain is carried out by ``DrainGate.drain`` and
-then acknowledged (``POST /v1/routers/<replica>/drains/<id>/ack``); a failed acknowledgement is
-sent again when the next heartbeat lists the drain. A replica that stops cleanly gives its lease
+Every ``heartbeat_seconds`` the replica sends ``PUT /v1/routers/<replica>`` with ``active``, the
+keys of the actors with traffic on it since the last heartbeat (router.core.activity), at most
+``MAX_ACTIVE_PER_HEARTBEAT`` a call: a replica with more sends the rest in further calls right
+after, in the same beat; keys of a heartbeat that did not reach the API go with the next one.
+The answer lists the drains it has not acknowledged. Drains also arrive at once by NOTIFY on
+``ate_router_drains`` (payload ``"<id>[:idle] <atespace>/<name>"``, domain.changes) through the
+cache's LISTEN connection; the heartbeat brings any that a lost connection missed. Each drain is
+carried out by ``DrainGate.drain`` and then acknowledged (``POST
+/v1/routers/<replica>/drains/<id>/ack``); an idle action's drain (``if_idle``) is refused
+instead when the replica is busy with the actor (``DrainGate.drain_if_idle``): acknowledged at
+once with body ``{"busy": true}``, nothing cut or held. A failed acknowledgement is sent again
+(with the same answer) when the next heartbeat lists the drain. A replica that stops cleanly gives its lease
 back (``DELETE /v1/routers/<replica>``), so drains do not wait for it.
 
 The lease: the control plane waits only for replicas heard from within their lease. So the
@@ -25,14 +31,13 @@ import re
 import socket
 import uuid
 
-from domain.changes import ROUTER_DRAINS_CHANNEL, parse_drain
-from router.core.api_client import ApiClient, LookupFailed
+from domain.changes import ROUTER_DRAINS_CHANNEL, parse_drain_notice
+from domain.operations.router_drain import MAX_ACTIVE_PER_HEARTBEAT
+from router.core.api_client import ApiClient, DrainOrder, LookupFailed
 from router.core.cache import ActorCache, CacheInvalidator
 from router.core.drain import DrainGate
 
 log = logging.getLogger(__name__)
-
-"""The NOTIFY channel of drains (store.router_drains)."""
 
 LEASE_MARGIN_SECONDS = 1.0
 """How much earlier than the control plane the replica considers its own lease over."""
@@ -77,7 +82,7 @@ class Registration:
         self.lease_until = float("-inf")
         self._task: asyncio.Task[None] | None = None
         self._drains: dict[int, asyncio.Task[None]] = {}
-        self._done: dict[int, None] = {}
+        self._done: dict[int, bool] = {}  # drain id -> refused busy
         self._was_leased = False
 
     def leased(self) -> bool:
@@ -125,30 +130,38 @@ class Registration:
         log.info("router replica %s: lease given back", self.replica)
 
     def on_notification(self, payload: str) -> None:
-        """Apply one ``ate_router_drains`` payload ``"<id> <atespace>/<name>"``."""
-        drain = parse_drain(payload)
-        if drain is None:
+        """Apply one ``ate_router_drains`` payload ``"<id>[:idle] <atespace>/<name>"``."""
+        notice = parse_drain_notice(payload)
+        if notice is None:
             log.warning("unparsable %s payload %r", ROUTER_DRAINS_CHANNEL, payload)
             return
-        self.dispatch(drain[0], drain[1].key)
+        self.dispatch(notice.drain_id, notice.actor.key, notice.if_idle)
 
-    def dispatch(self, drain_id: int, key: str) -> None:
-        """Carry out drain ``drain_id`` of actor ``key`` and acknowledge it (once; a drain
-        already done is only acknowledged again)."""
+    def dispatch(self, drain_id: int, key: str, if_idle: bool = False) -> None:
+        """Carry out drain ``drain_id`` of actor ``key`` (an idle action's when ``if_idle``: refused
+        when busy) and acknowledge it (once; a drain already done is only acknowledged again,
+        with the same answer)."""
         if drain_id in self._drains:
             return
-        task = asyncio.create_task(self._drain_and_ack(drain_id, key), name=f"ate-router-ack-{drain_id}")
+        task = asyncio.create_task(self._drain_and_ack(drain_id, key, if_idle), name=f"ate-router-ack-{drain_id}")
         self._drains[drain_id] = task
         task.add_done_callback(lambda _t: self._drains.pop(drain_id, None))
 
-    async def _drain_and_ack(self, drain_id: int, key: str) -> None:
-        if drain_id not in self._done:
-            await self.gate.drain(drain_id, key)
-            self._done[drain_id] = None
+    async def _drain_and_ack(self, drain_id: int, key: str, if_idle: bool) -> None:
+        busy = self._done.get(drain_id)
+        if busy is None:
+            if if_idle:
+                busy = await self.gate.drain_if_idle(drain_id, key) is None
+                if busy:
+                    log.info("idle drain %d of actor %s refused: a request of it is in flight here", drain_id, key)
+            else:
+                await self.gate.drain(drain_id, key)
+                busy = False
+            self._done[drain_id] = busy
             if len(self._done) > DONE_REMEMBERED:
                 self._done.pop(next(iter(self._done)))
         try:
-            await self.api.ack_drain(self.replica, drain_id)
+            await self.api.ack_drain(self.replica, drain_id, busy)
         except LookupFailed as exc:
             log.warning("drain %d of actor %s done but not acknowledged (%s); again at the next heartbeat", drain_id, key, exc)
 
@@ -159,10 +172,12 @@ class Registration:
 
     async def _beat(self) -> None:
         loop = asyncio.get_running_loop()
+        active = sorted(await self.gate.active())
         sent = loop.time()
         try:
-            drains = await self.api.heartbeat(self.replica, self.lease_seconds, self.gate.drain_timeout_seconds)
+            drains = await self._heartbeat(active)
         except LookupFailed as exc:
+            self.gate.activity.mark_all(active)  # reported with the next heartbeat
             left = self.lease_until - loop.time()
             log.warning("router replica %s: %s (lease %s)", self.replica, exc,
                         f"ends in {left:.1f}s" if left > 0 else "over")  # fmt: skip
@@ -172,8 +187,21 @@ class Registration:
             log.info("router replica %s registered (lease %gs)", self.replica, self.lease_seconds)
         self.lease_until = sent + self.lease_seconds - LEASE_MARGIN_SECONDS
         self.leased()
-        for drain_id, key in drains:
-            self.dispatch(drain_id, key)
+        for order in drains:
+            self.dispatch(order.drain_id, order.key, order.if_idle)
+
+    async def _heartbeat(self, active: list[str]) -> list[DrainOrder]:
+        """One heartbeat with the ``active`` keys, in as many calls as ``MAX_ACTIVE_PER_HEARTBEAT``
+        needs (the drains of the last answer: each lists every drain not acknowledged).
+
+        Raises:
+            LookupFailed: A call failed (the keys not sent are the caller's to send again).
+        """
+        drains: list[DrainOrder] = []
+        for start in range(0, max(len(active), 1), MAX_ACTIVE_PER_HEARTBEAT):
+            chunk = active[start : start + MAX_ACTIVE_PER_HEARTBEAT]
+            drains = await self.api.heartbeat(self.replica, self.lease_seconds, self.gate.drain_timeout_seconds, chunk)
+        return drains
 
 
 def register_replica(

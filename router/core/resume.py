@@ -35,7 +35,7 @@ from router.core.errors import (
     UNAVAILABLE,
     RouteError,
 )
-from router.core.metrics import PARK_DURATION, PARKED, RESUMES, RESUMES_STARTED
+from router.core.metrics import PARK_DURATION, PARKED, PARKED_NO_ROOM, RESUMES, RESUMES_STARTED
 from router.core.upstream import Upstream
 
 log = logging.getLogger(__name__)
@@ -124,6 +124,16 @@ class Resumer:
             PARK_DURATION.observe(asyncio.get_running_loop().time() - started)
 
     async def _park(self, target: ActorRef, deadline: float) -> Upstream:
+        """``_park_for`` counted in ``ate_router_parked_no_room_requests`` from its first
+        NoCapacity answer to its end."""
+        no_room: list[bool] = []
+        try:
+            return await self._park_for(target, deadline, no_room)
+        finally:
+            if no_room:
+                PARKED_NO_ROOM.dec()
+
+    async def _park_for(self, target: ActorRef, deadline: float, no_room: list[bool]) -> Upstream:
         loop = asyncio.get_running_loop()
         delay = BACKOFF_START_SECONDS
         last: ResumeReply | None = None
@@ -144,6 +154,9 @@ class Resumer:
                 return attempt.upstream
             last = attempt.reply
             self._raise_final(target, last)
+            if last.kind == api.NO_CAPACITY and not no_room:
+                no_room.append(True)
+                PARKED_NO_ROOM.inc()
             pause = min(delay, deadline - loop.time())
             if pause > 0:
                 await asyncio.sleep(pause)

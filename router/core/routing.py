@@ -22,6 +22,7 @@ from domain.operations.router_drain import ROUTER_HEARTBEAT_SECONDS, ROUTER_LEAS
 from domain.refs import ActorRef
 from router.core import errors, statusz
 from router.core.access import AccessGate, Admission
+from router.core.activity import Activity
 from router.core.api_client import ApiClient
 from router.core.cache import ActorCache, CacheInvalidator
 from router.core.drain import DrainElsewhere, DrainGate, Flight
@@ -83,6 +84,7 @@ class RouterCore:
         gate: Who may reach which actor (router.core.access).
         resumer: Single-flight resumer with the parking lot.
         invalidator: LISTEN/NOTIFY loop, or None without a database URL (no caching).
+        activity: The actors with traffic on this replica, reported in its heartbeats.
         drains: Who may send to which worker, and the drains before a checkpoint.
         registration: This replica's heartbeat, lease and drains, or None when
             ``settings.register_replica`` is off.
@@ -109,6 +111,7 @@ class RouterCore:
             self.api, self.cache, settings.parked_request_budget_seconds, settings.max_parked, settings.api_server
         )
         self.invalidator = CacheInvalidator(settings.database_url, self.cache) if settings.database_url else None
+        self.activity = Activity(settings.open_streams_keep_awake, reported=settings.register_replica)
         self.drains = DrainGate(
             self.cache,
             self.resumer,
@@ -117,6 +120,7 @@ class RouterCore:
             settle_seconds=settings.upstream_connect_timeout_seconds + 1.0,
             end_sessions=end_sessions,
             elsewhere=elsewhere,
+            activity=self.activity,
         )
         self.registration: Registration | None = None
         if settings.register_replica:
@@ -288,10 +292,16 @@ class RouterCore:
     async def _park(
         self, target: ActorRef, deadline: float, leaving: Leaving | None, gone: Callable[[], BaseException]
     ) -> Upstream:
-        watch = leaving() if leaving is not None else None
-        if watch is None:
-            return await self.wait_running(target, deadline)
-        return await wait_unless_gone(self.wait_running(target, deadline), watch, gone)
+        """``wait_running``, watching the client; counted as a request of the actor parked here
+        (its actor is active, and busy for an idle action's drain)."""
+        self.activity.parked(target.key, 1)
+        try:
+            watch = leaving() if leaving is not None else None
+            if watch is None:
+                return await self.wait_running(target, deadline)
+            return await wait_unless_gone(self.wait_running(target, deadline), watch, gone)
+        finally:
+            self.activity.parked(target.key, -1)
 
     async def wait_running(self, target: ActorRef, deadline: float) -> Upstream:
         """``Resumer.wait_running``, after holding the request while its actor is being drained

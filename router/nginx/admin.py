@@ -1,6 +1,6 @@
 """The client of nginx's admin server (a unix socket that only the control service reaches):
-invalidations pushed in order, counters, the recent requests, in-flight counts, drains, cuts,
-the lease and nginx's worker processes (router/nginx/ate_router.lua serves them)."""
+invalidations pushed in order, counters, the recent requests, in-flight counts, the actors with
+traffic, drains, cuts, the lease and nginx's worker processes (router/nginx/ate_admin.lua serves them)."""
 
 from __future__ import annotations
 
@@ -76,6 +76,17 @@ class NginxAdmin:
         resp = await self._client.get(f"/inflight?key={quote(key, safe='')}", timeout=5)
         resp.raise_for_status()
         return int(resp.text or 0)
+
+    async def active(self) -> list[str]:
+        """The actors nginx saw traffic for since the last call (a request ended, or one in
+        flight now), as keys ``<atespace>/<name>``; the marks are taken.
+
+        Raises:
+            httpx.HTTPError: nginx's admin server did not answer.
+        """
+        resp = await self._client.get("/active", timeout=1)  # before each heartbeat: never hold it long
+        resp.raise_for_status()
+        return [line for line in resp.text.splitlines() if line]
 
     async def drain(self, key: str, token: int) -> None:
         """A drain of actor ``key`` begins in nginx: its entries are void and no answer of the

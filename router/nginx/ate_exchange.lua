@@ -15,8 +15,10 @@
 --   is left half-open in the sandbox (a gVisor checkpoint of a half-open connection restores to
 --   a listener that answers nothing).
 
-local ffi = require("ffi")
 local request = require("ate_request")
+local response = require("ate_response")
+local reset = require("ate_reset").reset
+local parse_head, head_end, framing, set_head = response.parse_head, response.head_end, response.framing, response.set_head
 
 local M = {}
 
@@ -26,79 +28,6 @@ local find, sub, lower, match = string.find, string.sub, string.lower, string.ma
 local POLL_SECONDS = 0.25
 local PIECE = 65536
 local MAX_RESPONSE_HEAD = 65536
-
--- Hop-by-hop headers (RFC 9110 7.6.1, and the ones proxies add): never forwarded either way.
-local HOP = {
-  ["connection"] = true, ["keep-alive"] = true, ["proxy-authenticate"] = true,
-  ["proxy-authorization"] = true, ["proxy-connection"] = true, ["te"] = true, ["trailer"] = true,
-  ["transfer-encoding"] = true, ["upgrade"] = true,
-}
--- ------------------------------------------------------------------ resets
-
--- Where a cosocket keeps its file descriptor: ngx_http_lua_socket_tcp_upstream_t.peer.connection
--- (lua-nginx-module 0.10.23: nine pointers before `peer`, whose first field is the connection),
--- then ngx_connection_t.fd (nginx: three pointers before it). Used only on those versions, and
--- only after getpeername() of that descriptor names the worker.
-local POINTER = ffi.sizeof("void *")
-local PEER_OFFSET = 9 * POINTER
-local FD_OFFSET = 3 * POINTER
-local KNOWN_LAYOUT = ngx.config.ngx_lua_version == 10023
-  and ngx.config.nginx_version >= 1022000 and ngx.config.nginx_version < 1023000
-
-pcall(ffi.cdef, [[
-struct ate_linger { int l_onoff; int l_linger; };
-int setsockopt(int sockfd, int level, int optname, const void *optval, unsigned int optlen);
-int getpeername(int sockfd, void *addr, unsigned int *addrlen);
-]])
-local SOL_SOCKET, SO_LINGER, AF_INET = 1, 13, 2
-local RESET = ffi.new("struct ate_linger", 1, 0)
-local warned = false
-
--- The descriptor of `sock`'s connection to ip:port, or nil when it cannot be known for sure.
-local function descriptor(sock, ip, port)
-  if not KNOWN_LAYOUT then
-    return nil
-  end
-  local upstream = sock[1]
-  if type(upstream) ~= "userdata" then
-    return nil
-  end
-  local connection = ffi.cast("char **", ffi.cast("char *", upstream) + PEER_OFFSET)[0]
-  if connection == nil then
-    return nil
-  end
-  local fd = ffi.cast("int *", connection + FD_OFFSET)[0]
-  if fd < 0 then
-    return nil
-  end
-  local address = ffi.new("uint8_t[128]")
-  local length = ffi.new("unsigned int[1]", 128)
-  if ffi.C.getpeername(fd, address, length) ~= 0 or address[0] + 256 * address[1] ~= AF_INET then
-    return nil
-  end
-  if address[2] * 256 + address[3] ~= port
-      or string.format("%d.%d.%d.%d", address[4], address[5], address[6], address[7]) ~= ip then
-    return nil
-  end
-  return fd
-end
-
--- Close the worker connection with a reset (RST), not a FIN.
-local function reset(ex)
-  local fd = descriptor(ex.sock, ex.ip, ex.port)
-  if fd then
-    ffi.C.setsockopt(fd, SOL_SOCKET, SO_LINGER, RESET, ffi.sizeof(RESET))
-  elseif not warned then
-    warned = true
-    ngx.log(ngx.WARN, "ate: cannot reset worker connections on this nginx/lua-nginx-module build; ",
-      "an exchange cut off is closed with a FIN instead")
-  end
-  if ex.sender then
-    ngx.thread.kill(ex.sender)
-    ex.sender = nil
-  end
-  ex.sock:close()  -- (at the request's end nginx closes it anyway, the linger set)
-end
 
 -- ------------------------------------------------------------------ the request head
 
@@ -198,43 +127,7 @@ local function send_body(ex, length)
 end
 
 -- ------------------------------------------------------------------ the response head
-
-local LINE = "^([%w!#$%%&'*+.^_`|~-]+):[ \t]*([^\r\n]-)[ \t]*\r?\n"  -- a header line
-
--- Parse a response head (ending with its empty line): its status and headers as three lists
--- (names, values, lower-case names, in order), or nil for a head that is not HTTP/1.x.
-local function parse_head(text)
-  local stop = find(text, "\n", 1, true)
-  local status = match(text, "^HTTP/1%.[01] (%d%d%d)\r?\n") or match(text, "^HTTP/1%.[01] (%d%d%d) [^\r\n]*\r?\n")
-  if not status or find(text, "%z", stop) then
-    return nil
-  end
-  local names, values, lowers = {}, {}, {}
-  local pos = stop + 1
-  while true do
-    -- a line "<token>: <value>" (RFC 9110 5.6.2 for the name; no CR inside the value)
-    local _, ends, name, value = find(text, LINE, pos)
-    if not name then
-      if match(text, "^\r?\n", pos) then
-        return tonumber(status), names, values, lowers
-      end
-      return nil
-    end
-    local n = #names + 1
-    names[n], values[n], lowers[n] = name, value, lower(name)
-    pos = ends + 1
-  end
-end
-
-local function head_end(buffer)
-  local crlf = find(buffer, "\r\n\r\n", 1, true)
-  local lf = find(buffer, "\n\n", 1, true)
-  if crlf and (not lf or crlf < lf) then
-    return crlf + 3
-  end
-  return lf and lf + 1 or nil
-end
-
+-- (parsed, framed and set by ate_response.lua)
 -- Read the final response head (1xx answers but 101 skipped): its status, headers (three
 -- lists, as parse_head) and the bytes after it; or nil, why not ("broken" for no valid head,
 -- else as next_piece), what ran out.
@@ -261,100 +154,6 @@ local function read_head(ex)
       buffer = buffer .. piece
     end
   end
-end
-
-local function strip(value)
-  return match(value, "^[ \t]*(.-)[ \t]*$")
-end
-
--- How the answer's body is delimited: "none", "chunked", "close" (until the worker closes) or
--- its length; nil for a head no HTTP/1.1 client could read (unequal or bad Content-Length).
-local function framing(method, status, values, lowers)
-  local encoding, length
-  for i = 1, #lowers do
-    local name = lowers[i]
-    if name == "transfer-encoding" then
-      encoding = values[i]
-    elseif name == "content-length" then
-      local value = values[i]
-      if find(value, "^%d+$") then
-        if length and length ~= value then
-          return nil
-        end
-        length = value
-      else
-        for one in value:gmatch("[^,]+") do
-          one = strip(one)
-          if not find(one, "^%d+$") or (length and length ~= one) then
-            return nil
-          end
-          length = one
-        end
-      end
-    end
-  end
-  if method == "HEAD" or status == 204 or status == 304 then
-    return "none", length
-  end
-  if encoding then
-    return match(lower(encoding), "chunked[ \t]*$") and "chunked" or "close"
-  end
-  if length then
-    return tonumber(length)
-  end
-  return "close"
-end
-
--- The worker's status and headers to the client, but the hop-by-hop ones (and those its
--- Connection header names); the Content-Length only when the body is delimited by it; the
--- router's X-Request-Id.
-local function set_head(status, names, values, lowers, frame, length, request_id)
-  local named
-  for i = 1, #lowers do
-    if lowers[i] == "connection" then
-      local value = lower(values[i])
-      if value ~= "close" and value ~= "keep-alive" then  -- (names nothing else)
-        for token in value:gmatch("[^,%s]+") do
-          named = named or {}
-          named[token] = true
-        end
-      end
-    end
-  end
-  ngx.status = status
-  local header = ngx.header
-  local count = #names
-  local seen = {}
-  for i = 1, count do
-    local name = lowers[i]
-    if not (HOP[name] or (named and named[name]) or name == "content-length") then
-      local first = seen[name]
-      if first == nil then
-        seen[name] = i
-      elseif first then  -- a repeated header: all its values, in order, on its first name
-        local list = {}
-        for j = first, count do
-          if lowers[j] == name then
-            list[#list + 1] = values[j]
-          end
-        end
-        header[names[first]] = list
-        seen[name] = false
-      end
-    end
-  end
-  for i = 1, count do
-    local name = lowers[i]
-    if seen[name] == i then
-      header[names[i]] = values[i]
-    end
-  end
-  if type(frame) == "number" then
-    header["Content-Length"] = frame
-  elseif frame == "none" and length and status ~= 204 then
-    header["Content-Length"] = length
-  end
-  header["X-Request-Id"] = request_id
 end
 
 -- Send `data` to the client now (nil when the client is gone).

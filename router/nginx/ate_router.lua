@@ -11,14 +11,18 @@
 -- Content phase: the exchange with the worker over a cosocket (ate_exchange.lua), with the
 -- Python data path's timeouts, texts and resets.
 --
--- Log phase: outcome counters, duration histogram, bytes, the last 100 requests (for /statusz)
--- and per-actor in-flight counts (for drain) in the shared dict `ate_stats`.
---
--- The admin server (a unix socket, only the control service reaches it): invalidate, flush,
--- stats, recent, inflight.
+-- Its parts: the target check (ate_target.lua), the route cache and each actor's shared-dict
+-- keys (ate_routes.lua), the client's head (ate_request.lua), the exchange (ate_exchange.lua),
+-- the log phase's counters (ate_counters.lua) and the admin server (ate_admin.lua).
 
 local exchange = require("ate_exchange")
 local request = require("ate_request")
+local routes_mod = require("ate_routes")
+local target = require("ate_target")
+local counters = require("ate_counters")
+
+local keys_of, lookup, credential_hash = routes_mod.keys_of, routes_mod.lookup, routes_mod.credential_hash
+local target_key = target.key
 
 local M = {}
 
@@ -41,12 +45,6 @@ local cfg = {
   max_head_bytes = 32768,
   label = nil,  -- domain.labels.DNS_LABEL's pattern, given by router/nginx/config.py (one rule)
 }
-local RECENT = 100
-local RECENT_KEYS = {}
-for i = 0, RECENT - 1 do
-  RECENT_KEYS[i] = "r:" .. i
-end
-local KEYS_KEPT = 10000
 
 local find, sub, lower, match, format = string.find, string.sub, string.lower, string.match, string.format
 local floor = math.floor
@@ -64,24 +62,12 @@ function M.configure(options)
     cfg[k] = v
   end
   cfg.suffix = ".actors." .. cfg.domain:gsub("^%.+", ""):gsub("%.+$", ""):lower()
+  target.configure(cfg)
+  counters.configure(cfg)
 end
 
--- The shared-dict keys of an actor, made once per worker (a concatenation a request saves):
--- f (its requests in flight), c (its last cut), d (its last drain), p (its public route), g
--- (its generation).
-local actor_keys, actor_keys_count = {}, 0
-local function keys_of(actor)
-  local keys = actor_keys[actor]
-  if keys == nil then
-    if actor_keys_count >= KEYS_KEPT then
-      actor_keys, actor_keys_count = {}, 0
-    end
-    keys = { f = "f:" .. actor, c = "c:" .. actor, d = "d:" .. actor, p = "p:" .. actor, g = "g:" .. actor }
-    actor_keys[actor] = keys
-    actor_keys_count = actor_keys_count + 1
-  end
-  return keys
-end
+--- log_by_lua (ate_counters.lua).
+M.log = counters.log
 
 -- Request ids: this worker's random prefix (from nginx's $request_id, once) and a counter, 32
 -- hex digits in all, as nginx's own and the Python path's.
@@ -93,127 +79,6 @@ local function new_request_id()
   end
   id_count = id_count + 1
   return id_prefix .. format("%016x", id_count)
-end
-
-local function is_label(value)
-  return ngx.re.find(value, cfg.label, "jo") ~= nil
-end
-
-local function strip(value)
-  return (value:gsub("^%s+", ""):gsub("%s+$", ""))
-end
-
--- The actor key a request names, or nil when the control service must decide (absent,
--- malformed, repeated: it answers those, with the Python router's texts). Accepts exactly what
--- router.core.target accepts, never more. (Worker-local cache of the answers for a given header.)
-local target_keys, target_keys_count = {}, 0
-local function target_key(head)
-  local targets = head.targets
-  local given, by_host
-  if targets ~= nil then
-    if #targets ~= 1 then
-      return nil
-    end
-    given = targets[1]
-  else
-    given = head.host
-    if given == nil then
-      return nil
-    end
-    by_host = true
-  end
-  local cache_key = by_host and ("h" .. given) or given
-  local known = target_keys[cache_key]
-  if known ~= nil then
-    return known or nil
-  end
-  local key = false
-  if not by_host then
-    local atespace, name = strip(given):match("^([^/]+)/([^/]+)$")
-    if atespace and is_label(atespace) and is_label(name) then
-      key = atespace .. "/" .. name
-    end
-  else
-    local host = strip(given)
-    if host:sub(1, 1) ~= "[" then
-      local front = host:match("^(.*):%d+$")
-      if front then
-        host = front
-      end
-      host = host:lower():gsub("%.$", "")
-      local suffix = cfg.suffix
-      if #host > #suffix and host:sub(-#suffix) == suffix then
-        local name, atespace = host:sub(1, -#suffix - 1):match("^([^.]+)%.([^.]+)$")
-        if name and is_label(name) and is_label(atespace) then
-          key = atespace .. "/" .. name
-        end
-      end
-    end
-  end
-  if target_keys_count >= KEYS_KEPT then
-    target_keys, target_keys_count = {}, 0
-  end
-  target_keys[cache_key] = key
-  target_keys_count = target_keys_count + 1
-  return key or nil
-end
-
-local function credential_hash(head)
-  return ngx.md5(request.credentials(head))
-end
-
--- A cached route: "<epoch> <generation> <upstream> <host> <strip 0|1>", parsed once per worker
--- and actor (the latest entry of each actor is kept parsed: the same text is the same route).
-local parsed_routes, parsed_count = {}, 0
-local function parse_route(entry, key)
-  local known = parsed_routes[key]
-  if known ~= nil and known.entry == entry then
-    return known
-  end
-  local epoch, gen, upstream, host, strip_credential = entry:match("^(%d+) (%d+) (%S+) (%S+) ([01])$")
-  if not epoch then
-    return nil
-  end
-  local ip, port = upstream:match("^%[?(.-)%]?:(%d+)$")
-  local route = {
-    entry = entry, epoch = tonumber(epoch), gen = tonumber(gen), upstream = upstream, host = host,
-    strip = strip_credential == "1", cached = true, actor = key, ip = ip, port = tonumber(port),
-    upstream_key = "fu:" .. key .. "\t" .. upstream,
-  }
-  if known == nil then
-    if parsed_count >= KEYS_KEPT then
-      parsed_routes, parsed_count = {}, 0
-    end
-    parsed_count = parsed_count + 1
-  end
-  parsed_routes[key] = route
-  return route
-end
-
-local function valid(entry, key, keys)
-  if not entry then
-    return nil
-  end
-  local route = parse_route(entry, key)
-  if route == nil then
-    return nil
-  end
-  if route.epoch ~= (routes:get("epoch") or 0) or route.gen ~= (routes:get(keys.g) or 0) then
-    return nil
-  end
-  return route
-end
-
-local function lookup(key, head)
-  local keys = keys_of(key)
-  local found = valid(routes:get(keys.p), key, keys)
-  if found then
-    return found
-  end
-  if head.authorization or head.cookie then
-    return valid(routes:get("t:" .. key .. ":" .. credential_hash(head)), key, keys)
-  end
-  return nil
 end
 
 local function request_id()
@@ -503,205 +368,6 @@ function M.header_filter()
   if id ~= nil and id ~= "" then
     ngx.header["X-Request-Id"] = id
   end
-end
-
--- The shared-dict keys of an outcome's counters: n (requests), s (seconds), b (histogram
--- buckets, then "inf").
-local outcome_keys = {}
-local function keys_of_outcome(outcome)
-  local keys = outcome_keys[outcome]
-  if keys == nil then
-    local buckets = {}
-    for i = 1, #cfg.buckets do
-      buckets[i] = "b:" .. outcome .. ":" .. i
-    end
-    buckets[#cfg.buckets + 1] = "b:" .. outcome .. ":inf"
-    keys = { n = "n:" .. outcome, s = "s:" .. outcome, b = buckets }
-    outcome_keys[outcome] = keys
-  end
-  return keys
-end
-
-local function observe(outcome, seconds)
-  local keys = keys_of_outcome(outcome)
-  stats:incr(keys.n, 1, 0)
-  stats:incr(keys.s, seconds, 0)
-  local buckets = cfg.buckets
-  for i = 1, #buckets do
-    if seconds <= buckets[i] then
-      stats:incr(keys.b[i], 1, 0)
-      return
-    end
-  end
-  stats:incr(keys.b[#buckets + 1], 1, 0)
-end
-
-local function clean(text)
-  if find(text, "\t", 1, true) or find(text, "\n", 1, true) then
-    text = text:gsub("[\t\n]", " ")
-  end
-  if #text > 200 then
-    text = sub(text, 1, 200)
-  end
-  return text
-end
-
---- log_by_lua: counters, histogram, bytes, in-flight, the recent list.
-function M.log()
-  local ctx = ngx.ctx
-  local outcome = ngx.var.ate_outcome
-  local counted = ctx.counted
-  if counted then
-    stats:incr(counted.f, -1, 0)
-    if (control:get(counted.c) or 0) > ctx.seq then
-      outcome = "error"  -- cut off by a drain at --drain-timeout
-      ngx.var.ate_outcome = outcome
-    end
-  end
-  local upstream_key = ctx.upstream_key
-  if upstream_key ~= nil then
-    if (control:incr(upstream_key, -1, 0) or 1) <= 0 then
-      control:delete(upstream_key)
-    end
-  end
-  local status = ngx.status
-  if status == 499 and outcome ~= "statusz" then
-    -- The client left before any answer (parked, or waiting for the worker's head): listed
-    -- with status 0, as the Python data path lists it.
-    outcome = "client_gone"
-    status = 0
-  end
-  if outcome == "statusz" or outcome == nil or outcome == "" then
-    return
-  end
-  ngx.update_time()
-  local started = ngx.req.start_time()
-  local seconds = ngx.now() - started
-  observe(outcome, seconds)
-  local var = ngx.var
-  stats:incr("in", ctx.body_length or tonumber(var.http_content_length) or 0, 0)  -- body bytes
-  stats:incr("out", tonumber(var.body_bytes_sent) or 0, 0)
-  local head = ctx.head
-  local targets = head and head.targets
-  local target = targets and targets[1] or var.http_ate_target_actor or "-"
-  local line = (floor(started * 1000) / 1000) .. "\t" .. (ctx.request_id or var.ate_request_id or "") .. "\t"
-    .. clean(target) .. "\t" .. (ctx.method or ngx.req.get_method()) .. "\t" .. clean(var.uri) .. "\t"
-    .. status .. "\t" .. outcome .. "\t" .. (floor(seconds * 10000 + 0.5) / 10)
-  -- The recent list is a ring of RECENT entries ("r:<n mod RECENT>"; "rn" counts them).
-  stats:set(RECENT_KEYS[stats:incr("rn", 1, 0) % RECENT], line)
-end
-
--- ------------------------------------------------------------------ the admin server
-
---- POST /invalidate?key=<atespace>/<name>: forget one actor (every entry, every credential).
-function M.invalidate()
-  local key = ngx.var.arg_key
-  if not key then
-    return ngx.exit(400)
-  end
-  key = ngx.unescape_uri(key)
-  routes:delete("p:" .. key)
-  routes:incr("g:" .. key, 1, 0)
-  ngx.say("ok")
-end
-
---- POST /drain?key=<atespace>/<name>&seq=<drain token>: a drain of that actor begins: every
---- entry of it is void, and a control service answer about it with a smaller token is never
---- used (its requests ask again).
-function M.drain()
-  local key = ngx.var.arg_key
-  if not key then
-    return ngx.exit(400)
-  end
-  key = ngx.unescape_uri(key)
-  local seq = tonumber(ngx.var.arg_seq)
-  if not seq then
-    return ngx.exit(400)
-  end
-  control:set("d:" .. key, seq)
-  if seq > (control:get("dseq") or 0) then
-    control:set("dseq", seq)
-  end
-  routes:delete("p:" .. key)
-  routes:incr("g:" .. key, 1, 0)
-  ngx.say(seq)
-end
-
---- POST /cut?key=<atespace>/<name>: the requests of that actor in flight now are being cut
---- (their outcome is "error"); answers the upstreams they use, "<upstream>\t<count>" a line.
-function M.cut()
-  local key = ngx.var.arg_key
-  if not key then
-    return ngx.exit(400)
-  end
-  key = ngx.unescape_uri(key)
-  control:set("c:" .. key, control:get("dseq") or 0)
-  local prefix = "fu:" .. key .. "\t"
-  local lines = {}
-  for _, name in ipairs(control:get_keys(0)) do
-    if name:sub(1, #prefix) == prefix then
-      local value = control:get(name)
-      if value and value > 0 then
-        lines[#lines + 1] = name:sub(#prefix + 1) .. "\t" .. tostring(value)
-      end
-    end
-  end
-  ngx.print(table.concat(lines, "\n"))
-end
-
---- POST /lease?seconds=<s>: this replica's lease runs that much longer (0: it is over).
-function M.lease()
-  local seconds = tonumber(ngx.var.arg_seconds)
-  if not seconds then
-    return ngx.exit(400)
-  end
-  ngx.update_time()
-  control:set("lease", ngx.now() + seconds)
-  ngx.say("ok")
-end
-
---- POST /flush: forget every actor (the control service lost its LISTEN, or reconnected).
-function M.flush()
-  local epoch = (routes:get("epoch") or 0) + 1
-  routes:flush_all()
-  routes:set("epoch", epoch)
-  ngx.say("ok")
-end
-
---- GET /stats: every counter, one "<name>\t<value>" a line.
-function M.stats()
-  local lines = {}
-  for _, key in ipairs(stats:get_keys(0)) do
-    if key ~= "rn" and sub(key, 1, 2) ~= "r:" then
-      local value = stats:get(key)
-      if value ~= nil then
-        lines[#lines + 1] = key .. "\t" .. tostring(value)
-      end
-    end
-  end
-  ngx.print(table.concat(lines, "\n"))
-end
-
---- GET /recent: the last 100 requests, newest first, tab-separated fields a line.
-function M.recent()
-  local count = stats:get("rn") or 0
-  local lines = {}
-  for n = count, math.max(count - RECENT + 1, 1), -1 do
-    local line = stats:get(RECENT_KEYS[n % RECENT])
-    if line ~= nil then
-      lines[#lines + 1] = line
-    end
-  end
-  ngx.print(concat(lines, "\n"))
-end
-
---- GET /inflight?key=<atespace>/<name>: requests of that actor being proxied now (for drain).
-function M.inflight()
-  local key = ngx.var.arg_key
-  if not key then
-    return ngx.exit(400)
-  end
-  ngx.print(tostring(stats:get("f:" .. ngx.unescape_uri(key)) or 0))
 end
 
 return M

@@ -35,7 +35,7 @@ from router.core.metrics import DURATION_BUCKETS
 from router.settings import RouterSettings, split_host_port
 
 LUA_DIR = Path(__file__).resolve().parent
-"""Where ``ate_router.lua`` is (package data)."""
+"""Where ``ate_router.lua`` and its modules (``ate_*.lua``) are (package data)."""
 
 MODULES = ("/usr/lib/nginx/modules/ndk_http_module.so", "/usr/lib/nginx/modules/ngx_http_lua_module.so")
 """Debian's nginx Lua module and the devel kit it needs (libnginx-mod-http-lua)."""
@@ -141,8 +141,10 @@ http {{
   lua_shared_dict ate_routes 32m;
   lua_shared_dict ate_stats 8m;
   lua_shared_dict ate_control 8m;
+  lua_shared_dict ate_active 4m;
   init_by_lua_block {{
     ate = require("ate_router")
+    ate_admin = require("ate_admin")
     ate.configure({{ domain = {_lua_string(settings.domain)}, buckets = {{ {buckets} }},
                     token_seconds = {REVIEW_SECONDS:g},
                     request_seconds = {settings.request_timeout_seconds:g},
@@ -260,14 +262,15 @@ http {{
   server {{
     listen unix:{layout.admin_socket};
     access_log off;
-    location = /invalidate {{ content_by_lua_block {{ ate.invalidate() }} }}
-    location = /flush {{ content_by_lua_block {{ ate.flush() }} }}
-    location = /stats {{ content_by_lua_block {{ ate.stats() }} }}
-    location = /recent {{ content_by_lua_block {{ ate.recent() }} }}
-    location = /inflight {{ content_by_lua_block {{ ate.inflight() }} }}
-    location = /drain {{ content_by_lua_block {{ ate.drain() }} }}
-    location = /cut {{ content_by_lua_block {{ ate.cut() }} }}
-    location = /lease {{ content_by_lua_block {{ ate.lease() }} }}
+    location = /invalidate {{ content_by_lua_block {{ ate_admin.invalidate() }} }}
+    location = /flush {{ content_by_lua_block {{ ate_admin.flush() }} }}
+    location = /stats {{ content_by_lua_block {{ ate_admin.stats() }} }}
+    location = /recent {{ content_by_lua_block {{ ate_admin.recent() }} }}
+    location = /inflight {{ content_by_lua_block {{ ate_admin.inflight() }} }}
+    location = /active {{ content_by_lua_block {{ ate_admin.active() }} }}
+    location = /drain {{ content_by_lua_block {{ ate_admin.drain() }} }}
+    location = /cut {{ content_by_lua_block {{ ate_admin.cut() }} }}
+    location = /lease {{ content_by_lua_block {{ ate_admin.lease() }} }}
     location / {{ return 404; }}
   }}
 }}

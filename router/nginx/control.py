@@ -128,9 +128,8 @@ class ControlService:
         relayed: The tally of the relayed requests (added to nginx's counters).
 
     Attributes:
-        core: The decision core; ``cache``, ``gate``, ``resumer``, ``invalidator``, ``drains``,
-            ``registration`` and ``recent`` (the relayed requests finished last; nginx lists the
-            others) are its own, named here too.
+        core: The decision core (its ``cache``, ``drains``, ``registration``; its ``recent``
+            lists the relayed requests finished last, nginx lists the others).
         metrics: The request counters as Prometheus families (nginx's and the relayed requests').
         sessions: The relayed WebSockets and event streams open now.
     """
@@ -140,15 +139,7 @@ class ControlService:
         self.settings = core.settings
         self.admin = admin
         self.relay = relay
-        self.api = core.api
-        self.cache = core.cache
-        self.gate = core.gate
-        self.resumer = core.resumer
-        self.invalidator = core.invalidator
-        self.drains = core.drains
         self.sessions = relay.sessions
-        self.recent = core.recent
-        self.registration = core.registration
         self.metrics = NginxRequestMetrics(admin, relayed)
         self._lease_task: asyncio.Task[None] | None = None
 
@@ -171,11 +162,11 @@ class ControlService:
 
     def lease_left(self) -> float:
         """Seconds this replica's lease runs still (0 when over; unbounded without registration)."""
-        if self.registration is None:
+        if self.core.registration is None:
             return LEASE_UNREGISTERED_SECONDS
-        if not self.registration.leased():  # also clears the caches when it just ended
+        if not self.core.registration.leased():  # also clears the caches when it just ended
             return 0.0
-        return self.registration.lease_until - asyncio.get_running_loop().time()
+        return self.core.registration.lease_until - asyncio.get_running_loop().time()
 
     async def _tell_lease(self) -> None:
         """Tell nginx the lease (every ``LEASE_TELL_SECONDS``, and so again after a restart of
@@ -187,7 +178,7 @@ class ControlService:
 
     async def in_flight(self, key: str) -> int:
         """Requests of actor ``key`` being proxied now: by nginx, and relayed (the hook for drain)."""
-        return await self.admin.in_flight(key) + self.drains.in_flight(key)
+        return await self.admin.in_flight(key) + self.core.drains.in_flight(key)
 
     async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
         """Serve one request of nginx (ASGI)."""
@@ -256,7 +247,7 @@ class ControlService:
         except _NginxGone:
             return
         upstream, parked = found.upstream, found.parked
-        cacheable = self.cache.enabled and self.cache.get(target.key) == upstream
+        cacheable = self.core.cache.enabled and self.core.cache.get(target.key) == upstream
         scope_of_entry = "no" if not cacheable else ("public" if admission.public else "token")
         headers = {
             "X-Ate-Outcome": errors.PARKED_OK if parked else errors.OK,
@@ -294,7 +285,7 @@ class ControlService:
         await _answer(send, error.status, error.message, error.outcome, error.retry_after)
 
     async def _statusz(self, scope: dict[str, Any], send: Any) -> None:
-        recent = merged_recent(await self.admin.recent(), self.recent.items())
+        recent = merged_recent(await self.admin.recent(), self.core.recent.items())
         data, kind = await self.core.status_page(scope.get("query_string", b""), recent)
         await _send(send, 200, {"Content-Type": kind, "Cache-Control": "no-store"}, data)
 

@@ -73,6 +73,24 @@ class NginxDrain:
             log.warning("drain %d of actor %s: nginx's admin server did not answer (%s)", drain_id, key, exc)
         return waited_for, cut
 
+    async def busy(self, key: str) -> bool:
+        """Whether nginx has a request of actor ``key`` in flight (an idle action's drain is then
+        refused); False when its admin server does not answer (logged; the drain goes on)."""
+        try:
+            return await self.admin.in_flight(key) > 0
+        except httpx.HTTPError as exc:
+            log.warning("idle drain of actor %s: nginx's admin server did not answer (%s)", key, exc)
+            return False
+
+    async def active(self) -> set[str]:
+        """The actors nginx saw traffic for since the last call (empty when its admin server does
+        not answer: logged; nginx restarting has nothing in flight)."""
+        try:
+            return set(await self.admin.active())
+        except httpx.HTTPError as exc:
+            log.warning("nginx's admin server did not say which actors had traffic (%s)", exc)
+            return set()
+
     async def _emptied_within(self, key: str, seconds: float) -> bool:
         loop = asyncio.get_running_loop()
         until = loop.time() + seconds

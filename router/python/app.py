@@ -29,16 +29,11 @@ from router.core.errors import RouteError
 from router.core.metrics import ObserveRequest, observe_request
 from router.core.routing import Found, RouterCore
 from router.core.target import TargetError, scan_head, target_label
-from router.python.proxy import BodyStream, open_upstream, relay
-from router.python.sessions import Sessions
-from router.python.upstream_client import (
-    ClientGone,
-    ClientIdle,
-    UpstreamClient,
-    UpstreamConnectError,
-    UpstreamResponse,
-    new_upstream_client,
-)
+from router.python.proxy import open_upstream, relay
+from router.python.request_body import BodyStream
+from router.python.sessions import Sessions, StreamMarks
+from router.python.upstream_client import UpstreamClient, UpstreamResponse, new_upstream_client
+from router.python.upstream_errors import ClientGone, ClientIdle, UpstreamConnectError
 from router.python.websocket import WebSocketProxy
 from router.settings import RouterSettings
 
@@ -93,8 +88,7 @@ class ActorRouter:
             families when omitted; the nginx data path tallies the requests it relays here).
 
     Attributes:
-        core: The decision core; ``cache``, ``gate``, ``resumer``, ``invalidator``, ``drains``,
-            ``registration`` and ``recent`` are its own, named here too.
+        core: The decision core (its ``cache``, ``resumer``, ``drains``, ``registration``, ``recent``...).
         sessions: Open WebSockets and event streams, ended by ``sessions.end_all`` at shutdown.
     """
 
@@ -102,14 +96,6 @@ class ActorRouter:
         self.core = core
         self.settings = core.settings
         self.observe = observe
-        self.api = core.api
-        self.cache = core.cache
-        self.gate = core.gate
-        self.resumer = core.resumer
-        self.invalidator = core.invalidator
-        self.drains = core.drains
-        self.registration = core.registration
-        self.recent = core.recent
         self.upstream_client = mechanics.upstream_client
         self.sessions = mechanics.sessions
         self.trusted = self.settings.trusted_networks
@@ -168,7 +154,7 @@ class ActorRouter:
                 time.time(), request_id.decode(), target_label(scope["headers"]), scope["method"], scope["path"][:200],
                 status, outcome, round(elapsed * 1000, 1),
             )  # fmt: skip
-            self.recent.add(finished)
+            self.core.recent.add(finished)
             log.info(
                 "request %s %s %s %s %d %s %.1f ms",
                 request_id.decode(), target_label(scope["headers"]), scope["method"], scope["path"], status, outcome, elapsed * 1000,
@@ -176,7 +162,7 @@ class ActorRouter:
 
     async def _statusz(self, scope: dict[str, Any], send: Any) -> None:
         """Answer /statusz: HTML, or JSON with `?format=json`."""
-        data, kind = await self.core.status_page(scope.get("query_string", b""), self.recent.items())
+        data, kind = await self.core.status_page(scope.get("query_string", b""), self.core.recent.items())
         headers = [
             (b"content-type", kind.encode()),
             (b"content-length", str(len(data)).encode()),
@@ -204,9 +190,10 @@ class ActorRouter:
         except ClientGone:
             return errors.CLIENT_GONE
         try:
-            outcome = await relay(response, receive, send, body, self.sessions, target.key)
+            marks = StreamMarks(self.core.activity, flight)
+            outcome = await relay(response, receive, send, body, self.sessions, target.key, marks)
         finally:
-            self.drains.leave(flight)
+            self.core.drains.leave(flight)
         return errors.PARKED_OK if outcome == errors.OK and parked else outcome
 
     async def _open(
@@ -218,7 +205,7 @@ class ActorRouter:
 
         Returns:
             The response (head received), whether the request was parked for a resume, and
-            its flight (``self.drains.leave`` it when the response ends).
+            its flight (``self.core.drains.leave`` it when the response ends).
 
         Raises:
             RouteError: From the core, 502 when the worker cannot be reached, 504 when it does

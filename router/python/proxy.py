@@ -18,9 +18,8 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
-from ipaddress import IPv4Network, IPv6Network, ip_address
-from typing import Any
+from collections.abc import AsyncIterator, Callable, Sequence
+from ipaddress import IPv4Network, IPv6Network
 
 import anyio
 
@@ -33,195 +32,21 @@ from router.core.errors import (
     response_head_timeout,
     upstream_failed,
 )
-from router.core.metrics import RECEIVED_BYTES, SENT_BYTES
+from router.core.metrics import SENT_BYTES
 from router.core.reach import wait_unless_gone
-from router.core.target import TARGET_HEADER
 from router.core.upstream import Upstream
-from router.python.sessions import Sessions
-from router.python.upstream_client import (
-    ClientGone,
-    ClientIdle,
-    Cuttable,
-    UpstreamBroken,
-    UpstreamClient,
-    UpstreamCut,
-    UpstreamResponse,
-    UpstreamTimeout,
-)
+from router.python.asgi import Receive, Scope, Send
+from router.python.headers import request_headers, response_headers
+from router.python.request_body import BodyStream
+from router.python.sessions import Sessions, StreamMarks
+from router.python.upstream_client import UpstreamClient, UpstreamResponse
+from router.python.upstream_errors import ClientGone, Cuttable, UpstreamBroken, UpstreamCut, UpstreamTimeout
 
 log = logging.getLogger(__name__)
-
-Scope = dict[str, Any]
-Message = dict[str, Any]
-Receive = Callable[[], Awaitable[Message]]  # ASGI receive
-Send = Callable[[Message], Awaitable[None]]  # ASGI send
 
 # Responses declaring at most this many bytes are relayed without watching for the client's
 # disconnect (a watcher task per response costs more than finishing a small transfer).
 WATCH_THRESHOLD_BYTES = 256 * 1024
-
-HOP_BY_HOP = frozenset(
-    {
-        b"connection",
-        b"keep-alive",
-        b"proxy-authenticate",
-        b"proxy-authorization",
-        b"proxy-connection",
-        b"te",
-        b"trailer",
-        b"transfer-encoding",
-        b"upgrade",
-    }
-)
-_DROP_REQUEST = HOP_BY_HOP | {
-    TARGET_HEADER.encode(),
-    b"host",
-    b"expect",
-    b"x-forwarded-for",
-    b"x-forwarded-host",
-    b"x-forwarded-proto",
-}
-
-
-PARK_READ_AHEAD_BYTES = 1024 * 1024
-"""Request body bytes a parked request buffers while it watches for its client's disconnect;
-past them it stops reading (and watching) until the actor is RUNNING."""
-
-
-class BodyStream:
-    """The request body, read lazily from ASGI ``receive``.
-
-    Args:
-        receive: The ASGI receive callable.
-        idle_timeout_seconds: Longest wait for the client's next body chunk (None: no limit).
-
-    Attributes:
-        started: Whether any of the body was read (a retry is no longer possible).
-        done: Whether the body was read to its end.
-        disconnected: Whether the client was seen leaving by ``wait_disconnect``.
-    """
-
-    def __init__(self, receive: Receive, idle_timeout_seconds: float | None = None) -> None:
-        self._receive = receive
-        self._idle = idle_timeout_seconds
-        self._ahead: list[Message] = []
-        self._ahead_bytes = 0
-        self.started = False
-        self.done = False
-        self.disconnected = False
-
-    async def __aiter__(self) -> AsyncIterator[bytes]:
-        """Yield body chunks as they arrive (first what ``wait_disconnect`` read ahead).
-
-        Raises:
-            ClientGone: The client disconnected before the body ended.
-            ClientIdle: The client was silent longer than the idle timeout before it ended.
-        """
-        self.started = True
-        while not self.done:
-            if self._ahead:
-                message = self._ahead.pop(0)
-            else:
-                try:
-                    message = await asyncio.wait_for(self._receive(), self._idle)
-                except TimeoutError:
-                    raise ClientIdle(f"the request body stalled: no byte for {self._idle:g}s (idle timeout)") from None
-            if message["type"] == "http.disconnect":
-                raise ClientGone("client disconnected while sending the request body")
-            self.done = not message.get("more_body", False)
-            chunk = message.get("body", b"")
-            if chunk:
-                RECEIVED_BYTES.inc(len(chunk))
-                yield chunk
-
-    async def wait_disconnect(self) -> None:
-        """Return when the client disconnects; meanwhile the body read is kept for ``__aiter__``
-        (at most ``PARK_READ_AHEAD_BYTES``; past them this waits forever). For a request that
-        waits (parked) before anything is sent upstream; cancel it when the wait ends (ASGI
-        servers lose no message to a cancelled ``receive``)."""
-        while self._ahead_bytes <= PARK_READ_AHEAD_BYTES:
-            if self._ahead and self._ahead[-1]["type"] == "http.disconnect":
-                break
-            message = await self._receive()
-            self._ahead.append(message)
-            self._ahead_bytes += len(message.get("body", b""))
-            if message["type"] == "http.disconnect":
-                self.disconnected = True
-                return
-        await asyncio.Event().wait()
-
-
-def _connection_tokens(headers: list[tuple[bytes, bytes]]) -> set[bytes]:
-    tokens: set[bytes] = set()
-    for key, value in headers:
-        if key.lower() == b"connection":
-            tokens.update(t.strip().lower() for t in value.split(b",") if t.strip())
-    return tokens
-
-
-def request_headers(scope: Scope, trusted: Sequence[IPv4Network | IPv6Network] = ()) -> list[tuple[bytes, bytes]]:
-    """Headers to send upstream for an ASGI HTTP request.
-
-    Args:
-        scope: ASGI HTTP scope (lower-case header names).
-        trusted: Networks of trusted proxies in front of the router: only a client in one of
-            them may bring an ``X-Forwarded-For`` of its own.
-
-    Returns:
-        The client's headers without hop-by-hop ones (including those named by
-        ``Connection``), ``ate-target-actor``, ``Host`` and ``Expect``; plus
-        ``X-Forwarded-For`` (the client's address, appended to the incoming one only when the
-        client is a trusted proxy, else replacing it), ``X-Forwarded-Host``,
-        ``X-Forwarded-Proto`` and ``Connection: close``.
-    """
-    raw: list[tuple[bytes, bytes]] = scope["headers"]
-    drop = _DROP_REQUEST | _connection_tokens(raw)
-    out: list[tuple[bytes, bytes]] = []
-    host = b""
-    forwarded_for: list[bytes] = []
-    for key, value in raw:
-        if key == b"host":
-            host = value
-        elif key == b"x-forwarded-for":
-            forwarded_for.append(value)
-        if key not in drop:
-            out.append((key, value))
-    client = scope.get("client")
-    if client and not _is_trusted(str(client[0]), trusted):
-        forwarded_for = []  # an untrusted client does not get to say where requests came from
-    if client:
-        forwarded_for.append(str(client[0]).encode())
-    if forwarded_for:
-        out.append((b"x-forwarded-for", b", ".join(forwarded_for)))
-    if host:
-        out.append((b"x-forwarded-host", host))
-    out.append((b"x-forwarded-proto", str(scope.get("scheme", "http")).encode()))
-    out.append((b"connection", b"close"))
-    return out
-
-
-def _is_trusted(address: str, trusted: Sequence[IPv4Network | IPv6Network]) -> bool:
-    if not trusted:
-        return False
-    try:
-        ip = ip_address(address)
-    except ValueError:
-        return False
-    return any(ip in network for network in trusted)
-
-
-def response_headers(response: UpstreamResponse) -> list[tuple[bytes, bytes]]:
-    """Headers to relay to the client: the worker's, minus hop-by-hop ones.
-
-    Args:
-        response: The worker's response (raw header bytes are kept, duplicates included).
-
-    Returns:
-        ASGI header list with lower-case names.
-    """
-    raw = response.headers
-    drop = HOP_BY_HOP | _connection_tokens(raw)
-    return [(k, v) for k, v in raw if k not in drop]
 
 
 def _body_framing(scope: Scope) -> tuple[tuple[bytes, bytes] | None, bool]:
@@ -306,6 +131,7 @@ async def relay(
     body: BodyStream,
     sessions: Sessions | None = None,
     actor: str = "",
+    stream: StreamMarks | None = None,
 ) -> str:
     """Stream the worker's response to the client, then close the upstream connection.
 
@@ -325,6 +151,8 @@ async def relay(
         body: The request body stream (tells whether ``receive`` is free to watch).
         sessions: Where to register an event stream (None: not registered).
         actor: Key of the actor, for ``sessions``.
+        stream: Marks an event stream's flight as a stream and its bytes as activity
+            (router.core.activity), or None.
 
     Returns:
         The outcome: ``ok`` when the response was relayed completely; ``error`` when the
@@ -353,8 +181,9 @@ async def relay(
             return OK
         if sessions is None or not _is_event_stream(response):
             return OK if await _relay_watched(chunks, receive, send) else CLIENT_GONE
+        moved = stream.opened() if stream is not None else None
         with sessions.open(actor) as session:
-            return OK if await _relay_watched(chunks, receive, send, session.ended) else CLIENT_GONE
+            return OK if await _relay_watched(chunks, receive, send, session.ended, moved) else CLIENT_GONE
     except UpstreamTimeout as exc:
         log.warning("worker response cut off: no %s", exc.what)
         return TIMEOUT
@@ -383,8 +212,10 @@ def _is_event_stream(response: UpstreamResponse) -> bool:
     return False
 
 
-async def _relay_rest(chunks: AsyncIterator[bytes], send: Send) -> bool:
+async def _relay_rest(chunks: AsyncIterator[bytes], send: Send, moved: Callable[[], None] | None = None) -> bool:
     async for chunk in chunks:
+        if moved is not None:
+            moved()
         SENT_BYTES.inc(len(chunk))
         await send({"type": "http.response.body", "body": chunk, "more_body": True})
     await send({"type": "http.response.body", "body": b"", "more_body": False})
@@ -392,7 +223,11 @@ async def _relay_rest(chunks: AsyncIterator[bytes], send: Send) -> bool:
 
 
 async def _relay_watched(
-    chunks: AsyncIterator[bytes], receive: Receive, send: Send, ended: asyncio.Event | None = None
+    chunks: AsyncIterator[bytes],
+    receive: Receive,
+    send: Send,
+    ended: asyncio.Event | None = None,
+    moved: Callable[[], None] | None = None,
 ) -> bool:
     """Relay until the end, the client's disconnect, or ``ended`` (then end the body cleanly)."""
     finished = stopped = False
@@ -418,7 +253,7 @@ async def _relay_watched(
         if ended is not None:
             group.start_soon(stop, group.cancel_scope, ended)
         try:
-            finished = await _relay_rest(chunks, send)
+            finished = await _relay_rest(chunks, send, moved)
         except (UpstreamBroken, ClientGone) as exc:  # raised as itself, not in an exception group
             failure = exc
         group.cancel_scope.cancel()

@@ -13,7 +13,9 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+
+from router.core.activity import Activity, Stream
 
 GOING_AWAY = 1001  # WebSocket close code: the endpoint is going away (RFC 6455 section 7.4.1)
 SHUTDOWN_REASON = "the router is restarting; connect again"
@@ -104,3 +106,29 @@ class Sessions:
         with contextlib.suppress(TimeoutError):
             await asyncio.wait_for(self._idle.wait(), timeout_seconds)
         return not self._open
+
+
+class StreamMarks:
+    """The activity of one exchange that becomes an open stream (a WebSocket, an event stream):
+    ``opened`` marks its flight a stream (router.core.activity: it counts as a request in
+    flight only while it moves bytes, unless open streams keep actors awake) and gives the
+    callback to call each time bytes move (at most one mark a second reaches the heartbeat).
+
+    Args:
+        activity: The replica's activity (``RouterCore.activity``).
+        flight: The exchange's drain flight.
+    """
+
+    def __init__(self, activity: Activity, flight: Stream) -> None:
+        self.activity = activity
+        self.flight = flight
+
+    def opened(self) -> Callable[[], None]:
+        """The stream is open now: its flight is a stream that just moved bytes; returns ``moved``."""
+        self.flight.stream = True
+        self.activity.moved(self.flight)
+        return self.moved
+
+    def moved(self) -> None:
+        """Bytes moved through the stream, either way."""
+        self.activity.moved(self.flight)

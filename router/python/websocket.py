@@ -20,7 +20,6 @@ own endpoint, not relayed.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 import socket
 import time
@@ -29,8 +28,7 @@ from ipaddress import IPv4Network, IPv6Network
 from typing import Any
 
 from websockets.asyncio.client import ClientConnection, connect
-from websockets.exceptions import ConnectionClosed, InvalidHandshake, InvalidStatus
-from websockets.frames import EXTERNAL_CLOSE_CODES
+from websockets.exceptions import InvalidHandshake, InvalidStatus
 
 from domain.refs import ActorRef
 from router.core import errors, statusz
@@ -40,31 +38,17 @@ from router.core.metrics import ObserveRequest, observe_request
 from router.core.routing import Found, RouterCore
 from router.core.target import TargetError, scan_head
 from router.core.upstream import Upstream
-from router.python.proxy import HOP_BY_HOP, Receive, Scope, Send, request_headers
-from router.python.sessions import GOING_AWAY, Session, Sessions
+from router.python.asgi import Receive, Scope, Send
+from router.python.headers import request_headers
+from router.python.sessions import GOING_AWAY, Sessions, StreamMarks
+from router.python.websocket_deny import HANDSHAKE_HEADERS, Denier, WorkerRefused, accept_headers
+from router.python.websocket_relay import relay_messages
 from router.settings import MAX_MESSAGE_BYTES
 
 log = logging.getLogger(__name__)
 
 CLOSE_TIMEOUT_SECONDS = 2.0
 """How long a close waits for the worker's closing handshake before dropping the connection."""
-
-NORMAL = 1000
-NO_STATUS = 1005  # received without a code; cannot be sent on
-ABNORMAL = 1006  # the connection dropped without a close frame; cannot be sent on
-BAD_GATEWAY = 1014  # a gateway's upstream failed (RFC 6455 registry)
-
-_HANDSHAKE_HEADERS = frozenset(
-    {
-        b"sec-websocket-key",
-        b"sec-websocket-version",
-        b"sec-websocket-extensions",
-        b"sec-websocket-protocol",
-        b"sec-websocket-accept",
-        b"connection",
-    }
-)
-_DROP_RESPONSE = HOP_BY_HOP | _HANDSHAKE_HEADERS | {b"date", b"server", b"content-length"}
 
 """Builds the error for a RUNNING actor whose worker refuses connections (the HTTP path's)."""
 
@@ -75,17 +59,6 @@ class _ConnectFailed(Exception):
 
 class _ClientLeft(Exception):
     """The client went away before its WebSocket was accepted (while parked, say)."""
-
-
-class _WorkerRefused(Exception):
-    """The worker answered the handshake with an HTTP response instead of 101."""
-
-    def __init__(self, status: int, headers: list[tuple[bytes, bytes]], body: bytes, parked: bool) -> None:
-        super().__init__(f"HTTP {status}")
-        self.status = status
-        self.headers = headers
-        self.body = body
-        self.parked = parked
 
 
 class WebSocketProxy:
@@ -146,7 +119,7 @@ class WebSocketProxy:
         """Route, open, relay; returns (outcome, status: 101 when accepted)."""
         if (await receive())["type"] != "websocket.connect":
             return errors.CLIENT_GONE, 0
-        deny = _Denier(scope, send, request_id)
+        deny = Denier(scope, send, request_id)
         try:
             target = self.core.target(*scan_head(scope["headers"]))
             if self.sessions.closing:
@@ -162,7 +135,7 @@ class WebSocketProxy:
         except RouteError as exc:
             await deny.text(exc.status, exc.message, exc.retry_after)
             return exc.outcome, exc.status
-        except _WorkerRefused as exc:
+        except WorkerRefused as exc:
             await deny.relay(exc)
             return (errors.PARKED_OK if exc.parked else errors.OK), exc.status
         except _ClientLeft:
@@ -172,13 +145,14 @@ class WebSocketProxy:
                 {
                     "type": "websocket.accept",
                     "subprotocol": worker.subprotocol,
-                    "headers": [*_accept_headers(worker), (b"x-request-id", request_id)],
+                    "headers": [*accept_headers(worker), (b"x-request-id", request_id)],
                 }
             )
             with self.sessions.open(target.key) as session:
                 if self.drains.draining(target.key):  # a drain began during the handshake: it missed this one
                     session.end(DRAIN_REASON)
-                clean = await _relay(worker, receive, send, session)
+                moved = StreamMarks(self.core.activity, flight).opened()
+                clean = await relay_messages(worker, receive, send, session, moved)
         finally:
             await worker.close(GOING_AWAY, "the client went away")
             self.drains.leave(flight)
@@ -199,7 +173,7 @@ class WebSocketProxy:
             RouteError: From the gate or resuming; 502 when the worker cannot be reached or
                 fails the handshake, 504 when it does not answer the handshake in time, 503
                 when this replica has no lease.
-            _WorkerRefused: The worker answered with HTTP instead of accepting.
+            WorkerRefused: The worker answered with HTTP instead of accepting.
             _ClientLeft: The client went away while parked.
         """
         admission = await self.core.admit(target, scope["headers"], deadline)
@@ -225,7 +199,7 @@ class WebSocketProxy:
 
         Raises:
             _ConnectFailed: No TCP connection (nothing was sent: another try is safe).
-            _WorkerRefused: The worker answered the handshake with HTTP.
+            WorkerRefused: The worker answered the handshake with HTTP.
             RouteError: 502 for a failed handshake, 504 for one not answered in time.
         """
         sock = await _tcp_connect(upstream, self.settings.upstream_connect_timeout_seconds)
@@ -249,7 +223,7 @@ class WebSocketProxy:
         except InvalidStatus as exc:
             response = exc.response
             kept = [(k.lower().encode(), v.encode("latin-1")) for k, v in response.headers.raw_items()]
-            raise _WorkerRefused(response.status_code, kept, bytes(response.body or b""), parked) from exc
+            raise WorkerRefused(response.status_code, kept, bytes(response.body or b""), parked) from exc
         except TimeoutError as exc:
             sock.close()
             raise RouteError(
@@ -310,148 +284,5 @@ def upstream_headers(scope: Scope, trusted: Sequence[IPv4Network | IPv6Network] 
     return [
         (k.decode("latin-1"), v.decode("latin-1"))
         for k, v in request_headers({**scope, "scheme": scheme}, trusted)
-        if k not in _HANDSHAKE_HEADERS
+        if k not in HANDSHAKE_HEADERS
     ]
-
-
-def _accept_headers(worker: ClientConnection) -> list[tuple[bytes, bytes]]:
-    """The worker's handshake answer headers worth relaying (cookies, its own), no framing."""
-    response = worker.response
-    if response is None:
-        return []
-    out = [(k.lower().encode(), v.encode("latin-1")) for k, v in response.headers.raw_items()]
-    return [(k, v) for k, v in out if k not in _DROP_RESPONSE and k != b"x-request-id"]
-
-
-class _Denier:
-    """Refuses a WebSocket request before its handshake: with an HTTP answer when the server
-    has the ``websocket.http.response`` extension, else accept-then-close with 4000 + status."""
-
-    def __init__(self, scope: Scope, send: Send, request_id: bytes) -> None:
-        self.http = "websocket.http.response" in (scope.get("extensions") or {})
-        self.send = send
-        self.request_id = request_id
-
-    async def text(self, status: int, message: str, retry_after: int | None = None) -> None:
-        """Refuse with the router's one-line text (as the HTTP path answers)."""
-        data = (" ".join(message.split()) + "\n").encode()
-        headers = [(b"content-type", b"text/plain; charset=utf-8")]
-        if retry_after is not None:
-            headers.append((b"retry-after", str(retry_after).encode()))
-        await self._refuse(status, headers, data, message)
-
-    async def relay(self, refused: _WorkerRefused) -> None:
-        """Refuse with the worker's own HTTP answer."""
-        headers = [(k, v) for k, v in refused.headers if k not in _DROP_RESPONSE and k != b"x-request-id"]
-        reason = f"the actor refused the WebSocket with HTTP {refused.status}"
-        await self._refuse(refused.status, headers, refused.body, reason)
-
-    async def _refuse(self, status: int, headers: list[tuple[bytes, bytes]], body: bytes, reason: str) -> None:
-        with contextlib.suppress(OSError):  # the client left meanwhile
-            if self.http:
-                headers = [
-                    *headers,
-                    (b"content-length", str(len(body)).encode()),
-                    (b"x-request-id", self.request_id),
-                ]
-                await self.send({"type": "websocket.http.response.start", "status": status, "headers": headers})
-                await self.send({"type": "websocket.http.response.body", "body": body})
-            else:
-                await self.send({"type": "websocket.accept", "headers": [(b"x-request-id", self.request_id)]})
-                await self.send({"type": "websocket.close", "code": 4000 + status, "reason": _reason(reason)})
-
-
-async def _relay(worker: ClientConnection, receive: Receive, send: Send, session: Session) -> bool:
-    """Relay messages both ways until one side closes or the router ends the session; then
-    close the other side with the same code and reason (1001 to both when the router ends it).
-
-    Returns:
-        False when the worker's connection broke off without a close frame.
-    """
-    upward = asyncio.create_task(_client_to_worker(worker, receive))
-    downward = asyncio.create_task(_worker_to_client(worker, send))
-    ended = asyncio.create_task(session.ended.wait())
-    try:
-        await asyncio.wait({upward, downward, ended}, return_when=asyncio.FIRST_COMPLETED)
-    finally:
-        for task in (upward, downward, ended):
-            task.cancel()
-        await asyncio.gather(upward, downward, ended, return_exceptions=True)
-    if session.ended.is_set():
-        reason = _reason(session.reason)
-        await asyncio.gather(
-            _close_client(send, GOING_AWAY, reason), worker.close(GOING_AWAY, reason), return_exceptions=True
-        )
-        return True
-    closed_by_client = _result(upward)
-    if closed_by_client is not None:
-        code, reason = closed_by_client
-        if code in (NO_STATUS, ABNORMAL):
-            code, reason = (NORMAL, "") if code == NO_STATUS else (GOING_AWAY, "the client went away")
-        await worker.close(code, reason)
-        return True
-    if downward.done() and not downward.cancelled() and downward.exception() is not None:
-        await worker.close(GOING_AWAY, "the client went away")  # sending to the client failed
-        return True
-    await worker.wait_closed()  # the worker closed (or broke off): tell the client the same
-    received = worker.protocol.close_rcvd
-    if received is None:
-        await _close_client(send, BAD_GATEWAY, "the connection to the actor broke off")
-        return False
-    code, reason = received.code, received.reason
-    if not _sendable(code):
-        code, reason = NORMAL, ""
-    await _close_client(send, code, reason)
-    return True
-
-
-def _result(task: asyncio.Task[tuple[int, str] | None]) -> tuple[int, str] | None:
-    """The task's result when it finished by itself without an exception, else None."""
-    if task.done() and not task.cancelled() and task.exception() is None:
-        return task.result()
-    return None
-
-
-async def _client_to_worker(worker: ClientConnection, receive: Receive) -> tuple[int, str] | None:
-    """Relay the client's messages; returns its close (code, reason), or None when the worker
-    closed first."""
-    while True:
-        message = await receive()
-        if message["type"] == "websocket.disconnect":
-            return int(message.get("code", NORMAL)), str(message.get("reason") or "")
-        if message["type"] != "websocket.receive":
-            continue
-        text = message.get("text")
-        try:
-            await worker.send(text if text is not None else (message.get("bytes") or b""))
-        except ConnectionClosed:
-            return None
-
-
-async def _worker_to_client(worker: ClientConnection, send: Send) -> None:
-    """Relay the worker's messages until it closes (the client leaving shows on receive)."""
-    while True:
-        try:
-            message = await worker.recv()
-        except ConnectionClosed:
-            return
-        if isinstance(message, str):
-            await send({"type": "websocket.send", "text": message})
-        else:
-            await send({"type": "websocket.send", "bytes": message})
-
-
-async def _close_client(send: Send, code: int, reason: str) -> None:
-    with contextlib.suppress(OSError, RuntimeError):  # the client is gone, or already closed
-        await send({"type": "websocket.close", "code": code, "reason": reason})
-
-
-def _sendable(code: int) -> bool:
-    """Whether a close code may be put in a close frame (RFC 6455 7.4; 3000-4999 registered/private)."""
-    return code in EXTERNAL_CLOSE_CODES or 3000 <= code < 5000
-
-
-def _reason(text: str) -> str:
-    """A close reason: one line, at most 123 bytes of UTF-8 (what a close frame holds)."""
-    data = " ".join(text.split()).encode()[:123]
-    return data.decode(errors="ignore")

@@ -99,3 +99,87 @@ async def test_a_revert_waits_no_longer_than_its_own_bound(store: Store) -> None
     )
     assert (result.acknowledged, result.missing) == ([], ["slow"])
     assert 0.3 <= result.waited_seconds < 20
+
+
+async def test_an_idle_drain_is_listed_and_notified_as_such_and_a_busy_replica_refuses_it(
+    store: Store, database_url: str
+) -> None:
+    await store.router_drains.heartbeat("busy", 10.0, 10.0)
+    await store.router_drains.heartbeat("quiet", 10.0, 10.0)
+    listener = await asyncpg.connect(database_url)
+    got: asyncio.Queue[str] = asyncio.Queue()
+    await listener.add_listener("ate_router_drains", lambda _c, _p, _ch, payload: got.put_nowait(payload))
+    try:
+        drain = await store.router_drains.request(C1, "op-idle", if_idle=True)
+        assert await asyncio.wait_for(got.get(), 10) == f"{drain}:idle demo/c1"
+        assert await store.router_drains.request(C1, "op-idle") == drain  # a retry: the recorded kind stays
+        assert await asyncio.wait_for(got.get(), 10) == f"{drain}:idle demo/c1"
+    finally:
+        await listener.close()
+    [listed] = await store.router_drains.heartbeat("busy", 10.0, 10.0)
+    assert (listed.drain_id, listed.if_idle) == (drain, True)
+    await store.router_drains.acknowledge(drain, "busy", busy=True)
+    await store.router_drains.acknowledge(drain, "busy")  # idempotent: the first answer stays
+    await store.router_drains.acknowledge(drain, "quiet")
+    progress = await store.router_drains.waiting(drain)
+    assert (progress.acknowledged, progress.missing, progress.busy) == (["busy", "quiet"], [], ["busy"])
+    ordinary = await store.router_drains.request(C1, "op-ordinary")
+    [listed] = await store.router_drains.heartbeat("busy", 10.0, 10.0)
+    assert (listed.drain_id, listed.if_idle) == (ordinary, False)
+
+
+async def test_the_idle_step_ends_at_the_first_busy_replica_and_names_it(store: Store) -> None:
+    await store.router_drains.heartbeat("busy", 10.0, 10.0)
+    await store.router_drains.heartbeat("mute", 30.0, 10.0)  # never answers: not waited for once one refused
+    step = asyncio.create_task(
+        ActivityEnvironment().run(DbActivities(store).drain_routers, RouterDrainInput(C1, "op-5", if_idle=True))
+    )
+    while not (listed := await store.router_drains.heartbeat("busy", 10.0, 10.0)):
+        await asyncio.sleep(0.05)
+    await store.router_drains.acknowledge(listed[0].drain_id, "busy", busy=True)
+    result = await asyncio.wait_for(step, 5)  # not the 15 s bound of "mute"
+    assert (result.busy, result.acknowledged, result.missing) == (["busy"], ["busy"], ["mute"])
+
+
+async def test_an_ordinary_step_result_has_no_busy_replica(store: Store) -> None:
+    await store.router_drains.heartbeat("r1", 10.0, 0.0)
+    step = asyncio.create_task(
+        ActivityEnvironment().run(DbActivities(store).drain_routers, RouterDrainInput(C1, "op-6"))
+    )
+    while not (listed := await store.router_drains.heartbeat("r1", 10.0, 0.0)):
+        await asyncio.sleep(0.05)
+    await store.router_drains.acknowledge(listed[0].drain_id, "r1")
+    assert (await step).busy == []
+
+
+async def test_touch_sets_last_active_at_of_the_actors_named_and_skips_unknown_ones(store: Store) -> None:
+    await demo_template(store)
+    for name in ("a1", "a2", "a3"):
+        await store.actors.create(ActorRef("demo", name), "counter", {})
+    await store.pool.execute("UPDATE actors SET last_active_at = now() - interval '1 hour'")
+    touched = await store.actors.touch([ActorRef("demo", "a2"), ActorRef("demo", "a1"), ActorRef("demo", "nope")])
+    assert touched == 2
+    rows = await store.pool.fetch(
+        "SELECT name, now() - last_active_at < interval '1 minute' AS fresh FROM actors ORDER BY name"
+    )
+    assert [(r["name"], r["fresh"]) for r in rows] == [("a1", True), ("a2", True), ("a3", False)]
+    assert await store.actors.touch([]) == 0
+
+
+async def test_replicas_touching_the_same_actors_at_once_do_not_deadlock(store: Store) -> None:
+    await demo_template(store)
+    actors = [ActorRef("demo", f"a{i}") for i in range(50)]
+    for ref in actors:
+        await store.actors.create(ref, "counter", {})
+    await asyncio.wait_for(
+        asyncio.gather(*(store.actors.touch(actors if i % 2 else actors[::-1]) for i in range(8))), 30
+    )
+
+
+async def demo_template(store: Store) -> None:
+    """Atespace demo and its template counter (Pending: actors can be created, none resumed)."""
+    from domain.templates import ActorTemplateSpec
+    from tests.activities.test_store import SPEC
+
+    await store.atespaces.create("demo")
+    await store.templates.create("demo", "counter", ActorTemplateSpec.from_document(dict(SPEC)))

@@ -9,9 +9,11 @@ from domain.changes import (
     ROUTER_DRAINS_CHANNEL,
     WORKER_CHANGES_CHANNEL,
     ActorChange,
+    DrainNotice,
     format_drain,
     parse_actor_change,
     parse_drain,
+    parse_drain_notice,
 )
 from domain.refs import ActorRef
 
@@ -32,6 +34,18 @@ def test_a_drain_payload_goes_there_and_back() -> None:
     assert parse_drain("7 demo/c1") == (7, actor)
     for payload in ("x demo/c1", "7", "7 demo", "7 /c1", "-1 demo/c1"):
         assert parse_drain(payload) is None, payload
+
+
+def test_an_idle_drain_payload_goes_there_and_back_and_an_old_reader_ignores_it() -> None:
+    actor = ActorRef("demo", "c1")
+    assert format_drain(7, actor, if_idle=True) == "7:idle demo/c1"
+    assert parse_drain_notice("7:idle demo/c1") == DrainNotice(7, actor, True)
+    assert parse_drain_notice("7 demo/c1") == DrainNotice(7, actor, False)
+    assert parse_drain("7:idle demo/c1") == (7, actor)
+    old_id = "7:idle demo/c1".partition(" ")[0]
+    assert not old_id.isdigit()  # the parser from before the mark finds the payload unparsable
+    for payload in ("7:busy demo/c1", "7 demo/c1 idle", ":idle demo/c1"):
+        assert parse_drain_notice(payload) is None, payload
 
 
 def test_every_channel_the_sql_notifies_is_one_of_domain_changes() -> None:

@@ -76,16 +76,20 @@ async def start_nginx(
 @pytest_asyncio.fixture
 async def start_router(data_path: str, tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[StartRouter]:
     """Factory: ``env = await start_router(**settings)`` starts worker, API and router; the
-    router is the Python one, or nginx with the control service (``data_path``)."""
+    router is the Python one, or nginx with the control service (``data_path``). ``api_app``
+    wraps the API stand-in (its routes before the stand-in's, say); ``api_server`` points the
+    router at another API (another env's ``api_url``: a second replica of the same system)."""
     stack = contextlib.AsyncExitStack()
     servers: list[Served] = []
 
-    async def start(api_server: str | None = None, **overrides: Any) -> Env:
+    async def start(
+        api_server: str | None = None, api_app: Callable[[FakeApi], Any] | None = None, **overrides: Any
+    ) -> Env:
         log = WorkerLog()
         worker = await stack.enter_async_context(serve(worker_app(log)))
         servers.append(worker)
         api = FakeApi(worker.port)
-        api_served = await stack.enter_async_context(serve(api.app))
+        api_served = await stack.enter_async_context(serve(api_app(api) if api_app is not None else api.app))
         servers.append(api_served)
         settings = RouterSettings(
             api_server=api_server or api_served.url,
@@ -97,13 +101,13 @@ async def start_router(data_path: str, tmp_path_factory: pytest.TempPathFactory)
             client = httpx.AsyncClient(base_url=url, timeout=30)
             stack.push_async_callback(client.aclose)
             app = SimpleNamespace(state=SimpleNamespace(router=control))
-            return Env(url, api, worker, log, app, client, "nginx", access_log)
+            return Env(url, api, worker, log, app, client, "nginx", access_log, api_served.url)
         app = create_app(settings)
         router = await stack.enter_async_context(serve(app, lifespan="on"))
         servers.append(router)
         client = httpx.AsyncClient(base_url=router.url, timeout=30)
         stack.push_async_callback(client.aclose)
-        return Env(router.url, api, worker, log, app, client)
+        return Env(router.url, api, worker, log, app, client, api_url=api_served.url)
 
     async with stack:
         yield start

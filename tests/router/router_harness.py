@@ -243,7 +243,8 @@ class Step:
 
 class FakeApi:
     """Stand-in for the ate REST API: resume (scripted, counted), template, actor, access review
-    and router replica (heartbeat listing `drains`, acknowledgements in `acks`) endpoints. Every actor exists (its template `web`) unless its key is in `missing`;
+    and router replica (heartbeat listing `drains`, those of `idle_drains` as if_idle, with each
+    heartbeat's `active` keys in `active`; acknowledgements in `acks`, the busy ones in `busy`) endpoints. Every actor exists (its template `web`) unless its key is in `missing`;
     template `web`'s access rule is `access`; `grants` maps a token to the actor keys it reaches."""
 
     def __init__(self, worker_port: int) -> None:
@@ -263,6 +264,9 @@ class FakeApi:
         self.actor_calls = 0
         self.drains: list[tuple[int, str]] = []
         self.acks: list[tuple[str, int]] = []
+        self.busy: list[tuple[str, int]] = []
+        self.idle_drains: set[int] = set()
+        self.active: list[tuple[str, list[str]]] = []
         self.heartbeats: Counter[str] = Counter()
         self.released: list[str] = []
         self.refuse_heartbeats = False
@@ -322,20 +326,27 @@ class FakeApi:
                                  "details": {}}, status_code=404)
         return JSONResponse({"atespace": atespace, "name": name, "template": "web", "state": "SUSPENDED"})
 
-    async def heartbeat(self, replica: str) -> JSONResponse:
+    async def heartbeat(self, replica: str, request: Request) -> JSONResponse:
         """A router replica's heartbeat: the drains of `drains` it has not acknowledged."""
         if self.refuse_heartbeats:
             return JSONResponse({"reason": "Unavailable", "message": "down", "details": {}}, status_code=503)
         self.heartbeats[replica] += 1
+        self.active.append((replica, list((await request.json()).get("active", []))))
         pending = [(i, k) for i, k in self.drains if (replica, i) not in self.acks]
-        drains = [{"id": i, "atespace": k.split("/")[0], "name": k.split("/")[1]} for i, k in pending]
+        drains = [
+            {"id": i, "atespace": k.split("/")[0], "name": k.split("/")[1], "if_idle": i in self.idle_drains}
+            for i, k in pending
+        ]
         return JSONResponse({"replica": replica, "lease_seconds": 10.0, "drains": drains})
 
     async def release(self, replica: str) -> None:
         """A replica gives its lease back at its clean stop."""
         self.released.append(replica)
 
-    async def ack(self, replica: str, drain_id: int) -> JSONResponse:
+    async def ack(self, replica: str, drain_id: int, request: Request) -> JSONResponse:
+        body = await request.body()
+        if body and json.loads(body).get("busy"):
+            self.busy.append((replica, drain_id))
         self.acks.append((replica, drain_id))
         return JSONResponse({"replica": replica, "drain_id": drain_id, "acknowledged": True})
 
@@ -365,6 +376,7 @@ class Env:
     client: httpx.AsyncClient
     data_path: str = "python"
     access_log: Path | None = None
+    api_url: str = ""
 
     @property
     def router(self) -> Any:

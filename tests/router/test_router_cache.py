@@ -25,11 +25,11 @@ async def _until(predicate, timeout: float = 3.0) -> bool:
 @pytest.mark.asyncio
 async def test_notify_drops_the_cache_entry(start_router, database_url) -> None:
     env = await start_router(database_url=database_url)
-    invalidator = env.router.invalidator
+    invalidator = env.router.core.invalidator
     await asyncio.wait_for(invalidator.connected.wait(), 10)
     assert (await env.client.get("/", headers=H)).status_code == 200
     assert env.api.calls["demo/c1"] == 1
-    assert env.router.cache.get("demo/c1") == Upstream("127.0.0.1", env.worker.port)
+    assert env.router.core.cache.get("demo/c1") == Upstream("127.0.0.1", env.worker.port)
     # Cache hits skip the API.
     for _ in range(3):
         assert (await env.client.get("/", headers=H)).status_code == 200
@@ -41,7 +41,7 @@ async def test_notify_drops_the_cache_entry(start_router, database_url) -> None:
         await conn.execute("NOTIFY ate_actor_changes, 'demo/c1 SUSPENDING'")
     finally:
         await conn.close()
-    assert await _until(lambda: env.router.cache.get("demo/c1") is None)
+    assert await _until(lambda: env.router.core.cache.get("demo/c1") is None)
     await env.settled()
     assert (await env.client.get("/", headers=H)).status_code == 200
     assert env.api.calls["demo/c1"] == 2
@@ -50,10 +50,10 @@ async def test_notify_drops_the_cache_entry(start_router, database_url) -> None:
 @pytest.mark.asyncio
 async def test_lost_listen_connection_clears_cache_and_reconnects(start_router, database_url) -> None:
     env = await start_router(database_url=database_url)
-    invalidator = env.router.invalidator
+    invalidator = env.router.core.invalidator
     await asyncio.wait_for(invalidator.connected.wait(), 10)
     assert (await env.client.get("/", headers=H)).status_code == 200
-    assert len(env.router.cache) == 1
+    assert len(env.router.core.cache) == 1
     conn = await asyncpg.connect(database_url)
     try:
         killed = await conn.fetchval(
@@ -61,16 +61,16 @@ async def test_lost_listen_connection_clears_cache_and_reconnects(start_router, 
             "WHERE query LIKE 'LISTEN%' AND pid <> pg_backend_pid()"
         )
         assert killed >= 1
-        assert await _until(lambda: len(env.router.cache) == 0)
+        assert await _until(lambda: len(env.router.core.cache) == 0)
         # It reconnects and caches again.
-        assert await _until(lambda: env.router.cache.enabled, timeout=5)
+        assert await _until(lambda: env.router.core.cache.enabled, timeout=5)
         await env.settled()
         calls = env.api.calls["demo/c1"]
         assert (await env.client.get("/", headers=H)).status_code == 200
         assert env.api.calls["demo/c1"] == calls + 1  # nothing served from before the loss
-        assert env.router.cache.get("demo/c1") is not None
+        assert env.router.core.cache.get("demo/c1") is not None
         await conn.execute("NOTIFY ate_actor_changes, 'demo/c1 DELETED'")
-        assert await _until(lambda: env.router.cache.get("demo/c1") is None)
+        assert await _until(lambda: env.router.core.cache.get("demo/c1") is None)
     finally:
         await conn.close()
 
@@ -82,7 +82,7 @@ async def test_unreachable_database_means_no_caching(start_router) -> None:
     for _ in range(2):
         assert (await env.client.get("/", headers=H)).status_code == 200
     assert env.api.calls["demo/c1"] == 2
-    assert not env.router.cache.enabled
+    assert not env.router.core.cache.enabled
 
 
 def test_notification_during_resume_voids_the_ticket() -> None:

@@ -35,7 +35,7 @@ async def in_flight(env, key: str = KEY) -> int:
     """Requests of ``key`` sending to its worker now (nginx's own count on the nginx data path)."""
     if env.data_path == "nginx":
         return await env.router.in_flight(key)
-    return env.router.drains.in_flight(key)
+    return env.router.core.drains.in_flight(key)
 
 
 def in_flight_is(env, count: int) -> Callable[[], Awaitable[bool]]:
@@ -48,7 +48,7 @@ def in_flight_is(env, count: int) -> Callable[[], Awaitable[bool]]:
 async def last_outcome(env, path: str) -> tuple[str, int, str]:
     """The newest of ``path``'s requests in the recent list (nginx lists one once it logged it)."""
     for _ in range(1000):
-        recent = await env.router.admin.recent() if env.data_path == "nginx" else env.router.recent.items()
+        recent = await env.router.admin.recent() if env.data_path == "nginx" else env.router.core.recent.items()
         found = [(r.path, r.status, r.outcome) for r in recent if r.path == path]
         if found:
             return found[0]
@@ -59,7 +59,7 @@ async def last_outcome(env, path: str) -> tuple[str, int, str]:
 @pytest.mark.asyncio
 async def test_requests_in_flight_finish_before_the_drain_is_acknowledged(start_router) -> None:
     env = await start_router()
-    replica = env.router.registration.replica
+    replica = env.router.core.registration.replica
     assert env.api.heartbeats[replica] >= 1  # registered before serving
     flying = [asyncio.create_task(env.client.get("/sleep", params={"s": "1"}, headers=H)) for _ in range(5)]
     await until(in_flight_is(env, 5))
@@ -71,7 +71,7 @@ async def test_requests_in_flight_finish_before_the_drain_is_acknowledged(start_
         return done
 
     responses = asyncio.create_task(watch_responses())
-    env.router.registration.on_notification(f"7 {KEY}")  # as NOTIFY ate_router_drains brings it
+    env.router.core.registration.on_notification(f"7 {KEY}")  # as NOTIFY ate_router_drains brings it
     await until(lambda: (replica, 7) in env.api.acks)
     assert [(r.status_code, r.text) for r in await responses] == [(200, "late\n")] * 5  # none cut short
     assert acks_at_end == [[]]  # the acknowledgement came after every response ended
@@ -81,11 +81,11 @@ async def test_requests_in_flight_finish_before_the_drain_is_acknowledged(start_
 @pytest.mark.asyncio
 async def test_a_drain_listed_by_the_heartbeat_is_carried_out_and_acknowledged_once(start_router) -> None:
     env = await start_router()
-    replica = env.router.registration.replica
+    replica = env.router.core.registration.replica
     env.api.drains.append((3, KEY))
-    await env.router.registration._beat()  # the next heartbeat lists it
+    await env.router.core.registration._beat()  # the next heartbeat lists it
     await until(lambda: (replica, 3) in env.api.acks)
-    await env.router.registration._beat()  # acknowledged: not listed again, nothing re-run
+    await env.router.core.registration._beat()  # acknowledged: not listed again, nothing re-run
     await asyncio.sleep(0.05)
     assert env.api.acks == [(replica, 3)]
 
@@ -94,7 +94,7 @@ async def test_a_drain_listed_by_the_heartbeat_is_carried_out_and_acknowledged_o
 @pytest.mark.asyncio
 async def test_a_stopping_replica_gives_its_lease_back_after_its_requests_finished(start_router) -> None:
     env = await start_router()
-    registration = env.router.registration
+    registration = env.router.core.registration
     assert registration.leased() and env.api.released == []
     await registration.stop()
     assert env.api.released == [registration.replica]  # drains stop waiting for it at once
@@ -114,7 +114,7 @@ async def test_a_request_outlasting_the_drain_timeout_is_cut_off(start_router) -
 
     request = asyncio.create_task(stalled())
     await until(lambda: received == b"first\n")
-    outcome = await env.router.drains.drain(1, KEY)
+    outcome = await env.router.core.drains.drain(1, KEY)
     assert (outcome.result, outcome.waited_for, outcome.cut) == ("cut", 1, 1)
     with pytest.raises(httpx.RemoteProtocolError):  # truncated, never a wrong complete answer
         await request
@@ -135,7 +135,7 @@ async def test_a_request_cut_before_its_answer_is_told_so_and_its_worker_connect
     try:
         request = asyncio.create_task(env.client.get("/work", headers=H))
         await until(in_flight_is(env, 1))
-        outcome = await env.router.drains.drain(1, KEY)
+        outcome = await env.router.core.drains.drain(1, KEY)
         assert (outcome.result, outcome.waited_for, outcome.cut) == ("cut", 1, 1)
         response = await request
         assert await asyncio.wait_for(worker.ended, 10) == "reset"
@@ -154,8 +154,8 @@ async def test_a_request_arriving_during_the_drain_is_held_then_served_after_the
     env = await start_router()
     slow = asyncio.create_task(env.client.get("/sleep", params={"s": "1"}, headers=H))
     await until(in_flight_is(env, 1))
-    drain = asyncio.create_task(env.router.drains.drain(2, KEY))
-    await until(lambda: env.router.drains.draining(KEY))
+    drain = asyncio.create_task(env.router.core.drains.drain(2, KEY))
+    await until(lambda: env.router.core.drains.draining(KEY))
     calls_before = env.api.calls[KEY]
     held = asyncio.create_task(env.client.get("/x", headers=H))
     await until(lambda: DRAIN_HELD._value.get() == 1)
@@ -176,7 +176,7 @@ async def test_a_resume_answer_obtained_before_the_drain_is_never_used(start_rou
     env.api.script(KEY, Step(delay=0.5), Step())
     request = asyncio.create_task(env.client.get("/stale", headers=H))
     await until(lambda: env.api.in_flight[KEY] == 1)
-    await env.router.drains.drain(4, KEY)  # nothing in flight to the worker yet: at once
+    await env.router.core.drains.drain(4, KEY)  # nothing in flight to the worker yet: at once
     answer = await request
     assert answer.status_code == 200
     assert env.api.calls[KEY] == 2  # the answer from before the drain was dropped, asked again
@@ -194,7 +194,7 @@ async def test_a_drain_waits_for_a_request_still_sending_its_body_then_cuts_it(s
         writer.write(b"POST /upload HTTP/1.1\r\nHost: x\r\nate-target-actor: demo/c1\r\nContent-Length: 10\r\n\r\nabc")
         await writer.drain()
         await until(in_flight_is(env, 1))
-        outcome = await asyncio.wait_for(env.router.drains.drain(7, KEY), 30)  # a hang fails the test
+        outcome = await asyncio.wait_for(env.router.core.drains.drain(7, KEY), 30)  # a hang fails the test
         assert (outcome.result, outcome.waited_for, outcome.cut) == ("cut", 1, 1)
         head = await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), 10)
     finally:
@@ -207,10 +207,10 @@ async def test_a_drain_waits_for_a_request_still_sending_its_body_then_cuts_it(s
 @pytest.mark.python_data_path  # the flights of the Python proxy; nginx: test_router_nginx.py
 async def test_a_token_from_before_a_drain_enters_no_flight(start_router) -> None:
     env = await start_router()
-    gate = env.router.drains
+    gate = env.router.core.drains
     before = gate.token()
     await gate.drain(5, KEY)
-    upstream = env.router.resumer  # any object will do as the upstream of a refused flight
+    upstream = env.router.core.resumer  # any object will do as the upstream of a refused flight
     assert gate.enter(KEY, before, upstream) is None
     flight = gate.enter(KEY, gate.token(), upstream)
     assert flight is not None
@@ -222,17 +222,17 @@ async def test_a_token_from_before_a_drain_enters_no_flight(start_router) -> Non
 async def test_a_replica_without_a_lease_sends_nothing_to_workers(start_router) -> None:
     env = await start_router()
     env.api.refuse_heartbeats = True
-    env.router.registration.lease_until = 0.0  # as when no heartbeat was answered for a lease
+    env.router.core.registration.lease_until = 0.0  # as when no heartbeat was answered for a lease
     answer = await env.client.get("/x", headers=H)
     assert answer.status_code == 503
-    replica = env.router.registration.replica
+    replica = env.router.core.registration.replica
     assert answer.text == (
         f"router replica {replica} has no lease with the control plane at {env.router.settings.api_server} "
         "(its heartbeats are not answered), so it sends no request to actor demo/c1; retry shortly\n"
     )
     assert env.worker_log.client_ports == []
     env.api.refuse_heartbeats = False
-    await env.router.registration._beat()  # answered again: a lease again
+    await env.router.core.registration._beat()  # answered again: a lease again
     assert (await env.client.get("/x", headers=H)).status_code == 200
 
 

@@ -25,7 +25,7 @@ DATA_PATHS = ("nginx",)
 
 
 async def _cache_on(env) -> None:
-    env.router.cache.enabled = True  # as if LISTEN were live
+    env.router.core.cache.enabled = True  # as if LISTEN were live
 
 
 async def test_nginx_serves_a_running_actor_from_its_cache_until_notify_names_it(start_router) -> None:
@@ -36,10 +36,10 @@ async def test_nginx_serves_a_running_actor_from_its_cache_until_notify_names_it
     assert env.api.calls["demo/c1"] == 1
     # The control service forgets the actor (a cache hit there would hide nginx's own): only
     # nginx's entry can answer now.
-    env.router.cache._entries.clear()
+    env.router.core.cache._entries.clear()
     assert (await env.client.get("/", headers=H)).status_code == 200
     assert env.api.calls["demo/c1"] == 1
-    env.router.cache.on_notification("demo/c1 SUSPENDING")
+    env.router.core.cache.on_notification("demo/c1 SUSPENDING")
     await env.router.admin.settled()
     assert (await env.client.get("/", headers=H)).status_code == 200
     assert env.api.calls["demo/c1"] == 2
@@ -52,7 +52,7 @@ async def test_actors_on_the_same_worker_each_have_their_own_cached_route(start_
     for _ in range(2):
         for actor in actors:
             assert (await env.client.get("/", headers={"ate-target-actor": actor})).status_code == 200
-    env.router.cache._entries.clear()  # only nginx's entries can answer now
+    env.router.core.cache._entries.clear()  # only nginx's entries can answer now
     for actor in actors:
         assert (await env.client.get("/", headers={"ate-target-actor": actor})).status_code == 200
     assert [env.api.calls[actor] for actor in actors] == [1, 1, 1]
@@ -62,8 +62,8 @@ async def test_a_lost_listen_empties_nginx_and_turns_its_cache_off(start_router)
     env = await start_router()
     await _cache_on(env)
     assert (await env.client.get("/", headers=H)).status_code == 200
-    env.router.cache.enabled = False
-    env.router.cache.clear()  # what CacheInvalidator does when its connection is lost
+    env.router.core.cache.enabled = False
+    env.router.core.cache.clear()  # what CacheInvalidator does when its connection is lost
     await env.router.admin.settled()
     for expected in (2, 3):
         assert (await env.client.get("/", headers=H)).status_code == 200
@@ -202,10 +202,10 @@ async def test_an_entry_from_before_a_drain_is_never_used(start_router) -> None:
     env = await start_router()
     await _cache_on(env)
     assert (await env.client.get("/", headers=H)).status_code == 200
-    env.router.cache._entries.clear()  # only nginx's entry could answer now
+    env.router.core.cache._entries.clear()  # only nginx's entry could answer now
     assert (await env.client.get("/", headers=H)).status_code == 200
     assert env.api.calls["demo/c1"] == 1
-    outcome = await env.router.drains.drain(11, "demo/c1")
+    outcome = await env.router.core.drains.drain(11, "demo/c1")
     assert (outcome.result, outcome.waited_for) == ("clean", 0)
     assert (await env.client.get("/", headers=H)).status_code == 200
     assert env.api.calls["demo/c1"] == 2  # nginx's entry was void: the control service resumed
@@ -217,7 +217,7 @@ async def test_an_entry_is_not_used_once_the_lease_is_over(start_router) -> None
     assert (await env.client.get("/", headers=H)).status_code == 200
     sent = len(env.worker_log.client_ports)
     env.api.refuse_heartbeats = True
-    env.router.registration.lease_until = 0.0  # as when no heartbeat was answered for a lease
+    env.router.core.registration.lease_until = 0.0  # as when no heartbeat was answered for a lease
     await env.router.admin.lease(env.router.lease_left())  # what nginx is told within 0.2 s
     answer = await env.client.get("/", headers=H)
     assert answer.status_code == 503

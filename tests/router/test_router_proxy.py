@@ -12,7 +12,8 @@ import pytest
 
 from router.core.errors import RouteError
 from router.core.upstream import Upstream
-from router.python.proxy import BodyStream, open_upstream
+from router.python.proxy import open_upstream
+from router.python.request_body import BodyStream
 from router.python.upstream_client import new_upstream_client
 from tests.router.router_harness import free_port, pattern, working_worker
 
@@ -163,7 +164,7 @@ async def test_client_leaving_mid_download_closes_the_worker_connection(start_ro
 @pytest.mark.asyncio
 async def test_cached_actor_unreachable_is_resumed_again(start_router) -> None:
     env = await start_router()
-    cache = env.router.cache
+    cache = env.router.core.cache
     cache.enabled = True  # as if LISTEN were live
     cache.put(cache.begin("demo/c1"), Upstream("127.0.0.1", free_port()))
     resp = await env.client.get("/moved", headers=H)
@@ -177,7 +178,7 @@ async def test_cached_actor_unreachable_is_resumed_again(start_router) -> None:
 async def test_cached_actor_unreachable_is_resumed_again_and_gets_the_whole_body(start_router) -> None:
     # The refused connection carried no byte of the body: the retry sends all of it.
     env = await start_router()
-    cache = env.router.cache
+    cache = env.router.core.cache
     cache.enabled = True  # as if LISTEN were live
     cache.put(cache.begin("demo/c1"), Upstream("127.0.0.1", free_port()))
     data = os.urandom(300_000)
@@ -190,7 +191,7 @@ async def test_cached_actor_unreachable_is_resumed_again_and_gets_the_whole_body
 @pytest.mark.asyncio
 async def test_cache_hit_skips_the_api(start_router) -> None:
     env = await start_router()
-    cache = env.router.cache
+    cache = env.router.core.cache
     cache.enabled = True
     cache.put(cache.begin("demo/c1"), Upstream("127.0.0.1", env.worker.port))
     for _ in range(3):
@@ -204,7 +205,7 @@ async def test_without_database_nothing_is_cached(start_router) -> None:
     for _ in range(3):
         assert (await env.client.get("/", headers=H)).status_code == 200
     assert env.api.calls["demo/c1"] == 3
-    assert len(env.router.cache) == 0
+    assert len(env.router.core.cache) == 0
 
 
 @pytest.mark.asyncio
@@ -279,7 +280,7 @@ async def test_early_answer_then_reset_is_relayed(start_router) -> None:
 
     server = await asyncio.start_server(handle, "127.0.0.1", 0)
     port = server.sockets[0].getsockname()[1]
-    cache = env.router.cache
+    cache = env.router.core.cache
     cache.enabled = True
     cache.put(cache.begin("demo/c1"), Upstream("127.0.0.1", port))
     try:
@@ -353,7 +354,7 @@ async def test_garbage_from_the_worker_is_502(start_router) -> None:
         writer.close()
 
     server = await asyncio.start_server(handle, "127.0.0.1", 0)
-    cache = env.router.cache
+    cache = env.router.core.cache
     cache.enabled = True
     cache.put(cache.begin("demo/c1"), Upstream("127.0.0.1", server.sockets[0].getsockname()[1]))
     try:

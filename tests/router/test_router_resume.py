@@ -39,7 +39,7 @@ async def test_twenty_concurrent_requests_cause_one_resume(start_router) -> None
     for i, resp in enumerate(responses):
         assert resp.status_code == 200, resp.text
         assert resp.json()["path"] == f"/hello/{i}"
-    assert env.router.resumer.parked == 0
+    assert env.router.core.resumer.parked == 0
     # The budget handed to the API is the remaining budget, in whole seconds.
     assert env.api.bodies == [{"timeout_seconds": 2}]
 
@@ -195,7 +195,7 @@ async def test_budget_exhausted_is_504_and_resume_continues(start_router) -> Non
     assert time.monotonic() - started < 0.7
     assert "demo/c1" in resp.text and "continues in the background" in resp.text
     assert resp.headers["retry-after"] == "2"
-    assert env.router.resumer.in_flight("demo/c1")
+    assert env.router.core.resumer.in_flight("demo/c1")
     # The resume was not cancelled: the API call completes after the request gave up,
     # and a request arriving meanwhile attaches to it instead of starting another.
     follow = await env.client.get("/", headers=H)
@@ -203,7 +203,7 @@ async def test_budget_exhausted_is_504_and_resume_continues(start_router) -> Non
     await asyncio.sleep(0.6)
     assert env.api.completed["demo/c1"] == 1
     assert env.api.calls["demo/c1"] == 1
-    assert not env.router.resumer.in_flight("demo/c1")
+    assert not env.router.core.resumer.in_flight("demo/c1")
 
 
 @pytest.mark.asyncio
@@ -297,7 +297,7 @@ async def test_parking_lot_is_bounded(start_router) -> None:
         for i in range(2)
     ]
     await asyncio.sleep(0.15)
-    assert env.router.resumer.parked == 2
+    assert env.router.core.resumer.parked == 2
     resp = await env.client.get("/", headers={"ate-target-actor": "demo/a9"})
     assert resp.status_code == 503
     assert "capacity" in resp.text and "demo/a9" in resp.text
@@ -314,7 +314,7 @@ async def test_client_giving_up_does_not_cancel_the_resume(start_router) -> None
         await env.client.get("/", headers=H, timeout=0.1)
     await asyncio.sleep(0.5)
     assert env.api.completed["demo/c1"] == 1
-    assert env.router.resumer.parked == 0
+    assert env.router.core.resumer.parked == 0
 
 
 @pytest.mark.asyncio

@@ -24,7 +24,7 @@ DATA_PATHS = ("python", "nginx")
 
 def outcomes(env) -> list[tuple[str, int, str]]:
     """(path, status, outcome) of the requests the router finished, oldest first (/statusz's list)."""
-    return [(r.path, r.status, r.outcome) for r in reversed(env.router.recent.items())]
+    return [(r.path, r.status, r.outcome) for r in reversed(env.router.core.recent.items())]
 
 
 async def listed(env, count: int = 1) -> list[tuple[str, int, str]]:
@@ -156,7 +156,7 @@ async def test_a_parked_client_that_leaves_frees_its_place_at_once_and_the_resum
     gauge_before = PARKED._value.get()
     with pytest.raises(httpx.ReadTimeout):
         await env.client.get("/", headers=H, timeout=0.2)  # the client gives up while parked
-    await until(lambda: env.router.resumer.parked == 0)
+    await until(lambda: env.router.core.resumer.parked == 0)
     assert env.api.completed["demo/c1"] == 0  # freed before the resume answered...
     assert PARKED._value.get() == gauge_before  # ...and the gauge says so
     assert (await listed(env))[-1] == ("/", 0, "client_gone")
@@ -177,7 +177,7 @@ async def test_a_parked_client_with_a_body_that_stays_is_served_with_its_body(st
 @pytest.mark.asyncio
 async def test_outcomes_ok_parked_ok_not_found_and_no_room(start_router, database_url) -> None:
     env = await start_router(database_url=database_url)
-    await asyncio.wait_for(env.router.invalidator.connected.wait(), 10)
+    await asyncio.wait_for(env.router.core.invalidator.connected.wait(), 10)
     assert (await env.client.get("/a", headers=H)).status_code == 200  # resumed: parked
     assert (await env.client.get("/b", headers=H)).status_code == 200  # cached: straight through
     # deleted after the access gate looked it up (an unknown actor is refused by the gate first)

@@ -178,7 +178,7 @@ async def test_session_counted_and_listed_as_a_request(env: StreamEnv) -> None:
     async with ws(env.ws_url, headers={"x-request-id": "listed-1"}) as socket:
         await socket.send("x")
         assert await socket.recv() == "x"
-    recent = env.app.state.router.recent
+    recent = env.app.state.router.core.recent
     while not any(r.request_id == "listed-1" for r in recent.items()):
         await asyncio.sleep(0.01)  # the router finishes its side just after the client's close
     entry = next(r for r in recent.items() if r.request_id == "listed-1")
@@ -206,7 +206,7 @@ async def counted(env: StreamEnv, outcome: str) -> float:
 
 async def test_client_leaving_while_parked_frees_its_slot(env: StreamEnv) -> None:
     env.api.script("demo/c1", Step(delay=20))
-    resumer = env.app.state.router.resumer
+    resumer = env.app.state.router.core.resumer
     opening = asyncio.create_task(ws(env.ws_url).__aenter__())
     while resumer.parked != 1:
         await asyncio.sleep(0.01)
@@ -311,15 +311,15 @@ async def test_a_drain_ends_the_actors_websocket_and_counts_it_as_in_flight(env:
     async with ws(env.ws_url) as socket:
         await socket.send("ping")
         assert await socket.recv() == "ping"
-        assert router.drains.in_flight("demo/c1") == 1
+        assert router.core.drains.in_flight("demo/c1") == 1
         calls = env.api.calls["demo/c1"]
-        outcome = await asyncio.wait_for(router.drains.drain(9, "demo/c1"), HANG_GUARD_SECONDS)
+        outcome = await asyncio.wait_for(router.core.drains.drain(9, "demo/c1"), HANG_GUARD_SECONDS)
         with pytest.raises(ConnectionClosed) as closed:
             await socket.recv()
     assert closed.value.rcvd is not None
     assert (closed.value.rcvd.code, closed.value.rcvd.reason) == (GOING_AWAY, DRAIN_REASON)
     assert (outcome.result, outcome.cut) == ("clean", 0)
-    assert router.drains.in_flight("demo/c1") == 0
+    assert router.core.drains.in_flight("demo/c1") == 0
     async with ws(env.ws_url) as socket:  # a new one after the drain
         await socket.send("again")
         assert await socket.recv() == "again"
@@ -331,12 +331,12 @@ async def test_a_drain_ends_the_actors_event_stream_at_once_and_cleanly(env: Str
     never ends on its own: a drain of its actor ends it at once with the end of its body (not
     cut at --drain-timeout), and the drain is clean."""
     router = env.app.state.router
-    router.drains.drain_timeout_seconds = HANG_GUARD_SECONDS / 3  # a stream waited out would be cut: "cut"
+    router.core.drains.drain_timeout_seconds = HANG_GUARD_SECONDS / 3  # a stream waited out would be cut: "cut"
     async with httpx.AsyncClient(timeout=HANG_GUARD_SECONDS) as client:
         async with client.stream("GET", env.url + "/events?n=0", headers={**TARGET, **EVENT_STREAM}) as resp:
             events = sse_events(resp)
             assert await anext(events) == event(1)
-            outcome = await asyncio.wait_for(router.drains.drain(9, "demo/c1"), HANG_GUARD_SECONDS)
+            outcome = await asyncio.wait_for(router.core.drains.drain(9, "demo/c1"), HANG_GUARD_SECONDS)
             with pytest.raises(StopAsyncIteration):  # the stream ends, complete
                 await anext(events)
     assert (outcome.result, outcome.waited_for, outcome.cut) == ("clean", 1, 0)
