@@ -116,3 +116,87 @@ def test_idle_steps_take_an_actor_down_one_tier_at_a_time(stack: Stack) -> None:
     assert (again["memory_count"], again["file_count"]) == (2, 2)
     api(stack, "PATCH", path, json={"idle": []})
     stack.ate("suspend", "actor", "t1", "-a", "tiers")
+
+
+def test_traffic_through_the_router_keeps_an_actor_with_an_idle_policy_running(stack: Stack) -> None:
+    path = setup_actor(stack, "kept", "k1")
+    assert api(stack, "PATCH", path, json={"idle": {"afterSeconds": 4, "action": "Suspend"}}).status_code == 200
+    counts = []
+    deadline = time.monotonic() + 10  # two and a half times the idle time, a request every 0.5 s
+    while time.monotonic() < deadline:
+        counts.append(get(stack, "kept/k1")["memory_count"])
+        time.sleep(0.5)
+    assert counts == list(range(1, len(counts) + 1))  # every request served by the same memory
+    assert actor(stack, path)["state"] == "RUNNING"
+    assert [h["operation"] for h in history(stack, path) if h["operation"] != "ResumeActor"] == []
+    wait_state(stack, path, "SUSPENDED", 15)  # once the traffic stops, the idle time runs out
+    api(stack, "PATCH", path, json={"idle": []})
+    stack.ate("suspend", "actor", "k1", "-a", "kept")
+
+
+def test_a_request_in_flight_wins_over_an_idle_step(stack: Stack) -> None:
+    import threading
+
+    import httpx
+
+    path = setup_actor(stack, "wins", "w1")
+    assert get(stack, "wins/w1")["memory_count"] == 1
+    answer: dict[str, Any] = {}
+
+    def slow() -> None:
+        response = httpx.get(
+            stack.router + "/slow", params={"ms": "6000"}, headers={"ate-target-actor": "wins/w1"}, timeout=30
+        )
+        answer.update(status=response.status_code, body=response.json())
+
+    request = threading.Thread(target=slow)
+    request.start()
+    time.sleep(0.5)
+    # One second of idleness is shorter than the routers' heartbeat (2 s) that reports the request
+    # in flight: the idle judge starts suspends while the request runs; each gives way to it.
+    assert api(stack, "PATCH", path, json={"idle": {"afterSeconds": 1, "action": "Suspend"}}).status_code == 200
+    request.join()
+    assert answer == {"status": 200, "body": {"slept_ms": 6000}}  # served whole, not cut by a drain
+    suspends = [h for h in history(stack, path) if h["operation"] == "SuspendActor"]
+    given_way = [h for h in suspends if h["outcome"] == "abandoned"]
+    assert given_way, f"no idle suspend gave way to the request: {suspends}"
+    assert all(h["reason"].startswith("idle for ") for h in given_way)
+    wait_state(stack, path, "SUSPENDED", 15)  # after the request, the idle suspend goes through
+    again = get(stack, "wins/w1")
+    assert (again["memory_count"], again["file_count"]) == (2, 2)
+    api(stack, "PATCH", path, json={"idle": []})
+    stack.ate("suspend", "actor", "w1", "-a", "wins")
+
+
+def test_a_resume_with_no_room_suspends_the_longest_idle_opted_in_actor(stack: Stack, tmp_path: Path) -> None:
+    stack.ate("create", "atespace", "crowd", check=False)
+    template = tmp_path / "pressured.yaml"
+    template.write_text(Path("examples/counter/template.yaml").read_text() + "  suspendUnderPressure: true\n")
+    stack.ate("create", "template", "pressured", "-a", "crowd", "-f", str(template))
+    for worker in api(stack, "GET", "/v1/workers").json()["items"]:  # what earlier tests left running
+        for holder in worker["actors"]:
+            atespace, name = holder.split("/")
+            api(stack, "POST", f"/v1/atespaces/{atespace}/actors/{name}/suspend", json={})
+    workers = api(stack, "GET", "/v1/workers").json()["items"]
+    free = [w for w in workers if w["sandbox_class"] == "gvisor" and w["state"] == "ACTIVE" and not w["actors"]]
+    assert len(free) >= 2, f"the stack's workers are busy: {free}"
+    fillers = [f"f{i}" for i in range(len(free))]
+    for name in fillers:  # every free worker gets an opted-in actor, the first one the longest idle
+        stack.ate("create", "actor", name, "-a", "crowd", "--template", "pressured")
+        assert get(stack, f"crowd/{name}")["memory_count"] == 1
+        time.sleep(1.0)
+    stack.ate("create", "actor", "late", "-a", "crowd", "--template", "pressured")
+    started = time.monotonic()
+    late = get(stack, "crowd/late")  # no worker has room: the router parks, ate makes room
+    assert time.monotonic() - started < 5.0  # within the router's park budget
+    assert late["memory_count"] == 1
+    victim = actor(stack, "/v1/atespaces/crowd/actors/f0")
+    assert victim["state"] == "SUSPENDED"
+    [moved] = [h for h in history(stack, "/v1/atespaces/crowd/actors/f0") if h["operation"] == "SuspendActor"]
+    assert (moved["outcome"], moved["reason"]) == ("ok", "pressure: room for crowd/late")
+    for name in fillers[1:]:
+        assert actor(stack, f"/v1/atespaces/crowd/actors/{name}")["state"] == "RUNNING"
+    back = get(stack, "crowd/f0")  # the victim comes back with its memory (making room in turn)
+    assert back["memory_count"] == 2
+    for name in [*fillers, "late"]:
+        stack.ate("suspend", "actor", name, "-a", "crowd")
