@@ -8,6 +8,8 @@ changes nothing and says so), so Temporal may retry them after any crash.
 
 from __future__ import annotations
 
+from typing import Any
+
 from activities.atelet_channels import AteletChannels
 from activities.atelet_wire import actor_ref, call_id
 from atelet.proto import atelet_pb2 as pb
@@ -27,11 +29,7 @@ async def freeze(channels: AteletChannels, request: AteletFreezeInput) -> Atelet
     Raises:
         AteletCallFailed: the atelet refused or could not be reached (see `activities.errors`).
     """
-    call = pb.FreezeRequest(
-        operation_id=call_id(request.operation_id, "freeze"),
-        worker=request.worker.name,
-        actor=actor_ref(request.holder),
-    )
+    call = pb.FreezeRequest(**_fields(request, "freeze"))
     done = await channels.call(
         request.worker.atelet_address, request.worker.node, "Freeze",
         lambda stub: stub.Freeze(call, timeout=FREEZE_CALL_SECONDS),
@@ -48,13 +46,17 @@ async def thaw(channels: AteletChannels, request: AteletFreezeInput) -> AteletFr
     Raises:
         AteletCallFailed: the atelet refused or could not be reached (see `activities.errors`).
     """
-    call = pb.ThawRequest(
-        operation_id=call_id(request.operation_id, "thaw"),
-        worker=request.worker.name,
-        actor=actor_ref(request.holder),
-    )
+    call = pb.ThawRequest(**_fields(request, "thaw"))
     done = await channels.call(
-        request.worker.atelet_address, request.worker.node, "Thaw",
-        lambda stub: stub.Thaw(call, timeout=FREEZE_CALL_SECONDS),
-    )  # fmt: skip
+        request.worker.atelet_address, request.worker.node, "Thaw", lambda stub: stub.Thaw(call, timeout=FREEZE_CALL_SECONDS)
+    )
     return AteletFreezeResult(changed=done.was_frozen, seconds=done.thaw_seconds, method=done.method)
+
+
+def _fields(request: AteletFreezeInput, verb: str) -> dict[str, Any]:
+    """The fields FreezeRequest and ThawRequest share: the call's ID, the worker, the actor."""
+    return {
+        "operation_id": call_id(request.operation_id, verb),
+        "worker": request.worker.name,
+        "actor": actor_ref(request.holder),
+    }
