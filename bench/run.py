@@ -60,7 +60,18 @@ def main(argv: list[str] | None = None) -> None:
     fz.add_argument("--warmup", type=int, default=3)
     mv = sub.add_parser("microvm", help="microvm VM restore vs cold boot on QEMU (TCG here), checkpoint, RAM copy")
     mv.add_argument("--cycles", type=int, default=5)
-    for sp in (a, o, t, p, s, d, pl, x):
+    ov = sub.add_parser(
+        "oversubscription", help="many counters with an idle policy on few workers, think time, no manual suspend"
+    )
+    ov.add_argument("--actors", type=int, default=100)
+    ov.add_argument("--workers", type=int, default=2)
+    ov.add_argument("--seconds", type=float, default=60.0, help="length of each mode (policy off, then on)")
+    ov.add_argument("--concurrency", type=int, default=0, help="requests in flight at most; 0: 2 per worker")
+    ov.add_argument("--rate", type=float, default=1.5, help="requests/s the pattern averages over all actors")
+    ov.add_argument("--repeat", type=float, default=0.3, help="chance that an actor's next request is a follow-up")
+    ov.add_argument("--idle", default="Freeze:2,Suspend:10", help="the policy-on template's idle steps")
+    ov.add_argument("--seed", type=int, default=27)
+    for sp in (a, o, t, p, s, d, pl, x, ov):
         sp.add_argument("--keep", action="store_true", help="keep the stack's data dir")
     args = parser.parse_args(argv)
     if args.name == "activation":
@@ -115,6 +126,21 @@ def main(argv: list[str] | None = None) -> None:
         from bench import microvm
 
         microvm.run(cycles=args.cycles, log=log)
+    elif args.name == "oversubscription":
+        from bench import oversubscription
+
+        oversubscription.run(
+            actors=args.actors,
+            workers=args.workers,
+            seconds=args.seconds,
+            concurrency=args.concurrency or 2 * args.workers,
+            rate=args.rate,
+            repeat=args.repeat,
+            idle=args.idle,
+            seed=args.seed,
+            keep=args.keep,
+            log=log,
+        )
     elif args.name == "proxy":
         from bench import proxy
 

@@ -92,3 +92,7 @@ class Activity(StrEnum):
     """Stop the holder's sandbox in place (cgroup freezer or a stopped VM; idempotent)."""
     DELETE_SNAPSHOT = "delete_snapshot"
     """Delete a snapshot's data through a live atelet, then its row."""
+
+    # ---- wakes (activities.wake.WakeActivities)
+    WAKE_REQUEST = "wake_request"
+    """A schedule's request to an actor, sent through the router (which resumes it)."""

@@ -72,6 +72,7 @@ class Operation(StrEnum):
     GOLDEN_SNAPSHOT = "GoldenSnapshot"
     UPLOAD = "UploadSnapshot"
     FREEZE = "FreezeActor"
+    WAKE = "WakeActor"
 
 
 @dataclass(frozen=True)

@@ -25,6 +25,7 @@ from temporalio.worker.workflow_sandbox import SandboxedWorkflowRunner, SandboxR
 from activities.atelet import AteletActivities
 from activities.atelet_tls import AteletClientTls, AteletTlsError
 from activities.db import DbActivities
+from activities.wake import WakeActivities
 from domain.operations.snapshot_gc import SnapshotGcInput
 from domain.temporal import SNAPSHOT_GC_WORKFLOW_ID, TASK_QUEUE, WORKFLOW_TASK_TIMEOUT
 from store import Store
@@ -39,6 +40,7 @@ from workflows.revert_actor import RevertActorWorkflow
 from workflows.snapshot_gc import SnapshotGarbageCollectionWorkflow
 from workflows.suspend_actor import SuspendActorWorkflow
 from workflows.upload_snapshot import UploadSnapshotWorkflow
+from workflows.wake_actor import WakeActorWorkflow
 
 log = logging.getLogger("ate.worker")
 
@@ -52,6 +54,7 @@ WORKFLOWS = [
     RevertActorWorkflow,
     EvictionDeadlineWorkflow,
     SnapshotGarbageCollectionWorkflow,
+    WakeActorWorkflow,
 ]
 
 
@@ -96,8 +99,12 @@ def workflow_runner() -> SandboxedWorkflowRunner:
     )
 
 
-def activities(db: DbActivities, atelets: AteletActivities) -> list[Callable[..., Any]]:
-    """Every activity the workflows call, registered by the name each is defined with."""
+def activities(
+    db: DbActivities, atelets: AteletActivities, wakes: WakeActivities | None = None
+) -> list[Callable[..., Any]]:
+    """Every activity the workflows call, registered by the name each is defined with (`wakes`:
+    the schedules' requests; None: a worker without a router URL, whose wakes fail saying so)."""
+    wakes = wakes or WakeActivities(None)
     return [
         db.begin_resume,
         db.finish_resume,
@@ -135,6 +142,7 @@ def activities(db: DbActivities, atelets: AteletActivities) -> list[Callable[...
         db.rollback_freeze,
         atelets.freeze,
         db.pressure_victims,
+        wakes.wake_request,
     ]
 
 
@@ -145,7 +153,9 @@ def build_worker(client: Client, store: Store, atelets: AteletActivities, settin
         task_queue=TASK_QUEUE,
         workflows=WORKFLOWS,
         workflow_runner=workflow_runner(),
-        activities=activities(DbActivities(store), atelets),
+        activities=activities(
+            DbActivities(store), atelets, WakeActivities(settings.router_url, settings.router_token_file)
+        ),
         max_concurrent_workflow_tasks=settings.max_concurrent_workflow_tasks,
         max_concurrent_local_activities=settings.max_concurrent_local_activities,
         max_cached_workflows=settings.max_cached_workflows,
@@ -203,6 +213,8 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--atelet-client-tls-cert", help="PEM: the control plane's client certificate for atelets "
                         "(env ATE_ATELET_CLIENT_TLS_CERT)")
     parser.add_argument("--atelet-client-tls-key", help="PEM: its key (env ATE_ATELET_CLIENT_TLS_KEY)")
+    parser.add_argument("--router-url", help="a router's base URL, where schedules' wakes are sent (env ATE_ROUTER_URL)")
+    parser.add_argument("--router-token-file", help="a token file wakes carry as bearer (env ATE_ROUTER_TOKEN_FILE)")
     parser.add_argument("--atelet-client-tls-ca", help="PEM: the CA of the nodes' certificates (env ATE_ATELET_CLIENT_TLS_CA)")
     args = parser.parse_args(argv)
     overrides = {
@@ -215,6 +227,8 @@ def main(argv: list[str] | None = None) -> None:
             "atelet_client_tls_cert": args.atelet_client_tls_cert,
             "atelet_client_tls_key": args.atelet_client_tls_key,
             "atelet_client_tls_ca": args.atelet_client_tls_ca,
+            "router_url": args.router_url,
+            "router_token_file": args.router_token_file,
         }.items()
         if v
     }

@@ -361,6 +361,24 @@ class ApiClient:
             "PATCH", f"/v1/atespaces/{_segment(atespace)}/actors/{_segment(name)}", json=changes
         )
 
+    def create_schedule(self, atespace: str, actor: str, body: dict[str, Any]) -> dict[str, Any]:
+        """Give an actor a schedule (`name`, `cron` or `every_seconds`, `time_zone`, `path`, `catchup`)."""
+        return self.request_object(
+            "POST", f"/v1/atespaces/{_segment(atespace)}/actors/{_segment(actor)}/schedules", json=body
+        )
+
+    def list_schedules(self, atespace: str, actor: str) -> list[dict[str, Any]]:
+        """An actor's schedules."""
+        answer = self.request_object("GET", f"/v1/atespaces/{_segment(atespace)}/actors/{_segment(actor)}/schedules")
+        items: list[dict[str, Any]] = answer.get("items", [])
+        return items
+
+    def delete_schedule(self, atespace: str, actor: str, name: str) -> None:
+        """Delete one schedule of an actor."""
+        self.request(
+            "DELETE", f"/v1/atespaces/{_segment(atespace)}/actors/{_segment(actor)}/schedules/{_segment(name)}"
+        )
+
     # Workers
 
     def list_workers(self) -> list[dict[str, Any]]:

@@ -12,7 +12,7 @@ from ate.cli.client import ApiClient, ApiError
 from ate.cli.common import AtespaceOpt, OutputOpt, client, new_typer
 from ate.cli.idle import IdleOpt, parse_idle_option
 from ate.cli.manifest import ManifestError, load_template_spec
-from ate.cli.output import print_actors, print_atespaces, print_templates, print_tokens
+from ate.cli.output import print_actors, print_atespaces, print_schedules, print_templates, print_tokens
 
 app = new_typer("create", "Create an atespace, a template, an actor or a token.")
 
@@ -199,6 +199,37 @@ def parse_duration(text: str) -> int:
     if not parts or "".join(n + u for n, u in parts) != text:
         raise typer.BadParameter(f"{text!r} is not a duration such as 90m, 12h or 30d", param_hint="'--expires-in'")
     return sum(int(n) * _UNIT_SECONDS[u] for n, u in parts)
+
+
+@app.command("schedule")
+def create_schedule(
+    ctx: typer.Context,
+    name: str,
+    atespace: AtespaceOpt,
+    actor: Annotated[str, typer.Option("--actor", help="The actor it wakes.")],
+    cron: Annotated[str | None, typer.Option("--cron", help="Five fields: minute hour day month weekday.")] = None,
+    every: Annotated[int | None, typer.Option("--every", help="Seconds between two wakes.", min=1)] = None,
+    time_zone: Annotated[str, typer.Option("--time-zone", help="IANA time zone of --cron.")] = "UTC",
+    path: Annotated[str, typer.Option("--path", help="The request's path, sent through the router.")] = "/",
+    catchup: Annotated[
+        str, typer.Option("--catchup", help="Times missed while ate was down: Skip, One (one wake) or All.")
+    ] = "Skip",
+    output: OutputOpt = None,
+) -> None:
+    """Wake an actor at set times with a request through the router (a Temporal Schedule: see it,
+    pause it in the Temporal UI); its idle policy takes it down again after.
+
+    Examples: ate create schedule hourly -a demo --actor c1 --cron "0 * * * *" --path /tick
+              ate create schedule poll -a demo --actor c1 --every 30
+    """
+    if (cron is None) == (every is None):
+        raise typer.BadParameter("give --cron or --every (one of them)", param_hint="'--cron'")
+    body = {"name": name, "cron": cron, "every_seconds": every, "time_zone": time_zone, "path": path, "catchup": catchup}
+    made = client(ctx).create_schedule(atespace, actor, {k: v for k, v in body.items() if v is not None})
+    if output is None:
+        typer.echo(f"schedule/{name} created: next wake {(made.get('next_times') or ['-'])[0]}")
+    else:
+        print_schedules(made, output)
 
 
 @app.command("token")

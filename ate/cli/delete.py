@@ -1,4 +1,4 @@
-"""`ate delete actor|atespace|template|token`."""
+"""`ate delete actor|atespace|template|token|schedule`."""
 
 from typing import Annotated
 
@@ -6,7 +6,7 @@ import typer
 
 from ate.cli.common import AtespaceOpt, client, new_typer
 
-app = new_typer("delete", "Delete an actor, a template, an atespace or a token.")
+app = new_typer("delete", "Delete an actor, a template, an atespace, a token or a schedule.")
 
 
 @app.command("actor")
@@ -34,6 +34,21 @@ def delete_template(ctx: typer.Context, name: str, atespace: AtespaceOpt) -> Non
     """
     client(ctx).delete_template(atespace, name)
     typer.echo(f"template/{name} deleted")
+
+
+@app.command("schedule")
+def delete_schedule(
+    ctx: typer.Context,
+    name: str,
+    atespace: AtespaceOpt,
+    actor: Annotated[str, typer.Option("--actor", help="The actor the schedule wakes.")],
+) -> None:
+    """Delete an actor's schedule (a wake already started runs to its end).
+
+    Example: ate delete schedule hourly -a demo --actor c1
+    """
+    client(ctx).delete_schedule(atespace, actor, name)
+    typer.echo(f"schedule/{name} deleted")
 
 
 @app.command("atespace")

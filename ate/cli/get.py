@@ -10,6 +10,7 @@ from ate.cli.output import (
     print_actors,
     print_atespaces,
     print_operations,
+    print_schedules,
     print_tags,
     print_templates,
     print_tokens,
@@ -133,6 +134,20 @@ def get_tags(ctx: typer.Context, atespace: AtespaceOpt, output: GetOutputOpt = O
     Example: ate get tags -a demo
     """
     print_tags(client(ctx).list_tags(atespace), output)
+
+
+@app.command("schedules")
+def get_schedules(
+    ctx: typer.Context,
+    atespace: AtespaceOpt,
+    actor: Annotated[str, typer.Option("--actor", help="The actor whose schedules to list.")],
+    output: GetOutputOpt = OutputFormat.table,
+) -> None:
+    """List an actor's schedules, with their next wake and how many wakes they started.
+
+    Example: ate get schedules -a demo --actor c1
+    """
+    print_schedules(client(ctx).list_schedules(atespace, actor), output)
 
 
 @app.command("operations")

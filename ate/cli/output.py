@@ -319,3 +319,27 @@ def token_row(token: dict[str, Any], now: datetime | None = None) -> list[str]:
 def print_tokens(data: Any, fmt: OutputFormat) -> None:
     """Print tokens (never their secrets: the API does not keep them)."""
     echo_resources(data, fmt, columns=TOKEN_COLUMNS, row=token_row, empty="No tokens found.")
+
+
+SCHEDULE_COLUMNS = ("NAME", "ACTOR", "WHEN", "TIME ZONE", "PATH", "CATCHUP", "NEXT", "WAKES")
+
+
+def schedule_row(schedule: dict[str, Any], _now: datetime | None = None) -> list[str]:
+    """One row of SCHEDULE_COLUMNS (WHEN: the cron expression, or `every N s`)."""
+    when = schedule.get("cron") or f"every {schedule.get('every_seconds')} s"
+    following = schedule.get("next_times") or []
+    return [
+        str(schedule.get("name")),
+        str(schedule.get("actor")),
+        str(when) + (" (paused)" if schedule.get("paused") else ""),
+        str(schedule.get("time_zone")),
+        str(schedule.get("path")),
+        str(schedule.get("catchup")),
+        str(following[0]) if following else "-",
+        str(schedule.get("recent_wakes", 0)),
+    ]
+
+
+def print_schedules(data: Any, fmt: OutputFormat) -> None:
+    """Print one schedule or a list of schedules."""
+    echo_resources(data, fmt, columns=SCHEDULE_COLUMNS, row=schedule_row, empty="No schedules found.")

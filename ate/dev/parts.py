@@ -112,6 +112,7 @@ def worker(config: DevConfig, env: dict[str, str]) -> Child:
     tls = LocalCertificates(cfg.tls_dir).control_plane
     worker_args = [
         "--metrics-listen", f"{cfg.host}:{cfg.metrics_port_base + 1}",
+        "--router-url", f"http://{cfg.host}:{cfg.router_port}",  # where schedules' wakes go
         "--atelet-client-tls-cert", str(tls.cert),
         "--atelet-client-tls-key", str(tls.key),
         "--atelet-client-tls-ca", str(tls.ca),

@@ -57,6 +57,9 @@ ROUTES: dict[tuple[str, str], str] = {
     ("POST", "/v1/atespaces/{atespace}/actors/{name}/suspend"): "operator",
     ("POST", "/v1/atespaces/{atespace}/actors/{name}/pause"): "operator",
     ("POST", "/v1/atespaces/{atespace}/actors/{name}/freeze"): "operator",
+    ("POST", "/v1/atespaces/{atespace}/actors/{name}/schedules"): "admin",
+    ("GET", "/v1/atespaces/{atespace}/actors/{name}/schedules"): "viewer",
+    ("DELETE", "/v1/atespaces/{atespace}/actors/{name}/schedules/{schedule}"): "admin",
     ("GET", "/v1/workers"): "cluster-viewer",
     ("PUT", "/v1/nodes/{node}"): "node",
     ("POST", "/v1/nodes/{node}/events"): "node",
@@ -85,6 +88,7 @@ ROUTER_ROUTES = {
     ("GET", "/v1/atespaces/{atespace}/actors/{name}"),
     ("GET", "/v1/atespaces/{atespace}/tags"),
     ("GET", "/v1/atespaces/{atespace}/actors/{name}/operations"),
+    ("GET", "/v1/atespaces/{atespace}/actors/{name}/schedules"),  # an actor read, like its operations
     ("GET", "/v1/operations"),
     ("POST", "/v1/atespaces/{atespace}/actors/{name}/resume"),
     ("POST", "/v1/accessreviews"),
@@ -102,6 +106,7 @@ PATH_VALUES = {
     "token_id": "0123456789ab",
     "replica": "walk-router",
     "drain_id": "1",
+    "schedule": "tick",
 }
 """Path parameters of the walk: atespace `walk` (granted, then deleted, so nothing is changed by
 the requests that pass), names that do not exist."""

@@ -35,9 +35,10 @@ from domain.operations.router_drain import RouterDrainResult
 from domain.operations.snapshot_gc import GarbageSnapshot, SnapshotGcInput
 from domain.operations.suspend import BeginSuspendInput, SuspendActorInput, SuspendPlan
 from domain.operations.upload import UploadPlan, UploadSnapshotInput
+from domain.schedules import WakeActorInput, WakeActorResult
 from domain.temporal import SNAPSHOT_GC_WORKFLOW_ID, template_workflow_id, upload_workflow_id
 from store import NoCapacity, NoMatchingWorker, PinnedNodeFull
-from tests.workflows.fakes import Fakes, atelet_failure, store_failure
+from tests.workflows.fakes import Fakes, atelet_failure, fail, store_failure
 from tests.workflows.harness import Ate, running, start_test_server
 from tests.workflows.samples import ATELET, C1, DRAINED, MANIFEST, NODE, SPEC, actor, snapshot, worker
 from workflows.eviction_deadline import EvictionDeadlineWorkflow
@@ -49,6 +50,7 @@ from workflows.revert_actor import RevertActorWorkflow
 from workflows.snapshot_gc import SnapshotGarbageCollectionWorkflow
 from workflows.suspend_actor import SuspendActorWorkflow
 from workflows.upload_snapshot import UploadSnapshotWorkflow
+from workflows.wake_actor import WakeActorWorkflow
 
 HISTORIES = Path(__file__).resolve().parent / "histories"
 
@@ -294,6 +296,13 @@ async def resume_made_room(ate: Ate) -> Handle:
     return await settled(await ate.start(ResumeActorWorkflow.run, ResumeActorInput(actor=C1), id=C1.workflow_id))
 
 
+async def wake_retried(ate: Ate) -> Handle:
+    busy = fail("ApplicationError", "the router answered 503 for demo/c1: no worker has room", retryable=True)
+    ate.fakes.script("wake_request", busy, WakeActorResult(status=200, body='{"memory_count":4}'))
+    request = WakeActorInput(actor=C1, path="/tick", reason="schedule every-2s")
+    return await settled(await ate.start(WakeActorWorkflow.run, request, id="wake/demo/c1/every-2s"))
+
+
 SCENARIOS: dict[str, Scenario] = {
     "resume_actor_restored_after_a_retry": resume_restored,
     "resume_actor_finalized_by_the_workflow": resume_finalized_by_the_workflow,
@@ -320,6 +329,7 @@ SCENARIOS: dict[str, Scenario] = {
     "golden_snapshot_failed_boot": golden_failed_boot,
     "eviction_deadline_suspends_then_crashes_leftovers": eviction_deadline,
     "snapshot_gc_rounds_signal_and_continue_as_new": snapshot_gc_rounds,
+    "wake_actor_retried_then_answered": wake_retried,
 }
 """Scenario name (the history file's stem) -> what runs; each returns the run to record."""
 
