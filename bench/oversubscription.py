@@ -116,7 +116,7 @@ def _prom(text: str, name: str) -> dict[str, float]:
 
 async def _scrape(client: httpx.AsyncClient, stack: stack_mod.Stack) -> dict[str, dict[str, float]]:
     """The counters a mode is judged by: pressure suspends (Temporal worker), idle actions (API),
-    requests parked for lack of room (router)."""
+    the router's resume calls by outcome."""
     pages: dict[str, str] = {}
     for key, url, headers in (
         ("worker", stack.worker_metrics, {}),
@@ -130,8 +130,20 @@ async def _scrape(client: httpx.AsyncClient, stack: stack_mod.Stack) -> dict[str
     return {
         "pressure_suspends": _prom(pages["worker"], "ate_pressure_suspends"),
         "idle_actions": _prom(pages["api"], "ate_idle_actions"),
-        "parked_no_room": _prom(pages["router"], "ate_router_parked_no_room_requests"),
+        "router_resumes": _prom(pages["router"], "ate_router_resumes"),
     }
+
+
+async def _parked(client: httpx.AsyncClient, stack: stack_mod.Stack) -> tuple[float, float]:
+    """The router's gauges now: requests parked for their actor, and of those, for lack of room."""
+    try:
+        page = (await client.get(stack.router_metrics, timeout=5)).text
+    except httpx.HTTPError:
+        return (0.0, 0.0)
+    return (
+        sum(_prom(page, "ate_router_parked_requests").values()),
+        sum(_prom(page, "ate_router_parked_no_room_requests").values()),
+    )
 
 
 def _delta(before: dict[str, float], after: dict[str, float]) -> dict[str, float]:
@@ -241,11 +253,17 @@ async def _phase(
                 samples.append(Sample(mode, name, tier, sent - start, done - sent, status, outcome, detail))
             await asyncio.sleep(think())
 
+    gauges: list[tuple[float, float]] = []
+
     async def progress() -> None:
+        reported = start
         while time.monotonic() < end:
-            await asyncio.sleep(10)
-            served = sum(s.outcome == "served" for s in samples)
-            log(f"{mode}: {time.monotonic() - start:.0f} s, {len(samples)} requests, {served} served")
+            await asyncio.sleep(0.5)
+            gauges.append(await _parked(metrics, stack))
+            if time.monotonic() - reported >= 10:
+                reported = time.monotonic()
+                served = sum(s.outcome == "served" for s in samples)
+                log(f"{mode}: {reported - start:.0f} s, {len(samples)} requests, {served} served")
 
     ticker = asyncio.create_task(progress())
     try:
@@ -265,6 +283,13 @@ async def _phase(
         "think_long_mean": long_mean,
         "samples": samples,
         "metrics": {k: _delta(before[k], after[k]) for k in before},
+        "parked": {
+            "samples": len(gauges),
+            "max": max((g[0] for g in gauges), default=0.0),
+            "mean": sum(g[0] for g in gauges) / len(gauges) if gauges else 0.0,
+            "no_room_max": max((g[1] for g in gauges), default=0.0),
+            "no_room_mean": sum(g[1] for g in gauges) / len(gauges) if gauges else 0.0,
+        },
         "history": histories,
     }
 
@@ -275,6 +300,7 @@ async def _histories(
     """From the actors' operation records started during the mode: operations by kind, outcome and
     reason class, and the distinct actors each worker served (ResumeActor records)."""
     ops: Counter[str] = Counter()
+    durations: dict[str, list[float]] = defaultdict(list)
     per_worker: dict[str, set[str]] = defaultdict(set)
     truncated = 0
     for i in range(actors):
@@ -289,11 +315,14 @@ async def _histories(
             reason = op.get("reason") or ""
             why = "pressure" if reason.startswith("pressure:") else "idle" if reason.startswith("idle for") else "asked"
             ops[f"{op['operation']} {op.get('outcome')} ({why})"] += 1
+            if op.get("outcome") == "ok" and op.get("duration_seconds") is not None:
+                durations[f"{op['operation']} ({why})"].append(float(op["duration_seconds"]))
             if op["operation"] == "ResumeActor" and op.get("outcome") == "ok" and op.get("worker"):
                 per_worker[op["worker"].split(" ")[0]].add(name)
     return {
         "operations": dict(sorted(ops.items())),
         "actors_per_worker": {w: len(a) for w, a in sorted(per_worker.items())},
+        "durations": {k: summary(v) for k, v in sorted(durations.items())},
         "truncated_histories": truncated,
     }
 
@@ -407,14 +436,24 @@ def run(
                              for k, v in m["pressure_suspends"].items()) or "none"  # fmt: skip
         idle_m = ", ".join(f"{_labels(k).get('action', '?')} {_labels(k).get('outcome', '?')} x{v:g}"
                            for k, v in m["idle_actions"].items()) or "none"  # fmt: skip
-        parked = sum(m["parked_no_room"].values())
+        parked = results[mode]["parked"]
+        resumes = ", ".join(f"{_labels(k).get('outcome', '?')} x{v:g}" for k, v in m["router_resumes"].items())
         lines.append(
             f"pressure suspends (worker metric): {pressure}; idle actions (API metric): {idle_m}; "
-            f"requests parked for room (router): {parked:g}"
+            f"router resume calls: {resumes or 'none'}"
+        )
+        lines.append(
+            f"requests parked (router gauge, every 0.5 s): max {parked['max']:g}, mean {parked['mean']:.2f}; "
+            f"of which for lack of room: max {parked['no_room_max']:g}, mean {parked['no_room_mean']:.2f}"
         )
         lines.append(
             "operations (histories): " + (", ".join(f"{k} x{v}" for k, v in h["operations"].items()) or "none")
         )
+        if h["durations"]:
+            lines.append(
+                "operation time (histories, ok, p50/p95 ms): "
+                + ", ".join(f"{k} {ms(v['p50']):.0f}/{ms(v['p95']):.0f}" for k, v in h["durations"].items())
+            )
         per = h["actors_per_worker"]
         lines.append(f"actors per worker: {actors / workers:g} nominal; distinct actors served per worker: "
                      + (", ".join(f"{w} {n}" for w, n in per.items()) or "none")
