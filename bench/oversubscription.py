@@ -35,8 +35,9 @@ and both must be exactly one more than the actor's previous answer (a failed req
 them as they were). Reported per mode: requests served/failed (failures by status), p50/p95 per
 tier, the pressure suspends (the Temporal worker's `ate_pressure_suspends_total`, and the actors'
 histories: operations whose reason starts `pressure:`), idle actions (the API's
-`ate_idle_actions_total`, and reasons `idle for ...`), the router's requests parked for lack of
-room, and actors per worker (nominal, and how many distinct actors each worker served, from the
+`ate_idle_actions_total`, and reasons `idle for ...`), the router's resume calls by outcome and
+its parked requests (gauges sampled every 0.5 s, all and those for lack of room), the operations'
+times from the histories, and actors per worker (nominal, and how many distinct actors each worker served, from the
 ResumeActor records). A last line `KEY oversubscription: ...` compares both modes. Goal (issue
 27): every request served with its memory intact at 50 actors per worker.
 

@@ -10,7 +10,7 @@ import asyncpg
 
 from domain.quantities import check_worker_places
 from domain.refs import ActorRef
-from domain.states import ActorState
+from domain.states import ON_WORKER, ActorState
 from domain.temporal import template_workflow_id
 from store.crashes import crash_on_worker, hold_for_drain, hold_router_draining_workers
 from store.errors import InvalidArgument, NodeRetired, NotFound
@@ -275,7 +275,7 @@ class Nodes:
                     if order is not None:
                         orders.append(order)
                     continue
-                if row["state"] != ActorState.RUNNING or not row["settled"]:
+                if row["state"] not in ON_WORKER or not row["settled"]:
                     continue
                 if running is None or not _held_by(row["holder"], *running):
                     await crash_on_worker(

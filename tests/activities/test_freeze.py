@@ -122,3 +122,14 @@ async def test_a_silent_node_makes_a_frozen_actor_unreachable_and_its_return_fro
     actor = await stage.actors.get(ref)
     assert actor.state == "FROZEN"  # its sandbox is still stopped there: not RUNNING
     assert actor.worker is not None and actor.worker.name == home
+
+
+async def test_a_frozen_actor_whose_node_lost_its_sandbox_is_crashed(stage: Store) -> None:
+    # RUNNING, FROZEN --its sandbox exited (the node restarted without it)--> CRASHED
+    ref, home = await frozen_actor(stage)
+    other = "w0" if home == "w1" else "w1"
+    await stage.pool.execute("UPDATE actors SET updated_at = now() - interval '1 minute'")  # settled
+    await stage.nodes.register("n1", "127.0.0.1:1", "v", WORKERS, {home: None, other: None})
+    actor = await stage.actors.get(ref)
+    assert actor.state == "CRASHED" and actor.worker is None
+    assert f"sandbox not found on worker {home} (n1)" in (actor.last_error or "")
