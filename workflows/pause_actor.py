@@ -63,7 +63,7 @@ class PauseActorWorkflow:
         operation_id = workflow.info().run_id
         actor = request.actor
         timings: dict[str, float] = {}
-        show_step("mark pausing")
+        show_step("mark pausing" + (f" ({request.reason})" if request.reason else ""))
         started = workflow.time()
         plan: PausePlan = await db_step(
             Activity.BEGIN_PAUSE,

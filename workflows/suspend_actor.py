@@ -91,7 +91,7 @@ class SuspendActorWorkflow:
         operation_id = workflow.info().run_id
         actor = request.actor
         timings: dict[str, float] = {}
-        show_step("mark suspending")
+        show_step("mark suspending" + (f" ({request.reason})" if request.reason else ""))
         started = workflow.time()
         plan: SuspendPlan = await db_step(
             Activity.BEGIN_SUSPEND,
