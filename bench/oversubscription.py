@@ -252,7 +252,7 @@ async def _phase(
                     outcome, detail = type(exc).__name__, str(exc)[:200]
                 done = time.monotonic()
                 samples.append(Sample(mode, name, tier, sent - start, done - sent, status, outcome, detail))
-            await asyncio.sleep(think())
+            await asyncio.sleep(min(think(), max(end - time.monotonic(), 0.0)))
 
     gauges: list[tuple[float, float]] = []
 
