@@ -59,7 +59,7 @@ class DbActivities:
     @activity_defn(Activity.FINISH_FREEZE)
     async def finish_freeze(self, request: FinishFreezeInput) -> None:
         """The sandbox is stopped: the actor rests FROZEN, the operation is recorded finished."""
-        await self.store.freezes.finish(request.actor, request.operation_id)
+        await self.store.freezes.finish(request.actor, request.operation_id, request.error)
 
     @activity_defn(Activity.ROLLBACK_FREEZE)
     async def rollback_freeze(self, request: FinishFreezeInput) -> None:
@@ -103,6 +103,11 @@ class DbActivities:
         """How far this operation's place_and_restore got (`Resumes.progress`), read after it
         failed: RUNNING (its answer was lost), RESUMING on a worker (to roll back), or nothing."""
         return await self.store.resumes.progress(request.actor, request.operation_id)
+
+    @activity_defn(Activity.ROLLBACK_THAW)
+    async def rollback_thaw(self, request: FinishInput) -> None:
+        """RESUMING -> FROZEN after a thaw that failed for good, recording the error (`request.error`)."""
+        await self.store.resumes.rollback_thaw(request.actor, request.operation_id, request.error or "thaw failed")
 
     @activity_defn(Activity.ROLLBACK_RESUME)
     async def rollback_resume(self, request: FinishInput) -> None:

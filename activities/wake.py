@@ -5,8 +5,6 @@ request meanwhile and keeps its drains; the actor's idle policy takes it down ag
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import httpx
 from temporalio import activity
 from temporalio.exceptions import ApplicationError
@@ -24,26 +22,30 @@ RETRY_STATUSES = frozenset({502, 503, 504})
 retry policy tries again."""
 
 
+REFUSED_STATUSES = {401: "asks for a credential (its template says access: token; a wake carries none)",
+                    403: "refused it", 404: "does not know the actor (deleted?)"}
+"""Answers that end a wake as failed, not retried: the wake did not reach the actor."""
+
+
 class WakeActivities:
     """The wake's request, through the router at `router_url` (None: wakes cannot be sent; each
-    fails naming the setting), with the bearer token in `token_file` when the actor's template
-    asks for one (`access: token`)."""
+    fails naming the setting). A wake carries no credential: ate does not speak for a user to an
+    actor, and a credential sent along could reach the actor's sandbox (`passCredential`)."""
 
-    def __init__(self, router_url: str | None, token_file: Path | None = None) -> None:
+    def __init__(self, router_url: str | None) -> None:
         self.router_url = router_url.rstrip("/") if router_url else None
-        self.token_file = token_file
 
     @activity_defn(Activity.WAKE_REQUEST)
     async def wake_request(self, request: WakeActorInput) -> WakeActorResult:
         """Send `GET request.path` to `request.actor` through the router.
 
         Returns:
-            The status and the first 200 characters of the body (a 4xx is the actor's or the
-            router's answer to the wake, returned, not retried).
+            The status and the first 200 characters of the body (the actor's answer).
 
         Raises:
-            ApplicationError: the router is not configured (non-retryable), or it answered 502,
-                503 or 504, or could not be reached (retryable).
+            ApplicationError: the router is not configured, or answered 401, 403 or 404 (the
+                wake did not reach the actor; non-retryable), or it answered 502, 503 or 504, or
+                could not be reached (retryable).
         """
         if self.router_url is None:
             raise ApplicationError(
@@ -52,13 +54,17 @@ class WakeActivities:
                 non_retryable=True,
             )
         headers = {"ate-target-actor": request.actor.key, "ate-wake": request.reason or "wake"}
-        if self.token_file is not None:
-            headers["Authorization"] = f"Bearer {self.token_file.read_text().strip()}"
         try:
             async with httpx.AsyncClient(timeout=WAKE_TIMEOUT_SECONDS) as client:
                 response = await client.get(self.router_url + request.path, headers=headers)
         except httpx.HTTPError as error:
             raise ApplicationError(f"the router at {self.router_url} did not answer: {error}") from error
+        if response.status_code in REFUSED_STATUSES:
+            raise ApplicationError(
+                f"the router {REFUSED_STATUSES[response.status_code]}: {response.status_code} for {request.actor.key}",
+                type=Reason.FAILED_PRECONDITION,
+                non_retryable=True,
+            )
         if response.status_code in RETRY_STATUSES:
             raise ApplicationError(
                 f"the router answered {response.status_code} for {request.actor.key}: {response.text[:200]}"

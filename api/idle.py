@@ -7,8 +7,8 @@ last traffic any router replica reported or since their last resume), picks each
 (`IdlePolicy.next_step`: a RUNNING actor its first, a FROZEN one the first after Freeze, a PAUSED
 one its Suspend) and, when the actor has been idle that long, starts the step's workflow under the
 actor's workflow ID with the reason `idle for N s`: FreezeActor, PauseActor or SuspendActor. A
-step taken from RUNNING gives way to traffic (`if_idle`): a router replica with a request in
-flight makes it abandon, and the actor's idle time starts again.
+step gives way to traffic (`if_idle`): a router replica with a request in flight (or parked) for
+the actor makes it abandon, and the actor's idle time starts again.
 
 Durable and idempotent without a record of its own, like the automatic recovery: what is due is
 in PostgreSQL, a started workflow runs to its end whatever happens to this process, and the
@@ -80,10 +80,10 @@ def due_step(actor: IdleActor) -> IdleStep | None:
 
 
 def workflow_input(actor: IdleActor, step: IdleStep) -> Any:
-    """The workflow input of `step` for `actor`, carrying the reason; from RUNNING it gives way
-    to traffic (`if_idle`): nothing reaches a FROZEN or PAUSED actor's sandbox."""
+    """The workflow input of `step` for `actor`, carrying the reason; it gives way to traffic
+    (`if_idle`) whatever the state read: a request may have thawed a FROZEN actor since."""
     reason = idle_reason(actor.idle_seconds)
-    if_idle = actor.state is ActorState.RUNNING
+    if_idle = True  # the state read may be stale (a request may have thawed it since): always give way
     if step.action is IdleAction.FREEZE:
         return FreezeActorInput(actor=actor.actor, reason=reason, if_idle=if_idle)
     if step.action is IdleAction.PAUSE:

@@ -26,6 +26,8 @@ class Activity(StrEnum):
     """Whether this operation marked the actor RUNNING already (its answer was lost)."""
     RESUME_PROGRESS = "resume_progress"
     """How far a failed `place_and_restore` got: RUNNING, RESUMING on a worker, or nothing."""
+    ROLLBACK_THAW = "rollback_thaw"
+    """RESUMING -> FROZEN after a failed thaw (the frozen sandbox and its memory are kept)."""
     ROLLBACK_RESUME = "rollback_resume"
     """RESUMING -> SUSPENDED (or PAUSED) and free the place, recording the error."""
     BEGIN_SUSPEND = "begin_suspend"

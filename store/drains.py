@@ -9,7 +9,7 @@ import asyncpg
 
 from domain.operations.drain import DrainPlan
 from domain.refs import ActorRef, WorkerRef
-from domain.states import ActorState
+from domain.states import ON_WORKER, ActorState
 from store.crashes import hold_for_drain, hold_router_draining_workers
 from store.errors import NotFound
 from store.placement import Placement
@@ -40,7 +40,7 @@ class Drains:
                       *await connection.fetch(Q["actors_pinned_to_node"], node)]  # fmt: skip
             for actor in actors:
                 ref = ActorRef(actor["atespace"], actor["name"])
-                if actor["state"] in (ActorState.RUNNING, ActorState.PAUSED):
+                if actor["state"] in (*ON_WORKER, ActorState.PAUSED):
                     if ref not in plan.running:
                         plan.running.append(ref)
                 else:

@@ -65,9 +65,10 @@ class Freezes:
                 await connection.execute(Q["set_operation_reason"], operation_id, reason)
             return FreezePlan(already_frozen=False, worker=worker)
 
-    async def finish(self, ref: ActorRef, operation_id: str) -> None:
-        """The sandbox is stopped: the actor rests FROZEN and the operation is recorded finished
-        (idempotent: a repeat finds it resting).
+    async def finish(self, ref: ActorRef, operation_id: str, error: str | None = None) -> None:
+        """The sandbox is stopped (or, with `error`, may be): the actor rests FROZEN and the
+        operation is recorded finished, `failed` with the error when given (idempotent: a repeat
+        finds it resting).
 
         Raises:
             FailedPrecondition: the actor is no longer held by this freeze (a revert or a delete
@@ -75,7 +76,7 @@ class Freezes:
         """
         async with self.pool.acquire() as connection, connection.transaction():
             updated = await connection.fetchval(Q["finish_actor_freeze"], ref.atespace, ref.name, operation_id)
-            await connection.execute(Q["finish_operation"], operation_id, "ok", None, None)
+            await connection.execute(Q["finish_operation"], operation_id, "failed" if error else "ok", error, None)
             if updated is not None:
                 return
             row = await connection.fetchrow(Q["get_actor"], ref.atespace, ref.name)

@@ -35,9 +35,10 @@ class Idleness:
         self.pool = pool
 
     async def candidates(self, limit: int = 1000) -> list[IdleActor]:
-        """RUNNING, FROZEN and PAUSED actors with no operation in flight whose policy's first
-        step is due, the longest idle first (at most `limit`); the caller picks each one's next
-        step (`IdlePolicy.next_step`). A stored policy that no longer parses is skipped."""
+        """RUNNING, FROZEN and PAUSED actors with no operation in flight whose policy's next step
+        (beyond their resting state) is due, the longest idle first (at most `limit`); the caller
+        picks that step again (`IdlePolicy.next_step`). A stored policy that no longer parses is
+        skipped."""
         found = []
         for row in await self.pool.fetch(Q["idle_candidates"], limit):
             try:

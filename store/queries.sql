@@ -67,7 +67,7 @@ RETURNING atespace, name;
 -- get_actor --
 -- One actor with its worker and its latest snapshot (primary-key lookup).
 SELECT a.atespace, a.name, a.template, a.state, a.version, a.worker_selector, a.operation,
-       a.operation_id, a.last_error, a.created_at, a.updated_at,
+       a.operation_id, a.last_error, a.created_at, a.updated_at, a.resumed_from,
        w.id AS worker_id, w.pool AS worker_pool, w.name AS worker_name, w.node AS worker_node,
        w.ip AS worker_ip, n.address AS atelet_address,
        s.id AS snapshot_id, s.generation AS snapshot_generation, s.scope AS snapshot_scope,
@@ -260,7 +260,7 @@ DELETE FROM snapshots WHERE id = $1 AND state = 'PENDING';
 
 -- mark_actor_suspending --
 -- RUNNING|PAUSED -> SUSPENDING with the snapshot being written, guarded by version.
-UPDATE actors SET state = 'SUSPENDING', operation = 'SuspendActor', operation_id = $4,
+UPDATE actors SET state = 'SUSPENDING', operation = 'SuspendActor', operation_id = $4, suspended_from = state,
                   in_progress_snapshot_id = $5, version = version + 1, updated_at = now()
 WHERE atespace = $1 AND name = $2 AND version = $3
 RETURNING version;
@@ -276,9 +276,12 @@ WHERE atespace = $1 AND name = $2 AND state = 'SUSPENDING' AND operation_id = $3
 RETURNING version;
 
 -- rollback_actor_suspend --
--- SUSPENDING|PAUSING -> RUNNING after a failed checkpoint (the sandbox still runs), or
--- SUSPENDING -> PAUSED after a failed upload of the local snapshot (it is still on its node).
-UPDATE actors SET state = CASE WHEN local_snapshot_id IS NULL THEN 'RUNNING' ELSE 'PAUSED' END,
+-- SUSPENDING|PAUSING -> RUNNING after a failed checkpoint (the sandbox still runs), FROZEN when it
+-- started from FROZEN (its sandbox may still be frozen: a checkpoint thaws it only when it runs;
+-- the next resume's thaw is a no-op on a running one), or SUSPENDING -> PAUSED after a failed
+-- upload of the local snapshot (it is still on its node).
+UPDATE actors SET state = CASE WHEN local_snapshot_id IS NOT NULL THEN 'PAUSED'
+                               WHEN suspended_from = 'FROZEN' THEN 'FROZEN' ELSE 'RUNNING' END,
                   in_progress_snapshot_id = NULL, operation = NULL,
                   last_error = $4, version = version + 1, updated_at = now()
 WHERE atespace = $1 AND name = $2 AND state IN ('SUSPENDING', 'PAUSING') AND operation_id = $3
@@ -590,7 +593,7 @@ SELECT EXISTS (SELECT 1 FROM actors WHERE atespace = $1 AND name = $2 AND worker
 
 -- mark_actor_pausing --
 -- RUNNING -> PAUSING with the local snapshot being written, guarded by version.
-UPDATE actors SET state = 'PAUSING', operation = 'PauseActor', operation_id = $4,
+UPDATE actors SET state = 'PAUSING', operation = 'PauseActor', operation_id = $4, suspended_from = state,
                   in_progress_snapshot_id = $5, version = version + 1, updated_at = now()
 WHERE atespace = $1 AND name = $2 AND version = $3
 RETURNING version;
@@ -894,17 +897,28 @@ UPDATE operations SET reason = $2 WHERE operation_id = $1;
 
 -- idle_candidates --
 -- The actors an idle policy may act on now: RUNNING, FROZEN or PAUSED, no operation in flight,
--- an idle policy (their own, else their template's) whose first step is due. Only actors on a
--- worker or pinned to a node are looked at (by state: bounded by the workers' places and the
--- nodes' disks, not by the actor population); the longest idle first, at most $1.
-SELECT a.atespace, a.name, a.state, COALESCE(a.idle_policy, t.spec -> 'idle') AS policy,
+-- whose next step (the policy's first for RUNNING, its first beyond Freeze for FROZEN, its Suspend
+-- for PAUSED; their own policy, else their template's) is due. Only actors on a worker or pinned to
+-- a node are looked at (by state: bounded by the workers' places and the nodes' disks, not by the
+-- actor population); those with nothing left to do never come back, so they cannot crowd out the
+-- rest. The longest idle first, at most $1.
+SELECT a.atespace, a.name, a.state, p.policy,
        EXTRACT(EPOCH FROM now() - a.last_active_at)::float8 AS idle_seconds
-FROM actors a JOIN actor_templates t ON t.atespace = a.atespace AND t.name = a.template
+FROM actors a
+JOIN actor_templates t ON t.atespace = a.atespace AND t.name = a.template
+CROSS JOIN LATERAL (SELECT COALESCE(a.idle_policy, t.spec -> 'idle') AS policy) p
+CROSS JOIN LATERAL (
+    SELECT (step ->> 'afterSeconds')::float8 AS after_seconds
+    FROM jsonb_array_elements(CASE WHEN jsonb_typeof(p.policy) = 'array' THEN p.policy ELSE '[]'::jsonb END)
+         WITH ORDINALITY AS s(step, position)
+    WHERE a.state = 'RUNNING'
+       OR (a.state = 'FROZEN' AND step ->> 'action' <> 'Freeze')
+       OR (a.state = 'PAUSED' AND step ->> 'action' = 'Suspend')
+    ORDER BY position
+    LIMIT 1
+) next
 WHERE a.state IN ('RUNNING', 'FROZEN', 'PAUSED') AND a.operation IS NULL
-  AND jsonb_typeof(COALESCE(a.idle_policy, t.spec -> 'idle')) = 'array'
-  AND jsonb_array_length(COALESCE(a.idle_policy, t.spec -> 'idle')) > 0
-  AND a.last_active_at
-      <= now() - make_interval(secs => (COALESCE(a.idle_policy, t.spec -> 'idle') -> 0 ->> 'afterSeconds')::float8)
+  AND a.last_active_at <= now() - make_interval(secs => next.after_seconds)
 ORDER BY a.last_active_at
 LIMIT $1;
 
@@ -942,3 +956,11 @@ WHERE a.state IN ('RUNNING', 'FROZEN') AND a.operation IS NULL
   AND NOT (a.atespace = $1 AND a.name = $2)
 ORDER BY a.state = 'FROZEN' DESC, a.last_active_at
 LIMIT $3;
+
+-- rollback_actor_thaw --
+-- RESUMING -> FROZEN after a thaw that failed for good ($4: why): the sandbox keeps its worker, its
+-- place and its memory (frozen, as far as anyone knows); the next resume thaws it again.
+UPDATE actors SET state = 'FROZEN', operation = NULL, resumed_from = NULL, last_error = $4,
+                  version = version + 1, updated_at = now()
+WHERE atespace = $1 AND name = $2 AND state = 'RESUMING' AND operation_id = $3 AND resumed_from = 'FROZEN'
+RETURNING version;

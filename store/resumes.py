@@ -175,7 +175,18 @@ class Resumes:
             bound = row is not None and row["state"] == ActorState.RESUMING and row["operation_id"] == operation_id
             if row is None or not (running or bound) or row["worker_id"] is None:
                 return ResumeProgress(running=False)
-            return ResumeProgress(running=running, worker=await self.placement.worker_ref(connection, row["worker_id"]))
+            return ResumeProgress(
+                running=running,
+                worker=await self.placement.worker_ref(connection, row["worker_id"]),
+                thaw=bound and row["resumed_from"] == ActorState.FROZEN,
+            )
+
+    async def rollback_thaw(self, ref: ActorRef, operation_id: str, error: str) -> None:
+        """RESUMING -> FROZEN after a thaw that failed for good: the sandbox keeps its worker, its
+        place and its memory; the next resume thaws it again (idempotent)."""
+        async with self.pool.acquire() as connection, connection.transaction():
+            await connection.fetchval(Q["rollback_actor_thaw"], ref.atespace, ref.name, operation_id, error)
+            await connection.execute(Q["finish_operation"], operation_id, "failed", error, None)
 
     async def rollback(self, ref: ActorRef, operation_id: str, error: str) -> None:
         """RESUMING -> SUSPENDED (PAUSED when it came from there) after a failed resume; frees

@@ -142,6 +142,7 @@ def activities(
         db.rollback_freeze,
         atelets.freeze,
         db.pressure_victims,
+        db.rollback_thaw,
         wakes.wake_request,
     ]
 
@@ -154,7 +155,7 @@ def build_worker(client: Client, store: Store, atelets: AteletActivities, settin
         workflows=WORKFLOWS,
         workflow_runner=workflow_runner(),
         activities=activities(
-            DbActivities(store), atelets, WakeActivities(settings.router_url, settings.router_token_file)
+            DbActivities(store), atelets, WakeActivities(settings.router_url)
         ),
         max_concurrent_workflow_tasks=settings.max_concurrent_workflow_tasks,
         max_concurrent_local_activities=settings.max_concurrent_local_activities,
@@ -214,7 +215,6 @@ def main(argv: list[str] | None = None) -> None:
                         "(env ATE_ATELET_CLIENT_TLS_CERT)")
     parser.add_argument("--atelet-client-tls-key", help="PEM: its key (env ATE_ATELET_CLIENT_TLS_KEY)")
     parser.add_argument("--router-url", help="a router's base URL, where schedules' wakes are sent (env ATE_ROUTER_URL)")
-    parser.add_argument("--router-token-file", help="a token file wakes carry as bearer (env ATE_ROUTER_TOKEN_FILE)")
     parser.add_argument("--atelet-client-tls-ca", help="PEM: the CA of the nodes' certificates (env ATE_ATELET_CLIENT_TLS_CA)")
     args = parser.parse_args(argv)
     overrides = {
@@ -228,7 +228,6 @@ def main(argv: list[str] | None = None) -> None:
             "atelet_client_tls_key": args.atelet_client_tls_key,
             "atelet_client_tls_ca": args.atelet_client_tls_ca,
             "router_url": args.router_url,
-            "router_token_file": args.router_token_file,
         }.items()
         if v
     }

@@ -28,8 +28,6 @@ class WorkerSettings(BaseSettings):
     snapshot_gc_min_age_seconds: float = 60.0
     router_url: str | None = None
     """Where wakes (schedules) send their requests: a router's base URL (`ATE_ROUTER_URL`)."""
-    router_token_file: Path | None = None
-    """A token file whose bearer token wakes carry (for actors whose template says `access: token`)."""
     atelet_client_tls_cert: Path | None = None
     atelet_client_tls_key: Path | None = None
     atelet_client_tls_ca: Path | None = None

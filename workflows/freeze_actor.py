@@ -12,8 +12,10 @@ Steps (operation ID = this run's ID, each idempotent):
    untouched.
 3. freeze: `atelet_freeze` stops the sandbox (the kernel's cgroup freezer, or a stopped VM).
 4. finish: `finish_freeze` records the operation done; the actor rests FROZEN.
-If the atelet cannot stop the sandbox, the actor goes back to RUNNING (`rollback_freeze`) and the
-atelet's reason is raised.
+If the atelet refuses (the sandbox was not touched), the actor goes back to RUNNING
+(`rollback_freeze`); if it fails otherwise (unreachable, timed out: it may have frozen the
+sandbox), the actor rests FROZEN, since its next resume's thaw is a no-op on a running sandbox.
+Either way the atelet's reason is raised.
 """
 
 from __future__ import annotations
@@ -34,7 +36,13 @@ with workflow.unsafe.imports_passed_through():
         FreezeActorResult,
         FreezePlan,
     )
+    from domain.reasons import Reason
     from domain.states import Operation
+
+
+NOT_FROZEN = frozenset({Reason.ATELET_FAILED_PRECONDITION, Reason.ATELET_NOT_FOUND, Reason.ATELET_INVALID_ARGUMENT})
+"""The atelet's refusals that say it did not touch the sandbox: the actor goes back to RUNNING.
+Any other failure (unreachable, timed out) leaves it FROZEN, the state that is safe either way."""
 
 
 def _outcome(result: FreezeActorResult) -> str:
@@ -75,7 +83,7 @@ class FreezeActorWorkflow:
         drained = await drain_routers(actor, operation_id, if_idle=request.if_idle)
         if drained is not None:
             timings["drain"] = drained.waited_seconds
-            if drained.busy:
+            if request.if_idle and drained.busy:
                 show_step(f"abandoned: a request is in flight on {', '.join(drained.busy)}")
                 await db_step(Activity.ROLLBACK_FREEZE, finish)
                 return FreezeActorResult(actor=actor, abandoned=True, timings=timings)
@@ -88,12 +96,17 @@ class FreezeActorWorkflow:
                 result_type=AteletFreezeResult,
             )
         except ApplicationError as error:
-            show_step("rollback")
-            await db_step(
-                Activity.ROLLBACK_FREEZE,
-                FinishFreezeInput(actor=actor, operation_id=operation_id, error=error.message),
-            )
-            raise reraise(error, f"freeze of actor {actor.key} failed; it keeps running: ") from error
+            settled = FinishFreezeInput(actor=actor, operation_id=operation_id, error=error.message)
+            if error.type in NOT_FROZEN:  # the atelet refused: the sandbox was not touched
+                show_step("rollback")
+                await db_step(Activity.ROLLBACK_FREEZE, settled)
+                raise reraise(error, f"freeze of actor {actor.key} failed; it keeps running: ") from error
+            # The atelet may have frozen it before it stopped answering: FROZEN is the safe answer
+            # (the next resume's thaw is a no-op on a sandbox that runs).
+            show_step("rests FROZEN (outcome unknown)")
+            await db_step(Activity.FINISH_FREEZE, settled)
+            raise reraise(error, f"freeze of actor {actor.key} may not have completed; it rests FROZEN and its next "
+                          "request thaws it: ") from error  # fmt: skip
         timings["atelet"] = workflow.time() - started
         timings["atelet_freeze"] = frozen.seconds
         await db_step(Activity.FINISH_FREEZE, finish)

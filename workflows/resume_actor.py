@@ -170,6 +170,10 @@ class ResumeActorWorkflow:
             timings["atelet"] = workflow.time() - started
             show_step("done")
             return ResumeActorResult(actor=actor, worker=progress.worker, timings=timings)
+        if progress.thaw:  # the frozen sandbox holds the actor's memory: keep it, FROZEN again
+            show_step("rollback to FROZEN")
+            await db_step(Activity.ROLLBACK_THAW, FinishInput(actor=actor, operation_id=operation_id, error=error.message))
+            raise error
         if progress.worker is not None:
             await self._roll_back(progress.worker, actor, operation_id, error)
         raise error

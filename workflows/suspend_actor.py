@@ -124,7 +124,7 @@ class SuspendActorWorkflow:
                 drained = await drain_routers(actor, operation_id, if_idle=request.if_idle)
                 if drained is not None:
                     timings["drain"] = drained.waited_seconds
-                    if drained.busy:  # an idle or pressure suspend gives way to the request in flight
+                    if request.if_idle and drained.busy:  # an idle or pressure suspend gives way to the request in flight
                         show_step(f"abandoned: a request is in flight on {', '.join(drained.busy)}")
                         await drop_snapshot(actor, operation_id, plan.snapshot.snapshot_id, ABANDONED, abandoned=True)
                         return SuspendActorResult(actor=actor, abandoned=True, timings=timings)

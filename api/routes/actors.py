@@ -221,7 +221,31 @@ async def actor_operations(
     return {"items": [operation_view(o) for o in await store.history.of_actor(ref, limit)]}
 
 
+GIVING_WAY = frozenset({Operation.SUSPEND, Operation.PAUSE, Operation.FREEZE})
+"""Operations ate also starts by itself (idle steps, pressure), which give way to traffic."""
+
+
 async def _operate(
+    store: StoreDep,
+    temporal: TemporalDep,
+    ref: ActorRef,
+    operation: Operation,
+    argument: object,
+    result_type: type[object],
+    resting: ActorState,
+    timeout: float,
+    changes: ActorChanges | None = None,
+) -> ActorPublic:
+    """`_operate_once`, and once more when it attached to an operation of the same kind that ate
+    had started by itself and that gave way to a request (the actor is not `resting` and nothing
+    holds it): what a user asks for is done, not silently dropped."""
+    view = await _operate_once(store, temporal, ref, operation, argument, result_type, resting, timeout, changes)
+    if operation in GIVING_WAY and view.state != resting.value and view.operation is None:
+        view = await _operate_once(store, temporal, ref, operation, argument, result_type, resting, timeout, changes)
+    return view
+
+
+async def _operate_once(
     store: StoreDep,
     temporal: TemporalDep,
     ref: ActorRef,

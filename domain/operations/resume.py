@@ -81,3 +81,6 @@ class ResumeProgress:
 
     running: bool
     worker: WorkerRef | None = None
+    thaw: bool = False
+    """The resume was thawing a FROZEN actor in place: a failure goes back to FROZEN, never
+    terminating the sandbox (its memory is the actor's)."""

@@ -12,6 +12,9 @@
 -- it goes back to when its node answers again.
 -- resumed_from: FROZEN while a resume thaws the actor in place (a retry of that resume thaws
 -- again instead of restoring a snapshot onto the worker that holds the frozen sandbox).
+-- suspended_from: the resting state a SUSPENDING or PAUSING actor left (RUNNING or FROZEN), the
+-- state a failed or abandoned checkpoint goes back to (a frozen sandbox is thawed only by the
+-- checkpoint itself).
 -- operations.reason: why ate started an operation by itself ('idle for 300 s', 'pressure: ...').
 -- router_drains.if_idle / router_drain_acks.busy: an idle action's drain is abandoned by a
 -- replica that has a request in flight for the actor (the request wins).
@@ -20,6 +23,7 @@ ALTER TABLE actors ADD COLUMN idle_policy jsonb;
 ALTER TABLE actors ADD COLUMN running_since timestamptz;
 ALTER TABLE actors ADD COLUMN unreachable_from text;
 ALTER TABLE actors ADD COLUMN resumed_from text;
+ALTER TABLE actors ADD COLUMN suspended_from text;
 ALTER TABLE operations ADD COLUMN reason text;
 ALTER TABLE router_drains ADD COLUMN if_idle boolean NOT NULL DEFAULT false;
 ALTER TABLE router_drain_acks ADD COLUMN busy boolean NOT NULL DEFAULT false;

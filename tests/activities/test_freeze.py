@@ -109,6 +109,11 @@ async def test_a_frozen_actor_is_suspended_paused_and_reverted_like_a_running_on
     paused = await stage.pauses.begin(ref2, "pb", "idle for 60 s")
     assert paused.worker is not None and (await stage.actors.get(ref2)).state == "PAUSING"
     assert await reason_of(stage, "pb") == "idle for 60 s"
+    assert paused.snapshot is not None
+    await stage.suspends.rollback(ref2, "pb", paused.snapshot.snapshot_id, "disk full")
+    # Back to FROZEN, not RUNNING: only the checkpoint itself thaws the sandbox, and a failure may
+    # come before it (FROZEN is safe either way: the next resume's thaw is a no-op on a running one).
+    assert (await stage.actors.get(ref2)).state == "FROZEN"
 
 
 async def test_a_silent_node_makes_a_frozen_actor_unreachable_and_its_return_frozen_again(stage: Store) -> None:
@@ -133,3 +138,48 @@ async def test_a_frozen_actor_whose_node_lost_its_sandbox_is_crashed(stage: Stor
     actor = await stage.actors.get(ref)
     assert actor.state == "CRASHED" and actor.worker is None
     assert f"sandbox not found on worker {home} (n1)" in (actor.last_error or "")
+
+
+async def test_actors_with_nothing_left_to_do_do_not_crowd_out_the_idle_judge(stage: Store) -> None:
+    # A FROZEN actor whose policy is only Freeze has no next step: it must not take the judge's
+    # places (the query returns the longest idle first, at most `limit`), however long it idles.
+    done, _ = await frozen_actor(stage, "done", "f-done")
+    due = await running_actor(stage, "due", "r-due")
+    policy = [{"afterSeconds": 5, "action": "Freeze"}]
+    for ref, idle in ((done, 9000), (due, 60)):
+        await stage.pool.execute(
+            "UPDATE actors SET idle_policy = $3, last_active_at = now() - make_interval(secs => $4) "
+            "WHERE atespace = $1 AND name = $2", ref.atespace, ref.name, policy, idle,
+        )  # fmt: skip
+    assert [c.actor for c in await stage.idleness.candidates(limit=1)] == [due]
+    await stage.pool.execute(
+        "UPDATE actors SET idle_policy = $2 WHERE name = $1", "done",
+        [{"afterSeconds": 5, "action": "Freeze"}, {"afterSeconds": 100, "action": "Suspend"}],
+    )  # fmt: skip
+    assert [c.actor for c in await stage.idleness.candidates(limit=1)] == [done]  # its Suspend is due now
+
+
+async def test_a_thaw_that_failed_goes_back_to_frozen_keeping_worker_and_place(stage: Store) -> None:
+    ref, home = await frozen_actor(stage)
+    await stage.resumes.begin(ref, "r-thaw")
+    progress = await stage.resumes.progress(ref, "r-thaw")
+    assert progress.thaw and progress.worker is not None and progress.worker.name == home
+    await stage.resumes.rollback_thaw(ref, "r-thaw", "atelet unreachable")
+    actor = await stage.actors.get(ref)
+    assert (actor.state, actor.operation, actor.last_error) == ("FROZEN", None, "atelet unreachable")
+    assert actor.worker is not None and actor.worker.name == home
+    assert await placements(stage) == {ref.workflow_id: home}  # its place and its sandbox are kept
+    plan = await stage.resumes.begin(ref, "r-again")  # the next resume thaws again
+    assert plan.thaw and plan.worker is not None and plan.worker.name == home
+
+
+async def test_a_drained_node_suspends_its_frozen_actors_with_the_running_ones(stage: Store) -> None:
+    # A node's eviction suspends what runs there before its deadline; a FROZEN actor's memory is
+    # on that node too, so it is suspended, not left to be crashed at the deadline.
+    from datetime import UTC, datetime, timedelta
+
+    frozen, _ = await frozen_actor(stage, "cold", "f-cold")
+    warm = await running_actor(stage, "warm", "r-warm")
+    plan = await stage.drains.begin("n1", datetime.now(UTC) + timedelta(minutes=30))
+    assert sorted(plan.running, key=lambda r: r.name) == [frozen, warm]
+    assert plan.other == []

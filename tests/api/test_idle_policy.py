@@ -152,7 +152,7 @@ async def test_the_judge_starts_the_due_step_with_its_reason(
     j3 = temporal.get_workflow_handle(ActorRef(atespace, "j3").workflow_id)
     assert (await j3.describe()).workflow_type == "SuspendActor"
     [suspend] = await _inputs(j3, SuspendActorInput)
-    assert not suspend.if_idle  # nothing reaches a frozen sandbox: no traffic to give way to
+    assert suspend.if_idle  # a request may have thawed it since the judge read it: it gives way
     assert suspend.reason is not None and suspend.reason.startswith("idle for 70")
     for handle in (j1, j3):
         await handle.terminate("test done")

@@ -127,3 +127,24 @@ async def test_an_idle_pause_gives_way_before_its_checkpoint(ate: Ate) -> None:
     [rollback] = ate.fakes.inputs("rollback_suspend")
     assert rollback.abandoned and rollback.snapshot_id == local.snapshot_id
     assert result.abandoned and result.generation is None
+
+
+async def test_a_freeze_whose_outcome_is_unknown_rests_frozen(ate: Ate) -> None:
+    # The atelet stopped answering after it may have frozen the sandbox: FROZEN is the safe state.
+    gone = atelet_failure(grpc.StatusCode.UNAVAILABLE, "atelet restarting", unreachable=True)
+    ate.fakes.script("begin_freeze", PLAN).script("drain_routers", DRAINED)
+    ate.fakes.script("atelet_freeze", gone, gone, gone, gone).script("finish_freeze", None)
+    failure = await ate.failure(FreezeActorWorkflow.run, FreezeActorInput(actor=C1), id=ID)
+    assert failure.message.startswith("freeze of actor demo/c1 may not have completed; it rests FROZEN")
+    assert "rollback_freeze" not in ate.fakes.names()
+    [settled] = ate.fakes.inputs("finish_freeze")
+    assert settled.error is not None
+
+
+async def test_a_busy_answer_does_not_stop_a_suspend_a_user_asked_for(ate: Ate) -> None:
+    ate.fakes.script("begin_suspend", SuspendPlan(already_suspended=False, worker=worker(1), snapshot=snapshot(6)))
+    ate.fakes.script("drain_routers", BUSY)  # a router that says busy to an ordinary drain is not obeyed
+    ate.fakes.script("atelet_checkpoint", atelet_failure(grpc.StatusCode.FAILED_PRECONDITION, "stop here"))
+    ate.fakes.script("suspend_completed", False).script("rollback_suspend", None)
+    await ate.failure(SuspendActorWorkflow.run, SuspendActorInput(actor=C1), id=ID)
+    assert "atelet_checkpoint" in ate.fakes.names()

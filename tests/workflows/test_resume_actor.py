@@ -322,3 +322,16 @@ async def test_after_a_detach_a_superseded_restore_is_not_rolled_back(ate: Ate) 
         "the placement of actor/demo/c1 on worker 1 was taken over",
     )
     assert ate.fakes.names() == ["place_and_restore", "begin_suspend", "begin_resume", "atelet_start"]
+
+
+async def test_a_thaw_that_fails_goes_back_to_frozen_without_terminating_the_sandbox(ate: Ate) -> None:
+    # The frozen sandbox holds the actor's memory: a failed thaw must not throw it away.
+    refused = atelet_failure(grpc.StatusCode.FAILED_PRECONDITION, "cgroup freezer busy")
+    ate.fakes.script("place_and_restore", refused)
+    ate.fakes.script("resume_progress", ResumeProgress(running=False, worker=worker(1), thaw=True))
+    ate.fakes.script("rollback_thaw", None)
+    failure = await ate.failure(RUN, ResumeActorInput(actor=C1), id=ID)
+    assert "cgroup freezer busy" in failure.message
+    assert ate.fakes.names() == ["place_and_restore", "resume_progress", "rollback_thaw"]  # no atelet_terminate
+    [rollback] = ate.fakes.inputs("rollback_thaw")
+    assert rollback.error is not None and "cgroup freezer busy" in rollback.error
