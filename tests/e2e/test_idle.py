@@ -55,8 +55,9 @@ def sandbox_pid(stack: Stack, worker: str) -> int:
     """The PID of the sandbox on `worker`, from runsc's state files (runsc itself cannot answer
     for a cgroup-frozen sandbox)."""
     runsc = Runsc("runsc", (stack.data_dir / "atelet" / "runsc").resolve())
-    [container] = [c for c in runsc.saved_ids() if c.startswith(f"{worker}-")]
-    return runsc.saved_pid(container)
+    pids = [runsc.saved_pid(c) for c in runsc.saved_ids() if c.startswith(f"{worker}-")]
+    [pid] = [p for p in pids if p and Path(f"/proc/{p}").exists()]  # earlier sandboxes' files may linger
+    return pid
 
 
 def test_a_frozen_actor_uses_no_cpu_and_a_request_thaws_it_with_its_memory(stack: Stack) -> None:
