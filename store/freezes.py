@@ -59,10 +59,8 @@ class Freezes:
                 raise VersionConflict("concurrent update conflict, please retry")
             await connection.execute(
                 Q["insert_operation"], operation_id, ref.atespace, ref.name, Operation.FREEZE.value,
-                f"{worker.pool}/{worker.name}",
+                f"{worker.pool}/{worker.name}", reason,
             )  # fmt: skip
-            if reason is not None:
-                await connection.execute(Q["set_operation_reason"], operation_id, reason)
             return FreezePlan(already_frozen=False, worker=worker)
 
     async def finish(self, ref: ActorRef, operation_id: str, error: str | None = None) -> None:
@@ -94,4 +92,4 @@ class Freezes:
             why = error if error is not None else "a request came in: the actor keeps running"
             await connection.execute(Q["finish_operation"], operation_id, outcome, why, None)
             if error is None:  # the request in flight proves it busy now: its idle time starts again
-                await connection.execute(Q["touch_actor"], ref.atespace, ref.name)
+                await connection.execute(Q["touch_actors"], [ref.atespace], [ref.name])

@@ -29,7 +29,7 @@ class IdleActor:
 
 
 class Idleness:
-    """candidates, touch and set_policy."""
+    """candidates and set_policy (the routers' traffic is written by `Actors.touch`)."""
 
     def __init__(self, pool: asyncpg.Pool) -> None:
         self.pool = pool
@@ -37,7 +37,7 @@ class Idleness:
     async def candidates(self, limit: int = 1000) -> list[IdleActor]:
         """RUNNING, FROZEN and PAUSED actors with no operation in flight whose policy's next step
         (beyond their resting state) is due, the longest idle first (at most `limit`); the caller
-        picks that step again (`IdlePolicy.next_step`). A stored policy that no longer parses is
+        picks that step again (`IdlePolicy.next_step_in`). A stored policy that no longer parses is
         skipped."""
         found = []
         for row in await self.pool.fetch(Q["idle_candidates"], limit):
@@ -49,10 +49,6 @@ class Idleness:
                 IdleActor(ActorRef(row["atespace"], row["name"]), ActorState(row["state"]), policy, row["idle_seconds"])
             )
         return found
-
-    async def touch(self, ref: ActorRef) -> None:
-        """Start the actor's idle time again now (traffic proved it busy)."""
-        await self.pool.execute(Q["touch_actor"], ref.atespace, ref.name)
 
     async def set_policy(self, ref: ActorRef, policy: IdlePolicy | None) -> None:
         """Give the actor its own idle policy (`IdlePolicy()`: off for it), or None: its

@@ -74,9 +74,8 @@ class Pauses:
                 ref.name,
                 Operation.PAUSE.value,
                 f"{worker.pool}/{worker.name}",
+                reason,
             )
-            if reason is not None:
-                await connection.execute(Q["set_operation_reason"], operation_id, reason)
             return PausePlan(already_paused=False, worker=worker, snapshot=snapshot)
 
     async def complete(

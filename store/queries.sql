@@ -502,9 +502,10 @@ WHERE a.atespace = t.atespace AND a.template = t.name AND a.state = 'CRASHED'
 RETURNING a.atespace, a.name;
 
 -- insert_operation --
--- Record an operation as started.
-INSERT INTO operations (operation_id, atespace, actor, operation, worker)
-VALUES ($1, $2, $3, $4, $5)
+-- Record an operation as started, with why ate started it by itself ($6: 'idle for 300 s',
+-- 'pressure: ...'; NULL when a user asked).
+INSERT INTO operations (operation_id, atespace, actor, operation, worker, reason)
+VALUES ($1, $2, $3, $4, $5, $6)
 ON CONFLICT (operation_id) DO UPDATE SET worker = COALESCE(EXCLUDED.worker, operations.worker);
 
 -- finish_operation --
@@ -890,11 +891,6 @@ WITH thawing AS (
 )
 SELECT version FROM thawing;
 
--- set_operation_reason --
--- Why ate started an operation by itself ('idle for 300 s', 'pressure: ...'), shown in the
--- actor's history.
-UPDATE operations SET reason = $2 WHERE operation_id = $1;
-
 -- idle_candidates --
 -- The actors an idle policy may act on now: RUNNING, FROZEN or PAUSED, no operation in flight,
 -- whose next step (the policy's first for RUNNING, its first beyond Freeze for FROZEN, its Suspend
@@ -922,11 +918,6 @@ WHERE a.state IN ('RUNNING', 'FROZEN', 'PAUSED') AND a.operation IS NULL
 ORDER BY a.last_active_at
 LIMIT $1;
 
--- touch_actor --
--- Traffic proves the actor busy now (an idle operation gave way to a request in flight): its idle
--- time starts again.
-UPDATE actors SET last_active_at = now() WHERE atespace = $1 AND name = $2;
-
 -- set_actor_idle_policy --
 -- The actor's own idle policy ($3: a list of steps; an empty list: off for it; NULL: its
 -- template's again).
@@ -939,10 +930,10 @@ RETURNING version;
 -- opted in (suspendUnderPressure), RUNNING or FROZEN with no operation in flight, on a worker of a
 -- live node; frozen ones first, then the longest idle; at most $3. The caller checks each one's
 -- worker against the resume's demand and its template's minimum run time.
-SELECT a.atespace, a.name, a.state, t.spec -> 'suspendUnderPressure' AS pressure,
+SELECT a.atespace, a.name, t.spec -> 'suspendUnderPressure' AS pressure,
        EXTRACT(EPOCH FROM now() - COALESCE(a.running_since, a.updated_at))::float8 AS running_seconds,
        EXTRACT(EPOCH FROM now() - a.last_active_at)::float8 AS idle_seconds,
-       w.node, w.pool, w.name AS worker, w.state AS worker_state, w.state_reason, w.sandbox_class, w.labels,
+       w.node, w.pool, w.name AS worker, w.state, w.state_reason, w.router_drain_id, w.sandbox_class, w.labels,
        w.places, w.cpu_millis, w.memory_bytes,
        CASE WHEN w.sandbox_class = 'gvisor' THEN COALESCE(NULLIF(w.runtime_version, ''), n.runsc_version)
             ELSE w.runtime_version END AS runsc_version

@@ -63,9 +63,7 @@ class Resumes:
                 return ResumePlan(already_running=True, worker=worker, spec=spec)
             # A paused actor (or an async-suspended one whose upload has not landed) restores its
             # local snapshot, on the node that holds it.
-            local_id = actor["local_snapshot_id"] or actor["pending_upload_snapshot_id"]
-            snapshot_id = local_id or actor["latest_snapshot_id"] or actor["golden_snapshot_id"]
-            pinned = actor["pinned_node"] if local_id else None
+            snapshot_id, pinned = restore_point(actor)
             if state == ActorState.RESUMING and actor["operation_id"] == operation_id:
                 worker = await self.placement.worker_ref(connection, actor["worker_id"])
                 if actor["resumed_from"] == ActorState.FROZEN:
@@ -119,6 +117,7 @@ class Resumes:
                 ref.name,
                 Operation.RESUME.value,
                 f"{worker.pool}/{worker.name}",
+                None,
             )
             return ResumePlan(already_running=False, worker=worker, snapshot=snapshot, spec=spec)
 
@@ -135,7 +134,7 @@ class Resumes:
             raise VersionConflict("concurrent update conflict, please retry")
         await connection.execute(
             Q["insert_operation"], operation_id, ref.atespace, ref.name, Operation.RESUME.value,
-            f"{worker.pool}/{worker.name} (thaw)",
+            f"{worker.pool}/{worker.name} (thaw)", None,
         )  # fmt: skip
         return ResumePlan(already_running=False, worker=worker, spec=spec_of(actor), thaw=True)
 
@@ -197,6 +196,15 @@ class Resumes:
             if placement is not None and (updated is not None or placement["operation_id"] == operation_id):
                 await connection.execute(Q["delete_placement"], ref.workflow_id)
             await connection.execute(Q["finish_operation"], operation_id, "failed", error, None)
+
+
+def restore_point(actor: asyncpg.Record) -> tuple[int | None, str | None]:
+    """What a resume of a `lock_actor` row restores, and the node that pins it: its local snapshot
+    (paused, or async-suspended and not uploaded yet) on that node, else its latest snapshot, else
+    its template's golden one, anywhere."""
+    local_id = actor["local_snapshot_id"] or actor["pending_upload_snapshot_id"]
+    snapshot_id: int | None = local_id or actor["latest_snapshot_id"] or actor["golden_snapshot_id"]
+    return snapshot_id, actor["pinned_node"] if local_id else None
 
 
 def _running_under(row: asyncpg.Record | None, operation_id: str) -> bool:

@@ -57,7 +57,7 @@ class Reverts:
                 if actor["in_progress_snapshot_id"] is not None:  # a PENDING snapshot is discarded
                     await connection.execute(Q["delete_pending_snapshot"], actor["in_progress_snapshot_id"])
                 await connection.execute(
-                    Q["insert_operation"], operation_id, ref.atespace, ref.name, Operation.REVERT.value, None
+                    Q["insert_operation"], operation_id, ref.atespace, ref.name, Operation.REVERT.value, None, None
                 )
             else:
                 raise FailedPrecondition(

@@ -90,9 +90,8 @@ class Suspends:
                 ref.name,
                 Operation.SUSPEND.value,
                 f"{worker.pool}/{worker.name}" if worker else f"upload from {local.node if local else '?'}",
+                reason,
             )
-            if reason is not None:
-                await connection.execute(Q["set_operation_reason"], operation_id, reason)
             if local is not None:
                 return await self.pinning.upload_plan(connection, ref, local.snapshot_id, snapshot)
             return SuspendPlan(already_suspended=False, worker=worker, snapshot=snapshot)
@@ -151,7 +150,7 @@ class Suspends:
             await connection.execute(Q["delete_pending_snapshot"], snapshot_id)
             await connection.execute(Q["finish_operation"], operation_id, "abandoned" if abandoned else "failed", error, None)
             if abandoned:  # the request in flight proves it busy now: its idle time starts again
-                await connection.execute(Q["touch_actor"], ref.atespace, ref.name)
+                await connection.execute(Q["touch_actors"], [ref.atespace], [ref.name])
 
 
 def _suspended_with(row: asyncpg.Record | None, snapshot_id: int) -> bool:
