@@ -22,7 +22,7 @@ from domain.operations.drain import BeginDrainInput, CrashInput, DrainPlan, Left
 from domain.operations.freeze import BeginFreezeInput, FinishFreezeInput, FreezePlan
 from domain.operations.golden import GoldenPlan, GoldenSnapshotInput
 from domain.operations.pause import PausePlan
-from domain.operations.pressure import MAX_PRESSURE_MOVES, PressureInput, PressureVictimRef, PressureVictims
+from domain.operations.pressure import MAX_PRESSURE_MOVES, PressureInput, PressureVictims
 from domain.operations.resume import BeginResumeInput, ResumePlan, ResumeProgress
 from domain.operations.revert import FenceInput, FinishRevertInput, RevertPlan
 from domain.operations.router_drain import (
@@ -72,9 +72,7 @@ class DbActivities:
         best first, without those already tried."""
         tried = set(request.tried)
         found = await self.store.pressure.victims(request.actor, limit=MAX_PRESSURE_MOVES + len(tried))
-        return PressureVictims(
-            [PressureVictimRef(v.actor, v.action.value, v.pool) for v in found if v.actor not in tried]
-        )
+        return PressureVictims([victim for victim in found if victim.actor not in tried])
 
     # ---- ResumeActor ------------------------------------------------------------------------
 

@@ -12,31 +12,19 @@ and the caller tries the next one.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 import asyncpg
 
-from domain.idle import IdleAction, parse_pressure_policy
-from domain.placement import WorkerShape, fits
+from domain.idle import parse_pressure_policy
+from domain.operations.pressure import PressureVictimRef
+from domain.placement import fits
 from domain.refs import ActorRef
-from domain.states import ActorState
 from store.errors import NotFound
 from store.placement import demand_of
 from store.records import spec_of
+from store.resumes import restore_point
 from store.snapshots import Snapshots
 from store.sql import QUERIES as Q
-
-
-@dataclass(frozen=True)
-class PressureVictim:
-    """An actor that may be moved to make room: how (Suspend or Pause, its template's choice),
-    the pool of the worker it frees, its state, and how long it has been idle (seconds)."""
-
-    actor: ActorRef
-    action: IdleAction
-    pool: str
-    state: ActorState
-    idle_seconds: float
+from store.worker_view import worker_shape
 
 
 class Pressure:
@@ -46,8 +34,9 @@ class Pressure:
         self.pool = pool
         self.snapshots = snapshots
 
-    async def victims(self, ref: ActorRef, limit: int = 5, scan: int = 200) -> list[PressureVictim]:
-        """Up to `limit` actors whose move would make room for `ref`'s resume, best first (module doc).
+    async def victims(self, ref: ActorRef, limit: int = 5, scan: int = 200) -> list[PressureVictimRef]:
+        """Up to `limit` actors whose move would make room for `ref`'s resume, best first (module
+        doc), each with how it is moved (its template's Suspend or Pause) and its worker's pool.
 
         Args:
             ref: the actor a resume found no room for.
@@ -61,13 +50,11 @@ class Pressure:
             actor = await connection.fetchrow(Q["lock_actor"], ref.atespace, ref.name)  # its own resume holds it
             if actor is None:
                 raise NotFound(f"actor {ref.key} not found")
-            local_id = actor["local_snapshot_id"] or actor["pending_upload_snapshot_id"]
-            snapshot_id = local_id or actor["latest_snapshot_id"] or actor["golden_snapshot_id"]
+            snapshot_id, pinned = restore_point(actor)
             snapshot = await self.snapshots.ref(connection, snapshot_id) if snapshot_id else None
-            pinned = actor["pinned_node"] if local_id else None
             demand = demand_of(f"the actor {ref.key}", spec_of(actor), actor["worker_selector"], snapshot, pinned)
             rows = await connection.fetch(Q["pressure_candidates"], ref.atespace, ref.name, scan)
-        found: list[PressureVictim] = []
+        found: list[PressureVictimRef] = []
         for row in rows:
             try:
                 policy = parse_pressure_policy(row["pressure"])
@@ -77,15 +64,10 @@ class Pressure:
                 continue
             if demand.node is not None and row["node"] != demand.node:
                 continue
-            shape = WorkerShape.of(
-                state=row["worker_state"], sandbox_class=row["sandbox_class"], labels=row["labels"] or {},
-                runsc_version=row["runsc_version"], places=int(row["places"]), cpu_millis=int(row["cpu_millis"]),
-                memory_bytes=int(row["memory_bytes"]), node=str(row["node"]), state_reason=row["state_reason"],
-            )  # fmt: skip
-            if not fits(shape, demand):
+            if not fits(worker_shape(row), demand):
                 continue
             victim = ActorRef(row["atespace"], row["name"])
-            found.append(PressureVictim(victim, policy.action, row["pool"], ActorState(row["state"]), row["idle_seconds"]))
+            found.append(PressureVictimRef(actor=victim, action=policy.action.value, pool=row["pool"]))
             if len(found) >= limit:
                 break
         return found

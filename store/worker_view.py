@@ -49,23 +49,30 @@ READY_SECONDS = 10.0
 """How long a placement waits for the view to be (re)loaded before it fails (and is retried)."""
 
 
+def worker_shape(row: asyncpg.Record) -> WorkerShape:
+    """The shape placement checks of a worker row with its runtime (`view_workers`, `view_some_workers`,
+    `pressure_candidates`: id, node, state, state_reason, router_drain_id, sandbox_class, labels,
+    places, cpu_millis, memory_bytes, runsc_version)."""
+    return WorkerShape.of(
+        state=row["state"],
+        sandbox_class=row["sandbox_class"],
+        labels=row["labels"] or {},
+        runsc_version=row["runsc_version"],
+        places=int(row["places"]),
+        cpu_millis=int(row["cpu_millis"]),
+        memory_bytes=int(row["memory_bytes"]),
+        drain_held=row["router_drain_id"] is not None,
+        node=str(row["node"]),
+        state_reason=row["state_reason"],
+    )
+
+
 def _row_worker(row: asyncpg.Record) -> ViewedWorker:
     return ViewedWorker(
         worker_id=int(row["id"]),
         node=str(row["node"]),
         name=str(row["name"]),
-        shape=WorkerShape.of(
-            state=row["state"],
-            sandbox_class=row["sandbox_class"],
-            labels=row["labels"] or {},
-            runsc_version=row["runsc_version"],
-            places=int(row["places"]),
-            cpu_millis=int(row["cpu_millis"]),
-            memory_bytes=int(row["memory_bytes"]),
-            drain_held=row["router_drain_id"] is not None,
-            node=str(row["node"]),
-            state_reason=row["state_reason"],
-        ),
+        shape=worker_shape(row),
         used=Usage(int(row["used_places"]), int(row["used_cpu"]), int(row["used_memory"])),
     )
 
