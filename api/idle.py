@@ -4,7 +4,7 @@ policy says so (issue 27; ARCHITECTURE.md "Actors on their own"; `domain.idle`).
 Every `every_seconds` the api-server reads the actors whose policy's first step is due
 (`Store.idleness.candidates`: RUNNING, FROZEN or PAUSED, no operation in flight, idle since the
 last traffic any router replica reported or since their last resume), picks each one's next step
-(`IdlePolicy.next_step`: a RUNNING actor its first, a FROZEN one the first after Freeze, a PAUSED
+(`IdlePolicy.next_step_in`: a RUNNING actor its first, a FROZEN one the first after Freeze, a PAUSED
 one its Suspend) and, when the actor has been idle that long, starts the step's workflow under the
 actor's workflow ID with the reason `idle for N s`: FreezeActor, PauseActor or SuspendActor. A
 step gives way to traffic (`if_idle`): a router replica with a request in flight (or parked) for
@@ -25,7 +25,7 @@ import logging
 import time
 from dataclasses import dataclass, field
 from datetime import timedelta
-from typing import Any, Protocol
+from typing import Any
 
 from temporalio.client import Client
 from temporalio.common import WorkflowIDConflictPolicy
@@ -38,17 +38,16 @@ from domain.operations.freeze import FreezeActorInput, FreezeActorResult
 from domain.operations.pause import PauseActorInput, PauseActorResult
 from domain.operations.suspend import SuspendActorInput, SuspendActorResult
 from domain.refs import ActorRef
-from domain.states import ActorState, Operation
+from domain.states import Operation
 from domain.temporal import TASK_QUEUE, WORKFLOW_TASK_TIMEOUT
 from store.idleness import IdleActor
+from store.interfaces import IdleStore
 
 log = logging.getLogger("ate.api.idle")
 
 MAX_RETRY_SECONDS = 60.0
 """The longest wait before an idle action that failed is tried again for the same actor."""
 
-_DONE = {ActorState.RUNNING: None, ActorState.FROZEN: IdleAction.FREEZE, ActorState.PAUSED: IdleAction.PAUSE}
-"""How far down the tiers a resting state already is (`IdlePolicy.next_step`'s `done`)."""
 
 _WORKFLOWS: dict[IdleAction, tuple[Operation, type[Any]]] = {
     IdleAction.FREEZE: (Operation.FREEZE, FreezeActorResult),
@@ -57,24 +56,11 @@ _WORKFLOWS: dict[IdleAction, tuple[Operation, type[Any]]] = {
 }
 
 
-class IdleStore(Protocol):
-    """The store as the idle judge uses it."""
-
-    @property
-    def idleness(self) -> _Candidates: ...  # noqa: D102
-
-
-class _Candidates(Protocol):
-    async def candidates(self, limit: int = 1000) -> list[IdleActor]: ...
-
-
 def due_step(actor: IdleActor) -> IdleStep | None:
     """The step of `actor`'s policy due now: the next one beyond its resting state, when it has
     been idle at least that step's `after_seconds`; None otherwise."""
-    step = actor.policy.next_step(_DONE.get(actor.state))
+    step = actor.policy.next_step_in(actor.state)
     if step is None or actor.idle_seconds < step.after_seconds:
-        return None
-    if actor.state is ActorState.PAUSED and step.action is not IdleAction.SUSPEND:
         return None
     return step
 

@@ -17,13 +17,9 @@ from api.schemas import (
     WorkerOfActor,
     WorkerPublic,
 )
-from domain.idle import IdleAction
 from domain.names import check_label_name
 from domain.states import ActorState, WorkerState
 from store.records import ActorRecord, OperationRecord, TagRecord, TemplateRecord, WorkerRecord
-
-_DONE = {ActorState.RUNNING: None, ActorState.FROZEN: IdleAction.FREEZE, ActorState.PAUSED: IdleAction.PAUSE}
-"""The resting states an idle policy acts on, and how far down the tiers each already is."""
 
 
 def idle_view(actor: ActorRecord) -> IdleOfActor | None:
@@ -34,11 +30,9 @@ def idle_view(actor: ActorRecord) -> IdleOfActor | None:
         return None
     policy = actor.idle_policy
     steps = [IdleStepOfActor(afterSeconds=s.after_seconds, action=s.action.value) for s in policy.steps]
-    resting = actor.state in _DONE and actor.operation is None
+    resting = actor.state in (ActorState.RUNNING, ActorState.FROZEN, ActorState.PAUSED) and actor.operation is None
     idle = actor.idle_seconds if resting else None
-    step = policy.next_step(_DONE[ActorState(actor.state)]) if resting and idle is not None else None
-    if step is not None and actor.state == ActorState.PAUSED and step.action is not IdleAction.SUSPEND:
-        step = None
+    step = policy.next_step_in(actor.state) if idle is not None else None
     return IdleOfActor(
         policy=steps,
         source="actor" if actor.idle_source == "actor" else "template",

@@ -71,6 +71,9 @@ class PolicyError(ValueError):
         super().__init__(f"{field}{below}: {problem}")
 
 
+_DONE_IN: dict[str, IdleAction | None] = {"RUNNING": None, "FROZEN": IdleAction.FREEZE, "PAUSED": IdleAction.PAUSE}
+"""The resting states an idle policy acts on (ActorState values), and how far down the tiers each is."""
+
 _RANKS = {IdleAction.FREEZE: 0, IdleAction.PAUSE: 1, IdleAction.SUSPEND: 2}
 _ACTIONS = ", ".join(a.value for a in IdleAction)
 
@@ -113,6 +116,14 @@ class IdlePolicy:
             if done is None or step.action.rank > done.rank:
                 return step
         return None
+
+    def next_step_in(self, state: str) -> IdleStep | None:
+        """The step due next for an actor resting in `state` (an ActorState value): a RUNNING
+        one's first, a FROZEN one's first beyond Freeze, a PAUSED one's Suspend (the only action
+        beyond Pause); None in any other state, or when nothing is left to do."""
+        if state not in _DONE_IN:
+            return None
+        return self.next_step(_DONE_IN[state])
 
     def document(self) -> list[dict[str, Any]]:
         """The policy as a list of `{afterSeconds, action}` (empty when off)."""

@@ -263,6 +263,13 @@ class RecoveryStore(Protocol):
     def liveness(self) -> CrashRecovery: ...  # noqa: D102
 
 
+class IdleStore(Protocol):
+    """The store as the api-server's idle judge uses it (`api.idle`)."""
+
+    @property
+    def idleness(self) -> Idleness: ...  # noqa: D102
+
+
 class ControllerStore(Protocol):
     """The store as the Kubernetes controller uses it (`controller`)."""
 
@@ -321,7 +328,8 @@ if TYPE_CHECKING:
         api: ApiStore = store
         liveness: LivenessStore = store
         recovery: RecoveryStore = store
+        idle: IdleStore = store
         controller: ControllerStore = store
         db: DbActivitiesStore = store
         atelet: AteletActivitiesStore = store
-        del api, liveness, recovery, controller, db, atelet
+        del api, liveness, recovery, idle, controller, db, atelet

@@ -105,3 +105,11 @@ def test_a_bad_pressure_opt_in_is_refused_naming_the_field(value: object, messag
     with pytest.raises(ValueError) as error:
         parse_pressure_policy(value)
     assert message in str(error.value)
+
+
+def test_the_next_step_by_resting_state() -> None:
+    policy = parse_idle_policy([{"afterSeconds": 20, "action": "Freeze"}, {"afterSeconds": 600, "action": "Pause"}])
+    assert policy.next_step_in("RUNNING") == IdleStep(20, FREEZE)
+    assert policy.next_step_in("FROZEN") == IdleStep(600, PAUSE)
+    assert policy.next_step_in("PAUSED") is None  # no Suspend step: a paused actor stays paused
+    assert policy.next_step_in("SUSPENDED") is None and policy.next_step_in("RESUMING") is None
