@@ -166,12 +166,7 @@ class AteletActivities:
             self.channels, AteletFreezeInput(operation_id=request.operation_id, worker=worker, holder=request.actor)
         )
         result = AteletRunResult(worker_ip=worker.ip, timings={"thaw": thawed.seconds})
-        result.marked_running_at = await self._finalize_here(
-            request.actor,
-            "marking RUNNING",
-            lambda store: store.resumes.finish(request.actor, request.operation_id),
-            result.timings,
-        )
+        await self._mark_running(request.actor, request.operation_id, result)
         return result
 
     @activity_defn(Activity.ATELET_FREEZE)
@@ -188,7 +183,7 @@ class AteletActivities:
         """The atelet's Run (no snapshot) or Restore, then `_mark_running` when asked (`start`)."""
         result = await self._run_or_restore(request)
         if request.mark_running:
-            await self._mark_running(request, result)
+            await self._mark_running(request.holder, request.operation_id, result)
         return result
 
     async def _run_or_restore(self, request: AteletRunInput) -> AteletRunResult:
@@ -238,16 +233,13 @@ class AteletActivities:
             request.holder, "RUNNING", lambda store: store.resumes.finished(request.holder, request.operation_id)
         )
 
-    async def _mark_running(self, request: AteletRunInput, result: AteletRunResult) -> None:
+    async def _mark_running(self, holder: ActorRef, operation_id: str, result: AteletRunResult) -> None:
         """ResumeActor's finalize, done here right after the restore answered: RESUMING ->
         RUNNING in one commit whose NOTIFY lets the api-server answer the resume at once
         (bench/README.md, "activation"). Any failure leaves `result.marked_running_at` None and
         the workflow runs its own `finish_resume` step (`_finalize_here`)."""
         result.marked_running_at = await self._finalize_here(
-            request.holder,
-            "marking RUNNING",
-            lambda store: store.resumes.finish(request.holder, request.operation_id),
-            result.timings,
+            holder, "marking RUNNING", lambda store: store.resumes.finish(holder, operation_id), result.timings
         )
 
     async def _done_earlier(self, holder: ActorRef, state: str, check: Callable[[AteletActivitiesStore], Awaitable[bool]]) -> bool:

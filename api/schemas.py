@@ -10,10 +10,10 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, Field, ValidationInfo, field_validator, model_validator
 
-from api.strict import Strict, Tolerant, nested_error, within_limits
+from api.strict import Strict, Tolerant, policy_checked, within_limits
 from api.template_spec import TemplateSpec
 from domain.documents import printable
-from domain.idle import PolicyError, parse_idle_policy
+from domain.idle import parse_idle_policy
 from domain.labels import DNS_LABEL, check_labels, check_selector
 from domain.names import check_host_port, check_ip, check_label_name, check_worker_name, shown
 from domain.operations.router_drain import MAX_ACTIVE_PER_HEARTBEAT
@@ -146,12 +146,7 @@ def idle_document(value: Any) -> list[dict[str, Any]] | None:
     Raises:
         PydanticCustomError: the policy is wrong, naming where below the field (`[1].action`).
     """
-    if value is None:
-        return None
-    try:
-        return parse_idle_policy(value).document()
-    except PolicyError as error:
-        raise nested_error(error.path, error.problem) from None
+    return None if value is None else policy_checked(parse_idle_policy, value).document()
 
 
 class ResumeRequest(Strict):

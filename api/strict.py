@@ -4,12 +4,16 @@ names the field) or ignored (`Tolerant`, for atelets that may be newer than this
 
 from __future__ import annotations
 
-from typing import Any
+from collections.abc import Callable
+from typing import Any, TypeVar
 
 from pydantic import BaseModel, ConfigDict, model_validator
 from pydantic_core import PydanticCustomError
 
 from domain.documents import DocumentError, check_document
+from domain.idle import PolicyError
+
+T = TypeVar("T")
 
 DOCUMENT_LIMIT = "document_limit"
 """The pydantic error type of a broken document limit; its ctx carries the `path` below the
@@ -24,6 +28,15 @@ step, say); its ctx carries the `path` below it and the `problem`, as DOCUMENT_L
 def nested_error(path: str, problem: str) -> PydanticCustomError:
     """The error of a value wrong at `path` below the field being validated (e.g. `[1].action`)."""
     return PydanticCustomError(NESTED_FIELD, "{problem}", {"path": path, "problem": problem})
+
+
+def policy_checked(parse: Callable[[Any], T], value: Any) -> T:
+    """`parse(value)` (a `domain.idle` policy parser), its PolicyError raised as a NESTED_FIELD
+    error naming where below the field (`[1].action`)."""
+    try:
+        return parse(value)
+    except PolicyError as error:
+        raise nested_error(error.path, error.problem) from None
 
 
 def within_limits(data: Any) -> Any:

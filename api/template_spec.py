@@ -11,8 +11,8 @@ from typing import Any, Literal
 
 from pydantic import Field, field_validator, model_validator
 
-from api.strict import Strict, nested_error
-from domain.idle import PolicyError, parse_idle_policy, parse_pressure_policy
+from api.strict import Strict, policy_checked
+from domain.idle import parse_idle_policy, parse_pressure_policy
 from domain.labels import DNS_LABEL, check_selector
 from domain.locations import check_storage_location
 from domain.names import shown
@@ -230,20 +230,14 @@ class TemplateSpec(Strict):
     @field_validator("idle")
     @classmethod
     def _idle(cls, value: Any) -> Any:
-        try:
-            policy = parse_idle_policy(value)
-        except PolicyError as error:
-            raise nested_error(error.path, error.problem) from None
+        policy = policy_checked(parse_idle_policy, value)
         return None if policy.off else policy.document()
 
     @field_validator("suspendUnderPressure")
     @classmethod
     def _pressure(cls, value: Any) -> Any:
-        try:
-            policy = parse_pressure_policy(value)
-        except PolicyError as error:
-            raise nested_error(error.path, error.problem) from None
-        return policy.document() if policy.enabled else None
+        pressure = policy_checked(parse_pressure_policy, value)
+        return pressure.document() if pressure.enabled else None
 
     @model_validator(mode="after")
     def _references(self) -> TemplateSpec:

@@ -150,9 +150,7 @@ async def list_schedules(atespace: str, name: str, store: StoreDep, temporal: Te
     """The actor's schedules, with their next times and how many wakes they started recently."""
     ref = ActorRef(atespace, name)
     await store.actors.get(ref)
-    prefix = schedule_prefix(ref)
-    ids = sorted([s.id async for s in await temporal.list_schedules() if s.id.startswith(prefix)])
-    return ScheduleList(items=[await _view(temporal, schedule_id) for schedule_id in ids])
+    return ScheduleList(items=[await _view(temporal, schedule_id) for schedule_id in sorted(await _ids(temporal, ref))])
 
 
 @router.delete(PREFIX + "/{schedule}", status_code=204, **needs(Permission.ACTORS_MANAGE))
@@ -165,11 +163,16 @@ async def delete_schedule(atespace: str, name: str, schedule: str, temporal: Tem
 
 async def delete_all(temporal: Client, ref: ActorRef) -> int:
     """Delete every schedule of `ref` (its delete); returns how many there were."""
-    prefix = schedule_prefix(ref)
-    ids = [s.id async for s in await temporal.list_schedules() if s.id.startswith(prefix)]
+    ids = await _ids(temporal, ref)
     for schedule_id in ids:
         await _delete(temporal, schedule_id, "")
     return len(ids)
+
+
+async def _ids(temporal: Client, ref: ActorRef) -> list[str]:
+    """The IDs of `ref`'s schedules, as Temporal's visibility lists them (it lags a little)."""
+    prefix = schedule_prefix(ref)
+    return [s.id async for s in await temporal.list_schedules() if s.id.startswith(prefix)]
 
 
 async def _delete(temporal: Client, schedule_id: str, missing: str) -> None:
