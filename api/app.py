@@ -27,7 +27,7 @@ from api.liveness import LivenessWatcher
 from api.metrics import WORKERS
 from api.names import check_request_names
 from api.recovery import run_recovery
-from api.routes import actors, atespaces, operations, routers, schedules, templates, tokens, workers
+from api.routes import actors, atespaces, local_endpoint, operations, routers, schedules, templates, tokens, workers
 from api.settings import ApiSettings
 from store import Store
 
@@ -106,7 +106,7 @@ def create_app(settings: ApiSettings) -> FastAPI:
     )
     install_error_handlers(app)
     app.add_middleware(BodySizeLimit, max_bytes=settings.max_request_bytes)
-    for module in (atespaces, templates, actors, schedules, workers, routers, operations, tokens):
+    for module in (atespaces, templates, actors, schedules, local_endpoint, workers, routers, operations, tokens):
         app.include_router(module.router)
 
     @app.get("/healthz", tags=["health"], **PUBLIC)

@@ -15,6 +15,7 @@ from typing import Any
 
 from atelet.images import UnpackedImage
 from atelet.proto import atelet_pb2 as pb
+from domain.local_endpoint import ENVIRONMENT_VARIABLE, URL
 
 CPU_PERIOD_US = 100_000
 
@@ -49,7 +50,8 @@ def build_config(
     process["terminal"] = False
     if container.command:
         process["args"] = list(container.command)
-    process["env"] = _merge_env(process.get("env", []), dict(container.env))
+    # every sandbox learns where its local endpoint is (atelet.local_endpoint); the template's env wins
+    process["env"] = _merge_env(process.get("env", []), {ENVIRONMENT_VARIABLE: URL, **dict(container.env)})
     config["root"] = {"path": str(image.rootfs.resolve()), "readonly": False}
     config["hostname"] = hostname
     linux = config.setdefault("linux", {})

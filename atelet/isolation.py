@@ -10,11 +10,13 @@ where IP forwarding is on, packets of a sandbox are routed on to other sandboxes
 ``install`` therefore sends every packet that arrives from one of this node's veths (``-i
 atv<tag>+``, matching every worker of the node, present and future) through a chain of its own,
 ``ATE-ISOLATE-<tag>``, from INPUT (to the host itself) and from FORWARD (through the host), for
-IPv4 and, when the kernel has it, IPv6. The chain lets through only packets of connections the
+IPv4 and, when the kernel has it, IPv6. The chain lets through packets of connections the
 host side opened (conntrack ESTABLISHED, RELATED: the replies to the router's proxying, the
-wakeup probe, the forwarding of a worker pod's IP) and drops everything else. Packets towards a
+wakeup probe, the forwarding of a worker pod's IP) and, given ``openings``, each worker's
+connections to its own gateway's local-endpoint port from its own address (``Opening``,
+``atelet.local_endpoint``), and drops everything else. Packets towards a
 sandbox and the host's own traffic are not looked at. So the sandbox opens no connection to the
-host, to another sandbox, or to anything else through the host: an actor has no egress (it had
+host (but its own local endpoint), to another sandbox, or to anything else through the host: an actor has no egress (it had
 none before either: nothing NATs the workers' subnet, and IP forwarding is off on a stock host).
 
 The chain is rebuilt atomically at each start (``iptables-restore --noflush``) and the jumps to
@@ -27,6 +29,8 @@ sandboxes confined until the next start rebuilds them.
 from __future__ import annotations
 
 import logging
+from collections.abc import Sequence
+from dataclasses import dataclass
 from pathlib import Path
 
 from atelet import netns, proc
@@ -48,12 +52,30 @@ def families() -> list[str]:
     return ["iptables", "ip6tables"] if IPV6.exists() else ["iptables"]
 
 
-def chain_rules(node: str) -> str:
-    """The ``iptables-restore`` input that (re)defines ``node``'s chain with exactly its rules."""
+@dataclass(frozen=True)
+class Opening:
+    """The one connection a worker's sandbox may open to the host: from its veth ``host_if`` and
+    its own address ``worker_ip`` to its gateway ``host_ip``, TCP port ``port`` (the node's local
+    endpoint, ``atelet.local_endpoint``). IPv4 only."""
+
+    host_if: str
+    worker_ip: str
+    host_ip: str
+    port: int
+
+
+def chain_rules(node: str, openings: Sequence[Opening] = (), ipv4: bool = True) -> str:
+    """The ``iptables-restore`` input that (re)defines ``node``'s chain with exactly its rules
+    (the ``openings`` only in the IPv4 one)."""
     name = chain(node)
+    opened = "".join(
+        f"-A {name} -i {o.host_if} -s {o.worker_ip}/32 -d {o.host_ip}/32 -p tcp -m tcp --dport {o.port} -j RETURN\n"
+        for o in (openings if ipv4 else ())
+    )
     return (
         f"*filter\n:{name} - [0:0]\n"
         f"-A {name} -m conntrack --ctstate ESTABLISHED,RELATED -j RETURN\n"
+        f"{opened}"
         f"-A {name} -j DROP\n"
         "COMMIT\n"
     )
@@ -74,15 +96,17 @@ async def _run(args: list[str], *, stdin: bytes | None = None) -> proc.Result:
         ) from None
 
 
-async def install(node: str) -> None:
-    """Installs (or rebuilds) the rules confining ``node``'s sandboxes; idempotent.
+async def install(node: str, openings: Sequence[Opening] = ()) -> None:
+    """Installs (or rebuilds) the rules confining ``node``'s sandboxes, with ``openings`` (each
+    worker's way to the local endpoint) let through; idempotent.
 
     Raises:
         AteletError: INTERNAL naming the command when iptables is missing or refuses (no
             CAP_NET_ADMIN): the atelet does not run sandboxes it cannot confine.
     """
     for program in families():
-        restored = await _run([f"{program}-restore", "-w", "5", "--noflush"], stdin=chain_rules(node).encode())
+        rules = chain_rules(node, openings, ipv4=program == "iptables")
+        restored = await _run([f"{program}-restore", "-w", "5", "--noflush"], stdin=rules.encode())
         if not restored.ok:
             raise internal(f"worker network isolation failed (the atelet needs CAP_NET_ADMIN): {restored.describe()}")
         for hook in HOOKS:

@@ -23,6 +23,7 @@ import grpc
 from atelet import metrics
 from atelet.drain import drain
 from atelet.events import EventReporter
+from atelet.local_endpoint import LocalEndpoint
 from atelet.node import Node
 from atelet.node_identity import NodeCredentials
 from atelet.pool import PoolError, default_pool, load_pools
@@ -100,11 +101,16 @@ async def serve(settings: AteletSettings, ready: asyncio.Event | None = None) ->
             loop.add_signal_handler(sig, handler)
             installed.append(sig)
     heartbeat: asyncio.Task[None] | None = None
+    endpoint: LocalEndpoint | None = None
     reporter = EventReporter(settings.api_server, settings.node, identity)
     node.on_exit = reporter.exited
     deliver = asyncio.create_task(reporter.run()) if settings.api_server else None
     try:
         await node.start()
+        if settings.local_endpoint_on and settings.api_server:
+            endpoint = LocalEndpoint(settings.node, node.workers, settings.api_server, identity,
+                                     settings.local_endpoint_port)  # fmt: skip
+            await endpoint.start()
         metrics.serve(settings.metrics_listen)
         await server.start()
         if settings.api_server:
@@ -121,6 +127,8 @@ async def serve(settings: AteletSettings, ready: asyncio.Event | None = None) ->
             heartbeat.cancel()
         for sig in installed:
             loop.remove_signal_handler(sig)
+        if endpoint is not None:
+            await endpoint.stop()
         await asyncio.shield(_shutdown(server, node, reporter, deliver))
 
 
@@ -168,6 +176,9 @@ def parse_args(argv: list[str] | None = None) -> AteletSettings:
                         help="interval of the heartbeats to the API server (default 1; keep it well under "
                              "the api-server's --node-lease-seconds, default 4)")
     parser.add_argument("--subnet")
+    parser.add_argument("--local-endpoint-port", type=int,
+                        help="TCP port of the actors' local endpoint on each worker's gateway (default 8086; "
+                             "sandboxes call it as http://169.254.100.1; 0 turns it off)")
     parser.add_argument("--checkpoint-compression", choices=("auto", "none", "flate-best-speed"),
                         help="compress checkpoints' memory: auto (the default: not on disk, yes for object "
                              "storage), none, or flate-best-speed (runsc's own default)")

@@ -34,7 +34,7 @@ from typing import TypeVar
 
 from google.protobuf.message import Message
 
-from atelet import forwarding, isolation, metrics, netns
+from atelet import forwarding, isolation, local_endpoint_rules, metrics, netns
 from atelet.adoption import adopt_sandboxes
 from atelet.assignments import AssignmentStore
 from atelet.checkpoint_ops import CheckpointOperations
@@ -140,7 +140,9 @@ class Node:
                     raise invalid(str(error)) from None
             for sandbox_class, driver in self.drivers.items():
                 self.table.runtime_versions[sandbox_class] = await driver.version()
-            await isolation.install(self.settings.node)  # before any sandbox is adopted or started
+            await isolation.install(self.settings.node, self._openings())  # before any sandbox is adopted or started
+            if self.settings.local_endpoint_on:
+                await local_endpoint_rules.install(self.settings.node, self.settings.local_endpoint_port)
             for op_id, kind in self.ops.in_flight():
                 log.warning("operation %s (%s) was in flight when the previous atelet stopped", op_id, kind)
             await adopt_sandboxes(self.drivers, self.table, self.exits)
@@ -152,6 +154,13 @@ class Node:
                 [only] = self.workers.values()
                 await forwarding.install(self.settings.advertise_worker_ip, only.net.worker_ip, self._own_ports())
         self.table.update_metrics()
+
+    def _openings(self) -> list[isolation.Opening]:
+        """Each worker's way to the local endpoint on its gateway, when it is served."""
+        if not self.settings.local_endpoint_on:
+            return []
+        port = self.settings.local_endpoint_port
+        return [isolation.Opening(w.net.host_if, w.net.worker_ip, w.net.host_ip, port) for w in self.workers.values()]
 
     def _own_ports(self) -> list[int]:
         """The TCP ports of the atelet itself (gRPC, metrics): never forwarded to the worker."""
@@ -180,6 +189,7 @@ class Node:
             await asyncio.gather(*(netns.destroy(w.net) for w in self.workers.values()))
             if self.settings.advertise_worker_ip:
                 await forwarding.remove()
+            await local_endpoint_rules.remove(self.settings.node)
             await isolation.remove(self.settings.node)
         self.table.update_metrics()
 

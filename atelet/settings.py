@@ -54,6 +54,9 @@ class AteletSettings(BaseSettings):
     - ``api_server``: URL of ate-api-server; when set, register and heartbeat every
       ``heartbeat_seconds`` (default 1 s; the api-server's node lease, default 4 s, must be a
       few of these: domain/liveness.py).
+    - ``local_endpoint_port``: the TCP port of the node's local endpoint on each worker's gateway
+      (``atelet.local_endpoint``; sandboxes call it as ``http://169.254.100.1``); served when
+      ``api_server`` is set; 0 turns it off.
     - ``subnet``: IPv4 network the workers' /30 links are cut from (worker i gets the i-th /30).
     - ``hollow``: benchmark mode — accept calls, run no sandbox. Never the default.
     - ``runsc``: the runsc binary.
@@ -100,6 +103,7 @@ class AteletSettings(BaseSettings):
     microvm_durable_dir_mib: int = Field(default=256, ge=8, le=1 << 20)
     api_server: str | None = None
     heartbeat_seconds: float = Field(default=HEARTBEAT_SECONDS, gt=0)
+    local_endpoint_port: int = Field(default=8086, ge=0, le=65535)
     subnet: str = "10.88.0.0/16"
     hollow: bool = False
     runsc: str = "runsc"
@@ -118,6 +122,11 @@ class AteletSettings(BaseSettings):
         if not isinstance(net, ipaddress.IPv4Network) or net.prefixlen > 29:
             raise ValueError("subnet must be an IPv4 network of /29 or larger")
         return str(net)
+
+    @property
+    def local_endpoint_on(self) -> bool:
+        """Whether the node serves the local endpoint: an API server to relay to, a port, real sandboxes."""
+        return bool(self.api_server) and self.local_endpoint_port > 0 and not self.hollow
 
     @property
     def local_snapshot_dir(self) -> Path:

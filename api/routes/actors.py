@@ -24,6 +24,7 @@ from api.errors import ApiError, InvalidArgument
 from api.metrics import timed
 from api.names import check_name
 from api.operations import CLOSING_GRACE_SECONDS, start_or_attach, take_over, wait_result
+from api.routes.local_endpoint import cancel_all_wakes
 from api.routes.schedules import delete_all
 from api.schemas import (
     ActorCreate,
@@ -149,7 +150,7 @@ async def update_actor(atespace: str, name: str, body: ActorUpdate, store: Store
 async def delete_actor(
     atespace: str, name: str, store: StoreDep, temporal: TemporalDep, force: bool = False
 ) -> Response:
-    """Delete a SUSPENDED actor and its schedules; with `force=true` from any state, after
+    """Delete a SUSPENDED actor, its schedules and the wakes it asked for; with `force=true` from any state, after
     stopping whatever operation runs, terminating its sandbox and releasing its worker (a revert
     first)."""
     ref = ActorRef(atespace, name)
@@ -159,6 +160,7 @@ async def delete_actor(
             await _revert(ref, temporal, timeout=60.0, reason="forced delete")
     await store.actors.delete(ref)
     await delete_all(temporal, ref)  # its schedules would wake an actor that no longer exists
+    await cancel_all_wakes(temporal, ref)  # so would the wakes it asked for
     return Response(status_code=204)
 
 

@@ -4,7 +4,8 @@
 // the local address the request arrived on. /readyz answers 200 once the data dir is writable.
 // /slow?ms=N answers after N ms and /whoami answers {"who": $WHO}; neither counts. /ws is a
 // WebSocket (RFC 6455, written here with the standard library only): each text message counts
-// in memory and is answered {"echo": message, "memory_count": N}.
+// in memory and is answered {"echo": message, "memory_count": N}. /local/<path> relays a call to
+// ate's local endpoint (see local below), so an actor can suspend itself or ask for a wake.
 //
 // Idle keep-alive connections are closed after ~1 s: gVisor cannot checkpoint a connected
 // socket cleanly, so a suspended actor should hold none.
@@ -99,6 +100,42 @@ func (s *server) slow(w http.ResponseWriter, r *http.Request) {
 func (s *server) whoami(w http.ResponseWriter, _ *http.Request) {
 	w.Header().Set("Content-Type", "application/json")
 	_ = json.NewEncoder(w).Encode(map[string]any{"who": os.Getenv("WHO")})
+}
+
+// local relays a call to ate's local endpoint ($ATE_LOCAL_ENDPOINT, http://169.254.100.1): the
+// request /local/<path> becomes the same method on <endpoint>/<path> with the same body, and the
+// answer is {"status": N, "body": "..."} (502 {"error": ...} when the endpoint could not be
+// reached). ?via=<host:port> sends it to that address instead and ?target=<atespace>/<name> sets
+// the ate-target-actor header, to show what the endpoint refuses. Keep-alives are off: a suspended actor should hold no connection.
+func (s *server) local(w http.ResponseWriter, r *http.Request) {
+	base := os.Getenv("ATE_LOCAL_ENDPOINT")
+	if via := r.URL.Query().Get("via"); via != "" {
+		base = "http://" + via
+	}
+	if base == "" {
+		http.Error(w, "ATE_LOCAL_ENDPOINT is not set", http.StatusInternalServerError)
+		return
+	}
+	out, err := http.NewRequestWithContext(r.Context(), r.Method, base+strings.TrimPrefix(r.URL.Path, "/local"), r.Body)
+	if err != nil {
+		http.Error(w, err.Error(), http.StatusBadRequest)
+		return
+	}
+	out.Header.Set("Content-Type", "application/json")
+	if target := r.URL.Query().Get("target"); target != "" {
+		out.Header.Set("ate-target-actor", target)
+	}
+	client := &http.Client{Timeout: 3 * time.Second, Transport: &http.Transport{DisableKeepAlives: true}}
+	w.Header().Set("Content-Type", "application/json")
+	answer, err := client.Do(out)
+	if err != nil {
+		w.WriteHeader(http.StatusBadGateway)
+		_ = json.NewEncoder(w).Encode(map[string]any{"error": err.Error()})
+		return
+	}
+	defer answer.Body.Close()
+	body, _ := io.ReadAll(io.LimitReader(answer.Body, 1<<20))
+	_ = json.NewEncoder(w).Encode(map[string]any{"status": answer.StatusCode, "body": string(body)})
 }
 
 const websocketGUID = "258EAFA5-E914-47DA-95CA-C5AB0DC85B11"
@@ -276,6 +313,7 @@ func main() {
 	mux.HandleFunc("/slow", s.slow)
 	mux.HandleFunc("/whoami", s.whoami)
 	mux.HandleFunc("/ws", s.ws)
+	mux.HandleFunc("/local/", s.local)
 	srv := &http.Server{
 		Addr:              "0.0.0.0:" + port,
 		Handler:           mux,

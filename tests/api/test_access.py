@@ -63,6 +63,13 @@ ROUTES: dict[tuple[str, str], str] = {
     ("GET", "/v1/workers"): "cluster-viewer",
     ("PUT", "/v1/nodes/{node}"): "node",
     ("POST", "/v1/nodes/{node}/events"): "node",
+    ("GET", "/v1/nodes/{node}/workers/{worker}/actors/{atespace}/{name}"): "node",
+    ("POST", "/v1/nodes/{node}/workers/{worker}/actors/{atespace}/{name}/suspend"): "node",
+    ("PUT", "/v1/nodes/{node}/workers/{worker}/actors/{atespace}/{name}/idle"): "node",
+    ("DELETE", "/v1/nodes/{node}/workers/{worker}/actors/{atespace}/{name}/idle"): "node",
+    ("POST", "/v1/nodes/{node}/workers/{worker}/actors/{atespace}/{name}/wakes"): "node",
+    ("GET", "/v1/nodes/{node}/workers/{worker}/actors/{atespace}/{name}/wakes"): "node",
+    ("DELETE", "/v1/nodes/{node}/workers/{worker}/actors/{atespace}/{name}/wakes/{wake}"): "node",
     ("POST", "/v1/nodes/{node}/drain"): "cluster-operator",
     ("POST", "/v1/nodes/{node}/undrain"): "cluster-operator",
     ("GET", "/v1/operations"): "viewer",
@@ -107,6 +114,8 @@ PATH_VALUES = {
     "replica": "walk-router",
     "drain_id": "1",
     "schedule": "tick",
+    "worker": "default-0",
+    "wake": "tick",
 }
 """Path parameters of the walk: atespace `walk` (granted, then deleted, so nothing is changed by
 the requests that pass), names that do not exist."""
