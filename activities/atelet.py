@@ -128,7 +128,7 @@ class AteletActivities:
             raise RuntimeError("place_and_restore needs the store")
         await failpoint("ResumeActor.before_placement")
         started = time.monotonic()
-        plan = await self.store.resumes.begin(request.actor, request.operation_id)
+        plan = await self.store.resumes.begin(request.actor, request.operation_id, request.waited_for_room)
         placement = time.monotonic() - started
         await failpoint("ResumeActor.after_bind")
         if plan.already_running:

@@ -22,7 +22,7 @@ from domain.operations.drain import BeginDrainInput, CrashInput, DrainPlan, Left
 from domain.operations.freeze import BeginFreezeInput, FinishFreezeInput, FreezePlan
 from domain.operations.golden import GoldenPlan, GoldenSnapshotInput
 from domain.operations.pause import PausePlan
-from domain.operations.pressure import MAX_PRESSURE_MOVES, PressureInput, PressureVictims
+from domain.operations.pressure import LeaveRoomQueueInput, PressureInput, PressureVictims, ReleaseRoomInput
 from domain.operations.resume import BeginResumeInput, ResumePlan, ResumeProgress
 from domain.operations.revert import FenceInput, FinishRevertInput, RevertPlan
 from domain.operations.router_drain import (
@@ -68,11 +68,20 @@ class DbActivities:
 
     @activity_defn(Activity.PRESSURE_VICTIMS)
     async def pressure_victims(self, request: PressureInput) -> PressureVictims:
-        """The opted-in actors whose move would make room for `request.actor` (store.pressure),
-        best first, without those already tried."""
-        tried = set(request.tried)
-        found = await self.store.pressure.victims(request.actor, limit=MAX_PRESSURE_MOVES + len(tried))
-        return PressureVictims([victim for victim in found if victim.actor not in tried])
+        """The best opted-in actor to move for `request.actor` (store.pressure) that it has not
+        tried, its worker kept for that resume or, in the room queue (`request.operation_id`),
+        for the oldest waiting resume it would take; none when there is none."""
+        return await self.store.pressure.claim(request.actor, request.tried, request.operation_id)
+
+    @activity_defn(Activity.RELEASE_ROOM)
+    async def release_room(self, request: ReleaseRoomInput) -> None:
+        """The moves of `request.victims` gave way or failed: their workers are kept for nobody."""
+        await self.store.room_queue.release(request.victims)
+
+    @activity_defn(Activity.LEAVE_ROOM_QUEUE)
+    async def leave_room_queue(self, request: LeaveRoomQueueInput) -> None:
+        """`request.actor`'s resume stopped waiting for room: out of the queue, its kept workers free."""
+        await self.store.room_queue.leave(request.actor)
 
     # ---- ResumeActor ------------------------------------------------------------------------
 

@@ -24,7 +24,7 @@ from api.errors import install_error_handlers
 from api.idle import IdleJudge
 from api.limits import BodySizeLimit
 from api.liveness import LivenessWatcher
-from api.metrics import WORKERS
+from api.metrics import WAITING_FOR_ROOM, WORKERS
 from api.names import check_request_names
 from api.recovery import run_recovery
 from api.routes import actors, atespaces, local_endpoint, operations, routers, schedules, templates, tokens, workers
@@ -117,7 +117,7 @@ def create_app(settings: ApiSettings) -> FastAPI:
 
     @app.get("/metrics", tags=["health"], include_in_schema=False)
     async def metrics(store: StoreDep) -> Response:
-        """Prometheus metrics; worker gauges are read from Postgres at scrape time."""
+        """Prometheus metrics; worker and room-queue gauges are read from Postgres at scrape time."""
         tally: Tally[tuple[str, str]] = Tally()
         for worker in await store.nodes.list_workers():
             state = "unavailable" if worker.state != "ACTIVE" else ("busy" if worker.holders else "idle")
@@ -125,6 +125,10 @@ def create_app(settings: ApiSettings) -> FastAPI:
         WORKERS.clear()
         for (pool, state), count in tally.items():
             WORKERS.labels(pool, state).set(count)
+        waiting = await store.room_queue.waiting_by_pool()
+        WAITING_FOR_ROOM.clear()
+        for pool in {p for p, _ in tally} | set(waiting):  # every pool, 0 when none waits
+            WAITING_FOR_ROOM.labels(pool).set(waiting.get(pool, 0))
         return Response(generate_latest(), media_type=CONTENT_TYPE_LATEST)
 
     return app

@@ -18,6 +18,12 @@ OPERATION_SECONDS = Histogram(
     buckets=(0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60),
 )
 WORKERS = Gauge("ate_workers", "Workers by pool and state (idle, busy, unavailable)", ["pool", "state"])
+WAITING_FOR_ROOM = Gauge(
+    "ate_resumes_waiting_for_room",
+    "Resumes waiting in the room queue because no worker had room, by the pool whose workers would take them "
+    "('' when none would): the demand the pool could not place, for an autoscaler of the WorkerPool",
+    ["pool"],
+)
 
 
 @contextmanager

@@ -16,6 +16,7 @@ from domain.documents import printable
 from domain.idle import parse_idle_policy
 from domain.labels import DNS_LABEL, check_labels, check_selector
 from domain.names import check_host_port, check_ip, check_label_name, check_worker_name, shown
+from domain.operations.resume import MAX_ROOM_WAIT_SECONDS
 from domain.operations.router_drain import MAX_ACTIVE_PER_HEARTBEAT
 from domain.quantities import MAX_CPU_MILLIS, MAX_MEMORY_BYTES, WORKER_PLACES, check_worker_places
 
@@ -153,6 +154,11 @@ class ResumeRequest(Strict):
     """POST body of a resume (all optional)."""
 
     timeout_seconds: float | None = Field(default=None, gt=0, le=3600)
+    room_wait_seconds: float = Field(
+        default=0.0, ge=0, le=MAX_ROOM_WAIT_SECONDS,
+        description="How long the resume may wait for a worker with room when none has any (making room by "
+        "pressure meanwhile) before it answers 503 NoCapacity; at most the timeout. 0: answer at once.",
+    )  # fmt: skip
 
 
 class SuspendRequest(Strict):

@@ -75,7 +75,11 @@ class Activity(StrEnum):
     FINISH_FREEZE = "finish_freeze"
     """The sandbox is stopped: the operation is recorded finished, the actor rests FROZEN."""
     PRESSURE_VICTIMS = "pressure_victims"
-    """The opted-in actors whose move would make room for a resume that found none."""
+    """The opted-in actor whose move makes room for a resume that found none (or an older waiting one)."""
+    RELEASE_ROOM = "release_room"
+    """Workers kept for a resume whose victims' moves gave way or failed are kept for nobody."""
+    LEAVE_ROOM_QUEUE = "leave_room_queue"
+    """A resume that stopped waiting for room leaves the queue (and the workers kept for it)."""
     ROLLBACK_FREEZE = "rollback_freeze"
     """FROZEN -> RUNNING: the freeze gave way to traffic or the atelet could not stop the sandbox."""
 

@@ -35,6 +35,7 @@ from store.pressure import Pressure
 from store.records import WorkerRecord, WorkerRegistration
 from store.resumes import Resumes
 from store.reverts import Reverts
+from store.room_queue import RoomQueue
 from store.router_drains import DrainProgress, PendingDrain, RouterReplica
 from store.suspends import Suspends
 from store.tags import Tags
@@ -191,7 +192,7 @@ class HeldPlaces(Protocol):
 class RestoreCommits(Protocol):
     """`Resumes` as the atelet activities use it: place, and commit RUNNING after the restore."""
 
-    async def begin(self, ref: ActorRef, operation_id: str) -> ResumePlan:
+    async def begin(self, ref: ActorRef, operation_id: str, waited_for_room: bool = False) -> ResumePlan:
         """See `Resumes.begin`."""
 
     async def finish(self, ref: ActorRef, operation_id: str) -> None:
@@ -241,6 +242,8 @@ class ApiStore(Protocol):
     def router_drains(self) -> RouterReplicas: ...  # noqa: D102
     @property
     def idleness(self) -> Idleness: ...  # noqa: D102
+    @property
+    def room_queue(self) -> RoomDemand: ...  # noqa: D102
 
     async def ping(self) -> None:
         """See `Store.ping` (the health check)."""
@@ -268,6 +271,13 @@ class IdleStore(Protocol):
 
     @property
     def idleness(self) -> Idleness: ...  # noqa: D102
+
+
+class RoomDemand(Protocol):
+    """The room queue as the api-server's metrics read it (`store.room_queue.RoomQueue`)."""
+
+    async def waiting_by_pool(self) -> dict[str, int]:
+        """See `RoomQueue.waiting_by_pool`."""
 
 
 class ControllerStore(Protocol):
@@ -304,6 +314,8 @@ class DbActivitiesStore(Protocol):
     def freezes(self) -> Freezes: ...  # noqa: D102
     @property
     def pressure(self) -> Pressure: ...  # noqa: D102
+    @property
+    def room_queue(self) -> RoomQueue: ...  # noqa: D102
 
 
 class AteletActivitiesStore(Protocol):

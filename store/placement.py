@@ -80,12 +80,17 @@ class Placement:
             atelet_address=row["atelet_address"],
         )
 
-    async def place(self, connection: asyncpg.Connection, *, holder: str, operation_id: str, demand: Demand) -> int:
+    async def place(
+        self, connection: asyncpg.Connection, *, holder: str, operation_id: str, demand: Demand, waited: bool = False
+    ) -> int:
         """Choose a worker and bind `holder` to it inside the caller's transaction.
 
-        Of two random candidates from the view (every check passed), the one whose node is less
-        loaded wins (power of two choices); its row is locked and every check made again on what
-        the row says; a worker that fails is left out and another pair drawn.
+        A worker kept for `holder` (a pressure move emptied it for this resume, `store.pressure`)
+        is taken first. Otherwise, of two random candidates from the view (every check passed,
+        kept for no one), the one whose node is less loaded wins (power of two choices); its row
+        is locked and every check made again on what the row says; a worker that fails is left
+        out and another pair drawn. Once bound, `holder` leaves the room queue (`waited`: its
+        resume joined it, `store.room_queue`) and the workers kept for it are free again.
 
         Returns:
             The bound worker's id.
@@ -102,7 +107,7 @@ class Placement:
         failed = 0
         synced = False
         while failed < PLACEMENT_ATTEMPTS:
-            picks = view.sample(demand, excluded)
+            picks = view.reserved_workers(holder, demand, excluded)[:1] or view.sample(demand, excluded)
             if not picks:
                 if synced:
                     break
@@ -111,6 +116,8 @@ class Placement:
                 continue
             chosen = min(picks, key=lambda w: view.load(w, demand))
             if await self._bind(connection, chosen.worker_id, holder, operation_id, demand):
+                if waited or view.has_reservations(holder) or chosen.reserved_for == holder:
+                    await connection.execute(Q["leave_room_queue"], holder)
                 view.hold(chosen.worker_id, demand.usage, holder)
                 return chosen.worker_id
             excluded.add(chosen.worker_id)
@@ -124,9 +131,12 @@ class Placement:
     async def _bind(
         self, connection: asyncpg.Connection, worker_id: int, holder: str, operation_id: str, demand: Demand
     ) -> bool:
-        """Lock the worker, check it again from its row, and bind: whether it was bound."""
+        """Lock the worker, check it again from its row, and bind: whether it was bound (not when
+        it is kept for another resume)."""
         row = await connection.fetchrow(Q["lock_worker"], worker_id)
         if row is None:  # the worker left (its node was retired)
+            return False
+        if row["reserved_for"] not in (None, holder):
             return False
         # Its own statement, after the lock: under READ COMMITTED a statement sees what was
         # committed when it started, so counting in the locking statement would miss a bind

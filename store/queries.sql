@@ -149,11 +149,14 @@ WHERE w.id = $1;
 
 -- view_workers --
 -- Every worker with its runtime (the one its atelet reports for it, else its node's runsc build:
--- placement check 4) and what its places hold: the worker view's full load
+-- placement check 4), the resume it is kept for while that stands (and for how many more
+-- seconds), and what its places hold: the worker view's full load
 -- (store/worker_view.py; at start, after its LISTEN connection is re-made, and at each
 -- periodic resync).
 SELECT w.id, w.node, w.name, w.state, w.state_reason, w.router_drain_id, w.sandbox_class, w.labels, w.places, w.cpu_millis,
        w.memory_bytes,
+       CASE WHEN w.reserved_until > now() THEN w.reserved_for END AS reserved_for,
+       GREATEST(EXTRACT(EPOCH FROM w.reserved_until - now()), 0)::float8 AS reserved_seconds,
        CASE WHEN w.sandbox_class = 'gvisor' THEN COALESCE(NULLIF(w.runtime_version, ''), n.runsc_version) ELSE w.runtime_version END AS runsc_version, COALESCE(u.places, 0) AS used_places, COALESCE(u.cpu, 0) AS used_cpu,
        COALESCE(u.memory, 0) AS used_memory
 FROM workers w
@@ -168,6 +171,8 @@ LEFT JOIN (
 -- index lookups only.
 SELECT w.id, w.node, w.name, w.state, w.state_reason, w.router_drain_id, w.sandbox_class, w.labels, w.places, w.cpu_millis,
        w.memory_bytes,
+       CASE WHEN w.reserved_until > now() THEN w.reserved_for END AS reserved_for,
+       GREATEST(EXTRACT(EPOCH FROM w.reserved_until - now()), 0)::float8 AS reserved_seconds,
        CASE WHEN w.sandbox_class = 'gvisor' THEN COALESCE(NULLIF(w.runtime_version, ''), n.runsc_version) ELSE w.runtime_version END AS runsc_version, u.places AS used_places, u.cpu AS used_cpu,
        u.memory AS used_memory
 FROM workers w
@@ -180,8 +185,10 @@ WHERE w.id = ANY($1::bigint[]) OR w.node = ANY($2::text[]);
 
 -- lock_worker --
 -- Lock a worker row (binds to one worker are serialized on it) and return what the placement
--- checks read of it: the bind checks again what the worker view saw (the view may be stale).
+-- checks read of it (and the resume it is kept for, while that stands): the bind checks again what the worker view saw (the view may be stale).
 SELECT w.id, w.node, w.state, w.sandbox_class, w.labels, w.places, w.cpu_millis, w.memory_bytes,
+       CASE WHEN w.reserved_until > now() THEN w.reserved_for END AS reserved_for,
+       GREATEST(EXTRACT(EPOCH FROM w.reserved_until - now()), 0)::float8 AS reserved_seconds,
        CASE WHEN w.sandbox_class = 'gvisor' THEN COALESCE(NULLIF(w.runtime_version, ''), n.runsc_version) ELSE w.runtime_version END AS runsc_version
 FROM workers w JOIN nodes n ON n.name = w.node
 WHERE w.id = $1
@@ -928,9 +935,10 @@ RETURNING version;
 -- pressure_candidates --
 -- Actors that may be moved off their worker to make room for actor $1/$2's resume: their template
 -- opted in (suspendUnderPressure), RUNNING or FROZEN with no operation in flight, on a worker of a
--- live node; frozen ones first, then the longest idle; at most $3. The caller checks each one's
--- worker against the resume's demand and its template's minimum run time.
-SELECT a.atespace, a.name, t.spec -> 'suspendUnderPressure' AS pressure,
+-- live node that is not kept for another resume ($4: this resume's holder); frozen ones first, then
+-- the longest idle; at most $3. The caller checks each one's worker against the resume's demand and
+-- its template's minimum run time.
+SELECT a.atespace, a.name, t.spec -> 'suspendUnderPressure' AS pressure, w.id AS worker_id,
        EXTRACT(EPOCH FROM now() - COALESCE(a.running_since, a.updated_at))::float8 AS running_seconds,
        EXTRACT(EPOCH FROM now() - a.last_active_at)::float8 AS idle_seconds,
        w.node, w.pool, w.name AS worker, w.state, w.state_reason, w.router_drain_id, w.sandbox_class, w.labels,
@@ -945,8 +953,67 @@ WHERE a.state IN ('RUNNING', 'FROZEN') AND a.operation IS NULL
   AND COALESCE(t.spec -> 'suspendUnderPressure', 'false'::jsonb) <> 'false'::jsonb
   AND n.lost_at IS NULL AND n.retired_at IS NULL
   AND NOT (a.atespace = $1 AND a.name = $2)
+  AND (w.reserved_for IS NULL OR w.reserved_until <= now() OR w.reserved_for = $4)
 ORDER BY a.state = 'FROZEN' DESC, a.last_active_at
 LIMIT $3;
+
+-- reserve_worker --
+-- Keep worker $1 for the resume of holder $2 for $3 seconds, unless it is kept for another resume
+-- now: the id when it is (a concurrent reservation waits for this row's lock and then sees it).
+UPDATE workers SET reserved_for = $2, reserved_until = now() + make_interval(secs => $3)
+WHERE id = $1 AND (reserved_for IS NULL OR reserved_until <= now() OR reserved_for = $2)
+RETURNING id;
+
+-- leave_room_queue --
+-- Holder $1 was placed (or stopped waiting): it leaves the room queue, and the workers kept for it
+-- are free for anyone again.
+WITH gone AS (DELETE FROM room_waiters WHERE holder = $1)
+UPDATE workers SET reserved_for = NULL, reserved_until = NULL WHERE reserved_for = $1;
+
+-- join_room_queue --
+-- Holder $1's resume ($2: its operation) found no room: it waits in the queue from now, or from
+-- when it began waiting if it kept trying since (its last try within $5 s), asking demand $3 of
+-- pool $4. Returns when it began waiting.
+INSERT INTO room_waiters (holder, operation_id, since, seen_at, demand, pool)
+VALUES ($1, $2, now(), now(), $3, $4)
+ON CONFLICT (holder) DO UPDATE
+SET operation_id = EXCLUDED.operation_id, demand = EXCLUDED.demand, pool = EXCLUDED.pool, seen_at = now(),
+    since = CASE WHEN room_waiters.seen_at > now() - make_interval(secs => $5) THEN room_waiters.since ELSE now() END
+RETURNING since;
+
+-- room_waiters_ahead --
+-- The live waiters (a try within $1 s) that began waiting no later than $2, with no worker kept for
+-- them now, oldest first (at most $3): who a worker emptied now is kept for.
+SELECT r.holder, r.operation_id, r.demand
+FROM room_waiters r
+WHERE r.seen_at > now() - make_interval(secs => $1) AND r.since <= $2
+  AND NOT EXISTS (SELECT 1 FROM workers w WHERE w.reserved_for = r.holder AND w.reserved_until > now())
+ORDER BY r.since, r.holder
+LIMIT $3;
+
+-- room_waiters_by_pool --
+-- The live waiters (a try within $1 s) by the pool they would take: the demand for room.
+SELECT pool, count(*) AS waiting FROM room_waiters
+WHERE seen_at > now() - make_interval(secs => $1)
+GROUP BY pool;
+
+-- worker_pool_shapes --
+-- One row per pool and worker shape (what placement checks of a worker, its runtime included):
+-- which pool a waiter would take.
+SELECT DISTINCT w.pool, 'ACTIVE' AS state, NULL::text AS state_reason, NULL::bigint AS router_drain_id,
+       w.sandbox_class, w.labels, w.places, w.cpu_millis, w.memory_bytes, '' AS node,
+       CASE WHEN w.sandbox_class = 'gvisor' THEN COALESCE(NULLIF(w.runtime_version, ''), n.runsc_version)
+            ELSE w.runtime_version END AS runsc_version
+FROM workers w JOIN nodes n ON n.name = w.node
+WHERE n.lost_at IS NULL AND n.retired_at IS NULL
+ORDER BY w.pool;
+
+-- release_victims_room --
+-- The moves of the actors ($1[i], $2[i]) (atespaces, names) gave way or failed: those still
+-- resting on their worker (RUNNING or FROZEN) leave it kept for nobody. Index lookups only.
+UPDATE workers w SET reserved_for = NULL, reserved_until = NULL
+FROM actors a JOIN unnest($1::text[], $2::text[]) AS v (atespace, name) ON a.atespace = v.atespace AND a.name = v.name
+WHERE a.worker_id = w.id AND a.state IN ('RUNNING', 'FROZEN') AND w.reserved_for IS NOT NULL;
 
 -- rollback_actor_thaw --
 -- RESUMING -> FROZEN after a thaw that failed for good ($4: why): the sandbox keeps its worker, its

@@ -41,9 +41,10 @@ class Resumes:
         self.snapshots = snapshots
         self.pinning = pinning
 
-    async def begin(self, ref: ActorRef, operation_id: str) -> ResumePlan:
+    async def begin(self, ref: ActorRef, operation_id: str, waited_for_room: bool = False) -> ResumePlan:
         """SUSPENDED|PAUSED -> RESUMING bound to a worker, in one transaction (idempotent per operation);
         FROZEN -> RESUMING on the worker it holds (`ResumePlan.thaw`: the caller thaws the sandbox).
+        `waited_for_room`: the resume joined the room queue, which its bind leaves.
 
         Raises:
             NotFound: unknown actor.
@@ -95,7 +96,7 @@ class Resumes:
             demand = demand_of(f"the actor {ref.key}", spec, actor["worker_selector"], snapshot, pinned)
             try:
                 worker_id = await self.placement.place(
-                    connection, holder=holder, operation_id=operation_id, demand=demand
+                    connection, holder=holder, operation_id=operation_id, demand=demand, waited=waited_for_room
                 )
             except NoCapacity as error:
                 if pinned is None:

@@ -36,6 +36,7 @@ from store.placement import Placement
 from store.pressure import Pressure
 from store.resumes import Resumes
 from store.reverts import Reverts
+from store.room_queue import RoomQueue
 from store.router_drains import RouterDrains
 from store.snapshots import Snapshots
 from store.suspends import Suspends
@@ -79,7 +80,8 @@ class Store:
         self.router_drains = RouterDrains(pool)
         self.freezes = Freezes(pool, self.placement)
         self.idleness = Idleness(pool)
-        self.pressure = Pressure(pool, self.snapshots)
+        self.room_queue = RoomQueue(pool)
+        self.pressure = Pressure(pool, self.snapshots, self.room_queue)
         self.measurements = Measurements(pool)
 
     @classmethod

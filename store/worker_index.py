@@ -9,6 +9,10 @@ choosing a worker reads no table and costs the same with 10 workers or 10,000 (A
   two candidates (`load`), and `tally` says which check removed how many workers.
 - A bind this process made is held at once (`hold`) until its commit shows (or HOLD_SECONDS
   pass), so the next placement does not pick the same worker or misjudge its node's load.
+- A worker kept for one resume (`reserved_for`: a pressure move is emptying it for that resume,
+  `store.pressure`) is no candidate for anyone else while it stands: it is not among its shape's
+  idle workers, and its holder finds it with `reserved_workers`. It is read again when the
+  reservation runs out.
 
 It is pure memory: `store.worker_view.WorkerView` fills it from Postgres and keeps it fresh.
 """
@@ -38,6 +42,10 @@ class ViewedWorker:
     shape: WorkerShape
     used: Usage
     held: Usage | None = None
+    reserved_for: str | None = None
+    """The holder of the resume this worker is kept for (None: anyone's)."""
+    reserved_until: float = 0.0
+    """Until when (clock seconds) it is kept."""
 
     @property
     def usage(self) -> Usage:
@@ -48,6 +56,11 @@ class ViewedWorker:
     def idle(self) -> bool:
         """Whether no place of it is taken (a worker hosts one actor)."""
         return self.usage.places == 0
+
+    @property
+    def available(self) -> bool:
+        """Whether any placement may take it: idle and kept for no one."""
+        return self.idle and self.reserved_for is None
 
 
 class _IndexedSet:
@@ -109,14 +122,18 @@ class WorkerIndex:
         """Full loads so far (tests and the log read it)."""
         self._holds: dict[int, tuple[float, str]] = {}
         """worker id -> (until when, holder) of the binds this process made and has not seen committed."""
+        self._reserved: dict[str, set[int]] = {}
+        """holder -> the workers kept for its resume."""
 
     # -- the index -------------------------------------------------------------------------
 
     def _index(self, w: ViewedWorker) -> None:
         bucket = self.buckets.setdefault(w.shape, _Bucket())
         bucket.count += 1
-        if w.idle:
+        if w.available:
             bucket.idle.add(w.worker_id)
+        if w.reserved_for is not None:
+            self._reserved.setdefault(w.reserved_for, set()).add(w.worker_id)
         node = self.nodes.setdefault(w.node, _Node())
         node.workers.add(w.worker_id)
         node.load.capacity += Usage(w.shape.places, w.shape.cpu_millis, w.shape.memory_bytes)
@@ -128,6 +145,11 @@ class WorkerIndex:
         bucket.idle.remove(w.worker_id)
         if bucket.count == 0:
             del self.buckets[w.shape]
+        if w.reserved_for is not None:
+            kept = self._reserved.get(w.reserved_for, set())
+            kept.discard(w.worker_id)
+            if not kept:
+                self._reserved.pop(w.reserved_for, None)
         node = self.nodes[w.node]
         node.workers.discard(w.worker_id)
         node.load.capacity -= Usage(w.shape.places, w.shape.cpu_millis, w.shape.memory_bytes)
@@ -172,7 +194,7 @@ class WorkerIndex:
     def apply_all(self, read: Iterable[ViewedWorker]) -> None:
         """Replace the whole index by a read of every worker (the holds that still stand are kept)."""
         held = {i: w.held for i, w in self.workers.items() if w.held is not None}
-        self.workers, self.buckets, self.nodes = {}, {}, {}
+        self.workers, self.buckets, self.nodes, self._reserved = {}, {}, {}, {}
         for w in read:
             if w.worker_id in held and self._holding(w.worker_id):
                 w.held = held[w.worker_id]
@@ -184,15 +206,30 @@ class WorkerIndex:
 
     # -- what placement asks ---------------------------------------------------------------
 
+    def reserved_workers(self, holder: str, demand: Demand, excluded: set[int]) -> list[ViewedWorker]:
+        """The idle workers kept for `holder`'s resume that pass every check for `demand`, none in
+        `excluded` (by id, so the choice replays)."""
+        found = []
+        for i in sorted(self._reserved.get(holder, ())):
+            w = self.workers[i]
+            if i not in excluded and w.idle and fits(w.shape, demand) and demand.node in (None, w.node):
+                found.append(w)
+        return found
+
+    def has_reservations(self, holder: str) -> bool:
+        """Whether some worker is kept for `holder`'s resume, as the view last read it."""
+        return holder in self._reserved
+
     def sample(self, demand: Demand, excluded: set[int], k: int = 2) -> list[ViewedWorker]:
-        """Up to `k` distinct idle workers passing every check, uniformly at random, none in
-        `excluded`. Costs one test per shape (or per worker of the pinned node), not per worker."""
+        """Up to `k` distinct available workers (idle, kept for no one) passing every check,
+        uniformly at random, none in `excluded`. Costs one test per shape (or per worker of the
+        pinned node), not per worker."""
         if demand.node is not None:
             node = self.nodes.get(demand.node)
             found = [
                 w
                 for i in sorted(node.workers if node else ())
-                if i not in excluded and (w := self.workers[i]).idle and fits(w.shape, demand)
+                if i not in excluded and (w := self.workers[i]).available and fits(w.shape, demand)
             ]
             return self.rng.sample(found, min(k, len(found)))
         sets = [b.idle for shape, b in self.buckets.items() if len(b.idle) and fits(shape, demand)]
@@ -229,7 +266,7 @@ class WorkerIndex:
         if demand.node is not None and demand.node in self.nodes:
             for i in self.nodes[demand.node].workers:
                 w = self.workers[i]
-                on_node[(w.shape, w.idle)] += 1
+                on_node[(w.shape, w.available)] += 1
         for shape, bucket in self.buckets.items():
             busy = Usage(shape.places, 0, 0)
             idle_here, busy_here = on_node[(shape, True)], on_node[(shape, False)]
@@ -264,9 +301,13 @@ class WorkerIndex:
             self._holds[worker_id] = (0.0, holder)
 
     def hold_deadlines(self) -> list[float]:
-        """When each standing hold expires (clock seconds): the worker is then read again."""
-        return [t for t, _ in self._holds.values()]
+        """When each standing hold or reservation expires (clock seconds): the worker is then
+        read again."""
+        reservations = [self.workers[i].reserved_until for kept in self._reserved.values() for i in kept]
+        return [t for t, _ in self._holds.values()] + reservations
 
     def expired_holds(self, now: float) -> set[int]:
-        """The workers whose hold expired by `now` (or was announced committed)."""
-        return {i for i, (t, _) in self._holds.items() if t <= now}
+        """The workers whose hold expired by `now` (or was announced committed), or whose
+        reservation ran out."""
+        expired = {i for i, (t, _) in self._holds.items() if t <= now}
+        return expired | {i for kept in self._reserved.values() for i in kept if self.workers[i].reserved_until <= now}

@@ -6,7 +6,7 @@ worker cache kept fresh by Postgres LISTEN/NOTIFY, not a table scan").
 - Loaded whole (`view_workers`) before the first placement, again whenever its LISTEN connection
   is re-made, and every `resync_seconds` (what a lost notification could have missed).
 - Kept fresh by `ate_worker_changes` (migrations 0001 and 0008): a worker row (its runtime
-  included, 0011), a place on it, or its node's runsc build (the runtime of a worker whose atelet
+  included, 0011, and the resume it is kept for, 0014), a place on it, or its node's runsc build (the runtime of a worker whose atelet
   reports none) changed; the named workers are read again by index (`view_some_workers`).
 - A worker a bind of this process holds is read again once the commit is announced or the hold
   expires; `sync` waits until every change committed before it is in the view.
@@ -67,13 +67,17 @@ def worker_shape(row: asyncpg.Record) -> WorkerShape:
     )
 
 
-def _row_worker(row: asyncpg.Record) -> ViewedWorker:
+def _row_worker(row: asyncpg.Record, now: float) -> ViewedWorker:
+    """A `view_workers` row as the view holds it (`now`: the view's clock, for the reservation)."""
+    reserved_for = row["reserved_for"]
     return ViewedWorker(
         worker_id=int(row["id"]),
         node=str(row["node"]),
         name=str(row["name"]),
         shape=worker_shape(row),
         used=Usage(int(row["used_places"]), int(row["used_cpu"]), int(row["used_memory"])),
+        reserved_for=reserved_for,
+        reserved_until=now + float(row["reserved_seconds"] or 0.0) if reserved_for is not None else 0.0,
     )
 
 
@@ -171,7 +175,8 @@ class WorkerView(WorkerIndex):
 
     def _load_all_then_release(self, read: tuple[list[asyncpg.Record], list[str]]) -> None:
         rows, waiting = read
-        self.apply_all(_row_worker(row) for row in rows)
+        now = self.clock()
+        self.apply_all(_row_worker(row, now) for row in rows)
         for token in waiting:
             barrier = self._barriers.get(token)
             if barrier is not None and not barrier.done():
@@ -251,7 +256,7 @@ class WorkerView(WorkerIndex):
                 self._pending_nodes.clear()
                 if ids or nodes:
                     rows = await connection.fetch(Q["view_some_workers"], sorted(ids), sorted(nodes))
-                    self.apply((_row_worker(row) for row in rows), ids, nodes)
+                    self.apply((_row_worker(row, self.clock()) for row in rows), ids, nodes)
                 for token in arrived:
                     barrier = self._barriers.get(token)
                     if barrier is not None and not barrier.done():

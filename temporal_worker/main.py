@@ -142,6 +142,8 @@ def activities(
         db.rollback_freeze,
         atelets.freeze,
         db.pressure_victims,
+        db.release_room,
+        db.leave_room_queue,
         db.rollback_thaw,
         wakes.wake_request,
     ]

@@ -17,7 +17,7 @@ from __future__ import annotations
 from typing import Any
 
 from temporalio import workflow
-from temporalio.exceptions import ApplicationError, ChildWorkflowError, WorkflowAlreadyStartedError
+from temporalio.exceptions import ApplicationError, ChildWorkflowError, FailureError, WorkflowAlreadyStartedError
 from temporalio.workflow import ParentClosePolicy
 
 from workflows.steps import db_step, show_step
@@ -26,7 +26,14 @@ with workflow.unsafe.imports_passed_through():
     from domain.activity_names import Activity
     from domain.idle import IdleAction
     from domain.operations.pause import PauseActorInput, PauseActorResult
-    from domain.operations.pressure import MAX_PRESSURE_MOVES, PressureInput, PressureVictimRef, PressureVictims
+    from domain.operations.pressure import (
+        MAX_PRESSURE_MOVES,
+        ROOM_SIGNAL,
+        PressureInput,
+        PressureVictimRef,
+        PressureVictims,
+        ReleaseRoomInput,
+    )
     from domain.operations.suspend import SuspendActorInput, SuspendActorResult
     from domain.refs import ActorRef
     from domain.states import Operation
@@ -36,35 +43,64 @@ with workflow.unsafe.imports_passed_through():
 PRESSURE_PATCH = "pressure-suspends"
 """The `workflow.patched` ID of the pressure step; runs recorded before it answered NoCapacity at once."""
 
+ROOM_QUEUE_PATCH = "room-queue"
+"""The `workflow.patched` ID of the room queue: the resume joins it, a move may empty a worker for
+an older waiting resume (which is told by signal), and a move that gave way or failed frees its
+worker's reservation. Runs recorded before moved actors for themselves only."""
+
 
 def pressure_reason(actor: ActorRef) -> str:
     """The reason a pressure move carries in the victim's history."""
     return f"pressure: room for {actor.key}"
 
 
-async def make_room(actor: ActorRef, tried: list[ActorRef]) -> ActorRef | None:
+async def make_room(actor: ActorRef, tried: list[ActorRef], operation_id: str = "") -> ActorRef | None:
     """Move one opted-in actor off its worker so that `actor` can be placed.
+
+    In the room queue (ROOM_QUEUE_PATCH) the worker a move empties is kept for the oldest resume
+    waiting for room that it would take: when that is another one, it is told (`ROOM_SIGNAL` to
+    its run) and this resume tries the next actor, up to `MAX_PRESSURE_MOVES` in all.
 
     Args:
         actor: the actor whose resume found no room.
         tried: actors tried by earlier calls of this resume (extended here).
+        operation_id: the resume's run (the room queue names it).
 
     Returns:
-        The actor moved, or None when none could be (none opted in or fit, each gave way to a
-        request or failed, or `MAX_PRESSURE_MOVES` were tried).
+        The actor moved for `actor`, or None when none could be (none opted in or fit, each gave
+        way to a request or failed, the workers emptied went to older waiters, or
+        `MAX_PRESSURE_MOVES` were tried).
     """
+    queue = bool(operation_id) and workflow.patched(ROOM_QUEUE_PATCH)
     while len(tried) < MAX_PRESSURE_MOVES:
         found: PressureVictims = await db_step(
-            Activity.PRESSURE_VICTIMS, PressureInput(actor=actor, tried=list(tried)), result_type=PressureVictims
+            Activity.PRESSURE_VICTIMS,
+            PressureInput(actor=actor, tried=list(tried), operation_id=operation_id if queue else ""),
+            result_type=PressureVictims,
         )
         if not found.victims:
             return None
         victim = found.victims[0]
         tried.append(victim.actor)
-        show_step(f"make room: {victim.action} {victim.actor.key} (pool {victim.pool})")
-        if await _move(actor, victim):
+        beneficiary = found.room_for or actor
+        show_step(f"make room for {beneficiary.key}: {victim.action} {victim.actor.key} (pool {victim.pool})")
+        if not await _move(beneficiary, victim):
+            if queue:  # its worker stays taken: keep it for nobody
+                await db_step(Activity.RELEASE_ROOM, ReleaseRoomInput(victims=[victim.actor]))
+            continue
+        if found.room_for is None:
             return victim.actor
+        await _tell(found.room_for, found.room_for_operation)
     return None
+
+
+async def _tell(waiter: ActorRef, operation_id: str) -> None:
+    """Tell the waiting resume (run `operation_id` of `waiter`) that a worker was emptied for it;
+    a run that has ended meanwhile is not told (its actor's next resume finds the worker kept)."""
+    try:
+        await workflow.get_external_workflow_handle(waiter.workflow_id, run_id=operation_id).signal(ROOM_SIGNAL)
+    except FailureError:
+        pass
 
 
 async def _move(actor: ActorRef, victim: PressureVictimRef) -> bool:

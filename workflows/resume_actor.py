@@ -3,7 +3,10 @@
 Since the patch ONE_ACTIVITY_PATCH the three steps below run in one regular activity,
 `place_and_restore` (each part idempotent for this run's ID as operation ID): no workflow task
 separates the placement from the restore or the restore from the RUNNING commit whose NOTIFY
-answers the resume (bench/README.md, "activation"). When it fails, `resume_progress` tells what
+answers the resume (bench/README.md, "activation"). When placement finds no room, the pressure
+step moves opted-in actors off their workers (`workflows.pressure`); when it cannot now, a resume
+asked to wait for room (`room_wait_seconds`, the router's remaining park budget) tries both again
+every `ROOM_POLL_SECONDS` until then. When it fails, `resume_progress` tells what
 is left: a RESUMING actor on a worker is rolled back as below, a RUNNING one (an attempt whose
 answer was lost) is done, and a refused placement left nothing. A PAUSED actor whose node is full
 takes the steps one by one after the detach. Runs recorded before the patch replay the steps:
@@ -28,13 +31,14 @@ system's failure #1665).
 
 from __future__ import annotations
 
+import contextlib
 from typing import NoReturn
 
 from temporalio import workflow
 from temporalio.exceptions import ApplicationError
 
 from workflows.detach import detach_paused
-from workflows.pressure import PRESSURE_PATCH, make_room
+from workflows.pressure import PRESSURE_PATCH, ROOM_QUEUE_PATCH, make_room
 from workflows.steps import (
     atelet_step,
     boot_timeout,
@@ -48,7 +52,11 @@ with workflow.unsafe.imports_passed_through():
     from domain.activity_names import Activity
     from domain.operations.atelet_calls import AteletRunInput, AteletRunResult, AteletTerminateInput
     from domain.operations.common import FinishInput
+    from domain.operations.pressure import ROOM_SIGNAL, LeaveRoomQueueInput
     from domain.operations.resume import (
+        MAX_ROOM_WAIT_SECONDS,
+        ROOM_POLL_SECONDS,
+        TIMER_LATENESS_SECONDS,
         BeginResumeInput,
         PlaceAndRestoreInput,
         PlaceAndRestoreResult,
@@ -84,6 +92,14 @@ before it replay with their own `finish_resume` step."""
 @workflow.defn(name=Operation.RESUME.value)
 class ResumeActorWorkflow:
     """Resume one actor; the workflow ID `actor/<atespace>/<name>` is the per-actor lock."""
+
+    def __init__(self) -> None:
+        self._room = False
+
+    @workflow.signal(name=ROOM_SIGNAL)
+    def room(self) -> None:
+        """A pressure move of another resume emptied a worker for this one (the room queue)."""
+        self._room = True
 
     @workflow.run
     async def run(self, request: ResumeActorInput) -> ResumeActorResult:
@@ -123,13 +139,18 @@ class ResumeActorWorkflow:
         actor = request.actor
         show_step("placement and restore")
         started = workflow.time()
+        room_deadline = started + min(request.room_wait_seconds, MAX_ROOM_WAIT_SECONDS)
         tried: list[ActorRef] = []
+        queued = False  # whether this run joined the room queue (the queue's pressure_victims call)
         while True:
             try:
                 done: PlaceAndRestoreResult = await atelet_step(
                     Activity.PLACE_AND_RESTORE,
                     PlaceAndRestoreInput(
-                        actor=actor, operation_id=operation_id, probe_timeout_seconds=request.probe_timeout_seconds
+                        actor=actor,
+                        operation_id=operation_id,
+                        probe_timeout_seconds=request.probe_timeout_seconds,
+                        waited_for_room=queued,
                     ),
                     result_type=PlaceAndRestoreResult,
                     timeout=boot_timeout(request.probe_timeout_seconds),
@@ -137,10 +158,22 @@ class ResumeActorWorkflow:
                 break
             except ApplicationError as error:
                 if error.type != Reason.NO_CAPACITY or not workflow.patched(PRESSURE_PATCH):
+                    await self._leave_room_queue(actor, queued)
                     return await self._not_placed(request, operation_id, timings, started, error)
-                moved = await make_room(actor, tried)
+                queued = queued or workflow.patched(ROOM_QUEUE_PATCH)
+                moved = await make_room(actor, tried, operation_id)
                 if moved is None:
-                    return await self._not_placed(request, operation_id, timings, started, error)
+                    left = room_deadline - workflow.time() - TIMER_LATENESS_SECONDS
+                    if left <= 0:  # a timer set now might fire after the deadline
+                        await self._leave_room_queue(actor, queued)
+                        return await self._not_placed(request, operation_id, timings, started, error)
+                    if not self._room:  # told since the last try: a worker is kept for it already
+                        show_step(f"waiting for room ({left:.1f} s left)")
+                        with contextlib.suppress(TimeoutError):
+                            await workflow.wait_condition(lambda: self._room, timeout=min(ROOM_POLL_SECONDS, left))
+                    self._room = False
+                    tried.clear()  # an actor that gave way to a request may be idle now
+                    continue
                 timings["pressure"] = workflow.time() - started
                 show_step(f"placement and restore (moved {moved.key} to make room)")
         plan = done.plan
@@ -148,6 +181,12 @@ class ResumeActorWorkflow:
         if plan.already_running and not done.resumed_earlier:
             return ResumeActorResult(actor=actor, worker=plan.worker, already_running=True, timings=timings)
         return await self._finish(actor, operation_id, plan, done.restored, timings, started)
+
+    async def _leave_room_queue(self, actor: ActorRef, queued: bool) -> None:
+        """A resume that joined the room queue and stops waiting leaves it (and the workers kept
+        for it), so that no move empties a worker for it in vain."""
+        if queued:
+            await db_step(Activity.LEAVE_ROOM_QUEUE, LeaveRoomQueueInput(actor=actor))
 
     async def _not_placed(
         self,

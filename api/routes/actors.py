@@ -44,7 +44,7 @@ from domain.idle import parse_idle_policy
 from domain.liveness import unreachable_message, unreachable_refusal
 from domain.operations.freeze import FreezeActorInput, FreezeActorResult
 from domain.operations.pause import PauseActorInput, PauseActorResult
-from domain.operations.resume import ResumeActorInput, ResumeActorResult
+from domain.operations.resume import ROOM_ANSWER_MARGIN_SECONDS, ResumeActorInput, ResumeActorResult
 from domain.operations.revert import RevertActorInput, RevertActorResult
 from domain.operations.suspend import SuspendActorInput, SuspendActorResult
 from domain.reasons import Reason
@@ -372,9 +372,12 @@ async def resume_actor(
     ref = ActorRef(atespace, name)
     with timed(Operation.RESUME.value):
         timeout = (body.timeout_seconds if body else None) or settings.resume_timeout_seconds
+        # The resume gives up waiting for room before the answer is due, so that the caller hears
+        # "no room" (503, with what placement found) rather than "still resuming" (504).
+        room_wait = max(0.0, min(body.room_wait_seconds if body else 0.0, timeout - ROOM_ANSWER_MARGIN_SECONDS))
         return await _operate(
-            store, temporal, ref, Operation.RESUME, ResumeActorInput(actor=ref), ResumeActorResult,
-            ActorState.RUNNING, timeout, changes,
+            store, temporal, ref, Operation.RESUME, ResumeActorInput(actor=ref, room_wait_seconds=room_wait),
+            ResumeActorResult, ActorState.RUNNING, timeout, changes,
         )  # fmt: skip
 
 

@@ -9,13 +9,43 @@ from domain.operations.atelet_calls import AteletRunResult
 from domain.refs import ActorRef, SnapshotRef, WorkerRef
 from domain.templates import ActorTemplateSpec
 
+ROOM_POLL_SECONDS = 0.5
+"""The time between two tries of a resume that waits for room (`ResumeActorInput.room_wait_seconds`),
+as asked of a workflow timer (which fires up to `TIMER_LATENESS_SECONDS` later); a pressure move
+that empties a worker for it tells it at once (`domain.operations.pressure.ROOM_SIGNAL`)."""
+
+TIMER_LATENESS_SECONDS = 1.0
+"""How late a workflow timer may fire, in seconds: on the dev server (tuned as ate dev runs it) a
+0.5 s timer fired 0.98 s after it was set, a 0.38 s one 0.99 s after (2026-12-06). A resume that
+waits for room sets no timer that could fire after its room deadline: it gives up while more than
+this is left, so its "no room" answer is not late."""
+
+MAX_ROOM_WAIT_SECONDS = 300.0
+"""The longest a resume may be asked to wait for room (it holds the actor's lock meanwhile)."""
+
+ROOM_ANSWER_MARGIN_SECONDS = 0.5
+"""How much sooner than its caller's deadline a resume stops waiting for room, in seconds: the
+"no room" answer (503 with what placement found) has to travel from the workflow through the API
+to the caller before the caller gives up with "still resuming" (504). The API caps a resume's
+`room_wait_seconds` at its `timeout_seconds` less this; the router asks for its remaining park
+budget less this."""
+
 
 @dataclass
 class ResumeActorInput:
-    """Input of the ResumeActor workflow."""
+    """Input of the ResumeActor workflow.
+
+    `room_wait_seconds`: how long the resume may wait for a worker with room when none has any
+    and no pressure move can make some for it now. It waits in the room queue (resumes short of
+    room are served in the order they came: a move empties a worker for the oldest waiter that
+    worker would take) and tries placement and pressure again when told that a worker was
+    emptied for it, or after `ROOM_POLL_SECONDS`. 0 (runs recorded before, and callers that want
+    the answer at once): NoCapacity at once.
+    """
 
     actor: ActorRef
     probe_timeout_seconds: float = 30.0
+    room_wait_seconds: float = 0.0
 
 
 @dataclass
@@ -59,6 +89,8 @@ class PlaceAndRestoreInput:
     actor: ActorRef
     operation_id: str
     probe_timeout_seconds: float
+    waited_for_room: bool = False
+    """Whether this resume joined the room queue (its bind leaves it)."""
 
 
 @dataclass

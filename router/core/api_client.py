@@ -16,6 +16,7 @@ from typing import Any
 
 import httpx
 
+from domain.operations.resume import ROOM_ANSWER_MARGIN_SECONDS
 from domain.reasons import Reason
 from domain.templates import ActorAccess, ActorTemplateSpec
 
@@ -126,17 +127,20 @@ class ApiClient:
             atespace: Atespace label.
             name: Actor label.
             timeout_seconds: Budget handed to the API, in seconds (sent rounded up to a whole
-                second, at least 1).
+                second, at least 1); the resume may wait for room that long less
+                ``ROOM_ANSWER_MARGIN_SECONDS``, so a request parked for room is served as soon as
+                a worker frees, and hears "no room" before its budget ends.
 
         Returns:
             The classified reply; transport failures give kind ``unreachable``.
         """
+        room_wait = round(max(0.0, timeout_seconds - ROOM_ANSWER_MARGIN_SECONDS), 3)
         seconds = max(1, math.ceil(timeout_seconds))
         url = f"{self.base_url}/v1/atespaces/{atespace}/actors/{name}/resume"
         try:
             resp = await self._client.post(
                 url,
-                json={"timeout_seconds": seconds},
+                json={"timeout_seconds": seconds, "room_wait_seconds": room_wait},
                 timeout=httpx.Timeout(seconds + 10.0, connect=2.0),
             )
         except httpx.TransportError as exc:

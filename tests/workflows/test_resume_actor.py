@@ -123,9 +123,10 @@ async def test_no_room_is_refused_with_the_placement_hint(ate: Ate) -> None:
     hint = "no worker has room for the actor demo/c1: all 2 matching workers have every place taken"
     ate.fakes.script("place_and_restore", store_failure(NoCapacity(hint)))
     ate.fakes.script("pressure_victims", PressureVictims([]))  # nobody opted in to make room
+    ate.fakes.script("leave_room_queue", None)
     failure = await ate.failure(RUN, ResumeActorInput(actor=C1), id=ID)
     assert (failure.type, failure.message) == ("NoCapacity", hint)
-    assert ate.fakes.names() == ["place_and_restore", "pressure_victims"]
+    assert ate.fakes.names() == ["place_and_restore", "pressure_victims", "leave_room_queue"]
 
 
 @pytest.mark.parametrize(
