@@ -8,6 +8,12 @@ Freeze, a pause, and Thaw followed at once by a `GET /` (what the router's reque
 actor costs on the node). Also reported: Freeze and Thaw each (the calls, and the kernel's part
 the driver measured), and the CPU time the sandbox's cgroup used while frozen. Issue 27's goal:
 a request to a frozen actor within 20 ms p95 of a request to a running one.
+
+`--through-router` measures the same end to end on a real `ate dev --workers 1` (bench.stack): per
+cycle a request through the router to the RUNNING counter (the baseline, its upstream cached),
+then `ate freeze` through the API (answered once FROZEN), a pause, and a request through the router
+to the FROZEN actor: the router's resume call, the API's ResumeActor workflow whose one activity
+thaws the sandbox in place and commits RUNNING, and the proxied `GET /`.
 """
 
 from __future__ import annotations
@@ -20,6 +26,7 @@ import uuid
 from pathlib import Path
 from typing import Any
 
+from bench.actors import COUNTER
 from bench.common import ROOT, Log, machine, ms, summary, table, write_result
 
 ACTOR = ("bench", "frozen1")
@@ -105,6 +112,86 @@ async def _run(cycles: int, warmup: int, log: Log) -> dict[str, Any]:
         await node.stop()
         shutil.rmtree(base, ignore_errors=True)
     return {"method": method, "figures": figures}
+
+
+def _through_router(cycles: int, warmup: int, log: Log) -> dict[str, Any]:
+    """The end-to-end cycles on a real stack; returns the figures (seconds) and the histories' thaws."""
+    import httpx
+
+    from ate.cli.client import ApiClient
+    from ate.cli.manifest import load_template_spec
+    from bench import stack as stack_mod
+
+    stack = stack_mod.start(workers=1, log=log)
+    figures: dict[str, list[float]] = {"get_running": [], "get_frozen": [], "freeze_call": []}
+    try:
+        with ApiClient(stack.api_url, timeout=300, token=stack.token) as cli:
+            cli.create_atespace(ACTOR[0])
+            tpl = cli.create_template(ACTOR[0], "counter", load_template_spec(COUNTER),
+                                      wait=True)  # fmt: skip
+            if tpl.get("phase") != "Ready":
+                raise RuntimeError(f"template not Ready: {tpl}")
+            cli.create_actor(ACTOR[0], ACTOR[1], "counter", {})
+        target = {"ate-target-actor": f"{ACTOR[0]}/{ACTOR[1]}"}
+        actor_url = f"{stack.api_url}/v1/atespaces/{ACTOR[0]}/actors/{ACTOR[1]}"
+        # A fresh connection per request, as in the node-side mode: no keep-alive to favour either.
+        limits = httpx.Limits(max_keepalive_connections=0)
+        with httpx.Client(timeout=30, limits=limits) as proxy, httpx.Client(headers=stack.headers, timeout=60) as api:
+            count = -1
+
+            def request() -> float:
+                nonlocal count
+                start = time.monotonic()
+                answer = proxy.get(stack.router_url + "/", headers=target)
+                seconds = time.monotonic() - start
+                if answer.status_code != 200:
+                    raise RuntimeError(f"router answered {answer.status_code}: {answer.text[:200]}")
+                memory = int(answer.json()["memory_count"])
+                if count >= 0 and memory != count + 1:
+                    raise RuntimeError(f"memory_count {memory} after {count}: the thaw lost the actor's memory")
+                count = memory
+                return seconds
+
+            request()  # the first request resumes the actor from its golden snapshot (not measured)
+            for i in range(warmup + cycles):
+                running = request()
+                start = time.monotonic()
+                frozen = api.post(actor_url + "/freeze", json={})
+                freeze_call = time.monotonic() - start
+                if frozen.status_code != 200 or frozen.json().get("state") != "FROZEN":
+                    raise RuntimeError(f"freeze answered {frozen.status_code}: {frozen.text[:200]}")
+                time.sleep(0.2)
+                thawed = request()
+                if i >= warmup:
+                    figures["get_running"].append(running)
+                    figures["get_frozen"].append(thawed)
+                    figures["freeze_call"].append(freeze_call)
+                time.sleep(0.05)
+            log(f"{cycles} cycles through the router done (memory_count {count})")
+    finally:
+        stack.stop()
+    return {"method": "ate freeze", "figures": figures}
+
+
+def run_through_router(cycles: int, warmup: int, log: Log) -> None:
+    """Runs the end-to-end mode and prints its table and KEY line (see the module doc)."""
+    result = _through_router(cycles, warmup, log)
+    s = {k: summary(v) for k, v in result["figures"].items()}
+    rows = [[name, ms(s[key]["p50"]), ms(s[key]["p95"]), ms(s[key]["max"])] for name, key in (
+        ("request to the RUNNING counter (router, cached upstream)", "get_running"),
+        ("request to the FROZEN counter (router resume, thaw, proxy)", "get_frozen"),
+        ("ate freeze through the API (answered FROZEN)", "freeze_call"),
+    )]
+    gap = ms(s["get_frozen"]["p95"] - s["get_running"]["p95"])
+    text = "\n".join([
+        f"bench freeze --through-router: {cycles} cycles, ate dev --workers 1, gVisor counter",
+        table(["ms", "p50", "p95", "max"], rows),
+        f"KEY freeze through the router: FROZEN p50/p95 {ms(s['get_frozen']['p50']):.1f}/{ms(s['get_frozen']['p95']):.1f}"
+        f" ms vs RUNNING {ms(s['get_running']['p50']):.1f}/{ms(s['get_running']['p95']):.1f} ms "
+        f"(p95 gap {gap:.1f} ms, goal < 20)",
+    ])
+    path = write_result("freeze-router", {"machine": machine(), "cycles": cycles, "summary": s, **result})
+    print(text.replace("\nKEY", f"\nresults: {path}\nKEY"))
 
 
 def run(cycles: int, warmup: int, log: Log) -> None:

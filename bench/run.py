@@ -58,6 +58,7 @@ def main(argv: list[str] | None = None) -> None:
     fz = sub.add_parser("freeze", help="Thaw + GET of a frozen gVisor counter vs GET of a running one (one node)")
     fz.add_argument("--cycles", type=int, default=50)
     fz.add_argument("--warmup", type=int, default=3)
+    fz.add_argument("--through-router", action="store_true", help="end to end on a real ate dev, through the router")
     mv = sub.add_parser("microvm", help="microvm VM restore vs cold boot on QEMU (TCG here), checkpoint, RAM copy")
     mv.add_argument("--cycles", type=int, default=5)
     ov = sub.add_parser(
@@ -121,7 +122,10 @@ def main(argv: list[str] | None = None) -> None:
     elif args.name == "freeze":
         from bench import freeze
 
-        freeze.run(cycles=args.cycles, warmup=args.warmup, log=log)
+        if args.through_router:
+            freeze.run_through_router(cycles=args.cycles, warmup=args.warmup, log=log)
+        else:
+            freeze.run(cycles=args.cycles, warmup=args.warmup, log=log)
     elif args.name == "microvm":
         from bench import microvm
 

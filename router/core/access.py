@@ -8,8 +8,8 @@ actor. A caller whose token reaches the actor's atespace learns that an actor do
 (404, from the resume).
 
 What is cached, so that the hot path asks the API nothing: a template's rule (templates are
-immutable), an actor's template for ACTOR_TEMPLATE_SECONDS (and until a change of the actor is
-notified), a review's answer for REVIEW_SECONDS (so a revoked token may still pass for that
+immutable), an actor's template for ACTOR_TEMPLATE_SECONDS (and until the actor's deletion, or
+its creation after a lookup found none, is notified), a review's answer for REVIEW_SECONDS (so a revoked token may still pass for that
 long).
 """
 
@@ -23,6 +23,7 @@ from dataclasses import dataclass
 from http.cookies import CookieError, SimpleCookie
 from typing import TypeVar
 
+from domain.changes import DELETED, ActorChange
 from domain.refs import ActorRef
 from domain.templates import AccessMode, ActorAccess
 from router.core import errors
@@ -118,6 +119,20 @@ class AccessGate:
             self._templates.clear()
         else:
             self._templates.pop(key, None)
+
+    def on_actor_change(self, change: ActorChange | None) -> None:
+        """Apply an `ate_actor_changes` notification (None: one that named no actor, or the
+        cache was cleared). An actor's template is fixed for its life, so a change of state
+        (RUNNING, FROZEN, SUSPENDED...) keeps what is known of it: the next request after a
+        suspend or a freeze asks the API nothing before its resume. The template is forgotten
+        when the actor went (DELETED: one made again under its name may have another) and when
+        it was known not to exist (it exists now)."""
+        if change is None:
+            self.forget(None)
+            return
+        known = self._templates.get(change.actor.key)
+        if change.state == DELETED or (known is not None and known[1] is None):
+            self.forget(change.actor.key)
 
     async def admit(self, target: ActorRef, headers: list[tuple[bytes, bytes]], deadline: float) -> Admission:
         """Let the request through, with the headers to forward.

@@ -18,7 +18,7 @@ import logging
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from domain.changes import ACTOR_CHANGES_CHANNEL, parse_actor_change
+from domain.changes import ACTOR_CHANGES_CHANNEL, ActorChange, parse_actor_change
 from router.core.upstream import Upstream
 from store.listen import Listener
 
@@ -59,9 +59,9 @@ class ActorCache:
         self.usable: Callable[[], bool] = lambda: True
         """Whether entries may be read and put besides ``enabled`` (the replica holds a lease
         with the control plane: router.core.registration)."""
-        self.on_change: list[Callable[[str | None], None]] = []
-        """Called with an actor's key when a notification names it, with None when everything
-        is forgotten (the access gate forgets the actor's template)."""
+        self.on_change: list[Callable[[ActorChange | None], None]] = []
+        """Called with the change when a notification names an actor, with None when everything
+        is forgotten (the access gate forgets what it knew of the actor's template)."""
 
     def __len__(self) -> int:
         return len(self._entries)
@@ -128,7 +128,7 @@ class ActorCache:
             log.warning("unparsable %s payload %r: clearing the cache", ACTOR_CHANGES_CHANNEL, payload)
             self.clear()
         for listener in self.on_change:
-            listener(change.actor.key if change is not None else None)
+            listener(change)
 
 
 class CacheInvalidator:

@@ -106,7 +106,7 @@ class RouterCore:
         self.cache = cache if cache is not None else ActorCache()
         self.gate = AccessGate(self.api, settings.api_server)
         self.recent = statusz.RecentRequests()
-        self.cache.on_change.append(self.gate.forget)
+        self.cache.on_change.append(self.gate.on_actor_change)
         self.resumer = Resumer(
             self.api, self.cache, settings.parked_request_budget_seconds, settings.max_parked, settings.api_server
         )

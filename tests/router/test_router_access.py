@@ -99,3 +99,28 @@ async def test_reviews_are_cached_so_the_hot_path_asks_the_api_once(start_router
     for _ in range(5):
         assert (await env.client.get("/", headers={**TARGET, "Authorization": f"Bearer {GOOD}"})).status_code == 200
     assert len(env.api.reviews) == 1 and env.api.actor_calls == 1 and env.api.template_calls == 1
+
+
+async def test_a_change_of_state_keeps_the_actors_template_and_a_deletion_forgets_it(start_router: StartRouter) -> None:
+    # An actor's template is fixed for its life: after a freeze or a suspend its next request
+    # asks the API only for the resume, not again for the template. A deletion (the name may be
+    # made again from another template) and a creation after a lookup found nothing do not keep it.
+    env = await start_router()
+    cache = env.router.core.cache
+    assert (await env.client.get("/", headers=TARGET)).status_code == 200
+    assert env.api.actor_calls == 1
+    for state in ("FROZEN", "RUNNING", "SUSPENDING", "SUSPENDED", "RESUMING", "RUNNING"):
+        cache.on_notification(f"demo/c1 {state}")  # as NOTIFY ate_actor_changes brings it
+        assert (await env.client.get("/", headers=TARGET)).status_code == 200
+    assert env.api.actor_calls == 1
+    cache.on_notification("demo/c1 DELETED")
+    assert (await env.client.get("/", headers=TARGET)).status_code == 200
+    assert env.api.actor_calls == 2
+    env.api.missing = {"demo/c2"}
+    other = {"ate-target-actor": "demo/c2"}
+    assert (await env.client.get("/", headers=other)).status_code == 401  # unknown: as if forbidden
+    calls = env.api.actor_calls
+    env.api.missing = set()
+    cache.on_notification("demo/c2 SUSPENDED")  # it was created
+    assert (await env.client.get("/", headers=other)).status_code == 200
+    assert env.api.actor_calls == calls + 1
