@@ -27,7 +27,19 @@ from api.liveness import LivenessWatcher
 from api.metrics import WAITING_FOR_ROOM, WORKERS
 from api.names import check_request_names
 from api.recovery import run_recovery
-from api.routes import actors, atespaces, local_endpoint, operations, routers, schedules, templates, tokens, workers
+from api.routes import (
+    actors,
+    atespaces,
+    local_endpoint,
+    operations,
+    routers,
+    schedules,
+    secrets,
+    templates,
+    tokens,
+    workers,
+)
+from api.secret_box import load_secret_box, reseal_all
 from api.settings import ApiSettings
 from store import Store
 
@@ -74,6 +86,7 @@ def create_app(settings: ApiSettings) -> FastAPI:
         app.state.authenticator = authenticator_for(settings, store)
         app.state.temporal = await Client.connect(settings.temporal_address, namespace=settings.temporal_namespace)
         app.state.settings = settings
+        app.state.secret_box = load_secret_box(settings.secret_keys_file, settings.secret_keys)
         app.state.actor_changes = ActorChanges(settings.database_url)
         app.state.actor_changes.start()
         watcher = LivenessWatcher(
@@ -83,11 +96,13 @@ def create_app(settings: ApiSettings) -> FastAPI:
             every_seconds=settings.liveness_check_seconds,
         )
         judge = IdleJudge(store, app.state.temporal, every_seconds=settings.idle_check_seconds)
-        background = [
+        background: list[asyncio.Task[object]] = [
             asyncio.create_task(watcher.run()),
             asyncio.create_task(run_recovery(store, app.state.temporal)),
             asyncio.create_task(judge.run()),
         ]
+        if app.state.secret_box is not None:  # a rotation: seal again what an older key sealed
+            background.append(asyncio.create_task(reseal_all(app.state.secret_box, store.secrets)))
         try:
             yield
         finally:
@@ -106,7 +121,7 @@ def create_app(settings: ApiSettings) -> FastAPI:
     )
     install_error_handlers(app)
     app.add_middleware(BodySizeLimit, max_bytes=settings.max_request_bytes)
-    for module in (atespaces, templates, actors, schedules, local_endpoint, workers, routers, operations, tokens):
+    for module in (atespaces, templates, actors, schedules, local_endpoint, workers, routers, operations, tokens, secrets):
         app.include_router(module.router)
 
     @app.get("/healthz", tags=["health"], **PUBLIC)

@@ -72,6 +72,12 @@ class ApiSettings(BaseSettings):
     oidc_group_grants: dict[str, list[str]] = {}
     """Grants per OIDC group, e.g. {"platform": ["cluster-admin"], "demo-devs": ["operator:demo"]}
     (env ATE_OIDC_GROUP_GRANTS, JSON)."""
+    secret_keys_file: Path | None = None
+    """The key ring that seals secrets (`domain.secrets.parse_secret_keys`: one `<key id> <base64
+    of 32 bytes>` per line, the primary first); on Kubernetes a mounted Secret. Unset, with
+    `secret_keys` unset too: no secrets (their routes answer 503 saying how to set it)."""
+    secret_keys: str | None = None
+    """The key ring's text itself, when not in a file (env ATE_SECRET_KEYS; a comma separates keys)."""
     node_ca_file: Path | None = None
     """The CA that signs node certificates: node registrations are accepted only when signed by a
     certificate it issued (atelet/registration.py)."""
@@ -107,8 +113,9 @@ class ApiSettings(BaseSettings):
     def redacted(self) -> dict[str, object]:
         """The settings with the database password hidden, for the start-up log."""
         values = self.model_dump()
-        if values.get("bootstrap_token"):
-            values["bootstrap_token"] = "***"
+        for hidden in ("bootstrap_token", "secret_keys"):
+            if values.get(hidden):
+                values[hidden] = "***"
         url = str(values["database_url"])
         if "@" in url and ":" in url.split("@", 1)[0].split("//", 1)[-1]:
             scheme, rest = url.split("//", 1)

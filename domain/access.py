@@ -37,6 +37,8 @@ class Permission(StrEnum):
     ACTORS_MANAGE = "actors.manage"
     ACTORS_REACH = "actors.reach"
     TOKENS_MANAGE = "tokens.manage"
+    SECRETS_READ = "secrets.read"
+    SECRETS_MANAGE = "secrets.manage"
     TOKENS_REVIEW = "tokens.review"
     WORKERS_READ = "workers.read"
     NODES_DRAIN = "nodes.drain"
@@ -59,8 +61,13 @@ class Role(StrEnum):
 
 
 _VIEW = frozenset({Permission.ATESPACES_READ, Permission.TEMPLATES_READ, Permission.ACTORS_READ})
-_OPERATE = _VIEW | {Permission.ACTORS_RESUME, Permission.ACTORS_OPERATE, Permission.ACTORS_REACH}
-_ADMIN = _OPERATE | {Permission.TEMPLATES_MANAGE, Permission.ACTORS_MANAGE, Permission.TOKENS_MANAGE}
+_OPERATE = _VIEW | {Permission.ACTORS_RESUME, Permission.ACTORS_OPERATE, Permission.ACTORS_REACH, Permission.SECRETS_READ}
+_ADMIN = _OPERATE | {
+    Permission.TEMPLATES_MANAGE,
+    Permission.ACTORS_MANAGE,
+    Permission.TOKENS_MANAGE,
+    Permission.SECRETS_MANAGE,
+}
 
 ROLE_PERMISSIONS: dict[Role, frozenset[Permission]] = {
     Role.VIEWER: _VIEW,

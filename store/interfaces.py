@@ -37,6 +37,7 @@ from store.resumes import Resumes
 from store.reverts import Reverts
 from store.room_queue import RoomQueue
 from store.router_drains import DrainProgress, PendingDrain, RouterReplica
+from store.secrets import Secrets
 from store.suspends import Suspends
 from store.tags import Tags
 from store.templates import Templates
@@ -232,6 +233,8 @@ class ApiStore(Protocol):
     def history(self) -> OperationHistory: ...  # noqa: D102
     @property
     def tokens(self) -> AccessTokens: ...  # noqa: D102
+    @property
+    def secrets(self) -> Secrets: ...  # noqa: D102
     @property
     def drains(self) -> Drains: ...  # noqa: D102
     @property

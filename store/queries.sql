@@ -1022,3 +1022,37 @@ UPDATE actors SET state = 'FROZEN', operation = NULL, resumed_from = NULL, last_
                   version = version + 1, updated_at = now()
 WHERE atespace = $1 AND name = $2 AND state = 'RESUMING' AND operation_id = $3 AND resumed_from = 'FROZEN'
 RETURNING version;
+
+-- insert_secret --
+-- A new secret ($1 atespace, $2 name, $3 key id, $4 sealed value, $5 size, $6 creator); nothing
+-- when the name is taken.
+INSERT INTO secrets (atespace, name, key_id, sealed, size_bytes, created_by) VALUES ($1, $2, $3, $4, $5, $6)
+ON CONFLICT (atespace, name) DO NOTHING
+RETURNING atespace, name, key_id, size_bytes, created_by, created_at, updated_at;
+
+-- list_secrets --
+-- An atespace's secrets by name, without their values.
+SELECT atespace, name, key_id, size_bytes, created_by, created_at, updated_at FROM secrets
+WHERE atespace = $1 ORDER BY name;
+
+-- get_secret --
+-- One secret, without its value.
+SELECT atespace, name, key_id, size_bytes, created_by, created_at, updated_at FROM secrets
+WHERE atespace = $1 AND name = $2;
+
+-- get_sealed_secret --
+-- One secret's sealed value and the key that sealed it.
+SELECT key_id, sealed FROM secrets WHERE atespace = $1 AND name = $2;
+
+-- delete_secret --
+DELETE FROM secrets WHERE atespace = $1 AND name = $2 RETURNING name;
+
+-- secrets_sealed_by_others --
+-- Up to $2 secrets sealed by another key than $1 (the primary): what a rotation re-seals.
+SELECT atespace, name, key_id, sealed FROM secrets WHERE key_id <> $1 ORDER BY atespace, name LIMIT $2;
+
+-- reseal_secret --
+-- A secret sealed again by key $5, if it is still the value sealed by $3 (a concurrent change wins).
+UPDATE secrets SET key_id = $5, sealed = $6
+WHERE atespace = $1 AND name = $2 AND key_id = $3 AND sealed = $4
+RETURNING name;

@@ -2,7 +2,7 @@
 concern; named queries in (`queries.sql`), dataclasses and store errors out.
 
 - the catalog: `atespaces`, `templates`, `actors`, `tags`, `history` (operations of an actor);
-- access: `tokens` (the bearer tokens ate issues);
+- access: `tokens` (the bearer tokens ate issues), `secrets` (sealed values, never shown);
 - the router replicas: `router_drains` (their leases, and the drains of an actor before its checkpoint);
 - the nodes: `nodes` (registration, heartbeats, reconciliation, crashes, fencing), `liveness`
   (lost nodes, UNREACHABLE actors and their grace, CRASHED actors to recover);
@@ -38,6 +38,7 @@ from store.resumes import Resumes
 from store.reverts import Reverts
 from store.room_queue import RoomQueue
 from store.router_drains import RouterDrains
+from store.secrets import Secrets
 from store.snapshots import Snapshots
 from store.suspends import Suspends
 from store.tags import Tags
@@ -77,6 +78,7 @@ class Store:
         self.reverts = Reverts(pool, self.placement, self.nodes)
         self.drains = Drains(pool, self.placement)
         self.tokens = AccessTokens(pool)
+        self.secrets = Secrets(pool, self.atespaces)
         self.router_drains = RouterDrains(pool)
         self.freezes = Freezes(pool, self.placement)
         self.idleness = Idleness(pool)

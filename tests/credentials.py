@@ -4,6 +4,7 @@ node's certificate-signed JWT for that node's registration and events."""
 
 from __future__ import annotations
 
+import base64
 import re
 from collections.abc import Generator
 from urllib.parse import unquote
@@ -18,6 +19,13 @@ BOOTSTRAP_HEADERS = {"Authorization": f"Bearer {BOOTSTRAP_TOKEN}"}
 
 BOOTSTRAP_ENV = {"ATE_BOOTSTRAP_TOKEN": BOOTSTRAP_TOKEN}
 """The api-server's environment for it."""
+
+SUITE_SECRET_KEY = bytes(range(32))
+"""The suite's api-servers' key for secrets (key id `suite1`): fixed, so a test can open what the
+store holds with it and see that the store holds no value in the clear."""
+
+SECRET_KEYS_ENV = {"ATE_SECRET_KEYS": "suite1 " + base64.b64encode(SUITE_SECRET_KEY).decode()}
+"""The api-server's environment for its key ring of secrets."""
 
 
 _NODE_ROUTE = re.compile(r"^/v1/nodes/([^/]+)(/events)?$")

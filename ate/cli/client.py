@@ -5,6 +5,7 @@ server answered with the error JSON `{"reason", "message", "details"}`) and `Api
 (nothing answered at the server URL).
 """
 
+import base64
 from collections.abc import Iterator
 from typing import Any, Self
 from urllib.parse import quote
@@ -182,6 +183,29 @@ class ApiClient:
     def delete_token(self, token_id: str) -> None:
         """Revoke a token."""
         self.request("DELETE", f"/v1/tokens/{_segment(token_id)}")
+
+    # Secrets
+
+    def create_secret(self, atespace: str, name: str, value: bytes) -> dict[str, Any]:
+        """Create a secret; the answer carries its metadata, never its value. Text that is UTF-8
+        goes as `value`, other bytes as `value_base64`."""
+        try:
+            body: dict[str, Any] = {"name": name, "value": value.decode()}
+        except UnicodeDecodeError:
+            body = {"name": name, "value_base64": base64.b64encode(value).decode()}
+        return self.request_object("POST", f"/v1/atespaces/{_segment(atespace)}/secrets", json=body)
+
+    def list_secrets(self, atespace: str) -> list[dict[str, Any]]:
+        """An atespace's secrets (names and metadata)."""
+        return (self.request("GET", f"/v1/atespaces/{_segment(atespace)}/secrets") or {}).get("items") or []
+
+    def get_secret(self, atespace: str, name: str) -> dict[str, Any]:
+        """One secret's metadata."""
+        return self.request_object("GET", f"/v1/atespaces/{_segment(atespace)}/secrets/{_segment(name)}")
+
+    def delete_secret(self, atespace: str, name: str) -> None:
+        """Delete a secret."""
+        self.request("DELETE", f"/v1/atespaces/{_segment(atespace)}/secrets/{_segment(name)}")
 
     def whoami(self) -> dict[str, Any]:
         """The caller's name and grants, as the API sees them."""

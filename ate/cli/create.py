@@ -1,4 +1,4 @@
-"""`ate create atespace|template|actor|token`."""
+"""`ate create atespace|template|actor|token|secret`."""
 
 import re
 import time
@@ -12,9 +12,16 @@ from ate.cli.client import ApiClient, ApiError
 from ate.cli.common import AtespaceOpt, OutputOpt, client, new_typer
 from ate.cli.idle import IdleOpt, parse_idle_option
 from ate.cli.manifest import ManifestError, load_template_spec
-from ate.cli.output import print_actors, print_atespaces, print_schedules, print_templates, print_tokens
+from ate.cli.output import (
+    print_actors,
+    print_atespaces,
+    print_schedules,
+    print_secrets,
+    print_templates,
+    print_tokens,
+)
 
-app = new_typer("create", "Create an atespace, a template, an actor or a token.")
+app = new_typer("create", "Create an atespace, a template, an actor, a token or a secret.")
 
 TEMPLATE_WAIT_SECONDS = 600.0
 """How long `create template` waits for Ready or Failed."""
@@ -263,3 +270,36 @@ def create_token(
     typer.echo(f"token/{token['token_id']} created ({', '.join(token['grants'])})")
     typer.echo(token["token"])
     typer.echo("Keep it now: it is not shown again. Revoke it with: ate delete token " + token["token_id"], err=True)
+
+
+@app.command("secret")
+def create_secret(
+    ctx: typer.Context,
+    name: str,
+    atespace: AtespaceOpt,
+    from_literal: Annotated[str | None, typer.Option("--from-literal", help="The value, as text.")] = None,
+    from_file: Annotated[
+        Path | None, typer.Option("--from-file", help="A file whose bytes are the value ('-': standard input).")
+    ] = None,
+    output: OutputOpt = None,
+) -> None:
+    """Create a secret: one value, sealed by the api-server and never shown again. Actors never
+    hold it: the egress proxy puts it in requests to the host a template's credential names.
+
+    Examples: ate create secret model-key -a demo --from-file ./key.txt
+              printf %s "$KEY" | ate create secret model-key -a demo --from-file -
+    """
+    if (from_literal is None) == (from_file is None):
+        raise typer.BadParameter("give --from-literal or --from-file (one of them)", param_hint="'--from-literal'")
+    if from_file is not None:
+        try:
+            value = typer.get_binary_stream("stdin").read() if str(from_file) == "-" else from_file.read_bytes()
+        except OSError as error:
+            raise typer.BadParameter(f"cannot read {from_file}: {error.strerror}", param_hint="'--from-file'") from None
+    else:
+        value = (from_literal or "").encode()
+    made = client(ctx).create_secret(atespace, name, value)
+    if output is None:
+        typer.echo(f"secret/{name} created ({made.get('size_bytes')} bytes)")
+    else:
+        print_secrets(made, output)

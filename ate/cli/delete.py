@@ -69,3 +69,13 @@ def delete_token(ctx: typer.Context, token_id: Annotated[str, typer.Argument(hel
     """
     client(ctx).delete_token(token_id)
     typer.echo(f"token/{token_id} deleted")
+
+
+@app.command("secret")
+def delete_secret(ctx: typer.Context, name: str, atespace: AtespaceOpt) -> None:
+    """Delete a secret at once.
+
+    Example: ate delete secret model-key -a demo
+    """
+    client(ctx).delete_secret(atespace, name)
+    typer.echo(f"secret/{name} deleted")

@@ -1,4 +1,4 @@
-"""`ate get atespaces|actors|workers|templates|tags|operations|tokens` (singular nouns take a NAME)."""
+"""`ate get atespaces|actors|workers|templates|tags|operations|tokens|secrets` (singular nouns take a NAME)."""
 
 from typing import Annotated
 
@@ -11,6 +11,7 @@ from ate.cli.output import (
     print_atespaces,
     print_operations,
     print_schedules,
+    print_secrets,
     print_tags,
     print_templates,
     print_tokens,
@@ -171,3 +172,12 @@ def get_tokens(ctx: typer.Context, output: GetOutputOpt = OutputFormat.table) ->
     Example: ate get tokens
     """
     print_tokens(client(ctx).list_tokens(), output)
+
+
+@app.command("secrets")
+def get_secrets(ctx: typer.Context, atespace: AtespaceOpt, output: GetOutputOpt = OutputFormat.table) -> None:
+    """List an atespace's secrets: names, sizes and who made them (a value is never shown).
+
+    Example: ate get secrets -a demo
+    """
+    print_secrets(client(ctx).list_secrets(atespace), output)

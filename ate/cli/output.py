@@ -321,6 +321,22 @@ def print_tokens(data: Any, fmt: OutputFormat) -> None:
     echo_resources(data, fmt, columns=TOKEN_COLUMNS, row=token_row, empty="No tokens found.")
 
 
+SECRET_COLUMNS = ("NAME", "SIZE", "KEY", "CREATED-BY", "AGE")
+
+
+def secret_row(secret: dict[str, Any], now: datetime | None = None) -> list[str]:
+    """One row of SECRET_COLUMNS (SIZE: the value's bytes; KEY: the key of the ring that sealed it)."""
+    return [
+        _text(secret.get("name")), f"{secret.get('size_bytes')} B", _text(secret.get("key_id")),
+        _text(secret.get("created_by")), human_age(secret.get("created_at"), now),
+    ]  # fmt: skip
+
+
+def print_secrets(data: Any, fmt: OutputFormat) -> None:
+    """Print secrets (names and metadata: the API never returns a value)."""
+    echo_resources(data, fmt, columns=SECRET_COLUMNS, row=secret_row, empty="No secrets found.")
+
+
 SCHEDULE_COLUMNS = ("NAME", "ACTOR", "WHEN", "TIME ZONE", "PATH", "CATCHUP", "NEXT", "WAKES")
 
 

@@ -1,5 +1,5 @@
 """The credentials `ate dev` makes so that nothing runs open: a bootstrap token for the
-api-server, then, through the API, a cluster-admin token for the local user (written to the ate
+api-server and the key ring that seals its secrets, then, through the API, a cluster-admin token for the local user (written to the ate
 config as context `ate-dev`) and a `router` token for the router.
 
 All of them live in `<data dir>/credentials/`, readable by their owner only, and are reused by
@@ -14,6 +14,7 @@ from pathlib import Path
 
 from ate.cli.client import ApiClient, ApiError
 from ate.cli.config import write_context
+from domain.secrets import KEY_BYTES, key_ring_line
 
 CONTEXT = "ate-dev"
 """The ate config context `ate dev` writes."""
@@ -59,6 +60,18 @@ class DevCredentials:
         if not self.bootstrap_file.exists():
             _write_secret(self.bootstrap_file, secrets.token_urlsafe(32))
         return self.bootstrap_file
+
+    @property
+    def secret_keys_file(self) -> Path:
+        """The api-server's key ring for secrets (`domain.secrets.parse_secret_keys`)."""
+        return self.directory / "secret-keys"
+
+    def ensure_secret_keys(self) -> Path:
+        """Make a key ring of one fresh key (`dev1`) unless it exists; returns its file. A key
+        kept with the database: a new key would leave its secrets unopenable."""
+        if not self.secret_keys_file.exists():
+            _write_secret(self.secret_keys_file, key_ring_line("dev1", secrets.token_bytes(KEY_BYTES)))
+        return self.secret_keys_file
 
     def admin_token(self) -> str | None:
         """The local user's token, once `ensure_tokens` has run."""

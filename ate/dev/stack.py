@@ -191,7 +191,9 @@ class DevStack:
         env = parts.child_env(self.database_url, self.temporal_address) | store_env
         env["ATE_BOOTSTRAP_TOKEN_FILE"] = str(self.credentials.ensure_bootstrap())
         env["ATE_NODE_CA_FILE"] = str(self.config.tls_dir / "ca.crt")
-        self._start_child(parts.api_server(self.config, env))
+        # The key ring of secrets is the api-server's alone.
+        keys = {"ATE_SECRET_KEYS_FILE": str(self.credentials.ensure_secret_keys())}
+        self._start_child(parts.api_server(self.config, env | keys))
         self._start_credentials()
         env["ATE_ROUTER_API_TOKEN_FILE"] = str(self.credentials.token_file("router"))
         for part in (parts.worker, parts.atelet, parts.router):

@@ -24,7 +24,7 @@ import pytest
 from ate.dev.child import Child, http_ok
 from store import Store
 from tests.conftest import fresh_database, temporal_dev_server
-from tests.credentials import BOOTSTRAP_ENV, BOOTSTRAP_HEADERS, BOOTSTRAP_TOKEN, SuiteCredentials
+from tests.credentials import BOOTSTRAP_ENV, BOOTSTRAP_HEADERS, BOOTSTRAP_TOKEN, SECRET_KEYS_ENV, SuiteCredentials
 from tests.tls import certificates
 
 REPO = Path(__file__).resolve().parents[2]
@@ -75,7 +75,7 @@ def start_api_server(
         "--snapshot-location", f"file://{snapshots}",
     ]  # fmt: skip
     child = Child("api-server", argv, base / "api-server.log", ready=http_ok(f"{url}/healthz"),
-                  env={**os.environ, **BOOTSTRAP_ENV, "ATE_NODE_CA_FILE": str(certificates().ca), **(env or {})},
+                  env={**os.environ, **BOOTSTRAP_ENV, **SECRET_KEYS_ENV, "ATE_NODE_CA_FILE": str(certificates().ca), **(env or {})},
                   cwd=REPO)  # fmt: skip
     child.start()
     try:
@@ -177,6 +177,7 @@ def api_process(base: Path, database_url: str, temporal_address: str, **env: str
             "ATE_BOOTSTRAP_TOKEN": BOOTSTRAP_TOKEN,
             "ATE_SNAPSHOT_LOCATION": f"file://{base / 'snapshots'}",
             "ATE_NODE_CA_FILE": str(certificates().ca),
+            **SECRET_KEYS_ENV,
             **env,
         },
     )

@@ -2,8 +2,9 @@
 permission (403), and lets a token with it through; the expectations are written here by hand
 from issue 11's role definitions, not read from the code's tables:
 
-- viewer reads an atespace; operator also resumes, suspends, pauses, reverts and tags; admin
-  also creates and deletes templates, actors and tokens of the atespace; user only reaches
+- viewer reads an atespace; operator also resumes, suspends, pauses, reverts and tags, and sees
+  the names of its secrets (issue 28: names and metadata, never a value); admin also creates and
+  deletes templates, actors, tokens and secrets of the atespace; user only reaches
   actors through the router (no REST route);
 - cluster-viewer reads everything, workers too; cluster-operator also operates every actor and
   drains nodes; cluster-admin may do everything but speak for a node (atespaces included);
@@ -76,6 +77,10 @@ ROUTES: dict[tuple[str, str], str] = {
     ("GET", "/v1/tokens"): "admin",
     ("POST", "/v1/tokens"): "admin",
     ("DELETE", "/v1/tokens/{token_id}"): "admin",
+    ("POST", "/v1/atespaces/{atespace}/secrets"): "admin",
+    ("GET", "/v1/atespaces/{atespace}/secrets"): "operator",
+    ("GET", "/v1/atespaces/{atespace}/secrets/{name}"): "operator",
+    ("DELETE", "/v1/atespaces/{atespace}/secrets/{name}"): "admin",
     ("POST", "/v1/accessreviews"): "router",
     ("GET", "/v1/routers"): "cluster-viewer",
     ("PUT", "/v1/routers/{replica}"): "router",

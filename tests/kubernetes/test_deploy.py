@@ -343,6 +343,7 @@ def test_every_file_a_process_reads_is_mounted_from_the_secret_that_holds_it() -
                 )
         assert read == {
             "ate-bootstrap-token": {"token"},
+            "ate-secret-keys": {"keys"},  # the api-server's key ring (docs/security.md, "Secrets")
             "ate-router-token": {"token"},
             "ate-controller-token": {"token"},
             "ate-control-plane-tls": {"tls.crt", "tls.key", "ca.crt"},  # what cert-manager writes
