@@ -6,7 +6,7 @@ import warnings
 
 from atelet.proto import atelet_pb2 as atelet_dot_proto_dot_atelet__pb2
 
-GRPC_GENERATED_VERSION = '1.85.1'
+GRPC_GENERATED_VERSION = '1.85.4'
 GRPC_VERSION = grpc.__version__
 _version_not_supported = False
 
