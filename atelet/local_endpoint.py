@@ -98,6 +98,10 @@ class LocalEndpoint:
 
     async def handle(self, request: Request) -> Response:
         """One call of a sandbox: identify it, check the path, relay it to the API."""
+        # The body is read before any answer: a refusal sent while the request's body is still
+        # unread makes the server close the connection under the client, which may then lose
+        # the refusal's own body (seen: a 403 whose message the sandbox never got).
+        body = await request.body()
         server, client = request.scope.get("server"), request.scope.get("client")
         worker = self.caller(server[0], client[0]) if server and client else None
         if worker is None:
@@ -121,7 +125,6 @@ class LocalEndpoint:
         if request.method not in methods:
             return _error(405, Reason.METHOD_NOT_ALLOWED, f"{request.method} is not allowed on {path}; use "
                           f"{' or '.join(sorted(methods))}")  # fmt: skip
-        body = await request.body()
         if len(body) > MAX_BODY_BYTES:
             return _error(413, Reason.REQUEST_TOO_LARGE, f"the body is {len(body)} bytes; at most {MAX_BODY_BYTES}")
         url = f"{self.api_server}/v1/nodes/{self.node}/workers/{worker.name}/actors/{actor[0]}/{actor[1]}{suffix}"

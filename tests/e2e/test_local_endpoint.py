@@ -109,26 +109,28 @@ def test_a_wake_the_actor_asked_for_reaches_it_after_its_suspend_and_a_worker_re
 
 def test_calls_for_another_actor_or_to_another_workers_gateway_are_refused(stack: Stack) -> None:
     path_a, path_b = setup_actor(stack, "own", "a1"), setup_actor(stack, "own", "b1")
-    get(stack, "own/a1")
-    get(stack, "own/b1")
-    worker_a, worker_b = actor(stack, path_a)["worker"], actor(stack, path_b)["worker"]
-    assert worker_a["name"] != worker_b["name"]
-    status, refused = local(stack, "own/a1", "POST", "/v1/self/suspend", {}, target="own/b1")
-    assert status == 403 and "acts only for the actor calling it (own/a1)" in refused["message"], refused
-    status, me = local(stack, "own/a1", "GET", "/v1/self", target="own/a1")  # naming itself is fine
-    assert status == 200 and me["name"] == "a1"
-    gateway_a, gateway_b = (str(ipaddress.IPv4Address(w["ip"]) - 1) for w in (worker_a, worker_b))
-    status, me = local(stack, "own/a1", "GET", "/v1/self", via=f"{gateway_a}:{LOCAL_ENDPOINT_PORT}")
-    assert status == 200 and me["name"] == "a1"  # its own gateway's port answers it
-    response = httpx.get(
-        f"{stack.router}/local/v1/self", timeout=30,
-        headers={"ate-target-actor": "own/a1"}, params={"via": f"{gateway_b}:{LOCAL_ENDPOINT_PORT}"},
-    )  # fmt: skip
-    assert response.status_code == 502 and "error" in response.json(), response.text  # dropped: no connection
-    for path in (path_a, path_b):
-        assert (actor(stack, path)["state"], actor(stack, path)["operation"]) == ("RUNNING", None)  # untouched
-    stack.ate("suspend", "actor", "a1", "-a", "own")
-    stack.ate("suspend", "actor", "b1", "-a", "own")
+    try:
+        get(stack, "own/a1")
+        get(stack, "own/b1")
+        worker_a, worker_b = actor(stack, path_a)["worker"], actor(stack, path_b)["worker"]
+        assert worker_a["name"] != worker_b["name"]
+        status, refused = local(stack, "own/a1", "POST", "/v1/self/suspend", {}, target="own/b1")
+        assert status == 403 and "acts only for the actor calling it (own/a1)" in (refused or {}).get("message", ""), (status, refused)
+        status, me = local(stack, "own/a1", "GET", "/v1/self", target="own/a1")  # naming itself is fine
+        assert status == 200 and me["name"] == "a1"
+        gateway_a, gateway_b = (str(ipaddress.IPv4Address(w["ip"]) - 1) for w in (worker_a, worker_b))
+        status, me = local(stack, "own/a1", "GET", "/v1/self", via=f"{gateway_a}:{LOCAL_ENDPOINT_PORT}")
+        assert status == 200 and me["name"] == "a1"  # its own gateway's port answers it
+        response = httpx.get(
+            f"{stack.router}/local/v1/self", timeout=30,
+            headers={"ate-target-actor": "own/a1"}, params={"via": f"{gateway_b}:{LOCAL_ENDPOINT_PORT}"},
+        )  # fmt: skip
+        assert response.status_code == 502 and "error" in response.json(), response.text  # dropped: no connection
+        for path in (path_a, path_b):
+            assert (actor(stack, path)["state"], actor(stack, path)["operation"]) == ("RUNNING", None)  # untouched
+    finally:  # whatever failed above, the two workers are free for the tests after this one
+        for name in ("a1", "b1"):
+            stack.ate("suspend", "actor", name, "-a", "own", check=False)
 
 
 def kill_temporal_worker() -> None:
