@@ -173,32 +173,41 @@ def _through_router(cycles: int, warmup: int, log: Log) -> dict[str, Any]:
     return {"method": "ate freeze", "figures": figures}
 
 
+def _rows(s: dict[str, dict[str, float]], lines: tuple[tuple[str, str], ...]) -> list[list[Any]]:
+    """The table's rows: per (label, figure) its p50, p95 and max in ms."""
+    return [[name, ms(s[key]["p50"]), ms(s[key]["p95"]), ms(s[key]["max"])] for name, key in lines]
+
+
+def _print(name: str, title: str, rows: list[list[Any]], key: str, data: dict[str, Any]) -> None:
+    """Print the title, the table, where the results went and the KEY line."""
+    path = write_result(name, {"machine": machine(), **data})
+    print("\n".join([title, table(["ms", "p50", "p95", "max"], rows), f"results: {path}", key]))
+
+
 def run_through_router(cycles: int, warmup: int, log: Log) -> None:
     """Runs the end-to-end mode and prints its table and KEY line (see the module doc)."""
     result = _through_router(cycles, warmup, log)
     s = {k: summary(v) for k, v in result["figures"].items()}
-    rows = [[name, ms(s[key]["p50"]), ms(s[key]["p95"]), ms(s[key]["max"])] for name, key in (
+    rows = _rows(s, (
         ("request to the RUNNING counter (router, cached upstream)", "get_running"),
         ("request to the FROZEN counter (router resume, thaw, proxy)", "get_frozen"),
         ("ate freeze through the API (answered FROZEN)", "freeze_call"),
-    )]
+    ))  # fmt: skip
     gap = ms(s["get_frozen"]["p95"] - s["get_running"]["p95"])
-    text = "\n".join([
-        f"bench freeze --through-router: {cycles} cycles, ate dev --workers 1, gVisor counter",
-        table(["ms", "p50", "p95", "max"], rows),
+    key = (
         f"KEY freeze through the router: FROZEN p50/p95 {ms(s['get_frozen']['p50']):.1f}/{ms(s['get_frozen']['p95']):.1f}"
         f" ms vs RUNNING {ms(s['get_running']['p50']):.1f}/{ms(s['get_running']['p95']):.1f} ms "
-        f"(p95 gap {gap:.1f} ms, goal < 20)",
-    ])
-    path = write_result("freeze-router", {"machine": machine(), "cycles": cycles, "summary": s, **result})
-    print(text.replace("\nKEY", f"\nresults: {path}\nKEY"))
+        f"(p95 gap {gap:.1f} ms, goal < 20)"
+    )
+    title = f"bench freeze --through-router: {cycles} cycles, ate dev --workers 1, gVisor counter"
+    _print("freeze-router", title, rows, key, {"cycles": cycles, "summary": s, **result})
 
 
 def run(cycles: int, warmup: int, log: Log) -> None:
     """Runs the benchmark and prints its table and KEY line (see the module doc)."""
     result = asyncio.run(_run(cycles, warmup, log))
     s = {k: summary(v) for k, v in result["figures"].items()}
-    rows = [[name, ms(s[key]["p50"]), ms(s[key]["p95"]), ms(s[key]["max"])] for name, key in (
+    rows = _rows(s, (
         ("GET / to the running counter (baseline)", "get_running"),
         ("Thaw + GET / to the frozen counter", "thaw_get"),
         ("Freeze call (record, kernel, oplog)", "freeze_call"),
@@ -206,15 +215,13 @@ def run(cycles: int, warmup: int, log: Log) -> None:
         ("Thaw call (kernel, record, oplog)", "thaw_call"),
         ("  of which the kernel's thaw", "thaw_kernel"),
         ("sandbox CPU while frozen 0.2 s", "frozen_cpu"),
-    )]
+    ))  # fmt: skip
     gap = ms(s["thaw_get"]["p95"] - s["get_running"]["p95"])
-    text = "\n".join([
-        f"bench freeze: {cycles} cycles, gVisor counter frozen by {result['method']}",
-        table(["ms", "p50", "p95", "max"], rows),
+    key = (
         f"KEY freeze: thaw+GET p50/p95 {ms(s['thaw_get']['p50']):.1f}/{ms(s['thaw_get']['p95']):.1f} ms vs running GET "
         f"{ms(s['get_running']['p50']):.1f}/{ms(s['get_running']['p95']):.1f} ms (p95 gap {gap:.1f} ms, goal < 20); "
         f"freeze {ms(s['freeze_kernel']['p50']):.2f} ms, thaw {ms(s['thaw_kernel']['p50']):.2f} ms (kernel, p50); "
-        f"CPU while frozen max {ms(s['frozen_cpu']['max']):.3f} ms",
-    ])
-    path = write_result("freeze", {"machine": machine(), "cycles": cycles, "summary": s, **result})
-    print(text.replace("\nKEY", f"\nresults: {path}\nKEY"))
+        f"CPU while frozen max {ms(s['frozen_cpu']['max']):.3f} ms"
+    )
+    title = f"bench freeze: {cycles} cycles, gVisor counter frozen by {result['method']}"
+    _print("freeze", title, rows, key, {"cycles": cycles, "summary": s, **result})
