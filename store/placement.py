@@ -116,7 +116,7 @@ class Placement:
                 continue
             chosen = min(picks, key=lambda w: view.load(w, demand))
             if await self._bind(connection, chosen.worker_id, holder, operation_id, demand):
-                if waited or view.has_reservations(holder) or chosen.reserved_for == holder:
+                if waited or view.has_reservations(holder):  # a worker kept for it is one of these
                     await connection.execute(Q["leave_room_queue"], holder)
                 view.hold(chosen.worker_id, demand.usage, holder)
                 return chosen.worker_id

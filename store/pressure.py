@@ -39,10 +39,10 @@ from store.worker_view import worker_shape
 class Pressure:
     """victims, and claim (the actor to move, its worker kept for the oldest waiter it would take)."""
 
-    def __init__(self, pool: asyncpg.Pool, snapshots: Snapshots, room_queue: RoomQueue | None = None) -> None:
+    def __init__(self, pool: asyncpg.Pool, snapshots: Snapshots, room_queue: RoomQueue) -> None:
         self.pool = pool
         self.snapshots = snapshots
-        self.room_queue = room_queue or RoomQueue(pool)
+        self.room_queue = room_queue
 
     async def victims(self, ref: ActorRef, limit: int = 5, scan: int = 200) -> list[PressureVictimRef]:
         """Up to `limit` actors whose move would make room for `ref`'s resume, best first (module

@@ -114,12 +114,19 @@ async def test_two_resumes_short_of_room_each_claim_a_different_actor(stage: Sto
     assert (await stage.pressure.claim(ActorRef("demo", "second"), [recent])).victims == []  # nothing else to move
 
 
-async def test_the_worker_a_move_emptied_goes_to_the_resume_that_made_it(stage: Store) -> None:
+async def full_with_a_rival(stage: Store) -> tuple[ActorRef, ActorRef, ActorRef]:
+    """Both workers taken by opted-in actors (`victim` the longest idle), a resume short of room
+    (`newcomer`) and another actor that will want room (`rival`)."""
     await opted_in(stage, "lazy", True)
     victim = await running_of(stage, "victim", "lazy", idle_seconds=500)
     await running_of(stage, "other", "lazy", idle_seconds=5)  # fills the second worker
     newcomer, rival = await waiting(stage), ActorRef("demo", "rival")
     await stage.actors.create(rival, "counter", {})
+    return victim, newcomer, rival
+
+
+async def test_the_worker_a_move_emptied_goes_to_the_resume_that_made_it(stage: Store) -> None:
+    victim, newcomer, rival = await full_with_a_rival(stage)
     assert (await stage.pressure.claim(newcomer, [])).victims[0].actor == victim
     kept = (await stage.actors.get(victim)).worker.worker_id
     await suspended(stage, victim)  # the worker is empty now
@@ -131,11 +138,7 @@ async def test_the_worker_a_move_emptied_goes_to_the_resume_that_made_it(stage: 
 
 
 async def test_a_reservation_nobody_uses_runs_out(stage: Store) -> None:
-    await opted_in(stage, "lazy", True)
-    victim = await running_of(stage, "victim", "lazy", idle_seconds=500)
-    await running_of(stage, "other", "lazy", idle_seconds=5)
-    newcomer, rival = await waiting(stage), ActorRef("demo", "rival")
-    await stage.actors.create(rival, "counter", {})
+    victim, newcomer, rival = await full_with_a_rival(stage)
     assert (await stage.pressure.claim(newcomer, [], seconds=1.0)).victims[0].actor == victim
     kept = (await stage.actors.get(victim)).worker.worker_id
     await suspended(stage, victim)
