@@ -13,6 +13,7 @@ from pydantic import BaseModel, Field, ValidationInfo, field_validator, model_va
 from api.strict import Strict, Tolerant, policy_checked, within_limits
 from api.template_spec import TemplateSpec
 from domain.documents import printable
+from domain.egress import parse_egress_policy
 from domain.idle import parse_idle_policy
 from domain.labels import DNS_LABEL, check_labels, check_selector
 from domain.names import check_host_port, check_ip, check_label_name, check_worker_name, shown
@@ -77,6 +78,16 @@ class ActorCreate(Strict):
         "of steps (action Freeze, Pause or Suspend, in that order); [] turns idleness off for this actor; unset: "
         "its template's",
     )
+    egress: Any = Field(
+        default=None,
+        description="the actor's own egress policy, within its template's (as a template's egress: allow, "
+        "credentials); {} gives it none; unset: its template's",
+    )
+
+    @field_validator("egress")
+    @classmethod
+    def _egress(cls, value: Any) -> Any:
+        return egress_document(value)
 
     @field_validator("idle")
     @classmethod
@@ -121,6 +132,16 @@ class ActorUpdate(Strict):
         description="the actor's own idle policy (as at create); [] turns idleness off for this actor; null: its "
         "template's policy again",
     )
+    egress: Any = Field(
+        default=None,
+        description="the actor's own egress policy (as at create), applied from its next outbound connection; "
+        "{} gives it none; null: its template's again",
+    )
+
+    @field_validator("egress")
+    @classmethod
+    def _egress(cls, value: Any) -> Any:
+        return egress_document(value)
 
     @field_validator("worker_selector")
     @classmethod
@@ -137,7 +158,7 @@ class ActorUpdate(Strict):
     @model_validator(mode="after")
     def _something(self) -> ActorUpdate:
         if not self.model_fields_set:
-            raise ValueError("give worker_selector or idle (the fields to replace)")
+            raise ValueError("give worker_selector, idle or egress (the fields to replace)")
         return self
 
 
@@ -148,6 +169,16 @@ def idle_document(value: Any) -> list[dict[str, Any]] | None:
         PydanticCustomError: the policy is wrong, naming where below the field (`[1].action`).
     """
     return None if value is None else policy_checked(parse_idle_policy, value).document()
+
+
+def egress_document(value: Any) -> dict[str, Any] | None:
+    """An egress policy as stored (`{allow, credentials}`; empty lists: none), or None when
+    `value` is None.
+
+    Raises:
+        PydanticCustomError: the policy is wrong, naming where below the field (`allow[0].ports`).
+    """
+    return None if value is None else policy_checked(parse_egress_policy, value).document()
 
 
 class ResumeRequest(Strict):
@@ -212,6 +243,9 @@ class ActorPublic(BaseModel):
     updated_at: datetime
     idle: IdleOfActor | None = None
     """Its idle policy and where it stands (None when neither it nor its template has one)."""
+    egress: dict[str, Any] | None = Field(
+        default=None, description="its own egress policy {allow, credentials}; null: its template's applies"
+    )
 
 
 class IdleStepOfActor(BaseModel):

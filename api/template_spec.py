@@ -12,6 +12,7 @@ from typing import Any, Literal
 from pydantic import Field, field_validator, model_validator
 
 from api.strict import Strict, policy_checked
+from domain.egress import parse_egress_policy
 from domain.idle import parse_idle_policy, parse_pressure_policy
 from domain.labels import DNS_LABEL, check_selector
 from domain.locations import check_storage_location
@@ -222,10 +223,28 @@ class TemplateSpec(Strict):
         "to make room when a resume finds none (frozen ones first, then the longest idle)",
     )
 
+    egress: Any = Field(
+        default=None,
+        description="where the actors may connect out to, through their node's egress proxy: allow [{host (exact, "
+        "or *.domain: any name ending in .domain, never domain itself) | cidr, ports}], credentials [{host (exact, "
+        "allowed by a rule), header, secret (a secret of the atespace)}] (the proxy adds the header with the "
+        "secret's value; the actor never holds it); unset: no egress",
+        json_schema_extra={"examples": [{"allow": [{"host": "api.example.com", "ports": [443]},
+                                                   {"cidr": "10.20.0.0/16", "ports": [5432]}],
+                                         "credentials": [{"host": "api.example.com", "header": "x-api-key",
+                                                          "secret": "model-key"}]}]},
+    )  # fmt: skip
+
     @field_validator("workerSelector")
     @classmethod
     def _selector(cls, value: dict[str, str]) -> dict[str, str]:
         return check_selector(value)
+
+    @field_validator("egress")
+    @classmethod
+    def _egress(cls, value: Any) -> Any:
+        policy = policy_checked(parse_egress_policy, value)
+        return None if policy.off else policy.document()
 
     @field_validator("idle")
     @classmethod

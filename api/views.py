@@ -73,6 +73,7 @@ def actor_view(actor: ActorRecord) -> ActorPublic:
         else None,
         upload_pending=actor.upload_pending,
         idle=idle_view(actor),
+        egress=None if actor.egress_policy is None else actor.egress_policy.document(),
         operation=actor.operation,
         last_error=actor.last_error,
         created_at=actor.created_at,

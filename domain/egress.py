@@ -1,6 +1,7 @@
 """Egress policies: where an actor may connect out to, and which credential the egress proxy puts
-into its requests to one host (issue 28). The rules only; the proxy that applies them per node is
-not built yet, so templates do not take `egress` yet (without it an actor has no egress, as before).
+into its requests to one host (issue 28). A template's `egress` (`domain.templates`) and an actor's
+own, narrower one (the API) are read here; each node's egress proxy applies them (`atelet.egress`).
+Without `egress` an actor has none.
 
 A template (and an actor, narrowing it) declares:
 
@@ -145,6 +146,20 @@ class EgressPolicy:
         if not self.allow:
             return Decision(False, "the actor has no egress policy")
         return Decision(False, f"no rule allows {destination} port {port}")
+
+    @property
+    def off(self) -> bool:
+        """No allow rule: the actor has no egress."""
+        return not self.allow
+
+    def document(self) -> dict[str, Any]:
+        """The policy in its document form (`parse_egress_policy`'s inverse)."""
+        allow: list[dict[str, Any]] = [
+            {"host": r.host, "ports": list(r.ports)} if r.host is not None else {"cidr": str(r.cidr), "ports": list(r.ports)}
+            for r in self.allow
+        ]
+        credentials = [{"host": c.host, "header": c.header, "secret": c.secret} for c in self.credentials]
+        return {"allow": allow, "credentials": credentials}
 
     def credential_for(self, host: str) -> Credential | None:
         """The credential for requests to exactly `host`, if any."""

@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any
 
+from domain.egress import EgressPolicy, parse_egress_policy
 from domain.idle import IdlePolicy, PressurePolicy, parse_idle_policy, parse_pressure_policy
 from domain.quantities import parse_cpu_millis, parse_memory_bytes
 from domain.states import SnapshotScope
@@ -139,6 +140,8 @@ class ActorTemplateSpec:
     """What happens to an actor without traffic (`domain.idle`); off by default."""
     pressure: PressurePolicy = field(default_factory=PressurePolicy)
     """Whether ate may suspend its actors to make room for another's resume (`suspendUnderPressure`)."""
+    egress: EgressPolicy = field(default_factory=EgressPolicy)
+    """Where its actors may connect out to, and the credentials injected (`domain.egress`); none by default."""
 
     @property
     def serving_port(self) -> int:
@@ -160,7 +163,7 @@ class ActorTemplateSpec:
                 resources{limits{cpu, memory}}, volumes[{name, durableDir}],
                 snapshotConfig{onPause, onCommit, storageLocation}, access{mode, passCredential},
                 onCrash, idle (`domain.idle.parse_idle_policy`), suspendUnderPressure
-                (`domain.idle.parse_pressure_policy`)}.
+                (`domain.idle.parse_pressure_policy`), egress (`domain.egress.parse_egress_policy`)}.
 
         Raises:
             ValueError: the document is not a template spec (a key is missing or has the wrong
@@ -188,6 +191,7 @@ class ActorTemplateSpec:
                 on_crash=CrashAction(str(document["onCrash"])) if document.get("onCrash") else None,
                 idle=parse_idle_policy(document.get("idle")),
                 pressure=parse_pressure_policy(document.get("suspendUnderPressure")),
+                egress=parse_egress_policy(document.get("egress")),
             )
         except (KeyError, TypeError, AttributeError, IndexError) as error:
             raise ValueError(f"not an actor template spec: {error!r}") from error
@@ -216,6 +220,8 @@ class ActorTemplateSpec:
             document["idle"] = self.idle.document()
         if self.pressure.enabled:
             document["suspendUnderPressure"] = self.pressure.document()
+        if not self.egress.off:
+            document["egress"] = self.egress.document()
         return document
 
 

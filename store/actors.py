@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncpg
 
+from domain.egress import EgressPolicy
 from domain.idle import IdlePolicy
 from domain.refs import ActorRef
 from store.errors import AlreadyExists, FailedPrecondition, NotFound
@@ -21,13 +22,18 @@ class Actors:
         self.templates = templates
 
     async def create(
-        self, ref: ActorRef, template: str, worker_selector: dict[str, str], idle: IdlePolicy | None = None
-    ) -> ActorRecord:
+        self, ref: ActorRef, template: str, worker_selector: dict[str, str], idle: IdlePolicy | None = None,
+        egress: EgressPolicy | None = None,
+    ) -> ActorRecord:  # fmt: skip
         """Create an actor in SUSPENDED with its own idle policy `idle` (None: its template's;
-        `IdlePolicy()`: off for it). Raises NotFound (atespace, template), AlreadyExists."""
+        `IdlePolicy()`: off for it) and its own egress policy `egress` (None: its template's;
+        the caller checked it lies within). Raises NotFound (atespace, template), AlreadyExists."""
         await self.templates.get(ref.atespace, template)
         own = None if idle is None else idle.document()
-        row = await self.pool.fetchrow(Q["create_actor"], ref.atespace, ref.name, template, worker_selector, own)
+        egress_own = None if egress is None else egress.document()
+        row = await self.pool.fetchrow(
+            Q["create_actor"], ref.atespace, ref.name, template, worker_selector, own, egress_own
+        )
         if row is None:
             raise AlreadyExists(f"actor {ref.key} already exists")
         return await self.get(ref)
@@ -66,6 +72,14 @@ class Actors:
         if row is None:
             raise NotFound(f"actor {ref.key} not found")
         return await self.get(ref)
+
+    async def set_egress_policy(self, ref: ActorRef, policy: EgressPolicy | None) -> None:
+        """Give the actor its own egress policy (the caller checked it lies within its
+        template's; `EgressPolicy()`: none for it), or None: its template's again. The node's
+        egress proxy applies it from the next connection. Raises NotFound."""
+        document = None if policy is None else policy.document()
+        if await self.pool.fetchval(Q["set_actor_egress_policy"], ref.atespace, ref.name, document) is None:
+            raise NotFound(f"actor {ref.key} not found")
 
     async def delete(self, ref: ActorRef) -> None:
         """Delete a SUSPENDED actor. Raises NotFound, FailedPrecondition (other states)."""

@@ -58,9 +58,10 @@ RETURNING name;
 SELECT EXISTS (SELECT 1 FROM actors WHERE atespace = $1 AND template = $2);
 
 -- create_actor --
--- Create an actor in SUSPENDED, with its own idle policy $5 (NULL: its template's); returns
--- nothing when the name is taken.
-INSERT INTO actors (atespace, name, template, worker_selector, idle_policy) VALUES ($1, $2, $3, $4, $5)
+-- Create an actor in SUSPENDED, with its own idle policy $5 and egress policy $6 (NULL: its
+-- template's); returns nothing when the name is taken.
+INSERT INTO actors (atespace, name, template, worker_selector, idle_policy, egress_policy)
+VALUES ($1, $2, $3, $4, $5, $6)
 ON CONFLICT DO NOTHING
 RETURNING atespace, name;
 
@@ -75,7 +76,7 @@ SELECT a.atespace, a.name, a.template, a.state, a.version, a.worker_selector, a.
        a.pinned_node, l.id AS local_snapshot_id, l.generation AS local_snapshot_generation,
        a.pending_upload_snapshot_id IS NOT NULL AS upload_pending,
        l.scope AS local_snapshot_scope, l.uri AS local_snapshot_uri,
-       a.idle_policy, t.spec -> 'idle' AS template_idle,
+       a.idle_policy, t.spec -> 'idle' AS template_idle, a.egress_policy,
        EXTRACT(EPOCH FROM now() - a.last_active_at)::float8 AS idle_seconds
 FROM actors a
 LEFT JOIN actor_templates t ON t.atespace = a.atespace AND t.name = a.template
@@ -106,7 +107,7 @@ SELECT a.atespace, a.name, a.template, a.state, a.version, a.worker_selector, a.
        a.pinned_node, l.id AS local_snapshot_id, l.generation AS local_snapshot_generation,
        a.pending_upload_snapshot_id IS NOT NULL AS upload_pending,
        l.scope AS local_snapshot_scope, l.uri AS local_snapshot_uri,
-       a.idle_policy, t.spec -> 'idle' AS template_idle,
+       a.idle_policy, t.spec -> 'idle' AS template_idle, a.egress_policy,
        EXTRACT(EPOCH FROM now() - a.last_active_at)::float8 AS idle_seconds
 FROM page a
 LEFT JOIN actor_templates t ON t.atespace = a.atespace AND t.name = a.template
@@ -924,6 +925,12 @@ WHERE a.state IN ('RUNNING', 'FROZEN', 'PAUSED') AND a.operation IS NULL
   AND a.last_active_at <= now() - make_interval(secs => next.after_seconds)
 ORDER BY a.last_active_at
 LIMIT $1;
+
+-- set_actor_egress_policy --
+-- The actor's own egress policy ($3: the document form; NULL: its template's again).
+UPDATE actors SET egress_policy = $3, version = version + 1, updated_at = now()
+WHERE atespace = $1 AND name = $2
+RETURNING version;
 
 -- set_actor_idle_policy --
 -- The actor's own idle policy ($3: a list of steps; an empty list: off for it; NULL: its

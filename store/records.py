@@ -9,6 +9,7 @@ from typing import Any
 
 import asyncpg
 
+from domain.egress import EgressPolicy, parse_egress_policy
 from domain.idle import IdlePolicy, parse_idle_policy
 from domain.templates import ActorTemplateSpec
 
@@ -108,6 +109,8 @@ class ActorRecord:
     """`actor` (its own policy, set at create or later), `template`, or `off` (neither has one)."""
     idle_seconds: float | None = None
     """Seconds since the last traffic any router replica reported, or since its last resume."""
+    egress_policy: EgressPolicy | None = None
+    """The actor's own egress policy (within its template's), or None: its template's applies."""
 
     @classmethod
     def from_row(cls, row: asyncpg.Record) -> ActorRecord:
@@ -157,7 +160,14 @@ class ActorRecord:
             else None,
             upload_pending=bool(row["upload_pending"]),
             **_idleness(row),
+            egress_policy=_egress(row),
         )
+
+
+def _egress(row: asyncpg.Record) -> EgressPolicy | None:
+    """The actor's own egress policy from its row, or None."""
+    own = _json(row["egress_policy"])
+    return None if own is None else parse_egress_policy(own)
 
 
 def _idleness(row: asyncpg.Record) -> dict[str, Any]:

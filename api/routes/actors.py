@@ -20,6 +20,7 @@ from fastapi import APIRouter, Query, Response
 from api.access.guard import PrincipalDep, needs, readable_atespaces
 from api.actor_changes import ActorChanges
 from api.deps import ActorChangesDep, SettingsDep, StoreDep, TemporalDep
+from api.egress import check_credential_secrets, narrowed
 from api.errors import ApiError, InvalidArgument
 from api.metrics import timed
 from api.names import check_name
@@ -40,6 +41,7 @@ from api.schemas import (
 )
 from api.views import actor_view, decode_page_token, encode_page_token, operation_view, tag_view
 from domain.access import Permission
+from domain.egress import parse_egress_policy
 from domain.idle import parse_idle_policy
 from domain.liveness import unreachable_message, unreachable_refusal
 from domain.operations.freeze import FreezeActorInput, FreezeActorResult
@@ -120,7 +122,10 @@ async def create_actor(atespace: str, body: ActorCreate, store: StoreDep) -> Act
             reason=Reason.FAILED_PRECONDITION,
         )
     idle = None if body.idle is None else parse_idle_policy(body.idle)
-    actor = await store.actors.create(ref, template, body.worker_selector, idle)
+    egress = None if body.egress is None else narrowed(record.spec, parse_egress_policy(body.egress))
+    if egress is not None:
+        await check_credential_secrets(store, atespace, egress, "egress")
+    actor = await store.actors.create(ref, template, body.worker_selector, idle, egress)
     if tag is not None:
         await store.tags.start_from(ref, tag)
         actor = await store.actors.get(ref)
@@ -136,11 +141,19 @@ async def get_actor(atespace: str, name: str, store: StoreDep) -> ActorPublic:
 @router.patch(PREFIX + "/{name}", **needs(Permission.ACTORS_MANAGE))
 async def update_actor(atespace: str, name: str, body: ActorUpdate, store: StoreDep) -> ActorPublic:
     """Replace the fields given: the actor's worker_selector (takes effect at its next resume),
-    its own idle policy (at once; null: its template's again)."""
+    its own idle policy (at once; null: its template's again), its own egress policy (within its
+    template's; from its next outbound connection; null: its template's again)."""
     ref = ActorRef(atespace, name)
-    await store.actors.get(ref)  # 404 before anything changes
+    actor = await store.actors.get(ref)  # 404 before anything changes
+    egress = None
+    if "egress" in body.model_fields_set and body.egress is not None:
+        template = await store.templates.get(atespace, actor.template)
+        egress = narrowed(template.spec, parse_egress_policy(body.egress))
+        await check_credential_secrets(store, atespace, egress, "egress")  # checked before anything changes
     if "idle" in body.model_fields_set:
         await store.idleness.set_policy(ref, None if body.idle is None else parse_idle_policy(body.idle))
+    if "egress" in body.model_fields_set:
+        await store.actors.set_egress_policy(ref, egress)
     if body.worker_selector is not None:
         await store.actors.update_selector(ref, body.worker_selector)
     return actor_view(await store.actors.get(ref))

@@ -12,7 +12,7 @@ import secrets
 from datetime import UTC, datetime, timedelta
 from typing import Any, Literal
 
-from fastapi import APIRouter, Body, Response
+from fastapi import APIRouter, Body, Request, Response
 from pydantic import BaseModel, Field
 from temporalio.client import Client, WorkflowExecutionStatus
 from temporalio.common import WorkflowIDConflictPolicy, WorkflowIDReusePolicy
@@ -21,6 +21,7 @@ from temporalio.service import RPCError, RPCStatusCode
 
 from api.access.guard import PermissionDenied, needs
 from api.deps import StoreDep, TemporalDep
+from api.egress import policy_for_node
 from api.errors import ApiError, InvalidArgument, OperationInProgress
 from api.operations import search_attributes
 from api.schemas import ActorPublic
@@ -116,6 +117,17 @@ async def _held(store: StoreDep, node: str, worker: str, atespace: str, name: st
             {"node": node, "worker": worker, "actor": f"{atespace}/{name}"},
         )
     return actor
+
+
+@router.get(PREFIX + "/egress", **needs(Permission.NODES_REGISTER))
+async def egress_for_node(
+    node: str, worker: str, atespace: str, name: str, store: StoreDep, request: Request
+) -> dict[str, Any]:
+    """What the node's egress proxy applies to the actor on its worker (`api.egress.policy_for_node`):
+    its policy in force, with the values of its credentials' secrets. Only the node holding the
+    actor gets it (403 otherwise); the values are never logged nor kept by the API."""
+    actor = await _held(store, node, worker, atespace, name)
+    return await policy_for_node(store, getattr(request.app.state, "secret_box", None), actor)
 
 
 @router.get(PREFIX, **needs(Permission.NODES_REGISTER))

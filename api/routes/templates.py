@@ -9,6 +9,7 @@ from temporalio.common import WorkflowIDConflictPolicy, WorkflowIDReusePolicy
 
 from api.access.guard import needs
 from api.deps import SettingsDep, StoreDep, TemporalDep
+from api.egress import check_credential_secrets
 from api.errors import InvalidArgument
 from api.names import check_name
 from api.operations import search_attributes
@@ -49,7 +50,9 @@ async def create_template(
             f"cluster; use {roots} or a location below one (or leave it out for {settings.snapshot_location})",
             {"field": "spec.snapshotConfig.storageLocation"},
         )
-    await store.templates.create(atespace, body.name, ActorTemplateSpec.from_document(spec))
+    parsed = ActorTemplateSpec.from_document(spec)
+    await check_credential_secrets(store, atespace, parsed.egress, "spec.egress")
+    await store.templates.create(atespace, body.name, parsed)
     handle = await temporal.start_workflow(
         Operation.GOLDEN_SNAPSHOT.value,
         GoldenSnapshotInput(atespace=atespace, template=body.name),

@@ -265,12 +265,16 @@ class ApiClient:
         worker_selector: dict[str, str],
         from_tag: str | None = None,
         idle: list[dict[str, Any]] | None = None,
+        egress: dict[str, Any] | None = None,
     ) -> dict[str, Any]:
         """Create an actor (SUSPENDED), from a template or from a tag `<atespace>/<tag>`, with its
-        own idle policy `idle` (None: its template's; []: off for it)."""
+        own idle policy `idle` (None: its template's; []: off for it) and its own egress policy
+        `egress` (within its template's; None: its template's)."""
         body: dict[str, Any] = {"name": name, "worker_selector": worker_selector}
         if idle is not None:
             body["idle"] = idle
+        if egress is not None:
+            body["egress"] = egress
         if template is not None:
             body["template"] = template
         if from_tag is not None:

@@ -10,6 +10,7 @@ import typer
 
 from ate.cli.client import ApiClient, ApiError
 from ate.cli.common import AtespaceOpt, OutputOpt, client, new_typer
+from ate.cli.egress import EgressFileOpt, read_egress_file
 from ate.cli.idle import IdleOpt, parse_idle_option
 from ate.cli.manifest import ManifestError, load_template_spec
 from ate.cli.output import (
@@ -172,6 +173,7 @@ def create_actor(
         list[str] | None, typer.Option("--selector", "-l", help="Worker label the actor needs, key=value (repeatable).")
     ] = None,
     idle: IdleOpt = None,
+    egress_file: EgressFileOpt = None,
     output: OutputOpt = None,
 ) -> None:
     """Create an actor (it starts SUSPENDED).
@@ -185,7 +187,10 @@ def create_actor(
     if from_tag is not None and from_tag.count("/") != 1:
         raise typer.BadParameter(f"{from_tag!r} is not ATESPACE/TAG", param_hint="'--from-tag'")
     policy = parse_idle_option(idle)
-    actor = client(ctx).create_actor(atespace, name, template, parse_selector(selector), from_tag=from_tag, idle=policy)
+    egress = read_egress_file(egress_file)
+    actor = client(ctx).create_actor(
+        atespace, name, template, parse_selector(selector), from_tag=from_tag, idle=policy, egress=egress
+    )
     if output is None:
         typer.echo(f"actor/{name} created")
     else:

@@ -5,6 +5,7 @@ from typing import Any
 import typer
 
 from ate.cli.common import AtespaceOpt, client, new_typer
+from ate.cli.egress import egress_lines
 from ate.cli.output import format_table, human_age, one_line
 
 app = new_typer("describe", "Show one resource in detail, with its history.")
@@ -51,6 +52,7 @@ def describe_actor(ctx: typer.Context, name: str, atespace: AtespaceOpt) -> None
     api = client(ctx)
     actor = api.get_actor(atespace, name)
     history = api.actor_operations(atespace, name, limit=10)
+    template = None if actor.get("egress") is not None else api.get_template(atespace, str(actor.get("template")))
     worker = actor.get("worker") or {}
     snapshot = actor.get("latest_snapshot") or {}
     lines = [
@@ -76,6 +78,7 @@ def describe_actor(ctx: typer.Context, name: str, atespace: AtespaceOpt) -> None
         ),
         f"Worker selector:  {actor.get('worker_selector') or {}}",
         *idle_lines(actor),
+        *egress_lines(actor, (template or {}).get("spec")),
         f"Last error:       {actor.get('last_error') or '<none>'}",
         f"Age:              {human_age(actor.get('created_at'))}",
         "",

@@ -65,6 +65,7 @@ ROUTES: dict[tuple[str, str], str] = {
     ("PUT", "/v1/nodes/{node}"): "node",
     ("POST", "/v1/nodes/{node}/events"): "node",
     ("GET", "/v1/nodes/{node}/workers/{worker}/actors/{atespace}/{name}"): "node",
+    ("GET", "/v1/nodes/{node}/workers/{worker}/actors/{atespace}/{name}/egress"): "node",
     ("POST", "/v1/nodes/{node}/workers/{worker}/actors/{atespace}/{name}/suspend"): "node",
     ("PUT", "/v1/nodes/{node}/workers/{worker}/actors/{atespace}/{name}/idle"): "node",
     ("DELETE", "/v1/nodes/{node}/workers/{worker}/actors/{atespace}/{name}/idle"): "node",

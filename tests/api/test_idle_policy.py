@@ -119,7 +119,7 @@ async def test_a_bad_actor_policy_or_an_empty_change_is_refused(
     }
     empty = await api.patch(f"{A}/actors/c1", json={})
     assert empty.status_code == 400
-    assert "give worker_selector or idle" in empty.json()["message"]
+    assert "give worker_selector, idle or egress (the fields to replace)" in empty.json()["message"]
     missing = await api.patch(f"{A}/actors/nope", json={"idle": []})
     assert missing.status_code == 404
     assert await stored_state(api_store) == before
