@@ -14,10 +14,14 @@ IPv4 and, when the kernel has it, IPv6. The chain lets through packets of connec
 host side opened (conntrack ESTABLISHED, RELATED: the replies to the router's proxying, the
 wakeup probe, the forwarding of a worker pod's IP) and, given ``openings``, each worker's
 connections to its own gateway's local-endpoint port from its own address (``Opening``,
-``atelet.local_endpoint``), and drops everything else. Packets towards a
-sandbox and the host's own traffic are not looked at. So the sandbox opens no connection to the
-host (but its own local endpoint), to another sandbox, or to anything else through the host: an actor has no egress (it had
-none before either: nothing NATs the workers' subnet, and IP forwarding is off on a stock host).
+``atelet.local_endpoint``) and to the egress proxy's ports there, only as redirected by the
+nat rules (``dnat``: ``atelet.egress.rules``), and refuses everything else: TCP with a reset,
+UDP with an ICMP port unreachable (so a refused attempt fails at once, not after a time-out),
+the rest dropped. Packets towards a sandbox and the host's own traffic are not looked at. So the
+sandbox opens no connection to the host (but its own local endpoint and egress proxy), to
+another sandbox, or to anything else through the host: an actor's only way out is the egress
+proxy, which applies its policy (nothing NATs the workers' subnet, and IP forwarding is off on
+a stock host).
 
 The chain is rebuilt atomically at each start (``iptables-restore --noflush``) and the jumps to
 it are inserted first in INPUT and FORWARD once, so a restart (or ``ate dev``'s restart of a
@@ -54,14 +58,16 @@ def families() -> list[str]:
 
 @dataclass(frozen=True)
 class Opening:
-    """The one connection a worker's sandbox may open to the host: from its veth ``host_if`` and
-    its own address ``worker_ip`` to its gateway ``host_ip``, TCP port ``port`` (the node's local
-    endpoint, ``atelet.local_endpoint``). IPv4 only."""
+    """A connection a worker's sandbox may open to the host: from its veth ``host_if`` and its
+    own address ``worker_ip`` to its gateway ``host_ip``, TCP port ``port`` (the node's local
+    endpoint, ``atelet.local_endpoint``, or a port of the egress proxy); with ``dnat``, only when
+    the nat table redirected it there (``atelet.egress.rules``). IPv4 only."""
 
     host_if: str
     worker_ip: str
     host_ip: str
     port: int
+    dnat: bool = False
 
 
 def chain_rules(node: str, openings: Sequence[Opening] = (), ipv4: bool = True) -> str:
@@ -69,13 +75,17 @@ def chain_rules(node: str, openings: Sequence[Opening] = (), ipv4: bool = True) 
     (the ``openings`` only in the IPv4 one)."""
     name = chain(node)
     opened = "".join(
-        f"-A {name} -i {o.host_if} -s {o.worker_ip}/32 -d {o.host_ip}/32 -p tcp -m tcp --dport {o.port} -j RETURN\n"
+        f"-A {name} -i {o.host_if} -s {o.worker_ip}/32 -d {o.host_ip}/32 -p tcp -m tcp --dport {o.port}"
+        f"{' -m conntrack --ctstate DNAT' if o.dnat else ''} -j RETURN\n"
         for o in (openings if ipv4 else ())
     )
+    unreachable = "icmp-port-unreachable" if ipv4 else "icmp6-port-unreachable"
     return (
         f"*filter\n:{name} - [0:0]\n"
         f"-A {name} -m conntrack --ctstate ESTABLISHED,RELATED -j RETURN\n"
         f"{opened}"
+        f"-A {name} -p tcp -j REJECT --reject-with tcp-reset\n"
+        f"-A {name} -p udp -j REJECT --reject-with {unreachable}\n"
         f"-A {name} -j DROP\n"
         "COMMIT\n"
     )
@@ -116,7 +126,7 @@ async def install(node: str, openings: Sequence[Opening] = ()) -> None:
             if not added.ok:
                 raise internal(f"worker network isolation failed (the atelet needs CAP_NET_ADMIN): {added.describe()}")
     log.info(
-        "worker network isolation: packets from %s+ pass only as replies (chain %s)",
+        "worker network isolation: packets from %s+ pass only as replies and to their openings (chain %s)",
         netns.host_if_prefix(node),
         chain(node),
     )

@@ -10,6 +10,9 @@
     actors/<atespace>/<name>/volumes/<volume>/   durable dirs (bind-mounted into the sandbox)
     logs/<atespace>/<name>.log     sandbox output (runsc's stdout/stderr)
     local-snapshots/<path>/        LOCAL snapshots, ``local:///<path>`` (unless ``local_snapshot_root`` is set)
+    egress/ca-certificates.crt     the sandboxes' CA bundle (``atelet.egress.sandbox``)
+    egress/squid.conf              the egress proxy's configuration (``atelet.egress``)
+    egress/header-names.json       the credential header names Squid adds (names only)
 """
 
 from __future__ import annotations
@@ -19,7 +22,7 @@ from pathlib import Path
 
 from atelet.proto import atelet_pb2 as pb
 
-SUBDIRS = ("runsc", "images", "operations", "workers", "actors", "logs")
+SUBDIRS = ("runsc", "images", "operations", "workers", "actors", "logs", "egress")
 
 
 @dataclass(frozen=True)
@@ -56,6 +59,11 @@ class NodeLayout:
     def workers(self) -> Path:
         """One dir per worker: its bundle and its assignment record."""
         return self.root / "workers"
+
+    @property
+    def ca_bundle(self) -> Path:
+        """The CA bundle every gVisor sandbox mounts (``atelet.egress.sandbox``)."""
+        return self.root / "egress" / "ca-certificates.crt"
 
     def checkpoint_journal(self, worker: str) -> Path:
         """Where the checkpoint process of ``worker``'s sandbox records its pid, output and exit

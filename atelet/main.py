@@ -1,6 +1,7 @@
 """Entry point: ``python -m atelet`` (flags mirror ``AteletSettings``) or ``await serve(settings)``.
 
-``serve`` creates the workers' namespaces, serves gRPC over mutual TLS (``atelet.tls``), registers with the API server when one
+``serve`` creates the workers' namespaces, starts the egress proxy when it is on (``atelet.egress``),
+serves gRPC over mutual TLS (``atelet.tls``), registers with the API server when one
 is configured, prints ``atelet: ready on <listen> (<n> workers)``, and on SIGTERM/SIGINT or
 cancellation stops cleanly: every sandbox it started is terminated and its namespaces deleted.
 With ``drain_on_sigterm``, the first SIGTERM drains the node first (``atelet.drain``) while gRPC
@@ -22,6 +23,7 @@ import grpc
 
 from atelet import metrics
 from atelet.drain import drain
+from atelet.egress.proxy import EgressError, EgressProxy
 from atelet.events import EventReporter
 from atelet.local_endpoint import LocalEndpoint
 from atelet.node import Node
@@ -67,6 +69,8 @@ def pools_of(settings: AteletSettings) -> list[WorkerPoolSpec]:
 
 async def serve(settings: AteletSettings, ready: asyncio.Event | None = None) -> None:
     """Runs the atelet until SIGTERM/SIGINT or cancellation; ``ready`` is set once serving."""
+    if settings.egress == "on" and (missing := settings.egress_missing()) is not None:
+        raise EgressError(f"egress is on, but {missing}")
     node = Node(settings, pools_of(settings))
     tls = NodeTlsFiles.of(settings.tls_cert, settings.tls_key, settings.tls_ca)
     credentials = server_credentials(tls)
@@ -102,6 +106,7 @@ async def serve(settings: AteletSettings, ready: asyncio.Event | None = None) ->
             installed.append(sig)
     heartbeat: asyncio.Task[None] | None = None
     endpoint: LocalEndpoint | None = None
+    egress: EgressProxy | None = None
     reporter = EventReporter(settings.api_server, settings.node, identity)
     node.on_exit = reporter.exited
     deliver = asyncio.create_task(reporter.run()) if settings.api_server else None
@@ -111,6 +116,12 @@ async def serve(settings: AteletSettings, ready: asyncio.Event | None = None) ->
             endpoint = LocalEndpoint(settings.node, node.workers, settings.api_server, identity,
                                      settings.local_endpoint_port)  # fmt: skip
             await endpoint.start()
+        if settings.egress_on:
+            egress = EgressProxy(settings, node.workers, identity, node.state_dir)
+            node.on_placed = egress.placed
+            await egress.start()
+        elif settings.egress != "off":
+            log.info("egress proxy off: %s (actors have no egress)", settings.egress_missing())
         metrics.serve(settings.metrics_listen)
         await server.start()
         if settings.api_server:
@@ -129,6 +140,9 @@ async def serve(settings: AteletSettings, ready: asyncio.Event | None = None) ->
             loop.remove_signal_handler(sig)
         if endpoint is not None:
             await endpoint.stop()
+        if egress is not None:
+            node.on_placed = None
+            await asyncio.shield(egress.stop())
         await asyncio.shield(_shutdown(server, node, reporter, deliver))
 
 
@@ -179,6 +193,33 @@ def parse_args(argv: list[str] | None = None) -> AteletSettings:
     parser.add_argument("--local-endpoint-port", type=int,
                         help="TCP port of the actors' local endpoint on each worker's gateway (default 8086; "
                              "sandboxes call it as http://169.254.100.1; 0 turns it off)")
+    parser.add_argument("--egress", choices=("auto", "on", "off"),
+                        help="the egress proxy (Squid): auto (the default: on when squid, an api-server and the "
+                             "egress CA are there), on (required), off (actors have no egress)")
+    parser.add_argument("--egress-squid", help="the Squid binary (default squid; Debian package squid-openssl)")
+    parser.add_argument("--egress-proxy-port", type=int, help="Squid's explicit proxy port on each worker gateway (8087)")
+    parser.add_argument("--egress-http-port", type=int, help="Squid's port for intercepted HTTP on each gateway (8088)")
+    parser.add_argument("--egress-https-port", type=int, help="Squid's port for intercepted TLS on each gateway (8089)")
+    parser.add_argument("--egress-ca-cert-file", type=Path,
+                        help="PEM: the CA of the certificates Squid shows where it puts a credential in (the "
+                             "actors trust it; the same on every node)")
+    parser.add_argument("--egress-ca-key-file", type=Path, help="PEM: that CA's private key")
+    parser.add_argument("--egress-upstream-ca-file", type=Path,
+                        help="PEM: the CAs Squid trusts for its own TLS to upstreams (default: the system's)")
+    parser.add_argument("--egress-system-roots-file", type=Path,
+                        help="PEM: the roots the sandboxes' CA bundle starts from (default: the system's)")
+    parser.add_argument("--egress-hosts-file", type=Path, help="a hosts file Squid resolves names with first")
+    parser.add_argument("--egress-dns-nameserver", action="append", dest="egress_dns_nameservers",
+                        help="a DNS server Squid asks (repeatable; default: /etc/resolv.conf's)")
+    parser.add_argument("--egress-protected-network", action="append", dest="egress_protected_networks",
+                        help="a network no actor reaches whatever its policy (repeatable; the node, its workers, "
+                             "the API server, loopback, link-local and metadata addresses are always protected)")
+    parser.add_argument("--egress-allowed-exception", action="append", dest="egress_allowed_exceptions",
+                        help="a protected network policies may reach all the same (repeatable)")
+    parser.add_argument("--egress-run-dir", type=Path,
+                        help="the dir of Squid's own files (default /run/ate-egress/<node>)")
+    parser.add_argument("--egress-policy-seconds", type=float,
+                        help="how long a fetched policy is used (default 1: a change applies within a second)")
     parser.add_argument("--checkpoint-compression", choices=("auto", "none", "flate-best-speed"),
                         help="compress checkpoints' memory: auto (the default: not on disk, yes for object "
                              "storage), none, or flate-best-speed (runsc's own default)")
@@ -202,7 +243,7 @@ def main(argv: list[str] | None = None) -> None:
     try:
         settings = parse_args(argv)
         asyncio.run(serve(settings))
-    except (PoolError, SnapshotRootError, TlsConfigError) as exc:
+    except (PoolError, SnapshotRootError, TlsConfigError, EgressError) as exc:
         print(f"atelet: {exc}", file=sys.stderr)
         sys.exit(2)
     except KeyboardInterrupt:

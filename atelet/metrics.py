@@ -10,6 +10,14 @@
 - ``ate_atelet_freeze_duration_seconds{action,method}``: histogram, seconds until the sandbox was
   frozen (``action`` freeze) or runs again (thaw), by how (``cgroup v1 freezer``, ``runsc pause``,
   ``qmp stop``...); finer buckets than the operations' (a cgroup freeze takes ~0.4-12 ms).
+- ``ate_egress_requests_total{actor,destination}``: counter of the requests (and tunnels) the egress
+  proxy let through (``atelet.egress``), ``actor`` ``atespace/name``, ``destination`` ``host:port``
+  as asked.
+- ``ate_egress_bytes_total{actor,destination,direction}``: counter of their bytes, ``sent`` by
+  the actor or ``received`` by it (headers included; a tunnel's whole stream).
+- ``ate_egress_denied_total{actor,destination,rule}``: counter of the connections and requests
+  it refused, by the rule that refused them (``no rule allows ...``, ``protected address``,
+  ``no egress policy``, ``host conflict``...).
 """
 
 from __future__ import annotations
@@ -32,6 +40,25 @@ FREEZE_DURATION = Histogram(
     "ate_atelet_freeze_duration_seconds", "seconds to freeze or thaw a sandbox", ["action", "method"],
     buckets=(0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 1, 5),
 )
+
+EGRESS_REQUESTS = Counter("ate_egress_requests_total", "requests and tunnels the egress proxy let through",
+                          ["actor", "destination"])  # fmt: skip
+EGRESS_BYTES = Counter("ate_egress_bytes_total", "bytes through the egress proxy, sent or received by the actor",
+                       ["actor", "destination", "direction"])  # fmt: skip
+EGRESS_DENIED = Counter("ate_egress_denied_total", "connections and requests the egress proxy refused",
+                        ["actor", "destination", "rule"])  # fmt: skip
+
+
+def observe_egress(actor: str, destination: str, sent: int, received: int) -> None:
+    """Counts one request (or tunnel) let through and its bytes (``sent`` by the actor)."""
+    EGRESS_REQUESTS.labels(actor, destination).inc()
+    EGRESS_BYTES.labels(actor, destination, "sent").inc(max(sent, 0))
+    EGRESS_BYTES.labels(actor, destination, "received").inc(max(received, 0))
+
+
+def observe_egress_denied(actor: str, destination: str, rule: str) -> None:
+    """Counts one refused connection or request."""
+    EGRESS_DENIED.labels(actor, destination, rule).inc()
 
 
 def observe_freeze(action: str, method: str, seconds: float) -> None:

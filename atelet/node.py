@@ -42,6 +42,8 @@ from atelet.drivers import Drivers
 from atelet.drivers.gvisor import GVisorDriver
 from atelet.drivers.microvm import accelerator
 from atelet.drivers.microvm.driver import MicrovmDriver
+from atelet.egress import rules as egress_rules
+from atelet.egress.sandbox import SandboxEgress, write_ca_bundle
 from atelet.errors import AteletError, invalid
 from atelet.exits import ExitReport, ExitWatcher
 from atelet.freeze_ops import FreezeOperations
@@ -98,6 +100,9 @@ class Node:
         self.workers = self.table.by_name
         # Called once per sandbox that exits on its own: (worker name, actor, one-line reason).
         self.on_exit: ExitReport | None = None
+        # Called when a Run or Restore of an actor starts on a worker: (worker name, actor); the
+        # egress proxy fetches the actor's policy then (``atelet.egress.proxy``).
+        self.on_placed: Callable[[str, tuple[str, str]], None] | None = None
         self.exits = ExitWatcher(self.drivers, self.table, self.layout, self._report_exit)
         self.runner = SandboxRunner(self.drivers, self.table, self.layout, self.exits)
         self.sandbox_ops = SandboxOperations(settings.hollow, self.table, self.layout, self.images,
@@ -140,9 +145,12 @@ class Node:
                     raise invalid(str(error)) from None
             for sandbox_class, driver in self.drivers.items():
                 self.table.runtime_versions[sandbox_class] = await driver.version()
+            await self._egress_settings()
             await isolation.install(self.settings.node, self._openings())  # before any sandbox is adopted or started
             if self.settings.local_endpoint_on:
                 await local_endpoint_rules.install(self.settings.node, self.settings.local_endpoint_port)
+            endpoint_port = self.settings.local_endpoint_port if self.settings.local_endpoint_on else 0
+            await egress_rules.install_redirect(self.settings.node, self._egress_ports(), endpoint_port)
             for op_id, kind in self.ops.in_flight():
                 log.warning("operation %s (%s) was in flight when the previous atelet stopped", op_id, kind)
             await adopt_sandboxes(self.drivers, self.table, self.exits)
@@ -156,11 +164,32 @@ class Node:
         self.table.update_metrics()
 
     def _openings(self) -> list[isolation.Opening]:
-        """Each worker's way to the local endpoint on its gateway, when it is served."""
-        if not self.settings.local_endpoint_on:
-            return []
-        port = self.settings.local_endpoint_port
-        return [isolation.Opening(w.net.host_if, w.net.worker_ip, w.net.host_ip, port) for w in self.workers.values()]
+        """Each worker's way to the local endpoint on its gateway, when it is served, and to the
+        egress proxy's ports there (only as redirected), when it runs."""
+        openings = []
+        for w in self.workers.values():
+            if self.settings.local_endpoint_on:
+                openings.append(isolation.Opening(w.net.host_if, w.net.worker_ip, w.net.host_ip,
+                                                  self.settings.local_endpoint_port))  # fmt: skip
+            openings += [isolation.Opening(w.net.host_if, w.net.worker_ip, w.net.host_ip, port, dnat=True)
+                         for port in self._egress_ports() or ()]  # fmt: skip
+        return openings
+
+    def _egress_ports(self) -> tuple[int, int, int] | None:
+        """The egress proxy's (explicit, intercepted HTTP, intercepted TLS) ports, when it runs."""
+        s = self.settings
+        return (s.egress_proxy_port, s.egress_http_port, s.egress_https_port) if s.egress_on else None
+
+    async def _egress_settings(self) -> None:
+        """Writes the sandboxes' CA bundle (the system's roots, and the egress CA when given) and
+        gives the drivers the egress settings of their sandboxes (``atelet.egress.sandbox``)."""
+        s = self.settings
+        bundle = await asyncio.to_thread(write_ca_bundle, self.layout.ca_bundle, s.egress_system_roots_file,
+                                         s.egress_ca_cert_file)  # fmt: skip
+        egress = SandboxEgress(proxy=s.egress_on, ca_mount=bundle)
+        for driver in self.drivers.values():
+            if isinstance(driver, GVisorDriver | MicrovmDriver):
+                driver.egress = egress
 
     def _own_ports(self) -> list[int]:
         """The TCP ports of the atelet itself (gRPC, metrics): never forwarded to the worker."""
@@ -190,6 +219,7 @@ class Node:
             if self.settings.advertise_worker_ip:
                 await forwarding.remove()
             await local_endpoint_rules.remove(self.settings.node)
+            await egress_rules.remove_redirect(self.settings.node)
             await isolation.remove(self.settings.node)
         self.table.update_metrics()
 
@@ -201,14 +231,20 @@ class Node:
 
     async def run(self, req: pb.RunRequest) -> pb.RunResponse:
         """Cold boot of ``req.actor`` on ``req.worker`` from its template's image (``SandboxOperations.run``)."""
+        self._placed(req.worker, req.actor)
         return await self._measured("run", req.operation_id, pb.RunResponse,
                                     lambda: self.sandbox_ops.run(req), req.worker)
 
     async def restore(self, req: pb.RestoreRequest) -> pb.RestoreResponse:
         """Restores ``req.actor`` on ``req.worker`` from the snapshot at ``req.snapshot_uri``
         (``SandboxOperations.restore``)."""
+        self._placed(req.worker, req.actor)
         return await self._measured("restore", req.operation_id, pb.RestoreResponse,
                                     lambda: self.sandbox_ops.restore(req), req.worker)
+
+    def _placed(self, worker: str, actor: pb.ActorRef) -> None:
+        if self.on_placed is not None and worker in self.workers and actor.atespace and actor.name:
+            self.on_placed(worker, (actor.atespace, actor.name))
 
     async def checkpoint(self, req: pb.CheckpointRequest) -> pb.CheckpointResponse:
         """Checkpoints ``req.actor`` on ``req.worker`` to ``req.snapshot_uri`` and frees the worker

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import ipaddress
 import os
+import shutil
 import socket
 from pathlib import Path
 from typing import Literal
@@ -16,6 +17,9 @@ from pydantic import Field, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from domain.liveness import HEARTBEAT_SECONDS
+
+SYSTEM_ROOTS = Path("/etc/ssl/certs/ca-certificates.crt")
+"""Debian's bundle of the system's trusted CAs (package ca-certificates)."""
 
 
 class AteletSettings(BaseSettings):
@@ -57,6 +61,32 @@ class AteletSettings(BaseSettings):
     - ``local_endpoint_port``: the TCP port of the node's local endpoint on each worker's gateway
       (``atelet.local_endpoint``; sandboxes call it as ``http://169.254.100.1``); served when
       ``api_server`` is set; 0 turns it off.
+    - ``egress``: the node's egress proxy (``atelet.egress``: Squid, applying each actor's egress
+      policy): ``auto`` (the default) runs it when the ``egress_squid`` binary is found, an
+      ``api_server`` is set and the egress CA is given; ``on`` requires all three (the start fails
+      naming what is missing); ``off``: actors have no egress, as without a policy.
+    - ``egress_squid``: the Squid binary (Debian's squid-openssl: SslBump needs OpenSSL).
+    - ``egress_proxy_port`` / ``egress_http_port`` / ``egress_https_port``: Squid's TCP ports on
+      each worker's gateway: the explicit proxy (``http://169.254.100.1:3128`` is taken there), and
+      the intercepted plain HTTP (port 80) and TLS (port 443) of sandboxes that ignore the proxy.
+    - ``egress_ca_cert_file`` / ``egress_ca_key_file``: PEM, the CA whose certificates Squid shows an
+      actor where it terminates its TLS to put a credential in (the actor trusts it: ``atelet.egress``).
+      The same CA on every node of a cluster, so an actor restored on another node keeps trusting it.
+    - ``egress_upstream_ca_file``: PEM bundle of the CAs Squid trusts for its own TLS to an upstream
+      it terminated the actor's TLS for (default: the system's).
+    - ``egress_system_roots_file``: PEM bundle the sandbox's CA bundle starts from (the egress CA is
+      added); default the system's.
+    - ``egress_hosts_file``: a hosts file Squid resolves names with before DNS (default /etc/hosts).
+    - ``egress_dns_nameservers``: the DNS servers Squid asks (default: /etc/resolv.conf's).
+    - ``egress_protected_networks``: networks no actor reaches whatever its policy says, beyond
+      those always protected (loopback, link-local, metadata, this node's own addresses, the
+      workers' subnet, the API server's addresses): e.g. the control plane's, other nodes'.
+    - ``egress_allowed_exceptions``: networks an operator lets policies reach even if protected.
+    - ``egress_run_dir``: the dir of what Squid's own user (proxy) reads and writes: its helpers'
+      socket, its certificate cache, its logs (default ``/run/ate-egress/<node>``; every parent
+      must be searchable by that user).
+    - ``egress_policy_seconds``: how long a fetched policy is used before it is fetched again (a
+      policy change applies to the connections made that long after it, at most).
     - ``subnet``: IPv4 network the workers' /30 links are cut from (worker i gets the i-th /30).
     - ``hollow``: benchmark mode — accept calls, run no sandbox. Never the default.
     - ``runsc``: the runsc binary.
@@ -104,6 +134,21 @@ class AteletSettings(BaseSettings):
     api_server: str | None = None
     heartbeat_seconds: float = Field(default=HEARTBEAT_SECONDS, gt=0)
     local_endpoint_port: int = Field(default=8086, ge=0, le=65535)
+    egress: Literal["auto", "on", "off"] = "auto"
+    egress_squid: str = "squid"
+    egress_proxy_port: int = Field(default=8087, ge=1, le=65535)
+    egress_http_port: int = Field(default=8088, ge=1, le=65535)
+    egress_https_port: int = Field(default=8089, ge=1, le=65535)
+    egress_ca_cert_file: Path | None = None
+    egress_ca_key_file: Path | None = None
+    egress_upstream_ca_file: Path = SYSTEM_ROOTS
+    egress_system_roots_file: Path = SYSTEM_ROOTS
+    egress_hosts_file: Path | None = None
+    egress_dns_nameservers: list[str] = Field(default_factory=list)
+    egress_protected_networks: list[str] = Field(default_factory=list)
+    egress_allowed_exceptions: list[str] = Field(default_factory=list)
+    egress_run_dir: Path | None = None
+    egress_policy_seconds: float = Field(default=1.0, gt=0, le=60)
     subnet: str = "10.88.0.0/16"
     hollow: bool = False
     runsc: str = "runsc"
@@ -127,6 +172,37 @@ class AteletSettings(BaseSettings):
     def local_endpoint_on(self) -> bool:
         """Whether the node serves the local endpoint: an API server to relay to, a port, real sandboxes."""
         return bool(self.api_server) and self.local_endpoint_port > 0 and not self.hollow
+
+    @field_validator("egress_protected_networks", "egress_allowed_exceptions")
+    @classmethod
+    def _networks(cls, value: list[str]) -> list[str]:
+        return [str(ipaddress.ip_network(n, strict=False)) for n in value]
+
+    @field_validator("egress_dns_nameservers")
+    @classmethod
+    def _nameservers(cls, value: list[str]) -> list[str]:
+        return [str(ipaddress.ip_address(n)) for n in value]
+
+    def egress_missing(self) -> str | None:
+        """What keeps the egress proxy from running here (None: nothing): hollow mode, no API
+        server, no Squid binary, no egress CA, or the egress ports colliding."""
+        if self.hollow:
+            return "the node is hollow"
+        if not self.api_server:
+            return "no api_server to fetch the actors' policies from"
+        if shutil.which(self.egress_squid) is None:
+            return f"no Squid binary {self.egress_squid!r} (Debian: apt-get install squid-openssl)"
+        if self.egress_ca_cert_file is None or self.egress_ca_key_file is None:
+            return "no egress CA (egress_ca_cert_file and egress_ca_key_file)"
+        ports = {self.egress_proxy_port, self.egress_http_port, self.egress_https_port, self.local_endpoint_port}
+        if len(ports) < 4:
+            return "egress_proxy_port, egress_http_port, egress_https_port and local_endpoint_port must differ"
+        return None
+
+    @property
+    def egress_on(self) -> bool:
+        """Whether the node runs its egress proxy (``egress`` on, or auto with nothing missing)."""
+        return self.egress != "off" and self.egress_missing() is None
 
     @property
     def local_snapshot_dir(self) -> Path:

@@ -32,6 +32,12 @@ URL = f"http://{ADDRESS}"
 """What a sandbox's environment gets as `ATE_LOCAL_ENDPOINT`."""
 ENVIRONMENT_VARIABLE = "ATE_LOCAL_ENDPOINT"
 
+PROXY_PORT = 3128
+"""The port of the node's egress proxy at `ADDRESS` (issue 28, `atelet.egress`): the sandbox's
+`HTTP_PROXY` and `HTTPS_PROXY` point there, and the atelet's rules take it to the proxy of the
+worker's own node, so an actor restored on another worker or node keeps a proxy that answers."""
+PROXY_URL = f"http://{ADDRESS}:{PROXY_PORT}"
+
 MAX_LINGER_SECONDS = 3600.0
 MAX_WAKE_DELAY_SECONDS = 366 * 24 * 3600
 MAX_WAKES_PER_ACTOR = 64

@@ -20,6 +20,7 @@ command -v wrk >/dev/null 2>&1 || need_apt+=(wrk)  # `python -m bench proxy`: th
 command -v nginx >/dev/null 2>&1 || need_apt+=(nginx)  # `python -m bench proxy`: the reverse proxy the router is compared with
 [ -e /usr/lib/nginx/modules/ngx_http_lua_module.so ] || need_apt+=(libnginx-mod-http-lua)  # the router's nginx data path
 command -v qemu-system-x86_64 >/dev/null 2>&1 || need_apt+=(qemu-system-x86)  # the microvm sandbox class's VMM (MICROVM.md)
+[ -x /usr/sbin/squid ] && [ -x /usr/lib/squid/security_file_certgen ] || need_apt+=(squid-openssl)  # the per-node egress proxy (docs/egress-proxy.md); its service stays off
 command -v mke2fs >/dev/null 2>&1 && command -v debugfs >/dev/null 2>&1 || need_apt+=(e2fsprogs)  # the microvm class: durable dirs as ext4 disk images
 
 if [ "$runsc_ok" = 0 ] || [ "${#need_apt[@]}" -gt 0 ]; then

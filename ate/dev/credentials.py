@@ -1,5 +1,7 @@
 """The credentials `ate dev` makes so that nothing runs open: a bootstrap token for the
-api-server and the key ring that seals its secrets, then, through the API, a cluster-admin token for the local user (written to the ate
+api-server, the key ring that seals its secrets and the egress CA of the atelet's proxy (the
+CA whose certificates the proxy shows an actor where it puts a credential into its requests),
+then, through the API, a cluster-admin token for the local user (written to the ate
 config as context `ate-dev`) and a `router` token for the router.
 
 All of them live in `<data dir>/credentials/`, readable by their owner only, and are reused by
@@ -14,6 +16,7 @@ from pathlib import Path
 
 from ate.cli.client import ApiClient, ApiError
 from ate.cli.config import write_context
+from ate.dev.certificates import CertificateAuthority
 from domain.secrets import KEY_BYTES, key_ring_line
 
 CONTEXT = "ate-dev"
@@ -72,6 +75,26 @@ class DevCredentials:
         if not self.secret_keys_file.exists():
             _write_secret(self.secret_keys_file, key_ring_line("dev1", secrets.token_bytes(KEY_BYTES)))
         return self.secret_keys_file
+
+    @property
+    def egress_ca_files(self) -> tuple[Path, Path]:
+        """The egress CA's certificate and key (PEM) the atelet's egress proxy signs with."""
+        return self.directory / "egress-ca.crt", self.directory / "egress-ca.key"
+
+    def ensure_egress_ca(self) -> tuple[Path, Path]:
+        """Make the egress CA (ECDSA P-256, ten years) unless a good pair exists; returns its
+        files. Kept across runs: actors' snapshots trust it, and a new one would fail their
+        TLS to a host with a credential until they restart."""
+        cert, key = self.egress_ca_files
+        try:
+            CertificateAuthority.load(cert.read_bytes(), key.read_bytes())
+            return cert, key
+        except (OSError, ValueError):
+            pass
+        ca = CertificateAuthority.create("ate dev egress CA")
+        _write_secret(key, ca.key_pem.decode().strip())
+        _write_secret(cert, ca.cert_pem.decode().strip())
+        return cert, key
 
     def admin_token(self) -> str | None:
         """The local user's token, once `ensure_tokens` has run."""

@@ -196,8 +196,12 @@ class DevStack:
         self._start_child(parts.api_server(self.config, env | keys))
         self._start_credentials()
         env["ATE_ROUTER_API_TOKEN_FILE"] = str(self.credentials.token_file("router"))
-        for part in (parts.worker, parts.atelet, parts.router):
-            self._start_child(part(self.config, env))
+        # The egress CA is the atelet's alone (its proxy signs with it; the sandboxes trust it).
+        egress_cert, egress_key = self.credentials.ensure_egress_ca()
+        egress = {"ATE_ATELET_EGRESS_CA_CERT_FILE": str(egress_cert), "ATE_ATELET_EGRESS_CA_KEY_FILE": str(egress_key)}
+        self._start_child(parts.worker(self.config, env))
+        self._start_child(parts.atelet(self.config, env | egress))
+        self._start_child(parts.router(self.config, env))
 
     def _start_credentials(self) -> None:
         """The local user's admin token and the router's token; the ate config's context."""

@@ -25,6 +25,7 @@ from atelet import netns, watch
 from atelet.bundle import build_config, cpu_resources, write_bundle
 from atelet.cgroups import CgroupError, SharedCgroup, set_cpu_limit
 from atelet.drivers.base import SandboxDriver
+from atelet.egress.sandbox import SandboxEgress
 from atelet.errors import AteletError, internal, unavailable
 from atelet.freezer import Freezer, find_freezer
 from atelet.images import ImageStore
@@ -83,6 +84,8 @@ class GVisorDriver(SandboxDriver):
     def __init__(self, binary: str, root: Path, images: ImageStore) -> None:
         self.runsc = Runsc(binary, root)
         self.images = images
+        # the node's egress settings for its sandboxes (``atelet.egress.sandbox``), set by the node
+        self.egress: SandboxEgress | None = None
         # True once runsc was seen to leave a sandbox in a cgroup it shares (``launch``): from then
         # on runsc applies the CPU limit itself, before the sandbox starts.
         self.limit_at_start = False
@@ -105,7 +108,8 @@ class GVisorDriver(SandboxDriver):
             d.mkdir(parents=True, exist_ok=True)
         # The CPU limit is left out of the bundle and written once the sandbox is up (atelet.cgroups):
         # its start is not throttled by the actor's quota.
-        config = build_config(image, container, net.netns_path, volume_dirs, 0, spec.memory_bytes, hostname=hostname)
+        config = build_config(image, container, net.netns_path, volume_dirs, 0, spec.memory_bytes, hostname=hostname,
+                              egress=self.egress)  # fmt: skip
         config.setdefault("annotations", {})[CPU_MILLIS_ANNOTATION] = str(spec.cpu_millis)
         write_bundle(workdir, config)
         if self.limit_at_start:

@@ -14,7 +14,7 @@ export GOCACHE="${GOCACHE:-$build/gocache}"
 export GOFLAGS="${GOFLAGS:--trimpath}"
 
 # Fingerprint of everything the image is made of.
-src_sum="$(cat main.go go.mod build.sh | sha256sum | cut -d' ' -f1)"
+src_sum="$(cat ./*.go go.mod build.sh | sha256sum | cut -d' ' -f1)"
 if [ -f "$out/index.json" ] && [ "$(cat "$build/stamp" 2>/dev/null)" = "$src_sum" ]; then
   echo "counter: image up to date at $out (latest)"
   exit 0

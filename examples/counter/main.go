@@ -6,6 +6,8 @@
 // WebSocket (RFC 6455, written here with the standard library only): each text message counts
 // in memory and is answered {"echo": message, "memory_count": N}. /local/<path> relays a call to
 // ate's local endpoint (see local below), so an actor can suspend itself or ask for a wake.
+// POST /fetch makes an outbound request from inside the sandbox (fetch.go), through ate's
+// egress proxy or around it.
 //
 // Idle keep-alive connections are closed after ~1 s: gVisor cannot checkpoint a connected
 // socket cleanly, so a suspended actor should hold none.
@@ -314,6 +316,7 @@ func main() {
 	mux.HandleFunc("/whoami", s.whoami)
 	mux.HandleFunc("/ws", s.ws)
 	mux.HandleFunc("/local/", s.local)
+	mux.HandleFunc("/fetch", s.fetch)
 	srv := &http.Server{
 		Addr:              "0.0.0.0:" + port,
 		Handler:           mux,

@@ -4,8 +4,10 @@ Like the API, it takes node requests only with a bearer token that the node CA's
 (`api.access.node_certificates`, the test session's CA) proves to be of the node in the path,
 and answers 401 otherwise. Records every request (refused ones too, with `node` None); answers heartbeats with ``{"node", "workers", "terminate": <terminate>}``
 (or an empty body when ``old_api``), events with ``{"accepted": true}`` (after ``fail_events``
-failures with 503), and drain calls with ``{"accepted": true}`` after running ``on_drain`` in a
-thread of its own.
+failures with 503), drain calls with ``{"accepted": true}`` after running ``on_drain`` in a
+thread of its own, and the egress route (``GET .../workers/<w>/actors/<a>/<n>/egress``) with
+``egress["<a>/<n>"]`` (the policy document with each credential's ``value``), 404 for an actor
+not in it.
 """
 
 from __future__ import annotations
@@ -44,6 +46,7 @@ class FakeApi:
     old_api: bool = False
     fail_events: int = 0
     on_drain: Callable[[], None] | None = None
+    egress: dict[str, Any] = field(default_factory=dict)
     lock: threading.Lock = field(default_factory=threading.Lock)
 
     def of(self, method: str, suffix: str) -> list[Received]:
@@ -112,6 +115,17 @@ def fake_api(host: str = "127.0.0.1") -> Iterator[FakeApi]:
             else:
                 node = self.path.rsplit("/", 1)[-1]
                 self._answer(200, {"node": node, "workers": len(body["workers"]), "terminate": terminate})
+
+        def do_GET(self) -> None:
+            if not self._record("GET", None):
+                return
+            parts = self.path.split("/")  # /v1/nodes/<node>/workers/<w>/actors/<a>/<n>/egress
+            with api.lock:
+                document = api.egress.get("/".join(parts[7:9])) if len(parts) == 10 and parts[9] == "egress" else None
+            if document is None:
+                self._answer(404, {"reason": "NOT_FOUND", "message": "no such actor here", "details": {}})
+            else:
+                self._answer(200, document)
 
         def do_POST(self) -> None:
             body = self._body()

@@ -39,6 +39,10 @@ async def test_installing_twice_keeps_one_copy_and_removing_leaves_nothing() -> 
             f"-A INPUT -i atv{tag}+ -j {chain}",
             f"-A FORWARD -i atv{tag}+ -j {chain}",
             f"-A {chain} -m conntrack --ctstate RELATED,ESTABLISHED -j RETURN",
+            # refused at once: a reset for TCP, port unreachable for UDP, the rest dropped
+            f"-A {chain} -p tcp -j REJECT --reject-with tcp-reset",
+            f"-A {chain} -p udp -j REJECT --reject-with "
+            + ("icmp-port-unreachable" if program == "iptables" else "icmp6-port-unreachable"),
             f"-A {chain} -j DROP",
         )
     )
@@ -58,7 +62,7 @@ async def test_installing_twice_keeps_one_copy_and_removing_leaves_nothing() -> 
 
 async def test_the_local_endpoint_opens_one_port_per_worker_and_redirects_its_address_there() -> None:
     """With the local endpoint on, the IPv4 chain lets through exactly each worker's connections
-    from its own address to its own gateway's endpoint port (before the DROP), IPv6 stays closed,
+    from its own address to its own gateway's endpoint port (before the refusals), IPv6 stays closed,
     and the nat chain sends 169.254.100.1:80 from the node's veths to that port; removing leaves
     nothing of either."""
     reason = runsc_missing()
@@ -80,6 +84,8 @@ async def test_the_local_endpoint_opens_one_port_per_worker_and_redirects_its_ad
             f"iptables -A {chain} -m conntrack --ctstate RELATED,ESTABLISHED -j RETURN",
             f"iptables -A {chain} -s 10.97.0.2/32 -d 10.97.0.1/32 -i atv{tag}0 -p tcp -m tcp --dport 18086 -j RETURN",
             f"iptables -A {chain} -s 10.97.0.6/32 -d 10.97.0.5/32 -i atv{tag}1 -p tcp -m tcp --dport 18086 -j RETURN",
+            f"iptables -A {chain} -p tcp -j REJECT --reject-with tcp-reset",
+            f"iptables -A {chain} -p udp -j REJECT --reject-with icmp-port-unreachable",
             f"iptables -A {chain} -j DROP",
         ]
         assert not [line for line in isolation_rules(node) if line.startswith("ip6tables") and "dport" in line]

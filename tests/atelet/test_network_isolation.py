@@ -142,7 +142,8 @@ async def test_a_sandbox_reaches_no_port_of_the_host_nor_the_other_sandbox(
                            if not connects_from_here(a, i, port)]  # fmt: skip
             assert unreachable == []
 
-            assert len(isolation_rules(settings.node)) == 2 * (2 + 3)  # per family: 2 jumps, -N and 2 rules
+            # per family: 2 jumps, -N and 4 rules (replies pass; TCP reset, UDP unreachable, the rest dropped)
+            assert len(isolation_rules(settings.node)) == 2 * (2 + 1 + 4)
             for actor, worker in ((PROBER, "default-0"), (OTHER, "default-1")):
                 await atelet.stub.Terminate(pb.TerminateRequest(operation_id=op(), worker=worker, actor=actor))
         assert isolation_rules(settings.node) == []  # a clean stop removes them
@@ -172,7 +173,7 @@ async def test_a_sandbox_in_a_worker_pod_reaches_nothing_of_its_pod(
             assert set(report.outcomes) == {(a, p) for a in [*targets, report.gateway] for p in ports}
             assert report.opened == [], f"the sandbox connected to {report.opened}"
             assert listeners.accepted == []
-            assert len(isolation_rules(node, pod.netns)) == 2 * (2 + 3)  # in the pod's namespace
+            assert len(isolation_rules(node, pod.netns)) == 2 * (2 + 1 + 4)  # in the pod's namespace
             await stub.Terminate(pb.TerminateRequest(operation_id=op(), worker="pods-0", actor=PROBER))
     assert process.returncode == 0, (short_tmp / "atelet.log").read_text()
     assert isolation_rules(node, pod.netns) == []

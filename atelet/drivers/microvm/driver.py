@@ -49,6 +49,7 @@ from atelet.drivers.microvm.qemu_process import QEMU, AdoptedProcess, qemu_versi
 from atelet.drivers.microvm.sandbox_record import RECORD_FILE, SandboxRecord, qemu_pid
 from atelet.drivers.microvm.vm_config import DEVICE_KINDS, VmConfig, VmError
 from atelet.drivers.microvm.vm_snapshot import read_state
+from atelet.egress.sandbox import SandboxEgress
 from atelet.errors import AteletError, internal, not_found
 from atelet.images import ImageStore
 from atelet.netns import WorkerNet
@@ -89,6 +90,8 @@ class MicrovmDriver(SandboxDriver):
         # the worker namespaces whose bridge and tap this process made: a node makes its workers'
         # namespaces once, at start, so they stay (bench/README.md, "microvm row": ~4 ip runs saved)
         self._bridged: dict[str, str] = {}
+        # the node's egress settings (``atelet.egress.sandbox``; a VM takes no bind mount), set by the node
+        self.egress: SandboxEgress | None = None
 
     @property
     def kernel(self) -> Path:
@@ -135,7 +138,8 @@ class MicrovmDriver(SandboxDriver):
         """
         return await prepare_guest(workdir, net, spec, volume_dirs, hostname, images=self.images,
                                    kernel_dir=self.kernel_dir, initramfs_cache=self.root.parent / "microvm-initramfs",
-                                   durable_dir_mib=self.durable_dir_mib)  # fmt: skip
+                                   durable_dir_mib=self.durable_dir_mib,
+                                   egress=self.egress.without_mount() if self.egress else None)  # fmt: skip
 
     async def launch(self, container_id: str, net: WorkerNet, prepared: Path, log_path: Path,
                      checkpoint: Path | None) -> None:

@@ -26,6 +26,7 @@ from atelet.drivers.microvm.initramfs import (
     command_for,
     with_dependencies,
 )
+from atelet.egress.sandbox import SandboxEgress
 from atelet.errors import internal, invalid
 from atelet.images import ImageStore
 from atelet.netns import WorkerNet
@@ -52,7 +53,7 @@ def modules_dir(kernel_dir: Path) -> Path:
 
 async def prepare_guest(workdir: Path, net: WorkerNet, spec: pb.WorkloadSpec, volume_dirs: dict[str, Path],
                         hostname: str, *, images: ImageStore, kernel_dir: Path, initramfs_cache: Path,
-                        durable_dir_mib: int) -> Path:  # fmt: skip
+                        durable_dir_mib: int, egress: SandboxEgress | None = None) -> Path:  # fmt: skip
     """Unpacks the image, writes the guest's initramfs (cached per image and command), one
     disk per durable dir (from its host dir, created when missing) and ``plan.json``.
 
@@ -66,6 +67,7 @@ async def prepare_guest(workdir: Path, net: WorkerNet, spec: pb.WorkloadSpec, vo
         kernel_dir: The guest kernel's dir (its modules go into the initramfs).
         initramfs_cache: The dir of built initramfs files, shared by the node's workers.
         durable_dir_mib: The size of each durable dir's disk (MiB; sparse on the host).
+        egress: The node's egress settings (their environment; a VM takes no bind mount).
 
     Returns:
         ``workdir``.
@@ -78,7 +80,7 @@ async def prepare_guest(workdir: Path, net: WorkerNet, spec: pb.WorkloadSpec, vo
     image = await images.unpack(container.image, "spec.containers[0].image")
     for d in volume_dirs.values():
         d.mkdir(parents=True, exist_ok=True)
-    process = build_config(image, container, net.netns_path, volume_dirs).get("process", {})
+    process = build_config(image, container, net.netns_path, volume_dirs, egress=egress).get("process", {})
     owner = process.get("user") or {}
     user = (int(owner.get("uid") or 0), int(owner.get("gid") or 0))
     try:
