@@ -314,6 +314,11 @@ class WorkerRegistrationBody(Tolerant):
     sandbox_state: Literal["idle", "running", "exited"] | None = Field(
         default=None, description="how `actor`'s sandbox is: running, or exited on its own (still there, stopped)"
     )
+    egress_active: bool = Field(
+        default=False,
+        description="`actor` had outbound traffic through the node's egress proxy since the last heartbeat, or "
+        "has some in flight: its last_active_at becomes now (if it is placed on this worker)",
+    )
 
     @field_validator("name")
     @classmethod

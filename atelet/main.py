@@ -119,6 +119,7 @@ async def serve(settings: AteletSettings, ready: asyncio.Event | None = None) ->
         if settings.egress_on:
             egress = EgressProxy(settings, node.workers, identity, node.state_dir)
             node.on_placed = egress.placed
+            node.egress_active = egress.active_workers
             await egress.start()
         elif settings.egress != "off":
             log.info("egress proxy off: %s (actors have no egress)", settings.egress_missing())
@@ -142,6 +143,7 @@ async def serve(settings: AteletSettings, ready: asyncio.Event | None = None) ->
             await endpoint.stop()
         if egress is not None:
             node.on_placed = None
+            node.egress_active = None
             await asyncio.shield(egress.stop())
         await asyncio.shield(_shutdown(server, node, reporter, deliver))
 

@@ -103,6 +103,9 @@ class Node:
         # Called when a Run or Restore of an actor starts on a worker: (worker name, actor); the
         # egress proxy fetches the actor's policy then (``atelet.egress.proxy``).
         self.on_placed: Callable[[str, tuple[str, str]], None] | None = None
+        # The workers whose actor had outbound traffic since the last call or has some in flight
+        # (``EgressProxy.active_workers``), reported in each heartbeat; None: no egress proxy.
+        self.egress_active: Callable[[], Awaitable[set[str]]] | None = None
         self.exits = ExitWatcher(self.drivers, self.table, self.layout, self._report_exit)
         self.runner = SandboxRunner(self.drivers, self.table, self.layout, self.exits)
         self.sandbox_ops = SandboxOperations(settings.hollow, self.table, self.layout, self.images,

@@ -2,11 +2,13 @@
 
 When ``api_server`` is set: ``PUT {api_server}/v1/nodes/{node}`` with JSON ``{"address",
 "runsc_version", "workers": [{"name", "pool", "ip", "sandbox_class", "runtime_version", "labels", "places",
-"cpu_millis", "memory_bytes", "actor", "sandbox_state"}]}`` and the node's bearer token
+"cpu_millis", "memory_bytes", "actor", "sandbox_state", "egress_active"}]}`` and the node's bearer token
 (``atelet.node_identity``) at start and every ``heartbeat_seconds`` (on a fixed cadence: a slow
 answer or a long fence does not delay the next beat, so the control plane's lease of this node,
 domain/liveness.py, is renewed on time); ``actor`` is ``{"atespace", "name"}`` of the sandbox on
-the worker (running or exited) or null, ``sandbox_state`` ``idle``, ``running`` or ``exited``.
+the worker (running or exited) or null, ``sandbox_state`` ``idle``, ``running`` or ``exited``,
+``egress_active`` whether that actor had outbound traffic through the node's egress proxy since
+the last beat or has some in flight (``atelet.egress.in_flight``; the API counts it as activity).
 
 The API answers ``{"node", "workers", "terminate": [{"worker", "actor": {"atespace", "name"}}]}``:
 sandboxes the control plane no longer places here (e.g. an actor reverted while this node was
@@ -30,8 +32,9 @@ from atelet.node import Node
 log = logging.getLogger(__name__)
 
 
-def node_document(node: Node) -> dict[str, Any]:
-    """The JSON body of the PUT."""
+def node_document(node: Node, egress_active: set[str] | frozenset[str] = frozenset()) -> dict[str, Any]:
+    """The JSON body of the PUT; ``egress_active``: the workers whose actor had outbound traffic
+    since the last heartbeat or has some in flight (``EgressProxy.active_workers``)."""
     return {
         "address": node.settings.advertise,
         "runsc_version": node.runsc_version,
@@ -48,6 +51,7 @@ def node_document(node: Node) -> dict[str, Any]:
                 "memory_bytes": w.pool.memory_bytes,
                 "actor": {"atespace": w.actor[0], "name": w.actor[1]} if w.actor else None,
                 "sandbox_state": w.state,
+                "egress_active": w.name in egress_active,
             }
             for w in node.workers.values()
         ],
@@ -57,8 +61,9 @@ def node_document(node: Node) -> dict[str, Any]:
 async def register_once(client: httpx.AsyncClient, node: Node) -> dict[str, Any] | None:
     """One PUT; the answer's JSON object on a 2xx answer ({} when it is not one), else None."""
     url = f"{node.settings.api_server.rstrip('/')}/v1/nodes/{node.settings.node}"  # type: ignore[union-attr]
+    egress_active = await node.egress_active() if node.egress_active is not None else set()
     try:
-        response = await client.put(url, json=node_document(node))
+        response = await client.put(url, json=node_document(node, egress_active))
     except httpx.HTTPError as exc:
         log.warning("registration at %s failed: %s", url, exc)
         return None

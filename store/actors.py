@@ -91,6 +91,23 @@ class Actors:
                 {"state": actor.state},
             )
 
+    async def touch_egress_active(self, node: str, placed: list[tuple[str, ActorRef]]) -> int:
+        """Node `node`'s egress proxy saw outbound traffic of `placed` ((worker name, actor)
+        pairs) since its last heartbeat, or some is in flight: set their `last_active_at` to now,
+        for each actor that is placed on that worker of that node only (a node cannot keep
+        awake an actor it does not hold). Locks as `touch`.
+
+        Returns:
+            How many actor rows were touched.
+        """
+        if not placed:
+            return 0
+        result: str = await self.pool.execute(
+            Q["touch_egress_active"], node, [w for w, _ in placed], [a.atespace for _, a in placed],
+            [a.name for _, a in placed],
+        )  # fmt: skip
+        return int(result.rsplit(" ", 1)[-1])
+
     async def touch(self, actors: list[ActorRef]) -> int:
         """A router replica saw traffic for `actors` since its last heartbeat: set their
         `last_active_at` to now, in one statement (rows locked in key order, so that replicas

@@ -761,6 +761,19 @@ FROM (
 ) AS touched
 WHERE a.atespace = touched.atespace AND a.name = touched.name;
 
+-- touch_egress_active --
+-- Node $1's egress proxy saw outbound traffic of these actors ($2 worker names, $3 atespaces, $4 names, by threes): last_active_at = now(), for an actor placed on that worker of that node only; rows locked in key order (as touch_actors).
+UPDATE actors a SET last_active_at = now()
+FROM (
+    SELECT x.atespace, x.name FROM actors x
+    JOIN workers w ON w.id = x.worker_id AND w.node = $1
+    JOIN unnest($2::text[], $3::text[], $4::text[]) AS t(worker, atespace, name)
+        ON w.name = t.worker AND x.atespace = t.atespace AND x.name = t.name
+    ORDER BY x.atespace, x.name
+    FOR UPDATE OF x
+) AS touched
+WHERE a.atespace = touched.atespace AND a.name = touched.name;
+
 -- heartbeat_router --
 -- Register a router replica or refresh its lease ($1 name, $2 lease seconds, $3 drain timeout seconds).
 INSERT INTO router_replicas (name, lease_seconds, drain_timeout_seconds) VALUES ($1, $2, $3)

@@ -33,7 +33,9 @@ async def register_node(node: str, body: NodeRegistration, store: StoreDep) -> d
     worker, the node is reconciled: an UNREACHABLE actor whose sandbox still runs is RUNNING
     again, RUNNING or UNREACHABLE actors whose sandbox is gone (or exited) become CRASHED, and
     `terminate` lists the sandboxes the atelet must stop because nothing is placed there for
-    them any more (fencing: an actor reverted or moved while its node was silent).
+    them any more (fencing: an actor reverted or moved while its node was silent). A worker's
+    `egress_active` makes its actor active (its `last_active_at` becomes now), if it is placed
+    there: an idle policy does not act on an actor whose outbound request is in flight.
     """
     reports_actors = any("actor" in w.model_fields_set for w in body.workers)
     running = (
@@ -63,6 +65,11 @@ async def register_node(node: str, body: NodeRegistration, store: StoreDep) -> d
         running,
         exited,
     )
+    # the actors whose outbound traffic the node's egress proxy saw: active (their idle time starts again)
+    egress_active = [(w.name, ActorRef(w.actor.atespace, w.actor.name)) for w in body.workers
+                     if w.egress_active and w.actor is not None]  # fmt: skip
+    if egress_active:
+        await store.actors.touch_egress_active(node, egress_active)
     return {
         "node": node,
         "workers": len(body.workers),

@@ -96,10 +96,13 @@ class AccessLog:
 
     Args:
         actor_of: the ``atespace/name`` of the actor on the worker with a given address, or ``-``.
+        on_allowed: called with the client address of each allowed transaction (its traffic
+            makes the actor active: ``EgressProxy.active_workers``).
     """
 
-    def __init__(self, actor_of: Callable[[str], str]) -> None:
+    def __init__(self, actor_of: Callable[[str], str], on_allowed: Callable[[str], None] | None = None) -> None:
         self.actor_of = actor_of
+        self.on_allowed = on_allowed
 
     def consume(self, line: str) -> None:
         """Takes one line (ignored when malformed or skipped)."""
@@ -118,5 +121,7 @@ class AccessLog:
                      entry.code, rule)  # fmt: skip
         else:
             metrics.observe_egress(actor, entry.destination, entry.sent, entry.received)
+            if self.on_allowed is not None:
+                self.on_allowed(entry.client)
             log.debug("egress: actor %s -> %s (%s %s, %d/%d bytes): %s", actor, entry.destination, entry.method,
                       entry.code, entry.sent, entry.received, rule)  # fmt: skip

@@ -34,6 +34,7 @@ from atelet.egress.access_log import AccessLog
 from atelet.egress.decision import Ask, Protection, Verdict, decide, refuse
 from atelet.egress.decision_socket import DecisionSocket
 from atelet.egress.header_slots import HeaderSlots
+from atelet.egress.in_flight import peers_in_flight
 from atelet.egress.policies import FetchedPolicy, PolicySource, Refusal
 from atelet.egress.squid import CERTGEN, Squid, prepare_run_dir, squid_ids
 from atelet.egress.squid_config import SquidPlan
@@ -74,12 +75,14 @@ class EgressProxy:
         self.settings = settings
         self.workers = workers
         self.by_address = {w.net.worker_ip: w for w in workers.values()}
+        # the addresses of the sandboxes with allowed traffic since the last ``active_workers``
+        self._marked: set[str] = set()
         self.dir = state_dir / "egress"
         self.run_dir = (settings.egress_run_dir or default_run_dir(settings.node)).resolve()
         self.slots = HeaderSlots(self.dir / "header-names.json")
         self.policies = PolicySource(settings.node, settings.api_server, auth, settings.egress_policy_seconds)
         self.protection = Protection()
-        self.access = AccessLog(self.actor_of)
+        self.access = AccessLog(self.actor_of, self._marked.add)
         self.uid, self.gid = squid_ids()
         self.socket = DecisionSocket(self.run_dir / "decide.sock", self.decide, self.access.consume,
                                      {0, self.uid}, self.gid)  # fmt: skip
@@ -130,6 +133,16 @@ class EgressProxy:
         """``atespace/name`` of the actor on the worker with ``address``, or ``-``."""
         worker = self.by_address.get(address)
         return f"{worker.actor[0]}/{worker.actor[1]}" if worker is not None and worker.actor else "-"
+
+    async def active_workers(self) -> set[str]:
+        """The workers whose sandbox had outbound traffic since the last call (a transaction
+        Squid logged as allowed) or has some in flight now (``atelet.egress.in_flight``): the
+        heartbeat reports their actors as active, so an idle policy does not act on an actor
+        waiting for an upstream's answer."""
+        s = self.settings
+        addresses = self._marked | await peers_in_flight((s.egress_proxy_port, s.egress_http_port, s.egress_https_port))
+        self._marked = set()
+        return {self.by_address[a].name for a in addresses if a in self.by_address}
 
     def placed(self, worker: str, actor: tuple[str, str]) -> None:
         """``actor`` is being started on ``worker``: fetch its policy now (module doc)."""

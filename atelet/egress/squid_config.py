@@ -29,6 +29,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from atelet.egress.in_flight import IDLE_CONNECTION_SECONDS
 from domain.egress import ALWAYS_PROTECTED, IpNetwork
 
 HELPER_FORMAT = "%>a %>la %>lp %>rd %>rP %ssl::>sni %>rm"
@@ -174,6 +175,7 @@ def render(plan: SquidPlan) -> str:
         "icp_port 0",
         "htcp_port 0",
         "shutdown_lifetime 1 seconds",
+        f"client_idle_pconn_timeout {IDLE_CONNECTION_SECONDS} seconds",
         "via off",
         "forwarded_for delete",
         "httpd_suppress_version_string on",

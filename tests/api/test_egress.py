@@ -163,3 +163,50 @@ async def test_an_actor_narrows_its_templates_egress_and_the_node_holding_it_lea
     [credential] = (await api.get(route, auth=node)).json()["credentials"]
     assert credential["value"] is None
     assert credential["problem"] == "secret model-key no longer exists in atespace outbound"
+
+
+async def test_outbound_traffic_a_node_reports_makes_only_the_actor_it_holds_active(
+    api: httpx.AsyncClient, atespace: str, api_store: Store
+) -> None:
+    """A heartbeat's `egress_active` on a worker sets its actor's last_active_at to now (its idle
+    time starts again), only for the actor placed on that worker of that node."""
+    assert (await api.post(f"{A}/templates", json={"name": "agent3", "spec": spec(egress=EGRESS)})).status_code == 201
+    selector = {"egress-test": "three"}  # a3 goes to eg3's worker, the only one so labelled
+    assert (await api.post(f"{A}/actors", json={"name": "a3", "template": "agent3",
+                                                "worker_selector": selector})).status_code == 201  # fmt: skip
+    assert (await api.post(f"{A}/actors", json={"name": "a4", "template": "agent3"})).status_code == 201
+    worker = {**WORKER, "ip": "10.98.1.2"}
+    for node, labels in (("eg3", selector), ("eg4", {})):
+        registered = await api.put(f"/v1/nodes/{node}", json={"address": "10.0.0.9:8085",
+                                                               "workers": [{**worker, "labels": labels}]})  # fmt: skip
+        assert registered.status_code == 200, registered.text
+    begun = await api_store.golden_snapshots.begin("outbound", "agent3", "g3")
+    await api_store.golden_snapshots.complete("outbound", "agent3", begun.snapshot.snapshot_id, {"files": []}, 10)
+    ref = ActorRef("outbound", "a3")
+    plan = await api_store.resumes.begin(ref, "op3")
+    await api_store.resumes.finish(ref, "op3")
+    assert plan.worker is not None and (plan.worker.node, plan.worker.name) == ("eg3", "default-0")
+    hour_ago = "UPDATE actors SET last_active_at = now() - interval '1 hour' WHERE atespace = 'outbound' AND name = ANY($1)"
+    idle_seconds = "SELECT name, extract(epoch FROM now() - last_active_at) AS s FROM actors WHERE atespace = 'outbound' " \
+                   "AND name = ANY($1) ORDER BY name"  # fmt: skip
+
+    async def beat(node: str, actor: str, active: bool) -> None:
+        labels = selector if node == "eg3" else {}
+        body = {"address": "10.0.0.9:8085", "workers": [{**worker, "labels": labels, "sandbox_state": "running",
+                                                          "actor": {"atespace": "outbound", "name": actor},
+                                                          "egress_active": active}]}  # fmt: skip
+        answer = await api.put(f"/v1/nodes/{node}", json=body)
+        assert answer.status_code == 200, answer.text
+
+    async def idle() -> dict[str, float]:
+        return {r["name"]: float(r["s"]) for r in await api_store.pool.fetch(idle_seconds, ["a3", "a4"])}
+
+    await api_store.pool.execute(hour_ago, ["a3", "a4"])
+    await beat("eg3", "a3", False)  # no outbound traffic: nothing changes
+    assert all(seconds > 3500 for seconds in (await idle()).values())
+    await beat("eg4", "a3", True)  # another node claims it: not the node holding it
+    await beat("eg4", "a4", True)  # nor one not placed anywhere
+    assert all(seconds > 3500 for seconds in (await idle()).values())
+    await beat("eg3", "a3", True)
+    seconds = await idle()
+    assert seconds["a3"] < 5 and seconds["a4"] > 3500, seconds

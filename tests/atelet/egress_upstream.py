@@ -3,7 +3,7 @@
 ``python egress_upstream.py RECORD ADDRESS[=CERT,KEY] ...`` serves HTTP on port 80 and, given a
 certificate, HTTPS on port 443 of each ADDRESS, answering every request with JSON of what
 arrived: ``{"address", "host", "path", "headers", "sni", "tls"}`` (but a path under ``/quiet``:
-``{"ok": true}``). Every accepted connection and
+``{"ok": true}``; ``/slow/<ms>`` is answered after that many milliseconds). Every accepted connection and
 every request is appended to RECORD as a JSON line (``{"event": "connection"|"request", ...}``),
 so a test can also tell that nothing reached an address at all. Standard library only; no name
 is ever resolved (``server_bind`` skips ``HTTPServer``'s reverse lookup).
@@ -16,6 +16,7 @@ import socketserver
 import ssl
 import sys
 import threading
+import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
@@ -54,6 +55,8 @@ class Handler(BaseHTTPRequestHandler):
             "sni": getattr(self.connection, "ate_sni", None), "tls": server.tls,
         }
         record(server.record_path, {"event": "request", **entry})
+        if self.path.startswith("/slow/"):  # /slow/<ms>: answered that late
+            time.sleep(int(self.path.split("/")[2]) / 1000)
         # /quiet/...: answered without what arrived, so nothing of the request goes back to the actor
         body = b'{"ok": true}' if self.path.startswith("/quiet") else json.dumps(entry).encode()
         self.send_response(200)

@@ -186,6 +186,18 @@ def total(name: str, **labels: str) -> float:
     )
 
 
+async def beat_after(api: FakeApi, node: str, mark: float) -> dict[str, bool]:
+    """Each worker's ``egress_active`` in the first heartbeat of ``node`` that arrived after
+    ``mark`` (monotonic seconds)."""
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline:
+        beats = [r for r in api.of("PUT", f"/v1/nodes/{node}") if r.at > mark]
+        if beats:
+            return {w["name"]: w["egress_active"] for w in beats[0].body["workers"]}
+        await asyncio.sleep(0.05)
+    raise AssertionError(f"no heartbeat of {node} within 10 s")
+
+
 def refused_at_once(result: dict[str, Any]) -> bool:
     """A connection error (no answer), well before the time-out."""
     return "error" in result and "status" not in result and result["elapsed_ms"] < DENIED_WITHIN_MS
@@ -260,6 +272,16 @@ async def run_cases(atelet: Atelet, api: FakeApi, s: StandIns, gateway: str, ups
     for url, dial in (("https://api.example.test/c", f"{api_ip}:443"), ("http://api.example.test/d", f"{api_ip}:80")):
         seen = await fetch(ip, url, direct=True, dial=dial)
         assert seen.get("status") == 200 and json.loads(seen["body"])["headers"]["x-api-key"] == SECRET, seen
+
+    # An outbound request in flight makes its actor active in the heartbeats (an idle policy
+    # leaves it be), however long the upstream takes to answer; once answered and closed, not.
+    slow = asyncio.create_task(fetch(ip, "https://api.example.test/slow/4000"))
+    await asyncio.sleep(3.0)  # the upstream silent all along
+    assert (await beat_after(api, atelet.settings.node, time.monotonic()))["default-0"] is True
+    assert (await slow).get("status") == 200
+    later = time.monotonic() + 1.5  # a heartbeat later (the counter closes its connection: no keep-alive)
+    await asyncio.sleep(later - time.monotonic())
+    assert await beat_after(api, atelet.settings.node, later) == {"default-0": False, "default-1": False}
 
     # A host without a credential: its TLS goes through untouched (the actor verifies the
     # upstream's own certificate), through the proxy settings or transparently.

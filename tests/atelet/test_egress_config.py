@@ -51,7 +51,7 @@ def test_squid_listens_on_each_gateway_only_and_asks_the_atelet(tmp_path: Path) 
         "http_access deny ate_protected !ate_excepted", "http_access allow all", "ssl_bump peek ate_step1",
         "ssl_bump terminate !ate_policy", "ssl_bump bump ate_bump", "ssl_bump splice all",
     ]  # fmt: skip
-    for needed in ("host_verify_strict on", "via off", "forwarded_for delete", "cache deny all",
+    for needed in ("host_verify_strict on", "via off", "client_idle_pconn_timeout 5 seconds", "forwarded_for delete", "cache deny all",
                    f"tls_outgoing_options cafile={tmp_path}/up.crt default-ca=off", "dns_nameservers 127.0.0.1",
                    f"hosts_file {tmp_path}/run/hosts", "acl ate_excepted dst 10.88.7.0/24"):  # fmt: skip
         assert needed in text.splitlines(), needed

@@ -38,13 +38,15 @@ async def test_registers_and_heartbeats_with_what_runs(tmp_path: Path) -> None:
     assert first.body["address"] == settings.listen
     assert [w["name"] for w in first.body["workers"]] == ["default-0", "default-1"]
     assert set(first.body["workers"][0]) == {"name", "pool", "ip", "sandbox_class", "runtime_version", "labels",
-                                             "places", "cpu_millis", "memory_bytes", "actor", "sandbox_state"}
+                                             "places", "cpu_millis", "memory_bytes", "actor", "sandbox_state",
+                                             "egress_active"}
     # a gvisor worker's runtime is the node's runsc build (runsc --version names it)
     assert first.body["workers"][0]["runtime_version"] == first.body["runsc_version"] != ""
     assert [w["actor"] for w in first.body["workers"]] == [None, None]
     assert [w["sandbox_state"] for w in first.body["workers"]] == ["idle", "idle"]
     assert [w["actor"] for w in last.body["workers"]] == [None, {"atespace": "demo", "name": "c1"}]
     assert [w["sandbox_state"] for w in last.body["workers"]] == ["idle", "running"]
+    assert [w["egress_active"] for w in last.body["workers"]] == [False, False]  # no egress proxy here
 
 
 async def test_terminate_in_the_answer_fences_and_an_old_answer_does_not(tmp_path: Path) -> None:

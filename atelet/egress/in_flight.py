@@ -1,0 +1,55 @@
+"""Which sandboxes have outbound traffic in flight through the node's egress proxy, read off the
+kernel's TCP sockets (``ss`` of iproute2) when the heartbeat asks.
+
+A sandbox has outbound traffic in flight while it holds a connection to one of Squid's ports.
+Squid closes a client connection that rests between requests after ``IDLE_CONNECTION_SECONDS``
+(``client_idle_pconn_timeout``, ``atelet.egress.squid_config``), so an idle keep-alive stops
+counting soon after its last answer, however long its client library would keep it. A request
+waiting for a slow upstream counts for as long as it waits (its connection is open).
+
+What the byte timings of a socket cannot tell apart was measured here: a TLS 1.3 connection the
+proxy terminates (to add a credential) gets the proxy's session tickets just after the actor's
+request, so "the actor spoke last" does not mean "waiting for an answer". Hence the open
+connection as the measure. Its cost: a TLS connection the proxy passes through unopened (a host
+without a credential) counts while it is open, even at rest, until the client closes it or Squid's
+``read_timeout`` (15 minutes) does.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterable
+
+from atelet import proc
+
+log = logging.getLogger(__name__)
+
+IDLE_CONNECTION_SECONDS = 5
+"""Squid closes a sandbox's connection resting between requests after this long (seconds)."""
+
+
+def open_peers(text: str) -> set[str]:
+    """The peer addresses in ``text``, the output of ``ss -tnHO state established``: one socket
+    per line, ``Recv-Q Send-Q local peer``. IPv4 peers only (the workers' addresses)."""
+    peers: set[str] = set()
+    for line in text.splitlines():
+        columns = line.split()
+        if len(columns) >= 4 and columns[3].count(":") == 1:
+            peers.add(columns[3].split(":")[0])
+    return peers
+
+
+def ss_arguments(ports: Iterable[int]) -> list[str]:
+    """The ``ss`` command line listing the established TCP sockets on ``ports`` (local side)."""
+    condition = " or ".join(f"sport = :{port}" for port in sorted(set(ports)))
+    return ["ss", "-tnHO", "state", "established", f"( {condition} )"]
+
+
+async def peers_in_flight(ports: Iterable[int]) -> set[str]:
+    """The addresses holding a connection to one of ``ports`` of this host (module doc); empty
+    when ``ss`` fails (logged; the heartbeat goes on without it)."""
+    done = await proc.run(ss_arguments(ports), timeout=5)
+    if not done.ok:
+        log.warning("egress: the connections in flight could not be listed: %s", done.describe())
+        return set()
+    return open_peers(done.stdout)
