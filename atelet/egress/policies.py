@@ -53,7 +53,10 @@ class Refusal:
 
 
 def read_document(document: Any) -> FetchedPolicy:
-    """The ``FetchedPolicy`` of the egress route's answer.
+    """The ``FetchedPolicy`` of the egress route's answer, ``{"allow", "source", "credentials":
+    [{"host", "header", "secret", "value", "problem"}]}`` (docs/rest-api.md): ``value`` the
+    secret's value, or null with ``problem`` saying why (the secret is gone); ``source`` is
+    not used.
 
     Raises:
         PolicyError: the document is not a policy (naming the field), or a credential's value is
@@ -68,9 +71,12 @@ def read_document(document: Any) -> FetchedPolicy:
         if isinstance(credential, dict):
             credential = dict(credential)
             value = credential.pop("value", None)
-            if not isinstance(value, str):
+            problem = credential.pop("problem", None)
+            if value is None and isinstance(problem, str):
+                pass  # no value (its secret is gone): a request to its host is refused (decision.decide)
+            elif not isinstance(value, str):
                 raise PolicyError("egress", f"credentials[{index}].value", "must be the secret's value as a string")
-            if isinstance(credential.get("host"), str):
+            elif isinstance(credential.get("host"), str):
                 values[credential["host"].lower().rstrip(".")] = value
         stripped.append(credential)
     policy = parse_egress_policy({"allow": document.get("allow") or [], "credentials": stripped})

@@ -12,6 +12,7 @@ from typing import Any
 import httpx
 import pytest
 
+from atelet.egress.policies import read_document
 from domain.refs import ActorRef
 from store import Store
 from tests.api.conftest import stored_state
@@ -138,6 +139,10 @@ async def test_an_actor_narrows_its_templates_egress_and_the_node_holding_it_lea
                          "problem": None}],
     }  # fmt: skip
 
+    # What the node's egress proxy reads of that answer (atelet.egress.policies): the policy and the value.
+    fetched = read_document(answer.json())
+    assert (fetched.values, [c.header for c in fetched.policy.credentials]) == ({"api.model.test": VALUE}, ["x-api-key"])
+
     # Nobody else learns it: not another node, not a cluster admin's token, not for another worker.
     assert (await api.get(route, auth=As(node_token("eg2")))).status_code == 403
     admin = await api.get(route)
@@ -163,6 +168,8 @@ async def test_an_actor_narrows_its_templates_egress_and_the_node_holding_it_lea
     [credential] = (await api.get(route, auth=node)).json()["credentials"]
     assert credential["value"] is None
     assert credential["problem"] == "secret model-key no longer exists in atespace outbound"
+    fetched = read_document((await api.get(route, auth=node)).json())
+    assert fetched.values == {} and [c.host for c in fetched.policy.credentials] == ["api.model.test"]
 
 
 async def test_outbound_traffic_a_node_reports_makes_only_the_actor_it_holds_active(
