@@ -59,6 +59,9 @@ def main(argv: list[str] | None = None) -> None:
     fz.add_argument("--cycles", type=int, default=50)
     fz.add_argument("--warmup", type=int, default=3)
     fz.add_argument("--through-router", action="store_true", help="end to end on a real ate dev, through the router")
+    eg = sub.add_parser("egress", help="an actor's request through the node's egress proxy vs direct, same upstream")
+    eg.add_argument("--cycles", type=int, default=100)
+    eg.add_argument("--warmup", type=int, default=5)
     mv = sub.add_parser("microvm", help="microvm VM restore vs cold boot on QEMU (TCG here), checkpoint, RAM copy")
     mv.add_argument("--cycles", type=int, default=5)
     ov = sub.add_parser(
@@ -80,6 +83,10 @@ def main(argv: list[str] | None = None) -> None:
 
         activation.run(cycles=args.cycles, warmup=args.warmup, keep=args.keep, log=log, ballast_mb=args.ballast_mb,
                        microvm_cycles=args.microvm_cycles)
+    elif args.name == "egress":
+        from bench import egress
+
+        egress.run(cycles=args.cycles, warmup=args.warmup, log=log)
     elif args.name == "activation-object-store":
         from bench import activation_object_store
 
