@@ -166,7 +166,7 @@ def _measure(cycles: int, warmup: int, log: Log) -> dict[str, Any]:
             cli.create_actor("bench", "caller", "egress", {})
         target = {"ate-target-actor": "bench/caller"}
         ca_pem = upstream.ca.cert_pem.decode()
-        requests = {
+        requests: dict[str, dict[str, Any]] = {
             "http_direct": {"url": f"http://{HOST}/", "direct": True, "dial": f"{NET}.2:80"},
             "http_proxy": {"url": f"http://{HOST}/"},
             "http_transparent": {"url": f"http://{HOST}/", "direct": True, "dial": f"{NET}.3:80"},
