@@ -316,7 +316,9 @@ class AteletActivities:
         result = AteletCheckpointResult(
             manifest=manifest_dict(done.manifest),
             size_bytes=done.size_bytes,
-            timings={"checkpoint": done.checkpoint_seconds, "upload": done.upload_seconds},
+            timings={"checkpoint": done.checkpoint_seconds, "upload": done.upload_seconds,
+                     "egress_wait": done.egress_wait_seconds},
+            egress_cut=done.egress_cut,
         )
         if request.complete_suspend:
             await self._complete_suspend(request, result)

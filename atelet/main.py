@@ -120,6 +120,7 @@ async def serve(settings: AteletSettings, ready: asyncio.Event | None = None) ->
             egress = EgressProxy(settings, node.workers, identity, node.state_dir)
             node.on_placed = egress.placed
             node.egress_active = egress.active_workers
+            node.checkpoint_ops.egress_drain = egress.drain
             await egress.start()
         elif settings.egress != "off":
             log.info("egress proxy off: %s (actors have no egress)", settings.egress_missing())
@@ -144,6 +145,7 @@ async def serve(settings: AteletSettings, ready: asyncio.Event | None = None) ->
         if egress is not None:
             node.on_placed = None
             node.egress_active = None
+            node.checkpoint_ops.egress_drain = None
             await asyncio.shield(egress.stop())
         await asyncio.shield(_shutdown(server, node, reporter, deliver))
 
@@ -222,6 +224,9 @@ def parse_args(argv: list[str] | None = None) -> AteletSettings:
                         help="the dir of Squid's own files (default /run/ate-egress/<node>)")
     parser.add_argument("--egress-policy-seconds", type=float,
                         help="how long a fetched policy is used (default 1: a change applies within a second)")
+    parser.add_argument("--egress-drain-seconds", type=float,
+                        help="how long a checkpoint waits for the actor's outbound connections to close before "
+                             "cutting them (default 10)")
     parser.add_argument("--checkpoint-compression", choices=("auto", "none", "flate-best-speed"),
                         help="compress checkpoints' memory: auto (the default: not on disk, yes for object "
                              "storage), none, or flate-best-speed (runsc's own default)")

@@ -47,6 +47,8 @@ EGRESS_BYTES = Counter("ate_egress_bytes_total", "bytes through the egress proxy
                        ["actor", "destination", "direction"])  # fmt: skip
 EGRESS_DENIED = Counter("ate_egress_denied_total", "connections and requests the egress proxy refused",
                         ["actor", "destination", "rule"])  # fmt: skip
+EGRESS_CUT = Counter("ate_egress_cut_total", "outbound connections still open at the egress drain timeout, cut for "
+                     "a checkpoint", ["actor"])  # fmt: skip
 
 
 def observe_egress(actor: str, destination: str, sent: int, received: int) -> None:
@@ -59,6 +61,11 @@ def observe_egress(actor: str, destination: str, sent: int, received: int) -> No
 def observe_egress_denied(actor: str, destination: str, rule: str) -> None:
     """Counts one refused connection or request."""
     EGRESS_DENIED.labels(actor, destination, rule).inc()
+
+
+def observe_egress_cut(actor: str, count: int) -> None:
+    """Counts ``count`` outbound connections cut for a checkpoint of ``actor``."""
+    EGRESS_CUT.labels(actor).inc(count)
 
 
 def observe_freeze(action: str, method: str, seconds: float) -> None:

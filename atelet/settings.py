@@ -87,6 +87,9 @@ class AteletSettings(BaseSettings):
       must be searchable by that user).
     - ``egress_policy_seconds``: how long a fetched policy is used before it is fetched again (a
       policy change applies to the connections made that long after it, at most).
+    - ``egress_drain_seconds``: how long a checkpoint waits for the actor's outbound connections
+      through the proxy to close (its requests answered) before it cuts them (the router's
+      ``--drain-timeout`` for inbound requests; default 10).
     - ``subnet``: IPv4 network the workers' /30 links are cut from (worker i gets the i-th /30).
     - ``hollow``: benchmark mode — accept calls, run no sandbox. Never the default.
     - ``runsc``: the runsc binary.
@@ -149,6 +152,7 @@ class AteletSettings(BaseSettings):
     egress_allowed_exceptions: list[str] = Field(default_factory=list)
     egress_run_dir: Path | None = None
     egress_policy_seconds: float = Field(default=1.0, gt=0, le=60)
+    egress_drain_seconds: float = Field(default=10.0, ge=0, le=240)
     subnet: str = "10.88.0.0/16"
     hollow: bool = False
     runsc: str = "runsc"

@@ -179,10 +179,13 @@ class SuspendActorWorkflow:
         upload_id = None
         if snapshot.storage == SnapshotStorage.LOCAL:
             upload_id = await self._start_upload(request, snapshot.snapshot_id)
-        show_step("done" if upload_id is None else f"done; uploading in {upload_id}")
+        cut = done.egress_cut if done is not None else 0
+        said = f"; cut {cut} outbound connection(s) still open at the egress drain timeout" if cut else ""
+        show_step(("done" if upload_id is None else f"done; uploading in {upload_id}") + said)
         return SuspendActorResult(
-            actor=actor, generation=snapshot.generation, timings=timings, upload_workflow_id=upload_id
-        )
+            actor=actor, generation=snapshot.generation, timings=timings, upload_workflow_id=upload_id,
+            egress_cut=cut,
+        )  # fmt: skip
 
     @staticmethod
     async def _start_upload(request: SuspendActorInput, local_snapshot_id: int) -> str:

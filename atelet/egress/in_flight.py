@@ -53,3 +53,17 @@ async def peers_in_flight(ports: Iterable[int]) -> set[str]:
         log.warning("egress: the connections in flight could not be listed: %s", done.describe())
         return set()
     return open_peers(done.stdout)
+
+
+async def cut(ports: Iterable[int], address: str) -> int:
+    """Shuts every established connection of ``address`` to one of ``ports`` of this host (``ss
+    -K``: the kernel resets both ends); returns how many there were. Raises nothing (a failure
+    is logged and 0 returned)."""
+    arguments = ss_arguments(ports)
+    arguments[1:1] = ["-K"]
+    arguments[-1:-1] = ["dst", address]
+    done = await proc.run(arguments, timeout=5)
+    if not done.ok:
+        log.warning("egress: the connections of %s could not be cut: %s", address, done.describe())
+        return 0
+    return len(open_peers(done.stdout))

@@ -24,17 +24,18 @@ import contextlib
 import logging
 import re
 import shutil
+import time
 from pathlib import Path
 
 import httpx
 
-from atelet import isolation
+from atelet import isolation, metrics
 from atelet.egress import networks, rules
 from atelet.egress.access_log import AccessLog
 from atelet.egress.decision import Ask, Protection, Verdict, decide, refuse
 from atelet.egress.decision_socket import DecisionSocket
 from atelet.egress.header_slots import HeaderSlots
-from atelet.egress.in_flight import peers_in_flight
+from atelet.egress.in_flight import cut, peers_in_flight
 from atelet.egress.policies import FetchedPolicy, PolicySource, Refusal
 from atelet.egress.squid import CERTGEN, Squid, prepare_run_dir, squid_ids
 from atelet.egress.squid_config import SquidPlan
@@ -139,10 +140,33 @@ class EgressProxy:
         Squid logged as allowed) or has some in flight now (``atelet.egress.in_flight``): the
         heartbeat reports their actors as active, so an idle policy does not act on an actor
         waiting for an upstream's answer."""
-        s = self.settings
-        addresses = self._marked | await peers_in_flight((s.egress_proxy_port, s.egress_http_port, s.egress_https_port))
+        addresses = self._marked | await peers_in_flight(self.ports)
         self._marked = set()
         return {self.by_address[a].name for a in addresses if a in self.by_address}
+
+    @property
+    def ports(self) -> tuple[int, int, int]:
+        """Squid's (explicit proxy, intercepted HTTP, intercepted TLS) ports."""
+        s = self.settings
+        return s.egress_proxy_port, s.egress_http_port, s.egress_https_port
+
+    async def drain(self, worker: str) -> tuple[float, int]:
+        """Before a checkpoint of ``worker``'s sandbox: waits until it holds no connection to
+        Squid (its outbound requests answered), up to ``egress_drain_seconds``, then cuts what is
+        left (``in_flight.cut``), so no snapshot holds a connection half done. Returns (seconds
+        waited, connections cut)."""
+        address = self.workers[worker].net.worker_ip
+        started = time.monotonic()
+        deadline = started + self.settings.egress_drain_seconds
+        while address in await peers_in_flight(self.ports):
+            if time.monotonic() >= deadline:
+                count = await cut(self.ports, address)
+                log.warning("egress: %d outbound connection(s) of worker %s still open after %.1f s: cut for its "
+                            "checkpoint", count, worker, time.monotonic() - started)  # fmt: skip
+                metrics.observe_egress_cut(self.actor_of(address), count)
+                return time.monotonic() - started, count
+            await asyncio.sleep(0.05)
+        return time.monotonic() - started, 0
 
     def placed(self, worker: str, actor: tuple[str, str]) -> None:
         """``actor`` is being started on ``worker``: fetch its policy now (module doc)."""

@@ -181,16 +181,20 @@ class CheckpointRequest(_message.Message):
     def __init__(self, operation_id: _Optional[str] = ..., worker: _Optional[str] = ..., actor: _Optional[_Union[ActorRef, _Mapping]] = ..., scope: _Optional[_Union[SnapshotScope, str]] = ..., snapshot_uri: _Optional[str] = ...) -> None: ...
 
 class CheckpointResponse(_message.Message):
-    __slots__ = ("manifest", "size_bytes", "checkpoint_seconds", "upload_seconds")
+    __slots__ = ("manifest", "size_bytes", "checkpoint_seconds", "upload_seconds", "egress_wait_seconds", "egress_cut")
     MANIFEST_FIELD_NUMBER: _ClassVar[int]
     SIZE_BYTES_FIELD_NUMBER: _ClassVar[int]
     CHECKPOINT_SECONDS_FIELD_NUMBER: _ClassVar[int]
     UPLOAD_SECONDS_FIELD_NUMBER: _ClassVar[int]
+    EGRESS_WAIT_SECONDS_FIELD_NUMBER: _ClassVar[int]
+    EGRESS_CUT_FIELD_NUMBER: _ClassVar[int]
     manifest: SnapshotManifest
     size_bytes: int
     checkpoint_seconds: float
     upload_seconds: float
-    def __init__(self, manifest: _Optional[_Union[SnapshotManifest, _Mapping]] = ..., size_bytes: _Optional[int] = ..., checkpoint_seconds: _Optional[float] = ..., upload_seconds: _Optional[float] = ...) -> None: ...
+    egress_wait_seconds: float
+    egress_cut: int
+    def __init__(self, manifest: _Optional[_Union[SnapshotManifest, _Mapping]] = ..., size_bytes: _Optional[int] = ..., checkpoint_seconds: _Optional[float] = ..., upload_seconds: _Optional[float] = ..., egress_wait_seconds: _Optional[float] = ..., egress_cut: _Optional[int] = ...) -> None: ...
 
 class TerminateRequest(_message.Message):
     __slots__ = ("operation_id", "worker", "actor", "started_by")

@@ -79,6 +79,9 @@ class AteletCheckpointResult:
     completed_earlier: bool = False
     """An earlier attempt of this call completed the suspend (its answer was lost); `manifest` is
     then empty: the store has the real one."""
+    egress_cut: int = 0
+    """Outbound connections of the actor (through the node's egress proxy) still open when the
+    checkpoint's wait for them ran out, cut for it (0 in results recorded before the field)."""
 
 
 @dataclass

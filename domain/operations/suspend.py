@@ -40,6 +40,9 @@ class SuspendActorResult:
     upload_workflow_id: str | None = None
     abandoned: bool = False
     """An `if_idle` suspend gave way to a request in flight: the actor is RUNNING."""
+    egress_cut: int = 0
+    """Outbound connections of the actor still open when the checkpoint's wait for them (the
+    atelet's `egress_drain_seconds`) ran out: cut for the checkpoint."""
 
 
 @dataclass

@@ -49,6 +49,7 @@ EGRESS = pb.ActorRef(atespace="demo", name="egress")
 BARE = pb.ActorRef(atespace="demo", name="bare")
 SECRET = f"sk-test-{uuid.uuid4().hex}"
 UPSTREAM = Path(__file__).with_name("egress_upstream.py")
+EGRESS_DRAIN_SECONDS = 3.0  # the checkpoint's wait for outbound connections, short for the test
 DENIED_WITHIN_MS = 3000  # a loose bound: refused at once, not after a time-out (10 s here)
 
 
@@ -234,7 +235,7 @@ async def test_egress_follows_the_policy_from_inside_sandboxes(
         settings = make_settings(
             short_tmp, api_server=api.url, egress="on", egress_ca_cert_file=s.egress_ca[0],
             egress_ca_key_file=s.egress_ca[1], egress_upstream_ca_file=s.upstream_ca, egress_hosts_file=s.hosts,
-            egress_dns_nameservers=["127.0.0.1"],
+            egress_dns_nameservers=["127.0.0.1"], egress_drain_seconds=EGRESS_DRAIN_SECONDS,
         )  # fmt: skip
         gateway = str(ipaddress.ip_network(settings.subnet)[1])  # worker 0's gateway: the node
         with s.hosts.open("a") as hosts:
@@ -343,18 +344,35 @@ async def run_cases(atelet: Atelet, api: FakeApi, s: StandIns, gateway: str, ups
     await asyncio.sleep(1.1)
     assert denied(await fetch(ip, "https://plain.example.test/l", ca_pem=upstream_ca), "no rule allows plain")
 
-    # A FULL checkpoint restored on the other worker still has its proxy, its CA and its credential.
+    # A checkpoint waits for the actor's outbound request in flight (it is answered), and a FULL
+    # checkpoint restored on the other worker still has its proxy, its CA and its credential.
     await stub.Terminate(pb.TerminateRequest(operation_id=op(), worker="default-1", actor=BARE))
     uri = f"file://{atelet.snapshot_root}/demo/egress/1"
+    slow = asyncio.create_task(fetch(ip, "https://api.example.test/slow/1500"))
+    await asyncio.sleep(0.3)
     ckpt = await stub.Checkpoint(pb.CheckpointRequest(operation_id=op(), worker="default-0", actor=EGRESS,
                                                       scope=pb.SNAPSHOT_SCOPE_FULL, snapshot_uri=uri))  # fmt: skip
+    assert (await slow).get("status") == 200
+    assert ckpt.egress_cut == 0 and 0.8 < ckpt.egress_wait_seconds < EGRESS_DRAIN_SECONDS, ckpt
     moved = await stub.Restore(pb.RestoreRequest(operation_id=op(), worker="default-1", actor=EGRESS,
                                                  spec=counter_spec(image), snapshot_uri=uri, manifest=ckpt.manifest,
                                                  probe_timeout_seconds=30))  # fmt: skip
     seen = await fetch(moved.worker_ip, "https://api.example.test/m")
     assert seen.get("status") == 200 and json.loads(seen["body"])["headers"]["x-api-key"] == SECRET, seen
-    await stub.Terminate(pb.TerminateRequest(operation_id=op(), worker="default-1", actor=EGRESS))
 
+    # One still unanswered at the drain timeout is cut (the actor sees its connection reset) and
+    # the checkpoint says so; the snapshot is taken all the same.
+    cut_before = total("ate_egress_cut_total", actor="demo/egress")
+    hung = asyncio.create_task(fetch(moved.worker_ip, "https://api.example.test/slow/20000"))
+    await asyncio.sleep(0.5)
+    started = time.monotonic()
+    ckpt = await stub.Checkpoint(pb.CheckpointRequest(operation_id=op(), worker="default-1", actor=EGRESS,
+                                                      scope=pb.SNAPSHOT_SCOPE_FULL,
+                                                      snapshot_uri=f"file://{atelet.snapshot_root}/demo/egress/2"))  # fmt: skip
+    assert ckpt.egress_cut == 1 and EGRESS_DRAIN_SECONDS <= ckpt.egress_wait_seconds < EGRESS_DRAIN_SECONDS + 2, ckpt
+    assert time.monotonic() - started < 15  # not the upstream's 20 s
+    assert "error" in await hung
+    assert total("ate_egress_cut_total", actor="demo/egress") == cut_before + 1
 
 
 def files_holding(root: Path, needle: str) -> list[Path]:
