@@ -198,6 +198,9 @@ class AteletSettings(BaseSettings):
             return f"no Squid binary {self.egress_squid!r} (Debian: apt-get install squid-openssl)"
         if self.egress_ca_cert_file is None or self.egress_ca_key_file is None:
             return "no egress CA (egress_ca_cert_file and egress_ca_key_file)"
+        absent = [str(f) for f in (self.egress_ca_cert_file, self.egress_ca_key_file) if not f.is_file()]
+        if absent:
+            return f"no egress CA: {', '.join(absent)} not found"
         ports = {self.egress_proxy_port, self.egress_http_port, self.egress_https_port, self.local_endpoint_port}
         if len(ports) < 4:
             return "egress_proxy_port, egress_http_port, egress_https_port and local_endpoint_port must differ"

@@ -13,7 +13,8 @@ How a worker pod hosts its gVisor sandbox (docs/kubernetes.md says why):
   long as the pod, which is as long as its node (the ate node is the pod) can be pinned to;
 - the atelet's certificate (mutual TLS, and its proof of identity to the API) comes from
   cert-manager's csi-driver: an inline volume asks the issuer for a certificate of CN and SAN DNS
-  name = the pod's name (the node's), renewed in place, its key never leaving the node.
+  name = the pod's name (the node's), renewed in place, its key never leaving the node;
+- the egress proxy's CA comes from the optional Secret ``ate-egress-ca`` (``EGRESS_CA_DIR``).
 """
 
 from __future__ import annotations
@@ -26,6 +27,14 @@ from domain.pools import API_VERSION, KIND, WorkerPoolSpec
 
 TLS_DIR = "/var/run/ate/tls"
 """Where the csi-driver volume puts the worker pod's tls.crt, tls.key and ca.crt."""
+
+EGRESS_CA_DIR = "/var/run/ate/egress-ca"
+"""Where the Secret ``ate-egress-ca`` (tls.crt, tls.key: the egress CA, components/cert-manager)
+is mounted in worker pods, for the atelet's egress proxy (docs/security.md, "Egress"). The Secret
+is optional: without it the proxy does not run and actors have no egress."""
+
+EGRESS_CA_SECRET = "ate-egress-ca"
+"""The Secret of the egress CA, the same for every worker pod (a restored actor keeps its trust)."""
 
 TERMINATION_GRACE_SECONDS = 1800
 """How long a worker pod being evicted has to suspend its actor: the eviction deadline's default."""
@@ -118,6 +127,8 @@ def worker_deployment(
         {"name": "ATE_ATELET_TLS_CERT", "value": f"{TLS_DIR}/tls.crt"},
         {"name": "ATE_ATELET_TLS_KEY", "value": f"{TLS_DIR}/tls.key"},
         {"name": "ATE_ATELET_TLS_CA", "value": f"{TLS_DIR}/ca.crt"},
+        {"name": "ATE_ATELET_EGRESS_CA_CERT_FILE", "value": f"{EGRESS_CA_DIR}/tls.crt"},
+        {"name": "ATE_ATELET_EGRESS_CA_KEY_FILE", "value": f"{EGRESS_CA_DIR}/tls.key"},
     ]
     if object_store_locations:
         env.append({"name": "ATE_ATELET_OBJECT_STORE_LOCATIONS", "value": json.dumps(object_store_locations)})
@@ -141,6 +152,7 @@ def worker_deployment(
             {"name": "snapshot-cache", "mountPath": "/var/lib/ate/snapshot-cache"},
             {"name": "images", "mountPath": "/var/lib/ate/images", "readOnly": True},
             {"name": "tls", "mountPath": TLS_DIR, "readOnly": True},
+            {"name": "egress-ca", "mountPath": EGRESS_CA_DIR, "readOnly": True},
         ],
     }
     if resources:
@@ -156,6 +168,9 @@ def worker_deployment(
             {"name": "snapshot-cache", "emptyDir": {}},
             {"name": "images", "persistentVolumeClaim": {"claimName": images_claim, "readOnly": True}},
             {"name": "tls", "csi": node_certificate_volume(tls_issuer, tls_issuer_kind)},
+            {"name": "egress-ca", "secret": {"secretName": EGRESS_CA_SECRET, "optional": True,
+                                              "items": [{"key": "tls.crt", "path": "tls.crt"},
+                                                        {"key": "tls.key", "path": "tls.key"}]}},
         ],
     }
     if pool.pod.node_selector:

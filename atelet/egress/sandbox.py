@@ -22,8 +22,10 @@ accepts one more; so every gVisor sandbox gets the mount, on nodes with the prox
 bundle then holds the system's roots alone). A process that loaded its trust store before a
 checkpoint keeps it after the restore: the egress CA must be the same on every node.
 
-The microvm class boots from an initramfs and takes no bind mounts: its guests get the proxy
-settings, not the CA (``ca_mount`` None), so a credential's host fails TLS verification there.
+The microvm class boots from an initramfs and takes no bind mounts: the bundle's content is
+written into the guest's initramfs at ``CA_BUNDLE`` (``atelet.drivers.microvm.prepare``), with
+the same variables. It lives in the VM's memory, so a restored VM has the bundle it booted with:
+the egress CA must be the same on every node (as for gVisor, whose processes keep what they read).
 """
 
 from __future__ import annotations
@@ -69,10 +71,6 @@ class SandboxEgress:
         if self.ca_mount is None:
             return []
         return [{"destination": CA_BUNDLE, "type": "bind", "source": str(self.ca_mount), "options": ["rbind", "ro"]}]
-
-    def without_mount(self) -> SandboxEgress:
-        """These settings for a class that takes no bind mount (microvm)."""
-        return SandboxEgress(self.proxy, None)
 
 
 def write_ca_bundle(path: Path, roots: Path | None, ca_cert: Path | None) -> Path:

@@ -101,6 +101,13 @@ def test_a_pool_becomes_a_deployment_that_follows_it(kube: client.ApiClient, nam
     assert [env[f"ATE_ATELET_TLS_{part}"] for part in ("CERT", "KEY", "CA")] == [
         "/var/run/ate/tls/tls.crt", "/var/run/ate/tls/tls.key", "/var/run/ate/tls/ca.crt",
     ]  # fmt: skip
+    # the egress CA: the optional Secret ate-egress-ca (without it the node runs no egress proxy)
+    [egress_ca] = [v for v in deployment.spec.template.spec.volumes if v.name == "egress-ca"]
+    assert (egress_ca.secret.secret_name, egress_ca.secret.optional) == ("ate-egress-ca", True)
+    [mount] = [m for m in container.volume_mounts if m.name == "egress-ca"]
+    assert (mount.mount_path, mount.read_only) == ("/var/run/ate/egress-ca", True)
+    assert [env[f"ATE_ATELET_EGRESS_CA_{part}_FILE"] for part in ("CERT", "KEY")] == [
+        "/var/run/ate/egress-ca/tls.crt", "/var/run/ate/egress-ca/tls.key"]  # fmt: skip
     assert env["ATE_ATELET_NODE"] == "$(POD_NAME)"
     assert "ATE_ATELET_OBJECT_STORE_LOCATIONS" not in env and "ATE_ATELET_SUBNET" not in env  # the atelet's defaults
     assert any(m.manager == "ate-controller" and m.operation == "Apply" for m in deployment.metadata.managed_fields)

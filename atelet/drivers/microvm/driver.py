@@ -90,7 +90,7 @@ class MicrovmDriver(SandboxDriver):
         # the worker namespaces whose bridge and tap this process made: a node makes its workers'
         # namespaces once, at start, so they stay (bench/README.md, "microvm row": ~4 ip runs saved)
         self._bridged: dict[str, str] = {}
-        # the node's egress settings (``atelet.egress.sandbox``; a VM takes no bind mount), set by the node
+        # the node's egress settings (``atelet.egress.sandbox``; its CA bundle goes into the initramfs), set by the node
         self.egress: SandboxEgress | None = None
 
     @property
@@ -139,7 +139,7 @@ class MicrovmDriver(SandboxDriver):
         return await prepare_guest(workdir, net, spec, volume_dirs, hostname, images=self.images,
                                    kernel_dir=self.kernel_dir, initramfs_cache=self.root.parent / "microvm-initramfs",
                                    durable_dir_mib=self.durable_dir_mib,
-                                   egress=self.egress.without_mount() if self.egress else None)  # fmt: skip
+                                   egress=self.egress)  # fmt: skip
 
     async def launch(self, container_id: str, net: WorkerNet, prepared: Path, log_path: Path,
                      checkpoint: Path | None) -> None:

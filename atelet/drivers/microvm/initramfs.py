@@ -37,6 +37,9 @@ class GuestImage:
         user: ``(uid, gid)`` the command runs as (the OCI config's ``process.user``), or None
             for root: the guest gets a passwd entry ``WORKLOAD_USER`` with them, over the
             image's own ``/etc/passwd`` and ``/etc/group`` (kept, with that entry added).
+        files: ``(path, content)`` of files added over the image's (paths relative to ``/``,
+            mode 0644, their missing parent dirs made 0755): what a gVisor sandbox gets as a
+            bind mount, such as the egress CA bundle (``atelet.egress.sandbox``).
     """
 
     command: str
@@ -44,6 +47,7 @@ class GuestImage:
     modules: tuple[Path, ...] = ()
     rootfs: Path | None = None
     user: tuple[int, int] | None = None
+    files: tuple[tuple[str, bytes], ...] = ()
 
 
 WORKLOAD_USER = "ate-workload"
@@ -264,4 +268,13 @@ def _write_all(writer: _Writer, image: GuestImage, busybox: bytes) -> None:
         writer.entry(name, _FILE | 0o644, source=module)
         listed.append("/" + name)
     writer.entry(".ate/modules.list", _FILE | 0o644, "".join(f"{m}\n" for m in listed).encode())
+    made: set[str] = set()
+    for inside, content in image.files:
+        parts = inside.strip("/").split("/")
+        for depth in range(1, len(parts)):
+            directory = "/".join(parts[:depth])
+            if directory not in made and (image.rootfs is None or not os.path.lexists(image.rootfs / directory)):
+                writer.entry(directory, _DIR | 0o755)
+            made.add(directory)
+        writer.entry("/".join(parts), _FILE | 0o644, content)
     writer.finish()

@@ -26,7 +26,7 @@ from atelet.drivers.microvm.initramfs import (
     command_for,
     with_dependencies,
 )
-from atelet.egress.sandbox import SandboxEgress
+from atelet.egress.sandbox import CA_BUNDLE, SandboxEgress
 from atelet.errors import internal, invalid
 from atelet.images import ImageStore
 from atelet.netns import WorkerNet
@@ -67,7 +67,8 @@ async def prepare_guest(workdir: Path, net: WorkerNet, spec: pb.WorkloadSpec, vo
         kernel_dir: The guest kernel's dir (its modules go into the initramfs).
         initramfs_cache: The dir of built initramfs files, shared by the node's workers.
         durable_dir_mib: The size of each durable dir's disk (MiB; sparse on the host).
-        egress: The node's egress settings (their environment; a VM takes no bind mount).
+        egress: The node's egress settings: their environment, and the CA bundle a gVisor
+            sandbox mounts written into the initramfs at the same path (a VM takes no bind mount).
 
     Returns:
         ``workdir``.
@@ -95,8 +96,9 @@ async def prepare_guest(workdir: Path, net: WorkerNet, spec: pb.WorkloadSpec, vo
     except FileNotFoundError as error:
         raise internal(f"the guest kernel in {kernel_dir} lacks a module the VM needs: {error}") from None
     try:
+        files = ((CA_BUNDLE.lstrip("/"), egress.ca_mount.read_bytes()),) if egress and egress.ca_mount else ()
         initramfs = await asyncio.to_thread(cached_initramfs, GuestImage(command, modules=modules,
-                                                                         rootfs=image.rootfs, user=user),
+                                                                         rootfs=image.rootfs, user=user, files=files),
                                             initramfs_cache)  # fmt: skip
     except ValueError as error:
         raise invalid(f"spec.containers[0].image: {container.image} cannot be a microvm guest: {error}") from None
@@ -139,6 +141,8 @@ def cached_initramfs(guest: GuestImage, cache: Path) -> Path:
     key = hashlib.sha256()
     for part in (guest.command, str(guest.rootfs), *map(str, guest.modules), str(guest.busybox), str(guest.user)):
         key.update(part.encode() + b"\0")
+    for inside, content in guest.files:
+        key.update(inside.encode() + b"\0" + hashlib.sha256(content).digest())
     key.update(INIT.read_bytes())
     cache.mkdir(parents=True, exist_ok=True)
     path = cache / f"{key.hexdigest()[:32]}.cpio"
