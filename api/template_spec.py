@@ -14,6 +14,7 @@ from pydantic import Field, field_validator, model_validator
 from api.strict import Strict, policy_checked
 from domain.egress import parse_egress_policy
 from domain.idle import parse_idle_policy, parse_pressure_policy
+from domain.image_references import is_registry_reference, parse_registry_image
 from domain.labels import DNS_LABEL, check_selector
 from domain.locations import check_storage_location
 from domain.names import shown
@@ -21,8 +22,6 @@ from domain.quantities import parse_cpu_millis, parse_memory_bytes
 
 _LABEL = DNS_LABEL.pattern
 _OCI_IMAGE = re.compile(r"^oci:(?P<path>[^:\s]+):(?P<tag>[A-Za-z0-9_][A-Za-z0-9._-]{0,127})$")
-_OCI_IMAGE_DOCUMENTED = r"^oci:[^:\s]+:[A-Za-z0-9_][A-Za-z0-9._-]{0,127}$"
-"""`_OCI_IMAGE` without Python's named groups, for the OpenAPI document."""
 _ENV_NAME = re.compile(r"^[-._a-zA-Z][-._a-zA-Z0-9]*$")
 """Kubernetes' rule for environment variable names."""
 
@@ -72,8 +71,10 @@ class Container(Strict):
 
     name: str = Field(pattern=_LABEL)
     image: str = Field(
-        description="oci:<path>:<tag> (a local OCI image layout)", json_schema_extra={"pattern": _OCI_IMAGE_DOCUMENTED}
-    )
+        description="a registry image by tag or digest (registry.example.com/team/agent:v3, ...@sha256:<hex>; "
+        "pinned to its digest when the template is created) or oci:<path>:<tag> (a local OCI image layout)",
+        min_length=1, max_length=512,
+    )  # fmt: skip
     command: list[str] = Field(default_factory=list)
     env: dict[str, str] = Field(default_factory=dict)
     port: int | None = Field(default=None, ge=1, le=65535, description="port the router sends traffic to")
@@ -83,10 +84,17 @@ class Container(Strict):
     @field_validator("image")
     @classmethod
     def _image(cls, value: str) -> str:
+        if is_registry_reference(value):
+            try:
+                parse_registry_image(value)
+            except ValueError as error:
+                raise ValueError(f"{error}; or a local OCI image layout 'oci:<path>:<tag>'") from None
+            return value
         match = _OCI_IMAGE.fullmatch(value)
         if not match:
             raise ValueError(
-                "must be a local OCI image layout 'oci:<path>:<tag>', e.g. oci:examples/counter/oci:latest"
+                "must be a local OCI image layout 'oci:<path>:<tag>', e.g. oci:examples/counter/oci:latest, "
+                "or a registry image such as registry.example.com/team/agent:v3"
             )
         if match.group("path").startswith("/") or ".." in match.group("path").split("/"):
             raise ValueError("the image path must be relative to the atelet's image root, without '..'")

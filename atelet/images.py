@@ -1,4 +1,5 @@
-"""Local OCI image layouts (``oci:<path>:<tag>``), unpacked once per digest and shared read-only.
+"""Local OCI image layouts (``oci:<path>:<tag>``) and registry images (``atelet.registry``, pulled
+into OCI layouts of the node's cache), unpacked once per digest and shared read-only.
 
 ``<path>`` is relative to one of the atelet's image roots (or absolute); after following
 symlinks it must lie inside one of them, else INVALID_ARGUMENT naming the field. The image is
@@ -19,6 +20,8 @@ from typing import Any
 
 from atelet import proc
 from atelet.errors import internal, invalid, not_found
+from atelet.registry import RegistryPuller
+from domain.image_references import is_registry_reference, parse_registry_image
 
 REF_ANNOTATION = "org.opencontainers.image.ref.name"
 
@@ -39,10 +42,22 @@ def _inside(path: Path, roots: list[Path]) -> bool:
 class ImageStore:
     """Resolves image references against ``roots`` and unpacks them into ``cache_dir``."""
 
-    def __init__(self, roots: list[Path], cache_dir: Path) -> None:
+    def __init__(self, roots: list[Path], cache_dir: Path, registry: RegistryPuller | None = None) -> None:
         self.roots = [Path(r).resolve() for r in roots]
         self.cache_dir = Path(cache_dir)
+        self.registry = registry or RegistryPuller(self.cache_dir / "registry")
         self._locks: dict[str, asyncio.Lock] = {}
+
+    def check(self, ref: str, field: str = "image") -> None:
+        """Refuses ``ref`` before any work: a malformed registry reference, or a local layout that
+        ``resolve`` does not find (INVALID_ARGUMENT/NOT_FOUND naming ``field``)."""
+        if is_registry_reference(ref):
+            try:
+                parse_registry_image(ref)
+            except ValueError as error:
+                raise invalid(f"{field}: {error}") from None
+        else:
+            self.resolve(ref, field)
 
     def resolve(self, ref: str, field: str = "image") -> tuple[Path, str]:
         """Returns (layout dir, tag) of ``oci:<path>:<tag>``; INVALID_ARGUMENT/NOT_FOUND naming ``field``."""
@@ -79,8 +94,16 @@ class ImageStore:
         raise not_found(f"{field}: image {layout} has no tag {tag!r}")
 
     async def unpack(self, ref: str, field: str = "image") -> UnpackedImage:
-        """Resolves and (once per digest) unpacks ``ref``; safe under concurrent calls."""
-        layout, tag = self.resolve(ref, field)
+        """Resolves and (once per digest) unpacks ``ref``, a local layout or a registry image
+        (pulled once per digest by ``registry``); safe under concurrent calls."""
+        if is_registry_reference(ref):
+            try:
+                image = parse_registry_image(ref)
+            except ValueError as error:
+                raise invalid(f"{field}: {error}") from None
+            layout, tag = await self.registry.layout_of(image, field)
+        else:
+            layout, tag = self.resolve(ref, field)
         digest = self.digest(layout, tag, field)
         target = self.cache_dir / digest.replace(":", "_")
         lock = self._locks.setdefault(digest, asyncio.Lock())

@@ -227,6 +227,9 @@ def parse_args(argv: list[str] | None = None) -> AteletSettings:
     parser.add_argument("--egress-drain-seconds", type=float,
                         help="how long a checkpoint waits for the actor's outbound connections to close before "
                              "cutting them (default 10)")
+    parser.add_argument("--insecure-registry", action="append", dest="insecure_registries",
+                        help="a registry (host[:port]) images may come from over plain HTTP or unverified TLS "
+                             "(repeatable; those on loopback always may)")
     parser.add_argument("--checkpoint-compression", choices=("auto", "none", "flate-best-speed"),
                         help="compress checkpoints' memory: auto (the default: not on disk, yes for object "
                              "storage), none, or flate-best-speed (runsc's own default)")

@@ -51,6 +51,7 @@ from atelet.images import ImageStore
 from atelet.layout import NodeLayout
 from atelet.oplog import OperationLog
 from atelet.proto import atelet_pb2 as pb
+from atelet.registry import RegistryPuller
 from atelet.sandbox import SandboxRunner
 from atelet.sandbox_ops import SandboxOperations
 from atelet.settings import AteletSettings
@@ -82,7 +83,8 @@ class Node:
         self.settings = settings
         self.layout = NodeLayout(Path(settings.state_dir).resolve())
         self.state_dir = self.layout.root
-        self.images = ImageStore(settings.image_roots, self.layout.images)
+        self.images = ImageStore(settings.image_roots, self.layout.images,
+                                 RegistryPuller(self.layout.images / "registry", settings.insecure_registries))
         classes = {pool.sandbox_class for pool in pools if pool.replicas}  # no runsc needed for 0 gVisor workers
         self.drivers: Drivers = {}
         if "gvisor" in classes:

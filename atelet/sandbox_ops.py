@@ -69,7 +69,7 @@ class SandboxOperations:
         """
         actor = actor_key(req.actor)
         validate_spec(req.spec)
-        self.images.resolve(req.spec.containers[0].image, "spec.containers[0].image")
+        self.images.check(req.spec.containers[0].image, "spec.containers[0].image")
         worker = self.table.get(req.worker)
         async with worker.lock:
             already = await self._started_by(worker, actor, req.operation_id, "run", req)
@@ -98,7 +98,7 @@ class SandboxOperations:
         """
         actor = actor_key(req.actor)
         validate_spec(req.spec)
-        self.images.resolve(req.spec.containers[0].image, "spec.containers[0].image")
+        self.images.check(req.spec.containers[0].image, "spec.containers[0].image")
         self.snapshots.check(req.snapshot_uri)
         worker = self.table.get(req.worker)
         async with worker.lock:

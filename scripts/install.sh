@@ -21,6 +21,8 @@ command -v nginx >/dev/null 2>&1 || need_apt+=(nginx)  # `python -m bench proxy`
 [ -e /usr/lib/nginx/modules/ngx_http_lua_module.so ] || need_apt+=(libnginx-mod-http-lua)  # the router's nginx data path
 command -v qemu-system-x86_64 >/dev/null 2>&1 || need_apt+=(qemu-system-x86)  # the microvm sandbox class's VMM (MICROVM.md)
 [ -x /usr/sbin/squid ] && [ -x /usr/lib/squid/security_file_certgen ] || need_apt+=(squid-openssl)  # the per-node egress proxy (docs/egress-proxy.md); its service stays off
+command -v skopeo >/dev/null 2>&1 || need_apt+=(skopeo)  # images from OCI registries (containers/image)
+command -v docker-registry >/dev/null 2>&1 || need_apt+=(docker-registry)  # the registry the tests run on loopback; its service stays off
 command -v mke2fs >/dev/null 2>&1 && command -v debugfs >/dev/null 2>&1 || need_apt+=(e2fsprogs)  # the microvm class: durable dirs as ext4 disk images
 
 if [ "$runsc_ok" = 0 ] || [ "${#need_apt[@]}" -gt 0 ]; then

@@ -11,6 +11,7 @@ from api.access.guard import needs
 from api.deps import SettingsDep, StoreDep, TemporalDep
 from api.egress import check_credential_secrets
 from api.errors import InvalidArgument
+from api.images import pin_images
 from api.names import check_name
 from api.operations import search_attributes
 from api.schemas import TemplateCreate, TemplatePublic
@@ -50,6 +51,7 @@ async def create_template(
             f"cluster; use {roots} or a location below one (or leave it out for {settings.snapshot_location})",
             {"field": "spec.snapshotConfig.storageLocation"},
         )
+    await pin_images(spec, settings.insecure_registries)  # every actor of the template runs the same bits
     parsed = ActorTemplateSpec.from_document(spec)
     await check_credential_secrets(store, atespace, parsed.egress, "spec.egress")
     await store.templates.create(atespace, body.name, parsed)

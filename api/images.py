@@ -1,0 +1,77 @@
+"""Template images from container registries, resolved when a template is created (issue 29):
+each container's registry reference by tag is pinned to its manifest's digest, asked of the
+registry with skopeo (containers/image), so that every actor and snapshot of the template runs
+the same bits; the recorded image reads `<name>:<tag>@<digest>` (`domain.image_references`).
+
+A reference by digest is checked to exist all the same. A registry on loopback may speak plain
+HTTP, as may those the operator lists (`ApiSettings.insecure_registries`). Local layouts
+(`oci:...`) are left to the atelets. Not yet: pull secrets.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+from api.errors import ApiError
+from domain.image_references import is_registry_reference, parse_registry_image, pull_failure, skopeo_message
+from domain.reasons import Reason
+
+INSPECT_TIMEOUT_SECONDS = 60.0
+
+_REASONS = {
+    "no such image": Reason.INVALID_ARGUMENT,
+    "not for this platform": Reason.INVALID_ARGUMENT,
+    "registry unreachable": Reason.UNAVAILABLE,
+}
+"""The API reason of a failed lookup by kind; the others (unauthorized, TLS, disk) are FAILED_PRECONDITION."""
+
+
+async def inspect_digest(reference: str, insecure: bool, skopeo: str = "skopeo") -> tuple[bool, str]:
+    """(True, digest) of the manifest `reference` (`docker://...`) names, or (False, skopeo's output)."""
+    try:
+        process = await asyncio.create_subprocess_exec(
+            skopeo, "inspect", f"--tls-verify={'false' if insecure else 'true'}", "--format", "{{.Digest}}", reference,
+            stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
+        )  # fmt: skip
+    except FileNotFoundError:
+        return False, "skopeo is not installed where the api-server runs (scripts/install.sh)"
+    try:
+        out, err = await asyncio.wait_for(process.communicate(), INSPECT_TIMEOUT_SECONDS)
+    except TimeoutError:
+        process.kill()
+        await process.wait()
+        return False, f"no answer from the registry within {INSPECT_TIMEOUT_SECONDS:.0f} s (timeout)"
+    if process.returncode == 0:
+        return True, out.decode().strip()
+    return False, err.decode() or out.decode()
+
+
+async def pin_images(spec: dict[str, Any], insecure_registries: list[str]) -> None:
+    """Rewrites, in place, each `spec.containers[i].image` that names a registry to its pinned form.
+
+    Raises:
+        ApiError: naming the field and the image: INVALID_ARGUMENT (malformed, no such image, not
+            for this platform), UNAVAILABLE (the registry cannot be reached), FAILED_PRECONDITION
+            (unauthorized, its TLS not trusted, plain HTTP from a registry not listed insecure).
+    """
+    for index, container in enumerate(spec.get("containers") or []):
+        text = container.get("image")
+        if not isinstance(text, str) or not is_registry_reference(text):
+            continue
+        field = f"spec.containers[{index}].image"
+        try:
+            image = parse_registry_image(text)
+        except ValueError as error:
+            raise ApiError(f"{field}: {error}", {"field": field}, Reason.INVALID_ARGUMENT) from None
+        insecure = image.loopback or image.registry in insecure_registries
+        found, answer = await inspect_digest(image.transport_reference(), insecure)
+        if found and answer.startswith("sha256:") and (image.digest is None or answer == image.digest):
+            container["image"] = str(image.pinned(answer))
+            continue
+        if found:  # answered, but not the digest asked for (or no digest at all)
+            answer = f"manifest unknown: the registry gave {answer or 'no digest'}"
+        kind, hint = pull_failure(answer)
+        raise ApiError(f"{field}: {image}: {kind} ({skopeo_message(answer)}); {hint}",
+                       {"field": field, "image": str(image), "problem": kind},
+                       _REASONS.get(kind, Reason.FAILED_PRECONDITION))  # fmt: skip

@@ -1,0 +1,110 @@
+"""Images of container registries for the node (issue 29): resolved and pulled with skopeo
+(containers/image), kept as OCI layouts in the node's cache, one per manifest digest, which
+``atelet.images`` then unpacks once like a local layout.
+
+A pull is by digest (``RegistryImage.pinned``; a reference by tag is resolved first), into a
+temporary layout renamed into place when complete, so a pull cut short leaves nothing that
+looks whole; one pull per digest at a time. A registry on loopback may speak plain HTTP, as
+Docker and containers/image allow, and so may one the operator lists as insecure; any other
+must have TLS the system trusts. Not yet: pull secrets, the cache's bound and eviction.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import shutil
+import uuid
+from pathlib import Path
+
+from atelet import proc
+from atelet.errors import AteletError, internal, invalid, not_found, precondition, unavailable
+from domain.image_references import RegistryImage, pull_failure, skopeo_message
+
+LAYOUT_TAG = "image"
+"""The tag of a pulled image in its cached layout."""
+
+
+class RegistryPuller:
+    """Resolves and pulls registry images into ``cache_dir`` (``<cache_dir>/<digest>/``, OCI layouts).
+
+    Args:
+        cache_dir: where pulled layouts are kept.
+        insecure_registries: registries (``host[:port]``) that may be plain HTTP or self-signed
+            besides those on loopback.
+        skopeo: the skopeo binary.
+        timeout: seconds one skopeo run may take.
+    """
+
+    def __init__(self, cache_dir: Path, insecure_registries: list[str] | None = None, skopeo: str = "skopeo",
+                 timeout: float = 600.0) -> None:  # fmt: skip
+        self.cache_dir = Path(cache_dir)
+        self.insecure = set(insecure_registries or [])
+        self.skopeo = skopeo
+        self.timeout = timeout
+        self._locks: dict[str, asyncio.Lock] = {}
+
+    def _verify(self, image: RegistryImage) -> str:
+        return "false" if image.loopback or image.registry in self.insecure else "true"
+
+    async def _run(self, image: RegistryImage, args: list[str], field: str) -> str:
+        try:
+            done = await proc.run([self.skopeo, *args], timeout=self.timeout)
+        except FileNotFoundError:
+            raise internal(f"{field}: {image}: skopeo is not installed on this node (scripts/install.sh)") from None
+        if done.ok:
+            return done.stdout
+        raise _error(image, done.stderr or done.stdout, field)
+
+    async def digest_of(self, image: RegistryImage, field: str = "image") -> str:
+        """The manifest digest of ``image`` (its own when pinned, else its tag's, asked of the registry).
+
+        Raises:
+            AteletError: named by ``_error`` (the field, the image, what the registry said, what to do).
+        """
+        if image.digest:
+            return image.digest
+        out = await self._run(image, ["inspect", f"--tls-verify={self._verify(image)}", "--format", "{{.Digest}}",
+                                      image.transport_reference()], field)  # fmt: skip
+        return out.strip()
+
+    async def layout_of(self, image: RegistryImage, field: str = "image") -> tuple[Path, str]:
+        """The cached OCI layout of ``image`` and its tag in it, pulled once per digest.
+
+        Raises:
+            AteletError: as ``digest_of``; INTERNAL when the cache cannot be written.
+        """
+        digest = await self.digest_of(image, field)
+        target = self.cache_dir / digest.replace(":", "_")
+        async with self._locks.setdefault(digest, asyncio.Lock()):
+            if not (target / "index.json").is_file():
+                self.cache_dir.mkdir(parents=True, exist_ok=True)
+                tmp = self.cache_dir / f".pull-{uuid.uuid4().hex}"
+                try:
+                    await self._run(image.pinned(digest), [
+                        "copy", "--quiet", f"--src-tls-verify={self._verify(image)}",
+                        image.pinned(digest).transport_reference(), f"oci:{tmp}:{LAYOUT_TAG}",
+                    ], field)  # fmt: skip
+                    if target.exists():
+                        shutil.rmtree(target)
+                    tmp.rename(target)
+                except OSError as error:
+                    raise internal(f"{field}: {image}: the node's image cache {self.cache_dir} cannot be written: "
+                                   f"{error}") from None  # fmt: skip
+                finally:
+                    if tmp.exists():
+                        shutil.rmtree(tmp, ignore_errors=True)
+        return target, LAYOUT_TAG
+
+
+def _error(image: RegistryImage, output: str, field: str) -> AteletError:
+    """The error of a failed pull of ``image``: its kind (``domain.image_references.pull_failure``)
+    chooses the status, retried (UNAVAILABLE) only when the registry could not be reached."""
+    kind, hint = pull_failure(output)
+    message = f"{field}: {image}: {kind} ({skopeo_message(output)}); {hint}"
+    if kind == "no such image":
+        return not_found(message)
+    if kind == "not for this platform":
+        return invalid(message)
+    if kind == "registry unreachable":
+        return unavailable(message)
+    return precondition(message)

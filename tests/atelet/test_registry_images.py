@@ -1,0 +1,94 @@
+"""Images from a container registry on the node (issue 29, `atelet.registry`): a real registry
+(tests/registry.py) holding the example counter, pulled by tag and by digest, unpacked once,
+then run in a gVisor sandbox; a missing tag, a registry that is down and a malformed reference
+each say what is wrong."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import grpc
+import httpx
+import pytest
+
+from atelet.errors import AteletError
+from atelet.images import ImageStore
+from atelet.proto import atelet_pb2 as pb
+from atelet.registry import RegistryPuller
+from tests.atelet.conftest import counter_spec, force_cleanup, make_settings, running_atelet
+from tests.registry import LocalRegistry, local_registry
+
+
+@pytest.fixture(scope="module")
+def registry(counter_image: str) -> Iterator[tuple[LocalRegistry, str]]:
+    with local_registry() as running:
+        yield running, running.push(counter_image, "examples/counter:v1")
+
+
+def store(tmp_path: Path) -> ImageStore:
+    return ImageStore([tmp_path], tmp_path / "images", RegistryPuller(tmp_path / "images" / "registry"))
+
+
+@pytest.mark.asyncio
+async def test_an_image_is_pulled_by_tag_or_digest_once_and_unpacked(
+    tmp_path: Path, registry: tuple[LocalRegistry, str]
+) -> None:
+    running, pushed = registry
+    images = store(tmp_path)
+    by_tag = await images.unpack(f"{running.address}/examples/counter:v1")
+    assert by_tag.digest == pushed  # the digest skopeo wrote when pushing
+    assert (by_tag.rootfs / "counter").is_file() and by_tag.config["process"]["args"]
+    pulled = list((tmp_path / "images" / "registry").iterdir())
+    assert [p.name for p in pulled] == [pushed.replace(":", "_")]
+    by_digest = await images.unpack(f"{running.address}/examples/counter:v1@{pushed}")
+    assert by_digest == by_tag and list((tmp_path / "images" / "registry").iterdir()) == pulled
+
+
+@pytest.mark.asyncio
+async def test_a_pinned_image_in_the_cache_needs_no_registry(tmp_path: Path, counter_image: str) -> None:
+    with local_registry() as running:
+        digest = running.push(counter_image, "examples/counter:v2")
+        images = store(tmp_path)
+        await images.unpack(f"{running.address}/examples/counter@{digest}")
+        address = running.address
+    again = await images.unpack(f"{address}/examples/counter:v2@{digest}")  # the registry is gone
+    assert again.digest == digest
+
+
+@pytest.mark.asyncio
+async def test_what_goes_wrong_is_said(tmp_path: Path, registry: tuple[LocalRegistry, str]) -> None:
+    running, _ = registry
+    images = store(tmp_path)
+    cases = [
+        (f"{running.address}/examples/counter:nope", grpc.StatusCode.NOT_FOUND, "no such image"),
+        ("127.0.0.1:1/examples/counter:v1", grpc.StatusCode.UNAVAILABLE, "registry unreachable"),
+        (f"{running.address}/Examples/counter:v1", grpc.StatusCode.INVALID_ARGUMENT, "path component 'Examples'"),
+    ]
+    for ref, code, words in cases:
+        with pytest.raises(AteletError) as raised:
+            await images.unpack(ref, "spec.containers[0].image")
+        assert raised.value.code == code and words in raised.value.reason, (ref, raised.value.reason)
+        assert raised.value.reason.startswith("spec.containers[0].image: ")
+    assert not (tmp_path / "images" / "registry").exists() or not [
+        p for p in (tmp_path / "images" / "registry").iterdir() if not p.name.startswith("sha256_")]  # fmt: skip
+
+
+@pytest.mark.runsc
+@pytest.mark.asyncio
+async def test_a_sandbox_runs_the_image_from_the_registry(short_tmp: Path, registry: tuple[LocalRegistry, str]) -> None:
+    running, pushed = registry
+    settings = make_settings(short_tmp)
+    try:
+        async with running_atelet(settings) as atelet:
+            spec = counter_spec(f"{running.address}/examples/counter:v1@{pushed}")
+            run = await atelet.stub.Run(pb.RunRequest(operation_id="op-registry", worker="default-0",
+                                                      actor=pb.ActorRef(atespace="demo", name="pulled"), spec=spec,
+                                                      probe_timeout_seconds=30))  # fmt: skip
+            async with httpx.AsyncClient(timeout=10) as client:
+                answer = await client.get(f"http://{run.worker_ip}:8080/")
+            assert answer.json()["memory_count"] == 1
+            await atelet.stub.Terminate(pb.TerminateRequest(operation_id="op-registry-t", worker="default-0",
+                                                            actor=pb.ActorRef(atespace="demo", name="pulled")))  # fmt: skip
+    finally:
+        force_cleanup(settings)
