@@ -37,7 +37,7 @@ import contextlib
 import logging
 import shutil
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 
 from atelet.assignments import PendingCheckpoint
@@ -84,9 +84,10 @@ class CheckpointOperations:
         self.drivers = drivers
         self.runner = runner
         self.checkpoint_compression = checkpoint_compression
-        # Waits for a worker's outbound connections through the egress proxy to close, cutting
-        # them at its timeout; (seconds waited, connections cut). Set by the node when it runs one.
-        self.egress_drain: Callable[[str], Awaitable[tuple[float, int]]] | None = None
+        # Around a checkpoint: refuses a worker's new outbound connections through the egress
+        # proxy and waits for the open ones to close, cutting them at its timeout; yields
+        # (seconds waited, connections cut). Set by the node when it runs one.
+        self.egress_drain: Callable[[str], contextlib.AbstractAsyncContextManager[tuple[float, int]]] | None = None
 
     async def checkpoint(self, req: pb.CheckpointRequest) -> pb.CheckpointResponse:
         """Checkpoints ``req.actor`` on ``req.worker`` to ``req.snapshot_uri`` and frees the worker.
@@ -136,12 +137,15 @@ class CheckpointOperations:
                 self.table.persist(worker)
                 log.info("checkpoint %s: thawed the frozen sandbox of %s on %s first (%s)", req.operation_id,
                          describe(actor), worker.name, how or "it ran")
-            egress_wait, egress_cut = await self.egress_drain(worker.name) if self.egress_drain else (0.0, 0)
-            target = self.snapshots.checkpoint_target(req.snapshot_uri)
-            if target.location is not None:
-                checkpoint_s, upload_s, manifest = await self._checkpoint_frozen(worker, actor, req, target, manifest)
-            else:
-                checkpoint_s, upload_s, manifest = await self._checkpoint_stopped(worker, actor, req, target, manifest)
+            drained = self.egress_drain(worker.name) if self.egress_drain else contextlib.nullcontext((0.0, 0))
+            async with drained as (egress_wait, egress_cut):
+                target = self.snapshots.checkpoint_target(req.snapshot_uri)
+                if target.location is not None:
+                    checkpoint_s, upload_s, manifest = await self._checkpoint_frozen(worker, actor, req, target,
+                                                                                     manifest)  # fmt: skip
+                else:
+                    checkpoint_s, upload_s, manifest = await self._checkpoint_stopped(worker, actor, req, target,
+                                                                                      manifest)  # fmt: skip
             done = self._freed(worker, actor, manifest, checkpoint_s, upload_s)
             done.egress_wait_seconds, done.egress_cut = egress_wait, egress_cut
             return done

@@ -51,16 +51,40 @@ EGRESS_CUT = Counter("ate_egress_cut_total", "outbound connections still open at
                      "a checkpoint", ["actor"])  # fmt: skip
 
 
+MAX_DESTINATIONS_PER_ACTOR = 100
+"""An actor's egress series name at most this many destinations; the rest count under
+``OTHER_DESTINATION`` (an actor choosing names must not grow the node's metrics without bound)."""
+OTHER_DESTINATION = "other"
+_destinations: dict[str, set[str]] = {}
+
+
+def egress_destination(actor: str, destination: str) -> str:
+    """The ``destination`` label of ``actor``'s egress series: ``destination`` itself among its
+    first ``MAX_DESTINATIONS_PER_ACTOR``, else ``OTHER_DESTINATION``."""
+    seen = _destinations.setdefault(actor, set())
+    if destination in seen or len(seen) < MAX_DESTINATIONS_PER_ACTOR:
+        seen.add(destination)
+        return destination
+    return OTHER_DESTINATION
+
+
+def egress_rule(rule: str) -> str:
+    """The ``rule`` label of a denial: its kind, without the destination some rules name
+    (``no rule allows <host> port <port>`` counts as ``no rule allows``)."""
+    return "no rule allows" if rule.startswith("no rule allows ") else rule
+
+
 def observe_egress(actor: str, destination: str, sent: int, received: int) -> None:
     """Counts one request (or tunnel) let through and its bytes (``sent`` by the actor)."""
+    destination = egress_destination(actor, destination)
     EGRESS_REQUESTS.labels(actor, destination).inc()
     EGRESS_BYTES.labels(actor, destination, "sent").inc(max(sent, 0))
     EGRESS_BYTES.labels(actor, destination, "received").inc(max(received, 0))
 
 
 def observe_egress_denied(actor: str, destination: str, rule: str) -> None:
-    """Counts one refused connection or request."""
-    EGRESS_DENIED.labels(actor, destination, rule).inc()
+    """Counts one refused connection or request (labels: ``egress_destination``, ``egress_rule``)."""
+    EGRESS_DENIED.labels(actor, egress_destination(actor, destination), egress_rule(rule)).inc()
 
 
 def observe_egress_cut(actor: str, count: int) -> None:

@@ -61,7 +61,12 @@ def node_document(node: Node, egress_active: set[str] | frozenset[str] = frozens
 async def register_once(client: httpx.AsyncClient, node: Node) -> dict[str, Any] | None:
     """One PUT; the answer's JSON object on a 2xx answer ({} when it is not one), else None."""
     url = f"{node.settings.api_server.rstrip('/')}/v1/nodes/{node.settings.node}"  # type: ignore[union-attr]
-    egress_active = await node.egress_active() if node.egress_active is not None else set()
+    egress_active: set[str] = set()
+    if node.egress_active is not None:
+        try:
+            egress_active = await node.egress_active()
+        except Exception:  # never the heartbeat's end: without it the node's lease runs out
+            log.exception("egress activity could not be read for this heartbeat")
     try:
         response = await client.put(url, json=node_document(node, egress_active))
     except httpx.HTTPError as exc:

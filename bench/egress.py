@@ -2,8 +2,8 @@
 against a direct request to the same stand-in upstream, measured in the same run (issue 28).
 
 A real `ate dev --workers 1` (bench.stack; its atelet runs Squid) holds one counter actor whose
-egress policy allows `model.bench.test` (ports 80, 443) with a credential (header `x-api-key`
-from a secret). The stand-in upstream (tests/atelet/egress_upstream.py, HTTP on 80 and HTTPS on
+egress policy allows `model.bench.test` (port 443) with a credential (header `x-api-key` from a
+secret) and `plain.bench.test` (port 80) without one (a credential never goes in clear). The stand-in upstream (tests/atelet/egress_upstream.py, HTTP on 80 and HTTPS on
 443 with a certificate of a CA made here, which Squid is told to trust) runs in a network
 namespace the benchmark makes, on two addresses: `.3`, which `model.bench.test` names in the
 proxy's hosts file, and `.2`, which is taken around the proxy for the baseline: only for this
@@ -15,8 +15,8 @@ Each request is made by the sandbox itself (the counter's `POST /fetch`, a new c
 request, keep-alives off) and timed there (`elapsed_ms`): so a row is the request as the actor
 sees it, and the rows differ only in the path. Per cycle, interleaved, one request of each row:
 
-- HTTP: direct to `.2:80`; through the proxy settings (`HTTP_PROXY`); transparently (dialling
-  `.3:80`, redirected to Squid); the proxy adds the header each time;
+- HTTP (`plain.bench.test`): direct to `.2:80`; through the proxy settings (`HTTP_PROXY`);
+  transparently (dialling `.3:80`, redirected to Squid);
 - HTTPS: direct to `.2:443` (the actor verifies the stand-in's CA); through the proxy settings
   (`CONNECT`, Squid terminates the actor's TLS with the egress CA, adds the header, opens its own
   TLS, verified); transparently (dialling `.3:443`).
@@ -40,13 +40,14 @@ from bench.actors import COUNTER
 from bench.common import ROOT, Log, machine, ms, summary, table, write_result
 
 HOST = "model.bench.test"
+PLAIN = "plain.bench.test"  # allowed without a credential: a credential never goes in clear
 NET = "10.252.77"
 NAMESPACE = "atebench-up"
 HOST_IF, NS_IF = "abuph", "abupn"
 UPSTREAM = ROOT / "tests" / "atelet" / "egress_upstream.py"
 ROWS = (
     ("http_direct", "HTTP direct (around the proxy, the baseline)"),
-    ("http_proxy", "HTTP through the proxy settings (header added)"),
+    ("http_proxy", "HTTP through the proxy settings"),
     ("http_transparent", "HTTP transparent (port 80 redirected)"),
     ("https_direct", "HTTPS direct (around the proxy, the baseline)"),
     ("https_proxy", "HTTPS through the proxy settings (TLS terminated, header added)"),
@@ -71,7 +72,7 @@ class Upstream:
         cert.write_bytes(issued.cert_pem)
         key.write_bytes(issued.key_pem)
         self.hosts = directory / "hosts"
-        self.hosts.write_text(f"{NET}.3 {HOST}\n")
+        self.hosts.write_text(f"{NET}.3 {HOST} {PLAIN}\n")
         self.record = directory / "record.jsonl"
         self.process: subprocess.Popen[str] | None = None
         _sh("ip", "netns", "delete", NAMESPACE, check=False)
@@ -155,7 +156,7 @@ def _measure(cycles: int, warmup: int, log: Log) -> dict[str, Any]:
     figures: dict[str, list[float]] = {key: [] for key, _ in ROWS}
     try:
         spec = load_template_spec(COUNTER)
-        spec["egress"] = {"allow": [{"host": HOST, "ports": [80, 443]}],
+        spec["egress"] = {"allow": [{"host": HOST, "ports": [443]}, {"host": PLAIN, "ports": [80]}],
                           "credentials": [{"host": HOST, "header": "x-api-key", "secret": "bench-key"}]}  # fmt: skip
         with ApiClient(stack.api_url, timeout=300, token=stack.token) as cli:
             cli.create_atespace("bench")
@@ -167,9 +168,9 @@ def _measure(cycles: int, warmup: int, log: Log) -> dict[str, Any]:
         target = {"ate-target-actor": "bench/caller"}
         ca_pem = upstream.ca.cert_pem.decode()
         requests: dict[str, dict[str, Any]] = {
-            "http_direct": {"url": f"http://{HOST}/", "direct": True, "dial": f"{NET}.2:80"},
-            "http_proxy": {"url": f"http://{HOST}/"},
-            "http_transparent": {"url": f"http://{HOST}/", "direct": True, "dial": f"{NET}.3:80"},
+            "http_direct": {"url": f"http://{PLAIN}/", "direct": True, "dial": f"{NET}.2:80"},
+            "http_proxy": {"url": f"http://{PLAIN}/"},
+            "http_transparent": {"url": f"http://{PLAIN}/", "direct": True, "dial": f"{NET}.3:80"},
             "https_direct": {"url": f"https://{HOST}/", "direct": True, "dial": f"{NET}.2:443", "ca_pem": ca_pem},
             "https_proxy": {"url": f"https://{HOST}/"},
             "https_transparent": {"url": f"https://{HOST}/", "direct": True, "dial": f"{NET}.3:443"},
@@ -186,9 +187,9 @@ def _measure(cycles: int, warmup: int, log: Log) -> dict[str, Any]:
                 if seen.get("status") != 200:
                     raise RuntimeError(f"{key}: {seen}")
                 arrived = json.loads(seen["body"])
-                through_proxy = not key.endswith("_direct")
-                if (arrived["headers"].get("x-api-key") == secret) != through_proxy:
-                    raise RuntimeError(f"{key}: the credential header was {'not ' if through_proxy else ''}added")
+                credential = key.startswith("https") and not key.endswith("_direct")
+                if (arrived["headers"].get("x-api-key") == secret) != credential:
+                    raise RuntimeError(f"{key}: the credential header was {'not ' if credential else ''}added")
                 return float(seen["elapsed_ms"]) / 1000
 
             for i in range(warmup + cycles):

@@ -59,11 +59,12 @@ FORBIDDEN_HEADERS = frozenset({
 ALWAYS_PROTECTED = tuple(
     ipaddress.ip_network(n)
     for n in ("127.0.0.0/8", "::1/128", "169.254.0.0/16", "fe80::/10", "0.0.0.0/8", "::/128", "224.0.0.0/4",
-              "ff00::/8", "100.100.100.200/32", "fd00:ec2::254/128")
+              "ff00::/8", "100.100.100.200/32", "fd00:ec2::254/128", "::ffff:0:0/96")
 )  # fmt: skip
 """Never reached whatever a policy says: loopback, link-local (169.254.169.254, the metadata
-address of most clouds, is in it), unspecified, multicast, and the metadata addresses outside
-link-local (Alibaba's 100.100.100.200, AWS's IPv6 fd00:ec2::254)."""
+address of most clouds, is in it), unspecified, multicast, the metadata addresses outside
+link-local (Alibaba's 100.100.100.200, AWS's IPv6 fd00:ec2::254), and IPv4 addresses written as
+IPv6 (``::ffff:169.254.169.254``), which would dodge the IPv4 entries."""
 
 IpNetwork = ipaddress.IPv4Network | ipaddress.IPv6Network
 IpAddress = ipaddress.IPv4Address | ipaddress.IPv6Address

@@ -21,6 +21,10 @@ A destination written as an IP address is checked against the protected networks
 (``domain.egress.protected_reason``); a name is checked by the policy here and, once Squid
 resolved it, by Squid's own ``dst`` ACL of the same networks (``atelet.egress.squid_config``).
 Where the request names both a host and an SNI (an explicit CONNECT), both must be allowed.
+
+A credential is added only to a request inside TLS whose every name is the credential's host:
+a request whose ``Host`` and TLS name differ (domain fronting), a plain-HTTP request to that host
+and a ``TRACE`` (whose answer would echo the header) are refused, saying so.
 """
 
 from __future__ import annotations
@@ -216,6 +220,24 @@ def decide(
     credential = next((c for n in names if (c := policy.credential_for(n)) is not None), None)
     if credential is None:
         return Verdict(True, actor, destination, rule)
+    # The secret goes only where every name the request gives is the credential's host (the
+    # Host header or CONNECT target, and the TLS name; the address an intercepted connection
+    # dialled is checked by Squid to be the name's), and only inside TLS.
+    named = [n for n in names if not (is_address(n) and any(not is_address(m) for m in names))]
+    others = [n for n in named if n != credential.host]
+    if others:
+        return refuse(actor, destination, "credential host mismatch",
+                      f"the credential of {credential.host} is added only to requests whose host and TLS name "
+                      f"are both {credential.host}; this one also names {others[0]}")  # fmt: skip
+    if ask.method == "CONNECT":  # the tunnel itself (no request yet): terminate its TLS, its requests get the header
+        return Verdict(True, actor, destination, rule, bump=True)
+    if ask.sni != credential.host:
+        return refuse(actor, destination, "credential needs TLS",
+                      f"requests to {credential.host} carry a credential, which the egress proxy never sends "
+                      f"in clear: use https://{credential.host}")  # fmt: skip
+    if ask.method == "TRACE":
+        return refuse(actor, destination, "credential echo",
+                      f"TRACE to {credential.host} is refused: its answer would show the actor the credential")
     value = values.get(credential.host)
     if value is None:
         return refuse(actor, destination, "credential unavailable",

@@ -48,22 +48,39 @@ def ss_arguments(ports: Iterable[int]) -> list[str]:
 async def peers_in_flight(ports: Iterable[int]) -> set[str]:
     """The addresses holding a connection to one of ``ports`` of this host (module doc); empty
     when ``ss`` fails (logged; the heartbeat goes on without it)."""
-    done = await proc.run(ss_arguments(ports), timeout=5)
+    try:
+        done = await proc.run(ss_arguments(ports), timeout=5)
+    except (OSError, TimeoutError) as error:  # no ss, or one too slow: the heartbeat must go on
+        log.warning("egress: the connections in flight could not be listed: %s", error or "ss timed out")
+        return set()
     if not done.ok:
         log.warning("egress: the connections in flight could not be listed: %s", done.describe())
         return set()
     return open_peers(done.stdout)
 
 
+def sockets(text: str) -> int:
+    """How many sockets ``ss`` listed in ``text`` (one per line of four columns or more)."""
+    return sum(1 for line in text.splitlines() if len(line.split()) >= 4)
+
+
 async def cut(ports: Iterable[int], address: str) -> int:
     """Shuts every established connection of ``address`` to one of ``ports`` of this host (``ss
-    -K``: the kernel resets both ends); returns how many there were. Raises nothing (a failure
-    is logged and 0 returned)."""
-    arguments = ss_arguments(ports)
-    arguments[1:1] = ["-K"]
-    arguments[-1:-1] = ["dst", address]
-    done = await proc.run(arguments, timeout=5)
+    -K``: the kernel resets both ends); returns how many it shut. One still there afterwards (a
+    kernel without socket destruction) is logged. Raises nothing (a failure is logged, 0 returned)."""
+    listing = ss_arguments(ports)
+    listing[-1:-1] = ["dst", address]
+    try:
+        done = await proc.run([listing[0], "-K", *listing[1:]], timeout=5)
+        left = await proc.run(listing, timeout=5)
+    except (OSError, TimeoutError) as error:
+        log.warning("egress: the connections of %s could not be cut: %s", address, error or "ss timed out")
+        return 0
     if not done.ok:
         log.warning("egress: the connections of %s could not be cut: %s", address, done.describe())
         return 0
-    return len(open_peers(done.stdout))
+    remaining = sockets(left.stdout) if left.ok else 0
+    if remaining:
+        log.warning("egress: %d connection(s) of %s survived the cut (does the kernel destroy sockets? "
+                    "CONFIG_INET_DIAG_DESTROY)", remaining, address)  # fmt: skip
+    return max(sockets(done.stdout) - remaining, 0)

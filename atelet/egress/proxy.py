@@ -25,6 +25,7 @@ import logging
 import re
 import shutil
 import time
+from collections.abc import AsyncIterator
 from pathlib import Path
 
 import httpx
@@ -38,9 +39,10 @@ from atelet.egress.header_slots import HeaderSlots
 from atelet.egress.in_flight import cut, peers_in_flight
 from atelet.egress.policies import FetchedPolicy, PolicySource, Refusal
 from atelet.egress.squid import CERTGEN, Squid, prepare_run_dir, squid_ids
-from atelet.egress.squid_config import SquidPlan
+from atelet.egress.squid_config import SquidPlan, collapsed
 from atelet.settings import AteletSettings
 from atelet.workers import Worker
+from domain.egress import ALWAYS_PROTECTED
 
 log = logging.getLogger(__name__)
 
@@ -116,7 +118,10 @@ class EgressProxy:
         clients = {w.net.worker_ip: f"ate-worker-{w.name}" for w in self.workers.values()}
         await asyncio.to_thread(prepare_run_dir, self.plan(), self.settings.egress_hosts_file, clients)
         await self.socket.start()
-        await rules.install_guard(self.settings.node, self.uid, self.protection.exceptions, isolation.families())
+        guarded = collapsed([*ALWAYS_PROTECTED, *self.protection.protected])
+        await rules.install_guard(self.settings.node, self.uid, self.protection.exceptions, isolation.families(),
+                                  guarded)  # fmt: skip
+        await rules.remove_drain_rules(self.settings.node)
         await self.squid.start()
 
     async def stop(self) -> None:
@@ -150,23 +155,30 @@ class EgressProxy:
         s = self.settings
         return s.egress_proxy_port, s.egress_http_port, s.egress_https_port
 
-    async def drain(self, worker: str) -> tuple[float, int]:
-        """Before a checkpoint of ``worker``'s sandbox: waits until it holds no connection to
-        Squid (its outbound requests answered), up to ``egress_drain_seconds``, then cuts what is
-        left (``in_flight.cut``), so no snapshot holds a connection half done. Returns (seconds
-        waited, connections cut)."""
+    @contextlib.asynccontextmanager
+    async def drain(self, worker: str) -> AsyncIterator[tuple[float, int]]:
+        """Around a checkpoint of ``worker``'s sandbox: refuses its new connections to Squid
+        (``rules.block_new``), waits until it holds none (its outbound requests answered), up to
+        ``egress_drain_seconds``, then cuts what is left (``in_flight.cut``), so no snapshot holds
+        a connection half done; yields (seconds waited, connections cut) for the checkpoint to
+        run, and lets new connections through again after it."""
         address = self.workers[worker].net.worker_ip
         started = time.monotonic()
         deadline = started + self.settings.egress_drain_seconds
-        while address in await peers_in_flight(self.ports):
-            if time.monotonic() >= deadline:
-                count = await cut(self.ports, address)
-                log.warning("egress: %d outbound connection(s) of worker %s still open after %.1f s: cut for its "
-                            "checkpoint", count, worker, time.monotonic() - started)  # fmt: skip
-                metrics.observe_egress_cut(self.actor_of(address), count)
-                return time.monotonic() - started, count
-            await asyncio.sleep(0.05)
-        return time.monotonic() - started, 0
+        await rules.block_new(self.settings.node, address, self.ports)
+        try:
+            count = 0
+            while address in await peers_in_flight(self.ports):
+                if time.monotonic() >= deadline:
+                    count = await cut(self.ports, address)
+                    log.warning("egress: %d outbound connection(s) of worker %s still open after %.1f s: cut for its "
+                                "checkpoint", count, worker, time.monotonic() - started)  # fmt: skip
+                    metrics.observe_egress_cut(self.actor_of(address), count)
+                    break
+                await asyncio.sleep(0.05)
+            yield time.monotonic() - started, count
+        finally:
+            await rules.unblock_new(self.settings.node, address, self.ports)
 
     def placed(self, worker: str, actor: tuple[str, str]) -> None:
         """``actor`` is being started on ``worker``: fetch its policy now (module doc)."""

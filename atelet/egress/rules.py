@@ -80,15 +80,21 @@ def nat_rules(node: str, ports: tuple[int, int, int] | None, local_endpoint_port
     return f"*nat\n:{name} - [0:0]\n" + "".join(r + "\n" for r in rules) + "COMMIT\n"
 
 
-def guard_rules(node: str, exceptions: Sequence[IpNetwork] = (), ipv4: bool = True) -> str:
-    """The ``iptables-restore`` (``ipv4``) or ``ip6tables-restore`` input of the guard chain."""
+def guard_rules(node: str, exceptions: Sequence[IpNetwork] = (), ipv4: bool = True,
+                protected: Sequence[IpNetwork] = ()) -> str:  # fmt: skip
+    """The ``iptables-restore`` (``ipv4``) or ``ip6tables-restore`` input of the guard chain: Squid's
+    new TCP connections to loopback and the ``exceptions`` pass; to ``protected`` networks (those
+    its ``dst`` ACL refuses: a backstop should a resolved address change between the ACL and the
+    connect) and to any address of the node, a reset."""
     name = guard_chain(node)
     version = 4 if ipv4 else 6
     loopback = "127.0.0.0/8" if ipv4 else "::1/128"  # Squid talks to its own helpers there
     passed = "".join(f"-A {name} -d {n} -j RETURN\n" for n in [loopback, *(str(e) for e in exceptions
                                                                         if e.version == version)])  # fmt: skip
+    refused = "".join(f"-A {name} -d {n} -p tcp -m conntrack --ctstate NEW -j REJECT --reject-with tcp-reset\n"
+                      for n in protected if n.version == version)  # fmt: skip
     return (
-        f"*filter\n:{name} - [0:0]\n{passed}"
+        f"*filter\n:{name} - [0:0]\n{passed}{refused}"
         f"-A {name} -p tcp -m conntrack --ctstate NEW -m addrtype --dst-type LOCAL -j REJECT --reject-with tcp-reset\n"
         "COMMIT\n"
     )
@@ -125,7 +131,8 @@ async def install_redirect(node: str, ports: tuple[int, int, int] | None, local_
     await _jump_first("iptables", "nat", "PREROUTING", nat_jump(node))
 
 
-async def install_guard(node: str, uid: int, exceptions: Sequence[IpNetwork], families: Sequence[str]) -> None:
+async def install_guard(node: str, uid: int, exceptions: Sequence[IpNetwork], families: Sequence[str],
+                        protected: Sequence[IpNetwork] = ()) -> None:  # fmt: skip
     """Installs (or rebuilds) the guard on user ``uid``'s connections for each of ``families``
     (``iptables``, ``ip6tables``); idempotent.
 
@@ -133,7 +140,7 @@ async def install_guard(node: str, uid: int, exceptions: Sequence[IpNetwork], fa
         AteletError: INTERNAL when iptables refuses.
     """
     for program in families:
-        rules = guard_rules(node, exceptions, ipv4=program == "iptables")
+        rules = guard_rules(node, exceptions, ipv4=program == "iptables", protected=protected)
         await _must([f"{program}-restore", "-w", "5", "--noflush"], rules.encode())
         await _jump_first(program, "filter", "OUTPUT", guard_jump(node, uid))
 
@@ -154,3 +161,40 @@ async def remove_guard(node: str, uid: int, families: Sequence[str]) -> None:
     """Removes the guard chain and jump (no error when gone)."""
     for program in families:
         await _remove(program, "filter", "OUTPUT", guard_jump(node, uid), guard_chain(node))
+
+
+def drain_comment(node: str) -> str:
+    """The comment that marks ``node``'s drain rules (``block_new``)."""
+    return f"ate-egress-drain-{netns.node_tag(node)}"
+
+
+def drain_rule(node: str, address: str, ports: Sequence[int]) -> list[str]:
+    """The INPUT rule refusing new connections from ``address`` to Squid's ``ports`` (as the nat
+    redirect leaves them) while its sandbox is checkpointed."""
+    return ["-s", f"{address}/32", "-p", "tcp", "-m", "multiport", "--dports", ",".join(map(str, sorted(set(ports)))),
+            "-m", "conntrack", "--ctstate", "NEW", "-m", "comment", "--comment", drain_comment(node),
+            "-j", "REJECT", "--reject-with", "tcp-reset"]  # fmt: skip
+
+
+async def block_new(node: str, address: str, ports: Sequence[int]) -> None:
+    """Refuses the new connections of ``address`` to Squid (``drain_rule``, first in INPUT) until
+    ``unblock_new``: a checkpoint's drain must not see a connection opened after it.
+
+    Raises:
+        AteletError: INTERNAL when iptables refuses.
+    """
+    await _must(["iptables", "-w", "5", "-I", "INPUT", "1", *drain_rule(node, address, ports)])
+
+
+async def unblock_new(node: str, address: str, ports: Sequence[int]) -> None:
+    """Removes ``block_new``'s rule (every copy; none is fine)."""
+    while (await proc.run(["iptables", "-w", "5", "-D", "INPUT", *drain_rule(node, address, ports)], timeout=20)).ok:
+        pass
+
+
+async def remove_drain_rules(node: str) -> None:
+    """Removes every drain rule of ``node`` (those a previous atelet left, stopped mid-checkpoint)."""
+    listed = await proc.run(["iptables", "-w", "5", "-S", "INPUT"], timeout=20)
+    for line in listed.stdout.splitlines() if listed.ok else []:
+        if f"--comment {drain_comment(node)}" in line and line.startswith("-A INPUT "):
+            await proc.run(["iptables", "-w", "5", "-D", "INPUT", *line.split()[2:]], timeout=20)

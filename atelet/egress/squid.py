@@ -22,6 +22,7 @@ import contextlib
 import logging
 import os
 import pwd
+import resource
 import shutil
 import signal
 import socket
@@ -124,6 +125,12 @@ def subprocess_run(argv: list[str]) -> str:
     return f"exit {done.returncode}: {last[0] if last else ''}"
 
 
+def _no_core_dumps() -> None:
+    """In Squid's process before it runs: no core file, ever (its helpers inherit the limit): a
+    core of Squid holds the credentials' values in flight and the egress CA's private key."""
+    resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
+
+
 def stop_leftover(pid_file: Path, config: Path) -> None:
     """Stops the Squid a previous atelet left running with ``config`` (found by ``pid_file``)."""
     try:
@@ -212,7 +219,7 @@ class Squid:
         try:
             self._process = await asyncio.create_subprocess_exec(
                 self.binary, "-N", "-f", str(self.config), stdin=asyncio.subprocess.DEVNULL, stdout=out, stderr=out,
-                start_new_session=True,
+                start_new_session=True, preexec_fn=_no_core_dumps,
             )  # fmt: skip
         except FileNotFoundError:
             raise internal(f"egress: no Squid binary {self.binary!r} (apt-get install squid-openssl)") from None

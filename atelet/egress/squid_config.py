@@ -132,6 +132,14 @@ def collapsed(networks: Sequence[IpNetwork]) -> list[IpNetwork]:
     return [*ipaddress.collapse_addresses(v4), *ipaddress.collapse_addresses(v6)]
 
 
+_MAPPED = ipaddress.IPv6Network("::ffff:0:0/96")
+
+
+def _mapped(network: IpNetwork) -> bool:
+    """Whether ``network`` lies in the IPv4-mapped IPv6 range."""
+    return isinstance(network, ipaddress.IPv6Network) and network.subnet_of(_MAPPED)
+
+
 def _networks(networks: Sequence[IpNetwork]) -> str:
     return " ".join(str(n) for n in collapsed(networks))
 
@@ -157,7 +165,9 @@ def render(plan: SquidPlan) -> str:
             f"https_port {gateway}:{plan.https_port} intercept ssl-bump {tls} name=ate-https-{index}",
         ]
     intercepted_tls = " ".join(f"ate-https-{i}" for i in range(len(plan.gateways)))
-    protected = _networks([*ALWAYS_PROTECTED, *plan.protected])
+    # Squid keeps IPv4 addresses as IPv4-mapped IPv6: an entry for the mapped range would match
+    # every IPv4 destination. The decision refuses a mapped literal already (domain.egress).
+    protected = _networks([n for n in (*ALWAYS_PROTECTED, *plan.protected) if not _mapped(n)])
     lines += [
         "",
         "# Squid itself: no cache, no peers, no disclosure of the client.",
@@ -165,7 +175,7 @@ def render(plan: SquidPlan) -> str:
         f"pid_filename {plan.pid_file}",
         f"cache_log {plan.cache_log}",
         "cache_store_log none",
-        f"coredump_dir {plan.run_dir}",
+        "coredump_dir none",  # no core file: it would hold secrets' values and the CA's key
         f"error_directory {plan.errors_dir}",
         "visible_hostname ate-egress",
         "cache deny all",

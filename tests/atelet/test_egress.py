@@ -267,12 +267,13 @@ async def run_cases(atelet: Atelet, api: FakeApi, s: StandIns, gateway: str, ups
     echoed = json.loads(seen["body"])
     assert (echoed["headers"]["x-api-key"], echoed["sni"], echoed["tls"]) == (SECRET, "api.example.test", True)
     assert "via" not in echoed["headers"] and "x-forwarded-for" not in echoed["headers"]
-    echoed = json.loads((await fetch(ip, "http://api.example.test/b"))["body"])
-    assert echoed["headers"]["x-api-key"] == SECRET
     # ...and transparently (the sandbox dials the address; the proxy checks the name resolves to it).
-    for url, dial in (("https://api.example.test/c", f"{api_ip}:443"), ("http://api.example.test/d", f"{api_ip}:80")):
-        seen = await fetch(ip, url, direct=True, dial=dial)
-        assert seen.get("status") == 200 and json.loads(seen["body"])["headers"]["x-api-key"] == SECRET, seen
+    seen = await fetch(ip, "https://api.example.test/c", direct=True, dial=f"{api_ip}:443")
+    assert seen.get("status") == 200 and json.loads(seen["body"])["headers"]["x-api-key"] == SECRET, seen
+    # Never in clear: plain HTTP to the credential's host is refused, through the proxy or not.
+    for options in ({}, {"direct": True, "dial": f"{api_ip}:80"}):
+        assert denied(await fetch(ip, "http://api.example.test/b", **options), "use https://api.example.test")
+    assert not [r for r in s.requests() if r["event"] == "request" and r["path"] == "/b"]
 
     # An outbound request in flight makes its actor active in the heartbeats (an idle policy
     # leaves it be), however long the upstream takes to answer; once answered and closed, not.
@@ -330,9 +331,10 @@ async def run_cases(atelet: Atelet, api: FakeApi, s: StandIns, gateway: str, ups
     rule = "no rule allows other.example.test port 443"
     deadline = time.monotonic() + 5
     while time.monotonic() < deadline and not total("ate_egress_denied_total", actor="demo/egress",
-                                                    destination="other.example.test:443", rule=rule):  # fmt: skip
+                                                    destination="other.example.test:443", rule="no rule allows"):  # fmt: skip
         await asyncio.sleep(0.05)
-    assert total("ate_egress_denied_total", actor="demo/egress", destination="other.example.test:443", rule=rule) >= 2
+    assert total("ate_egress_denied_total", actor="demo/egress", destination="other.example.test:443",
+                 rule="no rule allows") >= 2  # fmt: skip
     assert total("ate_egress_denied_total", actor="demo/bare", rule="no egress policy") == 1
     assert total("ate_egress_denied_total", actor="demo/egress", rule="protected address") >= 5
     assert any("egress denied: actor demo/egress -> other.example.test:443" in r.getMessage() and rule in r.getMessage()
@@ -366,9 +368,14 @@ async def run_cases(atelet: Atelet, api: FakeApi, s: StandIns, gateway: str, ups
     hung = asyncio.create_task(fetch(moved.worker_ip, "https://api.example.test/slow/20000"))
     await asyncio.sleep(0.5)
     started = time.monotonic()
-    ckpt = await stub.Checkpoint(pb.CheckpointRequest(operation_id=op(), worker="default-1", actor=EGRESS,
-                                                      scope=pb.SNAPSHOT_SCOPE_FULL,
-                                                      snapshot_uri=f"file://{atelet.snapshot_root}/demo/egress/2"))  # fmt: skip
+    checkpointing = asyncio.ensure_future(stub.Checkpoint(pb.CheckpointRequest(
+        operation_id=op(), worker="default-1", actor=EGRESS, scope=pb.SNAPSHOT_SCOPE_FULL,
+        snapshot_uri=f"file://{atelet.snapshot_root}/demo/egress/2")))  # fmt: skip
+    await asyncio.sleep(1.0)  # while it drains, a new connection is refused at once (none enters the snapshot)
+    assert refused_at_once(await fetch(moved.worker_ip, "https://api.example.test/late"))
+    ckpt = await checkpointing
+    assert not [line for line in sh("iptables", "-S", "INPUT").stdout.splitlines() if rules.drain_comment(
+        atelet.settings.node) in line]  # let through again  # fmt: skip
     assert ckpt.egress_cut == 1 and EGRESS_DRAIN_SECONDS <= ckpt.egress_wait_seconds < EGRESS_DRAIN_SECONDS + 2, ckpt
     assert time.monotonic() - started < 15  # not the upstream's 20 s
     assert "error" in await hung
@@ -416,6 +423,10 @@ async def test_a_full_snapshot_holds_no_secret_the_proxy_put_in(
                     (f"/quiet/{i}", secret) for i in range(3)]  # fmt: skip
                 run_dir = default_run_dir(settings.node)
                 assert files_holding(run_dir, secret) == []
+                squid_pid = int((run_dir / "squid.pid").read_text())  # and Squid can leave no core file
+                [core] = [line.split()[4:6] for line in Path(f"/proc/{squid_pid}/limits").read_text().splitlines()
+                          if line.startswith("Max core file size")]  # fmt: skip
+                assert core == ["0", "0"]  # soft and hard limits
                 snapshot = atelet.snapshot_root / "demo" / "secretive" / "1"
                 await atelet.stub.Checkpoint(pb.CheckpointRequest(
                     operation_id=op(), worker="default-0", actor=actor, scope=pb.SNAPSHOT_SCOPE_FULL,

@@ -51,7 +51,8 @@ def test_squid_listens_on_each_gateway_only_and_asks_the_atelet(tmp_path: Path) 
         "http_access deny ate_protected !ate_excepted", "http_access allow all", "ssl_bump peek ate_step1",
         "ssl_bump terminate !ate_policy", "ssl_bump bump ate_bump", "ssl_bump splice all",
     ]  # fmt: skip
-    for needed in ("host_verify_strict on", "via off", "client_idle_pconn_timeout 5 seconds", "forwarded_for delete", "cache deny all",
+    for needed in ("host_verify_strict on", "via off", "client_idle_pconn_timeout 5 seconds", "coredump_dir none",
+                   "forwarded_for delete", "cache deny all",
                    f"tls_outgoing_options cafile={tmp_path}/up.crt default-ca=off", "dns_nameservers 127.0.0.1",
                    f"hosts_file {tmp_path}/run/hosts", "acl ate_excepted dst 10.88.7.0/24"):  # fmt: skip
         assert needed in text.splitlines(), needed
@@ -73,6 +74,7 @@ def test_protected_networks_reach_squid_without_overlaps(tmp_path: Path) -> None
     entries = line.split()[3:]
     assert "10.88.0.0/16" in entries and "10.88.0.1/32" not in entries and "169.254.0.0/16" in entries
     assert "fe80::/10" in entries and "::/127" in entries  # ::/128 and ::1/128, merged
+    assert not [e for e in entries if e.startswith("::ffff")]  # Squid would match every IPv4 address with it
     networks = [ipaddress.ip_network(e) for e in entries]
     assert not [(a, b) for a in networks for b in networks if a != b and a.version == b.version and a.overlaps(b)]  # type: ignore[arg-type]
     assert collapsed([ipaddress.ip_network("fe80::1/128"), ipaddress.ip_network("fe80::/10")]) == [
@@ -122,8 +124,14 @@ def test_nat_rules_redirect_the_proxy_the_web_ports_and_refuse_the_rest() -> Non
     assert [line for line in off if "REDIRECT" in line] == on[-3:-1]
     served = rules.nat_rules("n1", None, local_endpoint_port=8086).splitlines()
     assert served[3] == f"-A {chain} -p tcp -m tcp --dport 8086 -m addrtype --dst-type LOCAL -j RETURN"
-    guard = rules.guard_rules("n1", [ipaddress.ip_network("10.1.0.0/16"), ipaddress.ip_network("fd00::/8")])
-    assert f"-A {rules.guard_chain('n1')} -d 10.1.0.0/16 -j RETURN" in guard and "fd00" not in guard
+    guard = rules.guard_rules("n1", [ipaddress.ip_network("10.1.0.0/16"), ipaddress.ip_network("fd00::/8")],
+                              protected=[ipaddress.ip_network("169.254.0.0/16"), ipaddress.ip_network("fe80::/10")])  # fmt: skip
+    chain = rules.guard_chain("n1")
+    assert [line for line in guard.splitlines() if line.startswith("-A")] == [
+        f"-A {chain} -d 127.0.0.0/8 -j RETURN", f"-A {chain} -d 10.1.0.0/16 -j RETURN",
+        f"-A {chain} -d 169.254.0.0/16 -p tcp -m conntrack --ctstate NEW -j REJECT --reject-with tcp-reset",
+        f"-A {chain} -p tcp -m conntrack --ctstate NEW -m addrtype --dst-type LOCAL -j REJECT --reject-with tcp-reset",
+    ]  # fmt: skip
 
 
 def test_the_isolation_chain_admits_redirected_connections_and_refuses_the_rest() -> None:

@@ -43,14 +43,39 @@ def test_helper_lines_are_read_leniently() -> None:
     assert parse_ask(["10.88.0.2", "-", "x", "%5B::1%5D"]) == Ask("10.88.0.2", "", 0, "::1", 0, None, "")
 
 
-def test_a_host_with_a_credential_is_bumped_with_its_value_in_its_slot() -> None:
-    v = verdict(ask("api.example.com"))
+INNER = {"sni": "api.example.com", "method": "GET"}
+"""A request inside the terminated TLS of the credential's host."""
+
+
+def test_a_host_with_a_credential_is_bumped_and_its_requests_get_the_value_in_its_slot() -> None:
+    tunnel = verdict(ask("api.example.com"))
+    assert (tunnel.allowed, tunnel.bump, tunnel.credential) == (True, True, None)  # the CONNECT: no request yet
+    v = verdict(ask("api.example.com", **INNER))
     assert (v.allowed, v.bump, v.rule, v.destination) == (True, True, "allow[0] (host api.example.com ports 443)",
                                                            "api.example.com:443")  # fmt: skip
     assert v.credential is not None and (v.credential.slot, v.credential.value) == (3, "sk-1")
     assert "sk-1" not in repr(v)
     assert v.reply() == ('OK ate_actor="demo/a" ate_rule="allow[0] (host api.example.com ports 443)" ate_bump=1 '
                          'ate_cred_3="sk-1"')  # fmt: skip
+
+
+def test_the_credential_goes_only_inside_tls_to_requests_naming_its_host_alone() -> None:
+    # domain fronting: a request whose Host is another allowed host, inside the credential host's TLS
+    fronted = verdict(ask("evil.pypi.example", **INNER))
+    assert (fronted.allowed, fronted.rule, fronted.credential) == (False, "credential host mismatch", None)
+    assert "this one also names evil.pypi.example" in fronted.message
+    # an explicit CONNECT to the credential's host whose TLS names another allowed host
+    assert verdict(ask("api.example.com", sni="a.pypi.example")).rule == "credential host mismatch"
+    # intercepted TLS: the dialled address is not a name (Squid checks the SNI resolves to it)
+    assert verdict(ask("203.0.113.9", **INNER)).credential is not None
+    # plain HTTP to the credential's host (allowed on port 80 here): never in clear
+    plain_ok = parse_egress_policy({"allow": [{"host": "api.example.com", "ports": [80, 443]}],
+                                    "credentials": [{"host": "api.example.com", "header": "x-api-key", "secret": "k"}]})  # fmt: skip
+    clear = decide(ask("api.example.com", 80, method="GET"), "demo/a", plain_ok, PROTECTION, VALUES, SLOTS)
+    assert (clear.allowed, clear.rule) == (False, "credential needs TLS")
+    assert "use https://api.example.com" in clear.message and "sk-1" not in clear.reply()
+    traced = verdict(ask("api.example.com", sni="api.example.com", method="TRACE"))
+    assert (traced.allowed, traced.rule, traced.credential) == (False, "credential echo", None)
 
 
 def test_allowed_without_credential_and_denied_by_name_port_or_sni() -> None:
@@ -68,7 +93,7 @@ def test_allowed_without_credential_and_denied_by_name_port_or_sni() -> None:
 def test_addresses_are_decided_by_cidr_rules_and_protection_first() -> None:
     assert verdict(ask("10.20.3.4", 5432)).allowed
     assert not verdict(ask("10.21.3.4", 5432)).allowed
-    for protected in ("10.88.0.1", "192.0.2.7", "169.254.169.254", "127.0.0.1", "::1"):
+    for protected in ("10.88.0.1", "192.0.2.7", "169.254.169.254", "127.0.0.1", "::1", "::ffff:169.254.169.254"):
         v = verdict(ask(protected, 443))
         assert (v.allowed, v.rule) == (False, "protected address"), protected
     assert verdict(ask("10.88.9.9", 443)).rule == "no rule allows 10.88.9.9 port 443"  # an exception: policy decides
@@ -85,9 +110,9 @@ def test_no_policy_missing_values_and_unloaded_headers_are_refused_saying_why() 
     none = decide(ask("api.example.com"), "demo/b", parse_egress_policy(None), PROTECTION, {}, {})
     assert (none.allowed, none.rule) == (False, "no egress policy")
     assert "actor demo/b has no egress policy" in none.message
-    assert verdict(ask("api.example.com"), values={}).rule == "credential unavailable"
-    assert verdict(ask("api.example.com"), values={"api.example.com": "a\r\nb"}).rule == "credential unusable"
-    loading = verdict(ask("api.example.com"), slots={})
+    assert verdict(ask("api.example.com", **INNER), values={}).rule == "credential unavailable"
+    assert verdict(ask("api.example.com", **INNER), values={"api.example.com": "a\r\nb"}).rule == "credential unusable"
+    loading = verdict(ask("api.example.com", **INNER), slots={})
     assert (loading.allowed, loading.rule) == (False, "credential header loading")
     assert "retry" in loading.message
 
@@ -148,3 +173,16 @@ def test_the_helper_relay_denies_by_itself_when_the_atelet_is_away(tmp_path: Pat
     out = io.StringIO()
     helper(str(tmp_path / "none.sock"), "0", io.StringIO("7 10.88.0.2 - - a.example 443 - CONNECT\n"), out)
     assert out.getvalue() == f"7 {UNREACHABLE}\n"
+
+
+def test_an_actor_cannot_grow_the_egress_metrics_without_bound() -> None:
+    from atelet import metrics
+
+    actor = "demo/many-names"
+    labels = [metrics.egress_destination(actor, f"h{i}.example:443") for i in range(metrics.MAX_DESTINATIONS_PER_ACTOR + 5)]
+    assert labels[: metrics.MAX_DESTINATIONS_PER_ACTOR] == [f"h{i}.example:443" for i in range(100)]
+    assert set(labels[100:]) == {"other"}
+    assert metrics.egress_destination(actor, "h7.example:443") == "h7.example:443"  # one it already has
+    assert metrics.egress_destination("demo/another", "h200.example:443") == "h200.example:443"  # per actor
+    assert metrics.egress_rule("no rule allows h1.example port 443") == "no rule allows"
+    assert metrics.egress_rule("protected address") == "protected address"

@@ -7,7 +7,7 @@ import socket
 
 import pytest
 
-from atelet.egress.in_flight import open_peers, peers_in_flight, ss_arguments
+from atelet.egress.in_flight import cut, open_peers, peers_in_flight, sockets, ss_arguments
 
 
 def test_the_peers_of_hand_written_lines() -> None:
@@ -43,3 +43,26 @@ async def test_a_connection_counts_while_it_is_open() -> None:
     finally:
         for s in (elsewhere, other, server):
             s.close()
+
+
+@pytest.mark.asyncio
+async def test_a_cut_resets_each_connection_and_counts_them() -> None:
+    server = socket.create_server(("127.0.0.1", 0))
+    port = server.getsockname()[1]
+    clients = [socket.create_connection(("127.0.0.1", port)) for _ in range(3)]
+    accepted = [server.accept()[0] for _ in clients]
+    try:
+        assert await cut([port], "127.0.0.1") == 3  # three sockets of one peer address
+        assert await peers_in_flight([port]) == set()
+        for client in clients:
+            client.settimeout(2)
+            with pytest.raises(ConnectionResetError):
+                client.recv(1)
+        assert await cut([port], "127.0.0.1") == 0
+    finally:
+        for s in (*clients, *accepted, server):
+            s.close()
+
+
+def test_sockets_are_counted_per_line() -> None:
+    assert sockets("0 0 10.88.0.1:8087 10.88.0.2:1\n0 0 10.88.0.1:8087 10.88.0.2:2\n\n") == 2

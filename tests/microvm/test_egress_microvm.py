@@ -1,7 +1,8 @@
 """Egress from inside a microvm guest (issue 28: the same on both sandbox classes), on real QEMU
 (TCG) and the node's real Squid: a request through the proxy settings reaches an allowed
 stand-in with the credential added (the guest trusts the egress CA, written into its
-initramfs), a transparent one too, and another host is refused. The stand-ins are those of
+initramfs), a transparent one too, plain HTTP to a host without credential is intercepted and
+let through, and another host is refused. The stand-ins are those of
 tests/atelet/test_egress.py, in namespaces the test makes: nothing leaves the machine."""
 
 from __future__ import annotations
@@ -30,7 +31,7 @@ async def test_a_microvm_guest_reaches_what_its_policy_allows_with_the_credentia
     secret = f"sk-vm-{uuid.uuid4().hex}"
     with fake_api() as api:
         api.egress = {"demo/vm-egress": {
-            "allow": [{"host": "api.example.test", "ports": [80, 443]}],
+            "allow": [{"host": "api.example.test", "ports": [443]}, {"host": "plain.example.test", "ports": [80]}],
             "credentials": [{"host": "api.example.test", "header": "x-api-key", "secret": "model-key", "value": secret,
                              "problem": None}],
         }}  # fmt: skip
@@ -50,8 +51,10 @@ async def test_a_microvm_guest_reaches_what_its_policy_allows_with_the_credentia
                 assert seen.get("status") == 200, seen
                 echoed = json.loads(seen["body"])
                 assert (echoed["headers"]["x-api-key"], echoed["sni"]) == (secret, "api.example.test")
-                seen = await fetch(ip, "http://api.example.test/vm", direct=True, dial=f"{s.address(2)}:80")
+                seen = await fetch(ip, "https://api.example.test/vm", direct=True, dial=f"{s.address(2)}:443")
                 assert seen.get("status") == 200 and json.loads(seen["body"])["headers"]["x-api-key"] == secret, seen
+                seen = await fetch(ip, "http://plain.example.test/vm", direct=True, dial=f"{s.address(3)}:80")
+                assert seen.get("status") == 200 and "x-api-key" not in json.loads(seen["body"])["headers"], seen
                 assert denied(await fetch(ip, "https://other.example.test/vm"), "no rule allows other.example.test")
                 await atelet.stub.Terminate(pb.TerminateRequest(operation_id="op-vm-egress-t", worker="microvm-0",
                                                                 actor=ACTOR))  # fmt: skip
