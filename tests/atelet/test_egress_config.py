@@ -83,6 +83,7 @@ def test_protected_networks_reach_squid_without_overlaps(tmp_path: Path) -> None
         render(plan(tmp_path, gateways=()))
 
 
+@pytest.mark.runsc  # the run dir is chowned to Squid's user (root)
 def test_squid_itself_reads_the_configuration(tmp_path: Path) -> None:
     """The real Squid (scripts/install.sh installs squid-openssl) parses what is rendered, with the
     run dir the atelet makes (its relay, hosts file, error pages, certificate cache)."""

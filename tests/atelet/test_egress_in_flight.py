@@ -45,6 +45,7 @@ async def test_a_connection_counts_while_it_is_open() -> None:
             s.close()
 
 
+@pytest.mark.runsc  # ss -K needs root (CAP_NET_ADMIN)
 @pytest.mark.asyncio
 async def test_a_cut_resets_each_connection_and_counts_them() -> None:
     server = socket.create_server(("127.0.0.1", 0))
