@@ -206,8 +206,8 @@ def decide(
                 return refuse(actor, destination, "protected address", f"{actor} may not reach {name}: {why}")
     if policy.off:
         return refuse(actor, destination, "no egress policy",
-                      f"actor {actor} has no egress policy: it connects nowhere (its template's egress "
-                      "allow list grants destinations)")  # fmt: skip
+                      f"actor {actor} has no egress policy: it connects nowhere (an egress allow list in "
+                      "its template grants destinations)")  # fmt: skip
     rule = ""
     for name in names:
         if is_address(name) and any(not is_address(n) for n in names):
