@@ -230,6 +230,9 @@ def parse_args(argv: list[str] | None = None) -> AteletSettings:
     parser.add_argument("--insecure-registry", action="append", dest="insecure_registries",
                         help="a registry (host[:port]) images may come from over plain HTTP or unverified TLS "
                              "(repeatable; those on loopback always may)")
+    parser.add_argument("--image-cache-bytes", type=int,
+                        help="the size the images pulled from registries may take on the node (default 20 GiB; "
+                             "0: no bound); the least recently used go first")
     parser.add_argument("--checkpoint-compression", choices=("auto", "none", "flate-best-speed"),
                         help="compress checkpoints' memory: auto (the default: not on disk, yes for object "
                              "storage), none, or flate-best-speed (runsc's own default)")

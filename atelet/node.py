@@ -84,7 +84,8 @@ class Node:
         self.layout = NodeLayout(Path(settings.state_dir).resolve())
         self.state_dir = self.layout.root
         self.images = ImageStore(settings.image_roots, self.layout.images,
-                                 RegistryPuller(self.layout.images / "registry", settings.insecure_registries))
+                                 RegistryPuller(self.layout.images / "registry", settings.insecure_registries,
+                                                max_bytes=settings.image_cache_bytes))
         classes = {pool.sandbox_class for pool in pools if pool.replicas}  # no runsc needed for 0 gVisor workers
         self.drivers: Drivers = {}
         if "gvisor" in classes:

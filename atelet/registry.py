@@ -6,12 +6,14 @@ A pull is by digest (``RegistryImage.pinned``; a reference by tag is resolved fi
 temporary layout renamed into place when complete, so a pull cut short leaves nothing that
 looks whole; one pull per digest at a time. A registry on loopback may speak plain HTTP, as
 Docker and containers/image allow, and so may one the operator lists as insecure; any other
-must have TLS the system trusts. Not yet: pull secrets, the cache's bound and eviction.
+must have TLS the system trusts. The cache is bounded (``max_bytes``): the least recently used
+layouts go first. Not yet: pull secrets.
 """
 
 from __future__ import annotations
 
 import asyncio
+import logging
 import shutil
 import uuid
 from pathlib import Path
@@ -19,6 +21,8 @@ from pathlib import Path
 from atelet import proc
 from atelet.errors import AteletError, internal, invalid, not_found, precondition, unavailable
 from domain.image_references import RegistryImage, pull_failure, skopeo_message
+
+log = logging.getLogger(__name__)
 
 LAYOUT_TAG = "image"
 """The tag of a pulled image in its cached layout."""
@@ -33,14 +37,18 @@ class RegistryPuller:
             besides those on loopback.
         skopeo: the skopeo binary.
         timeout: seconds one skopeo run may take.
+        max_bytes: the pulled layouts' total size this cache keeps (0: no bound); past it, the
+            least recently used are removed after a pull, never the one in use. A removed
+            layout is pulled again when needed; what was unpacked from it stays (``atelet.images``).
     """
 
     def __init__(self, cache_dir: Path, insecure_registries: list[str] | None = None, skopeo: str = "skopeo",
-                 timeout: float = 600.0) -> None:  # fmt: skip
+                 timeout: float = 600.0, max_bytes: int = 0) -> None:  # fmt: skip
         self.cache_dir = Path(cache_dir)
         self.insecure = set(insecure_registries or [])
         self.skopeo = skopeo
         self.timeout = timeout
+        self.max_bytes = max_bytes
         self._locks: dict[str, asyncio.Lock] = {}
 
     def _verify(self, image: RegistryImage) -> str:
@@ -93,7 +101,36 @@ class RegistryPuller:
                 finally:
                     if tmp.exists():
                         shutil.rmtree(tmp, ignore_errors=True)
+            target.touch()  # its last use, for the eviction's order
+            if self.max_bytes:
+                await asyncio.to_thread(self.evict, target)
         return target, LAYOUT_TAG
+
+    def evict(self, keep: Path) -> list[Path]:
+        """Removes the least recently used layouts (by their dir's mtime, touched at each use)
+        until the cache holds at most ``max_bytes``, never ``keep`` nor one being pulled; returns
+        those removed."""
+        layouts = [p for p in self.cache_dir.iterdir() if p.is_dir() and p.name.startswith("sha256_") and p != keep]
+        sizes = {p: _size(p) for p in [*layouts, keep]}
+        total = sum(sizes.values())
+        removed = []
+        for layout in sorted(layouts, key=lambda p: p.stat().st_mtime):
+            if total <= self.max_bytes:
+                break
+            if self._locks.get(layout.name.replace("_", ":", 1), asyncio.Lock()).locked():
+                continue
+            shutil.rmtree(layout, ignore_errors=True)
+            total -= sizes[layout]
+            removed.append(layout)
+        if removed:
+            log.info("image cache: removed %d least recently used layout(s) to stay within %d bytes: %s",
+                     len(removed), self.max_bytes, ", ".join(p.name for p in removed))  # fmt: skip
+        return removed
+
+
+def _size(path: Path) -> int:
+    """The bytes of the regular files under ``path``."""
+    return sum(f.stat().st_size for f in path.rglob("*") if f.is_file() and not f.is_symlink())
 
 
 def _error(image: RegistryImage, output: str, field: str) -> AteletError:

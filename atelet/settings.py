@@ -42,6 +42,8 @@ class AteletSettings(BaseSettings):
       is retried (exponential backoff) before it fails UNAVAILABLE.
     - ``snapshot_cache_dir`` / ``snapshot_cache_bytes``: the node's cache of snapshots from object
       storage (default ``<state_dir>/snapshot-cache``, 10 GiB; least recently used out first).
+    - ``image_cache_bytes``: the size the layouts pulled from registries may take on the node
+      (default 20 GiB; 0: no bound); the least recently used go first (``atelet.registry``).
     - ``insecure_registries``: registries (``host[:port]``) images may be pulled from over plain
       HTTP or unverified TLS, besides those on loopback (``atelet.registry``).
     - ``image_roots``: the only directories ``oci:<path>:<tag>`` image layouts may lie in;
@@ -129,6 +131,7 @@ class AteletSettings(BaseSettings):
     snapshot_cache_bytes: int = Field(default=10 * 2**30, ge=0)
     image_roots: list[Path] = Field(default_factory=lambda: [Path.cwd()])
     insecure_registries: list[str] = Field(default_factory=list)
+    image_cache_bytes: int = Field(default=20 * 2**30, ge=0)
     pool_file: Path | None = None
     pool_document: str = ""
     advertise_worker_ip: str | None = None

@@ -5,6 +5,7 @@ each say what is wrong."""
 
 from __future__ import annotations
 
+import subprocess
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -16,6 +17,7 @@ from atelet.errors import AteletError
 from atelet.images import ImageStore
 from atelet.proto import atelet_pb2 as pb
 from atelet.registry import RegistryPuller
+from domain.image_references import parse_registry_image
 from tests.atelet.conftest import counter_spec, force_cleanup, make_settings, running_atelet
 from tests.registry import LocalRegistry, local_registry
 
@@ -92,3 +94,22 @@ async def test_a_sandbox_runs_the_image_from_the_registry(short_tmp: Path, regis
                                                             actor=pb.ActorRef(atespace="demo", name="pulled")))  # fmt: skip
     finally:
         force_cleanup(settings)
+
+
+@pytest.mark.asyncio
+async def test_the_cache_keeps_its_bound_by_dropping_the_least_recently_used(tmp_path: Path, counter_image: str) -> None:
+    with local_registry() as running:
+        # two images of different digests: the counter as an OCI manifest and as a Docker one
+        first = running.push(counter_image, "examples/counter:oci")
+        subprocess.run(["skopeo", "copy", "--quiet", "--src-tls-verify=false", "--dest-tls-verify=false",
+                        "--format", "v2s2", f"docker://{running.address}/examples/counter:oci",
+                        f"docker://{running.address}/examples/counter:docker"], check=True, capture_output=True)  # fmt: skip
+        puller = RegistryPuller(tmp_path / "registry")
+        one, _ = await puller.layout_of(parse_registry_image(f"{running.address}/examples/counter:oci"))
+        size = sum(f.stat().st_size for f in one.rglob("*") if f.is_file())
+        puller.max_bytes = size + size // 2  # room for one, not two
+        two, _ = await puller.layout_of(parse_registry_image(f"{running.address}/examples/counter:docker"))
+        assert two != one and not one.exists() and two.exists()  # the older went
+        assert one.name == first.replace(":", "_")
+        again, _ = await puller.layout_of(parse_registry_image(f"{running.address}/examples/counter@{first}"))
+        assert again == one and again.exists() and not two.exists()  # pulled back; now the other is the older
