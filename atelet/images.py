@@ -101,6 +101,10 @@ class ImageStore:
                 image = parse_registry_image(ref)
             except ValueError as error:
                 raise invalid(f"{field}: {error}") from None
+            unpacked = self.cache_dir / (image.digest or "").replace(":", "_")
+            if image.digest and (unpacked / "config.json").is_file():  # unpacked already: no pull
+                config = json.loads((unpacked / "config.json").read_text())
+                return UnpackedImage(digest=image.digest, rootfs=unpacked / "rootfs", config=config)
             layout, tag = await self.registry.layout_of(image, field)
         else:
             layout, tag = self.resolve(ref, field)

@@ -25,6 +25,7 @@ from atelet import metrics
 from atelet.drain import drain
 from atelet.egress.proxy import EgressError, EgressProxy
 from atelet.events import EventReporter
+from atelet.image_prefetch import prefetch_loop
 from atelet.local_endpoint import LocalEndpoint
 from atelet.node import Node
 from atelet.node_identity import NodeCredentials
@@ -105,6 +106,7 @@ async def serve(settings: AteletSettings, ready: asyncio.Event | None = None) ->
             loop.add_signal_handler(sig, handler)
             installed.append(sig)
     heartbeat: asyncio.Task[None] | None = None
+    prefetch: asyncio.Task[None] | None = None
     endpoint: LocalEndpoint | None = None
     egress: EgressProxy | None = None
     reporter = EventReporter(settings.api_server, settings.node, identity)
@@ -128,6 +130,9 @@ async def serve(settings: AteletSettings, ready: asyncio.Event | None = None) ->
         await server.start()
         if settings.api_server:
             heartbeat = asyncio.create_task(heartbeat_loop(node, identity))
+            if settings.image_prefetch_seconds > 0 and not settings.hollow:
+                prefetch = asyncio.create_task(prefetch_loop(settings.api_server, settings.node, identity, node.images,
+                                                             settings.image_prefetch_seconds))  # fmt: skip
         print(f"atelet: ready on {settings.listen} ({len(node.workers)} workers)", flush=True)
         if ready is not None:
             ready.set()
@@ -138,6 +143,8 @@ async def serve(settings: AteletSettings, ready: asyncio.Event | None = None) ->
             task.cancel()
         if heartbeat is not None:
             heartbeat.cancel()
+        if prefetch is not None:
+            prefetch.cancel()
         for sig in installed:
             loop.remove_signal_handler(sig)
         if endpoint is not None:
@@ -233,6 +240,9 @@ def parse_args(argv: list[str] | None = None) -> AteletSettings:
     parser.add_argument("--image-cache-bytes", type=int,
                         help="the size the images pulled from registries may take on the node (default 20 GiB; "
                              "0: no bound); the least recently used go first")
+    parser.add_argument("--image-prefetch-seconds", type=float,
+                        help="how often the node pulls the registry images of the templates it can run, before "
+                             "a resume needs them (default 60; 0: off)")
     parser.add_argument("--checkpoint-compression", choices=("auto", "none", "flate-best-speed"),
                         help="compress checkpoints' memory: auto (the default: not on disk, yes for object "
                              "storage), none, or flate-best-speed (runsc's own default)")

@@ -44,6 +44,9 @@ class AteletSettings(BaseSettings):
       storage (default ``<state_dir>/snapshot-cache``, 10 GiB; least recently used out first).
     - ``image_cache_bytes``: the size the layouts pulled from registries may take on the node
       (default 20 GiB; 0: no bound); the least recently used go first (``atelet.registry``).
+    - ``image_prefetch_seconds``: how often the node asks the API for its templates' registry
+      images and pulls those it lacks, so a first resume does not wait (``atelet.image_prefetch``;
+      default 60; 0: off; needs ``api_server``).
     - ``insecure_registries``: registries (``host[:port]``) images may be pulled from over plain
       HTTP or unverified TLS, besides those on loopback (``atelet.registry``).
     - ``image_roots``: the only directories ``oci:<path>:<tag>`` image layouts may lie in;
@@ -132,6 +135,7 @@ class AteletSettings(BaseSettings):
     image_roots: list[Path] = Field(default_factory=lambda: [Path.cwd()])
     insecure_registries: list[str] = Field(default_factory=list)
     image_cache_bytes: int = Field(default=20 * 2**30, ge=0)
+    image_prefetch_seconds: float = Field(default=60.0, ge=0)
     pool_file: Path | None = None
     pool_document: str = ""
     advertise_worker_ip: str | None = None

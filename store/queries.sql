@@ -774,6 +774,16 @@ FROM (
 ) AS touched
 WHERE a.atespace = touched.atespace AND a.name = touched.name;
 
+-- registry_images_for_node --
+-- The registry images of the templates ($1: a node) whose sandbox class its active workers serve: each container image that is not a local layout, of a template not Failed, once each, at most $2.
+SELECT DISTINCT c->>'image' AS image
+FROM actor_templates t, jsonb_array_elements(t.spec->'containers') AS c
+WHERE t.phase <> 'Failed' AND c->>'image' NOT LIKE 'oci:%'
+  AND COALESCE(t.spec->>'sandboxClass', 'gvisor') IN (
+      SELECT DISTINCT w.sandbox_class FROM workers w WHERE w.node = $1 AND w.state = 'ACTIVE')
+ORDER BY 1
+LIMIT $2;
+
 -- heartbeat_router --
 -- Register a router replica or refresh its lease ($1 name, $2 lease seconds, $3 drain timeout seconds).
 INSERT INTO router_replicas (name, lease_seconds, drain_timeout_seconds) VALUES ($1, $2, $3)

@@ -49,6 +49,13 @@ class Templates:
         rows = await self.pool.fetch(Q["list_templates"], atespace)
         return [TemplateRecord.from_row(r) for r in rows]
 
+    async def registry_images_for_node(self, node: str, limit: int = 1000) -> list[str]:
+        """The registry images (pinned, as recorded) of the templates whose sandbox class the
+        active workers of `node` serve, for it to pull before any resume needs them; at most
+        `limit`, in name order."""
+        rows = await self.pool.fetch(Q["registry_images_for_node"], node, limit)
+        return [str(r["image"]) for r in rows]
+
     async def set_phase(
         self, atespace: str, name: str, phase: str, reason: str | None, golden_snapshot_id: int | None
     ) -> None:

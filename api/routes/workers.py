@@ -77,6 +77,13 @@ async def register_node(node: str, body: NodeRegistration, store: StoreDep) -> d
     }
 
 
+@router.get("/v1/nodes/{node}/images", **needs(Permission.NODES_REGISTER))
+async def images_for_node(node: str, store: StoreDep) -> dict[str, list[str]]:
+    """The registry images the node should have before a resume needs them (issue 29, pre-pull):
+    those of the templates whose sandbox class its active workers serve, pinned to their digests."""
+    return {"images": await store.templates.registry_images_for_node(node)}
+
+
 @router.post("/v1/nodes/{node}/events", **needs(Permission.NODES_REGISTER))
 async def node_event(node: str, body: NodeEvent, store: StoreDep) -> dict[str, bool]:
     """An atelet reports that a sandbox exited on its own: its RUNNING (or UNREACHABLE) actor

@@ -12,7 +12,9 @@ import pytest
 
 from store import Store
 from tests.api.conftest import stored_state
+from tests.api.test_egress import As
 from tests.atelet.conftest import build_counter_image
+from tests.credentials import node_token
 from tests.registry import LocalRegistry, local_registry
 
 A = "/v1/atespaces/pulled"
@@ -67,3 +69,24 @@ async def test_a_bad_image_is_refused_naming_the_field_and_changes_nothing(
         assert "spec.containers[0].image" in refused.text, refused.text
     assert (await api.get(f"{A}/templates/bad")).status_code == 404
     assert await stored_state(api_store) == before
+
+
+async def test_a_node_learns_the_registry_images_of_the_templates_it_can_run(
+    api: httpx.AsyncClient, atespace: str, registry: tuple[LocalRegistry, str]
+) -> None:
+    running, pushed = registry
+    made = await api.post(f"{A}/templates", json=template("prepulled", f"{running.address}/examples/counter:v1"))
+    assert made.status_code in (201, 409), made.text
+    local = await api.post(f"{A}/templates", json=template("local", "oci:examples/counter/oci:latest"))
+    assert local.status_code in (201, 409), local.text
+    worker = {"name": "default-0", "pool": "default", "ip": "10.98.7.2", "cpu_millis": 1000, "memory_bytes": 2**30}
+    vm_worker = {**worker, "ip": "10.98.8.2", "pool": "vms", "sandbox_class": "microvm"}
+    for node, workers in (("img1", [worker]), ("img2", [vm_worker])):
+        registered = await api.put(f"/v1/nodes/{node}", json={"address": "10.0.0.9:8085", "workers": workers})
+        assert registered.status_code == 200, registered.text
+    images = (await api.get("/v1/nodes/img1/images", auth=As(node_token("img1")))).json()["images"]
+    assert f"{running.address}/examples/counter:v1@{pushed}" in images
+    assert not [i for i in images if i.startswith("oci:")]  # local layouts are the atelets' own
+    assert f"{running.address}/examples/counter:v1@{pushed}" not in (
+        await api.get("/v1/nodes/img2/images", auth=As(node_token("img2")))).json()["images"]  # a microvm node
+    assert (await api.get("/v1/nodes/img1/images", auth=As(node_token("img2")))).status_code == 403

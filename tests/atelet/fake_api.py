@@ -7,7 +7,7 @@ and answers 401 otherwise. Records every request (refused ones too, with `node` 
 failures with 503), drain calls with ``{"accepted": true}`` after running ``on_drain`` in a
 thread of its own, and the egress route (``GET .../workers/<w>/actors/<a>/<n>/egress``) with
 ``egress["<a>/<n>"]`` (the policy document with each credential's ``value``), 404 for an actor
-not in it.
+not in it, and the images route (``GET /v1/nodes/<node>/images``) with ``images``.
 """
 
 from __future__ import annotations
@@ -47,6 +47,7 @@ class FakeApi:
     fail_events: int = 0
     on_drain: Callable[[], None] | None = None
     egress: dict[str, Any] = field(default_factory=dict)
+    images: list[str] = field(default_factory=list)
     lock: threading.Lock = field(default_factory=threading.Lock)
 
     def of(self, method: str, suffix: str) -> list[Received]:
@@ -120,6 +121,10 @@ def fake_api(host: str = "127.0.0.1") -> Iterator[FakeApi]:
             if not self._record("GET", None):
                 return
             parts = self.path.split("/")  # /v1/nodes/<node>/workers/<w>/actors/<a>/<n>/egress
+            if len(parts) == 5 and parts[4] == "images":  # /v1/nodes/<node>/images
+                with api.lock:
+                    self._answer(200, {"images": list(api.images)})
+                return
             with api.lock:
                 document = api.egress.get("/".join(parts[7:9])) if len(parts) == 10 and parts[9] == "egress" else None
             if document is None:

@@ -5,7 +5,9 @@ each say what is wrong."""
 
 from __future__ import annotations
 
+import asyncio
 import subprocess
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -19,6 +21,7 @@ from atelet.proto import atelet_pb2 as pb
 from atelet.registry import RegistryPuller
 from domain.image_references import parse_registry_image
 from tests.atelet.conftest import counter_spec, force_cleanup, make_settings, running_atelet
+from tests.atelet.fake_api import fake_api
 from tests.registry import LocalRegistry, local_registry
 
 
@@ -113,3 +116,25 @@ async def test_the_cache_keeps_its_bound_by_dropping_the_least_recently_used(tmp
         assert one.name == first.replace(":", "_")
         again, _ = await puller.layout_of(parse_registry_image(f"{running.address}/examples/counter@{first}"))
         assert again == one and again.exists() and not two.exists()  # pulled back; now the other is the older
+
+
+@pytest.mark.runsc
+@pytest.mark.asyncio
+async def test_the_node_pulls_its_templates_images_before_any_resume(
+    short_tmp: Path, registry: tuple[LocalRegistry, str]
+) -> None:
+    running, pushed = registry
+    pinned = f"{running.address}/examples/counter:v1@{pushed}"
+    with fake_api() as api:
+        api.images = [pinned, "oci:examples/counter/oci:latest"]  # a local layout is not pre-pulled
+        settings = make_settings(short_tmp, api_server=api.url, image_prefetch_seconds=0.5)
+        try:
+            async with running_atelet(settings):
+                unpacked = Path(settings.state_dir).resolve() / "images" / pushed.replace(":", "_")
+                deadline = time.monotonic() + 20
+                while not (unpacked / "config.json").is_file() and time.monotonic() < deadline:
+                    await asyncio.sleep(0.1)
+                assert (unpacked / "rootfs" / "counter").is_file()  # pulled and unpacked, no Run asked
+                assert api.of("GET", f"/v1/nodes/{settings.node}/images")
+        finally:
+            force_cleanup(settings)
