@@ -123,6 +123,8 @@ def start(
     child_env.update(
         {
             "ATE_ATELET_SUBNET": SUBNET,
+            # the egress proxy asks loopback (nothing answers): no benchmark sends a DNS query off the machine
+            "ATE_ATELET_EGRESS_DNS_NAMESERVERS": '["127.0.0.1"]',
             "ATE_ROUTER_METRICS_LISTEN": f"127.0.0.1:{METRICS['router']}",
             "ATE_METRICS_LISTEN": f"127.0.0.1:{METRICS['worker']}",
             "ATE_ATELET_METRICS_LISTEN": f"127.0.0.1:{METRICS['atelet']}",

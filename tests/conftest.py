@@ -22,10 +22,15 @@ from store import Store, migrate
 
 
 def pytest_configure(config: pytest.Config) -> None:
-    """No test reads or writes the user's own ate config (`ate dev` writes a context there)."""
+    """No test reads or writes the user's own ate config (`ate dev` writes a context there), and
+    no test's egress proxy asks a DNS server off this machine."""
     import tempfile
 
     os.environ["ATE_CONFIG"] = str(Path(tempfile.mkdtemp(prefix="ate-config-")) / "config.yaml")
+    # Every egress proxy a test starts (its own atelet, or one of an `ate dev`, which inherits this)
+    # asks its DNS questions of loopback, where nothing answers: no test sends a packet off this
+    # machine, even should Squid look a name up that no hosts file knows.
+    os.environ.setdefault("ATE_ATELET_EGRESS_DNS_NAMESERVERS", '["127.0.0.1"]')
 
 
 STACK_LOG_LINES = 25

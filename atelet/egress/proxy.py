@@ -115,7 +115,10 @@ class EgressProxy:
         """
         self.protection = await networks.protection(self.settings)
         self.dir.mkdir(parents=True, exist_ok=True)
+        # Squid looks up the name of every client address, and of its own listening addresses at
+        # start: the hosts file answers all of them, so that none is a DNS query to the network.
         clients = {w.net.worker_ip: f"ate-worker-{w.name}" for w in self.workers.values()}
+        clients |= {w.net.host_ip: f"ate-gateway-{w.name}" for w in self.workers.values()}
         await asyncio.to_thread(prepare_run_dir, self.plan(), self.settings.egress_hosts_file, clients)
         await self.socket.start()
         guarded = collapsed([*ALWAYS_PROTECTED, *self.protection.protected])
