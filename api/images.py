@@ -11,10 +11,17 @@ HTTP, as may those the operator lists (`ApiSettings.insecure_registries`). Local
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Sequence
 from typing import Any
 
 from api.errors import ApiError
-from domain.image_references import is_registry_reference, parse_registry_image, pull_failure, skopeo_message
+from domain.image_references import (
+    RegistryImage,
+    is_registry_reference,
+    parse_registry_image,
+    pull_failure,
+    skopeo_message,
+)
 from domain.reasons import Reason
 
 INSPECT_TIMEOUT_SECONDS = 60.0
@@ -47,13 +54,20 @@ async def inspect_digest(reference: str, insecure: bool, skopeo: str = "skopeo")
     return False, err.decode() or out.decode()
 
 
-async def pin_images(spec: dict[str, Any], insecure_registries: list[str]) -> None:
+def registry_allowed(image: RegistryImage, allowed: Sequence[str]) -> bool:
+    """Whether `image`'s registry is among `allowed` (`host` or `host:port`; empty: any)."""
+    return not allowed or image.registry in allowed or image.host in allowed
+
+
+async def pin_images(spec: dict[str, Any], insecure_registries: Sequence[str],
+                     allowed_registries: Sequence[str] = ()) -> None:  # fmt: skip
     """Rewrites, in place, each `spec.containers[i].image` that names a registry to its pinned form.
 
     Raises:
-        ApiError: naming the field and the image: INVALID_ARGUMENT (malformed, no such image, not
-            for this platform), UNAVAILABLE (the registry cannot be reached), FAILED_PRECONDITION
-            (unauthorized, its TLS not trusted, plain HTTP from a registry not listed insecure).
+        ApiError: naming the field and the image: INVALID_ARGUMENT (malformed, a registry not in
+            `allowed_registries`, no such image, not for this platform), UNAVAILABLE (the
+            registry cannot be reached), FAILED_PRECONDITION (unauthorized, its TLS not trusted,
+            plain HTTP from a registry not listed insecure).
     """
     for index, container in enumerate(spec.get("containers") or []):
         text = container.get("image")
@@ -64,6 +78,10 @@ async def pin_images(spec: dict[str, Any], insecure_registries: list[str]) -> No
             image = parse_registry_image(text)
         except ValueError as error:
             raise ApiError(f"{field}: {error}", {"field": field}, Reason.INVALID_ARGUMENT) from None
+        if not registry_allowed(image, allowed_registries):
+            raise ApiError(f"{field}: {image}: registry {image.registry} is not one this cluster takes images from; "
+                           f"use one of {', '.join(allowed_registries)} (ATE_ALLOWED_REGISTRIES)",
+                           {"field": field, "allowed": list(allowed_registries)}, Reason.INVALID_ARGUMENT)  # fmt: skip
         insecure = image.loopback or image.registry in insecure_registries
         found, answer = await inspect_digest(image.transport_reference(), insecure)
         if found and answer.startswith("sha256:") and (image.digest is None or answer == image.digest):

@@ -40,6 +40,9 @@ class ApiSettings(BaseSettings):
     """How often silent nodes and expired graces are looked for."""
     idle_check_seconds: float = Field(default=IDLE_CHECK_SECONDS, gt=0, le=60)
     """How often actors whose idle policy is due are looked for (api.idle)."""
+    allowed_registries: list[str] = []
+    """The registries (`host` or `host:port`) template images may come from; empty: any. A
+    template naming another is refused before any registry is asked (api.images)."""
     insecure_registries: list[str] = []
     """Registries (`host[:port]`) template images may come from over plain HTTP or unverified TLS,
     besides those on loopback (api.images); give the atelets the same list."""

@@ -31,6 +31,9 @@ def pytest_configure(config: pytest.Config) -> None:
     # asks its DNS questions of loopback, where nothing answers: no test sends a packet off this
     # machine, even should Squid look a name up that no hosts file knows.
     os.environ.setdefault("ATE_ATELET_EGRESS_DNS_NAMESERVERS", '["127.0.0.1"]')
+    # Every api-server a test starts takes template images from registries on loopback only: a
+    # reference to any other (schemathesis makes many) is refused before a registry is asked.
+    os.environ.setdefault("ATE_ALLOWED_REGISTRIES", '["127.0.0.1", "localhost", "::1"]')
 
 
 STACK_LOG_LINES = 25

@@ -51,7 +51,8 @@ async def create_template(
             f"cluster; use {roots} or a location below one (or leave it out for {settings.snapshot_location})",
             {"field": "spec.snapshotConfig.storageLocation"},
         )
-    await pin_images(spec, settings.insecure_registries)  # every actor of the template runs the same bits
+    # every actor of the template runs the same bits
+    await pin_images(spec, settings.insecure_registries, settings.allowed_registries)
     parsed = ActorTemplateSpec.from_document(spec)
     await check_credential_secrets(store, atespace, parsed.egress, "spec.egress")
     await store.templates.create(atespace, body.name, parsed)

@@ -98,7 +98,9 @@ def test_a_token_template_keeps_its_actors_to_token_holders(stack: Stack, tmp_pa
 def test_the_router_and_cli_files_ate_dev_wrote_are_private(stack: Stack) -> None:
     # secret-keys: the api-server's key ring for secrets, private like the tokens
     credentials = stack.data_dir / "credentials"
-    assert sorted(p.name for p in credentials.iterdir()) == ["bootstrap-token", "local-admin.token", "router.token", "secret-keys"]
+    # egress-ca.*: the CA the atelet's egress proxy signs with (its key would let one impersonate any host to actors)
+    assert sorted(p.name for p in credentials.iterdir()) == ["bootstrap-token", "egress-ca.crt", "egress-ca.key",
+                                                             "local-admin.token", "router.token", "secret-keys"]  # fmt: skip
     assert {p.stat().st_mode & 0o777 for p in credentials.iterdir()} == {0o600}
     assert stack.config.stat().st_mode & 0o777 == 0o600
     assert f"token-file: {credentials / 'local-admin.token'}" in stack.config.read_text()

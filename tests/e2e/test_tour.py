@@ -150,7 +150,7 @@ def test_bad_template_is_refused_with_every_field_named(stack: Stack) -> None:
         "spec:\n"
         "  containers:\n"
         "  - name: c\n"
-        "    image: docker.io/library/nginx\n"
+        "    image: registry.example.com/Team/nginx\n"  # an upper-case path: not a reference (nothing is asked)
         "    wakeupProbe: {httpGet: {path: /readyz, port: 70000}}\n"
         "    volumeMounts: [{name: nope, mountPath: /data}]\n"
         "  resources: {limits: {cpu: -1}}\n"
