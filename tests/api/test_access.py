@@ -64,6 +64,7 @@ ROUTES: dict[tuple[str, str], str] = {
     ("GET", "/v1/workers"): "cluster-viewer",
     ("PUT", "/v1/nodes/{node}"): "node",
     ("POST", "/v1/nodes/{node}/events"): "node",
+    ("GET", "/v1/nodes/{node}/images"): "node",
     ("GET", "/v1/nodes/{node}/workers/{worker}/actors/{atespace}/{name}"): "node",
     ("GET", "/v1/nodes/{node}/workers/{worker}/actors/{atespace}/{name}/egress"): "node",
     ("POST", "/v1/nodes/{node}/workers/{worker}/actors/{atespace}/{name}/suspend"): "node",
