@@ -138,9 +138,28 @@ class Postgres:
             return
         self.server = EmbeddedPostgres(self.pgdata)
         self.dsn = self.server.start()
+        try:
+            asyncio.run(execute(self.dsn, "SELECT 1"))
+        except (OSError, asyncpg.PostgresError) as error:
+            log = self.server.log_path
+            tail = log.read_text(errors="replace")[-2000:] if log.exists() else "(no log)"
+            raise AssertionError(f"PostgreSQL did not come back on {self.dsn}: {error!r}; its log ends:\n{tail}") from error
+
+    def answers(self) -> bool:
+        """Whether the server takes a connection and a query now."""
+        try:
+            asyncio.run(asyncio.wait_for(execute(self.dsn, "SELECT 1"), 10))
+        except (OSError, asyncpg.PostgresError, TimeoutError):
+            return False
+        return True
 
     def sigkill(self) -> None:
-        """SIGKILL the postmaster and every backend (a machine crash as far as the data goes)."""
+        """SIGKILL the postmaster and every backend (a machine crash as far as the data goes).
+
+        The killed postmaster's `postmaster.pid` is removed once every process is gone: its PID
+        may outlive it as a zombie not yet reaped by whoever adopted it, or be taken by a new
+        process on a busy machine, and either would make the next start adopt a server that is
+        not there (as a machine's reboot, which empties the process table, would not)."""
         assert self.server is not None, "an external Postgres cannot be killed by this harness"
         pid = self.server.postmaster_pid()
         assert pid is not None
@@ -149,7 +168,12 @@ class Postgres:
         for p in procs:
             with contextlib.suppress(psutil.NoSuchProcess):
                 p.kill()
-        psutil.wait_procs(procs, timeout=10)
+        _, alive = psutil.wait_procs(procs, timeout=10)
+        for p in alive:
+            with contextlib.suppress(psutil.NoSuchProcess):
+                status = p.status()
+                assert status == psutil.STATUS_ZOMBIE, f"PostgreSQL process {p.pid} outlived SIGKILL ({status})"
+        (self.pgdata / "postmaster.pid").unlink(missing_ok=True)
 
     def stop(self) -> None:
         if self.server is not None:

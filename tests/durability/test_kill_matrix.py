@@ -236,7 +236,9 @@ def quarantine(stack: Stack, actor: str | None = None, template: str | None = No
         if part.process is not None and part.process.poll() is not None:
             part.start()
             part.wait_ready()
-    if stack.postgres.server is not None and not stack.postgres.server.running():
+    if stack.postgres.server is not None and not stack.postgres.answers():
+        if stack.postgres.server.running():
+            stack.postgres.sigkill()
         stack.postgres.start()
     if actor:
         for workflow_id in workflows_of(stack, actor):
