@@ -16,6 +16,7 @@ from typing import Any
 
 from api.errors import ApiError
 from domain.image_references import (
+    RUNTIME_PLATFORM,
     RegistryImage,
     is_registry_reference,
     parse_registry_image,
@@ -35,10 +36,13 @@ _REASONS = {
 
 
 async def inspect_digest(reference: str, insecure: bool, skopeo: str = "skopeo") -> tuple[bool, str]:
-    """(True, digest) of the manifest `reference` (`docker://...`) names, or (False, skopeo's output)."""
+    """(True, `<digest> <os>/<architecture>`) of the manifest `reference` (`docker://...`) names,
+    or (False, skopeo's output). Of a manifest list, the digest is the list's and the platform
+    that of the instance skopeo chose for this machine (it fails when there is none)."""
     try:
         process = await asyncio.create_subprocess_exec(
-            skopeo, "inspect", f"--tls-verify={'false' if insecure else 'true'}", "--format", "{{.Digest}}", reference,
+            skopeo, "inspect", f"--tls-verify={'false' if insecure else 'true'}", "--format", "{{.Digest}} {{.Os}}/{{.Architecture}}",
+            reference,
             stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
         )  # fmt: skip
     except FileNotFoundError:
@@ -65,7 +69,8 @@ async def pin_images(spec: dict[str, Any], insecure_registries: Sequence[str],
 
     Raises:
         ApiError: naming the field and the image: INVALID_ARGUMENT (malformed, a registry not in
-            `allowed_registries`, no such image, not for this platform), UNAVAILABLE (the
+            `allowed_registries`, no such image, not for this platform: an image or manifest
+            list without a `RUNTIME_PLATFORM` variant), UNAVAILABLE (the
             registry cannot be reached), FAILED_PRECONDITION (unauthorized, its TLS not trusted,
             plain HTTP from a registry not listed insecure).
     """
@@ -84,11 +89,14 @@ async def pin_images(spec: dict[str, Any], insecure_registries: Sequence[str],
                            {"field": field, "allowed": list(allowed_registries)}, Reason.INVALID_ARGUMENT)  # fmt: skip
         insecure = image.loopback or image.registry in insecure_registries
         found, answer = await inspect_digest(image.transport_reference(), insecure)
-        if found and answer.startswith("sha256:") and (image.digest is None or answer == image.digest):
-            container["image"] = str(image.pinned(answer))
+        digest, _, platform = answer.partition(" ")
+        if found and platform != RUNTIME_PLATFORM:
+            answer = f"the image is for {platform or 'no stated platform'}, not {RUNTIME_PLATFORM} (architecture)"
+        elif found and digest.startswith("sha256:") and (image.digest is None or digest == image.digest):
+            container["image"] = str(image.pinned(digest))
             continue
-        if found:  # answered, but not the digest asked for (or no digest at all)
-            answer = f"manifest unknown: the registry gave {answer or 'no digest'}"
+        elif found:  # answered, but not the digest asked for (or no digest at all)
+            answer = f"manifest unknown: the registry gave {digest or 'no digest'}"
         kind, hint = pull_failure(answer)
         raise ApiError(f"{field}: {image}: {kind} ({skopeo_message(answer)}); {hint}",
                        {"field": field, "image": str(image), "problem": kind},

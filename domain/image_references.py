@@ -21,6 +21,7 @@ bits. Standard library only.
 from __future__ import annotations
 
 import ipaddress
+import platform
 import re
 from dataclasses import dataclass
 
@@ -128,6 +129,13 @@ def parse_registry_image(text: str) -> RegistryImage:
     return RegistryImage(registry, path, tag, digest or None)
 
 
+_ARCHITECTURES = {"x86_64": "amd64", "aarch64": "arm64", "armv7l": "arm", "ppc64le": "ppc64le", "s390x": "s390x"}
+
+RUNTIME_PLATFORM = f"linux/{_ARCHITECTURES.get(platform.machine(), platform.machine())}"
+"""The OCI platform (`os/architecture`, as image configs and manifest lists write it) of the
+machine this runs on, e.g. `linux/amd64`: the platform a template's registry image must offer,
+since ate's nodes run the api-server's architecture (one architecture per cluster)."""
+
 PULL_FAILURES = (
     ("unauthorized", ("unauthorized", "authentication required", "denied", "401", "403 forbidden")),
     ("no such image", ("manifest unknown", "name unknown", "repository name not known", "not found")),
@@ -144,7 +152,8 @@ PULL_HINTS = {
     "no such image": "check the name and the tag (or digest) exist in the registry",
     "unauthorized": "the registry wants credentials: pull secrets are not supported yet; use a registry or "
                     "repository that allows anonymous pulls",
-    "not for this platform": "the image has no linux/amd64 variant; build or push one",
+    "not for this platform": f"the image has no {RUNTIME_PLATFORM} variant, the platform ate's nodes run; "
+                             "build or push one",
     "disk full": "free space on the node (its image cache) and try again",
     "registry speaks plain HTTP": "only a registry on loopback may use plain HTTP; give the registry TLS, or list "
                                   "it as insecure (ATE_INSECURE_REGISTRIES / the atelet's --insecure-registry)",

@@ -1,19 +1,24 @@
 """Template images from a container registry through the REST API (issue 29): a real registry on
 loopback (tests/registry.py) holds the example counter; a template naming it by tag is recorded
-pinned to the digest the push produced; a missing tag, a registry that is down and a malformed
-reference are refused naming the field, and nothing is stored."""
+pinned to the digest the push produced; a missing tag, a registry that is down, a malformed
+reference and an image built for another architecture are refused naming the field, and nothing
+is stored."""
 
 from __future__ import annotations
 
+import shutil
+import subprocess
 from collections.abc import AsyncIterator, Iterator
+from pathlib import Path
 
 import httpx
 import pytest
 
+from domain.image_references import RUNTIME_PLATFORM
 from store import Store
 from tests.api.conftest import stored_state
 from tests.api.test_egress import As
-from tests.atelet.conftest import build_counter_image
+from tests.atelet.conftest import REPO, build_counter_image
 from tests.credentials import node_token
 from tests.registry import LocalRegistry, local_registry
 
@@ -70,6 +75,29 @@ async def test_a_bad_image_is_refused_naming_the_field_and_changes_nothing(
         assert refused.status_code == status and words in refused.text, (image, refused.text)
         assert "spec.containers[0].image" in refused.text, refused.text
     assert (await api.get(f"{A}/templates/bad")).status_code == 404
+    assert await stored_state(api_store) == before
+
+
+async def test_an_image_for_another_architecture_is_refused_naming_both_platforms(
+    api: httpx.AsyncClient, api_store: Store, atespace: str, registry: tuple[LocalRegistry, str], tmp_path: Path
+) -> None:
+    running, _ = registry
+    layout = tmp_path / "counter-oci"
+    build_counter_image()
+    shutil.copytree(REPO / "examples/counter/oci", layout)
+    # The same image with its config saying arm64 (or amd64 on an arm64 machine): another platform.
+    other = "amd64" if RUNTIME_PLATFORM == "linux/arm64" else "arm64"
+    subprocess.run(["umoci", "config", "--image", f"{layout}:latest", "--architecture", other, "--tag", other],
+                   check=True, capture_output=True)  # fmt: skip
+    running.push(f"oci:{layout}:{other}", f"examples/counter:{other}")
+    before = await stored_state(api_store)
+    refused = await api.post(f"{A}/templates", json=template("foreign", f"{running.address}/examples/counter:{other}"))
+    assert refused.status_code == 400, refused.text
+    problem = refused.json()
+    assert problem["details"]["problem"] == "not for this platform", problem
+    assert f"linux/{other}" in problem["message"] and RUNTIME_PLATFORM in problem["message"], problem
+    assert "spec.containers[0].image" in problem["message"], problem
+    assert (await api.get(f"{A}/templates/foreign")).status_code == 404
     assert await stored_state(api_store) == before
 
 
