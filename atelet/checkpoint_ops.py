@@ -24,6 +24,7 @@ to object storage (``_checkpoint_frozen``: the sandbox stays held by ``pause_for
 upload is done, and runs on when it fails). A sandbox frozen by Freeze (the hot tier,
 ``Worker.frozen``) is thawed first: a cgroup-frozen gVisor sentry cannot answer runsc's
 checkpoint RPC. When the checkpoint then fails, the sandbox runs on, thawed (Health says so).
+Every exec in the sandbox is ended before the save (``atelet.exec_ops``).
 
 Errors: INVALID_ARGUMENT (scope, URI), NOT_FOUND (worker), FAILED_PRECONDITION (the worker does
 not run the actor, the snapshot exists, another operation's save is held), UNAVAILABLE (a
@@ -37,7 +38,7 @@ import contextlib
 import logging
 import shutil
 import time
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import Path
 
 from atelet.assignments import PendingCheckpoint
@@ -88,6 +89,9 @@ class CheckpointOperations:
         # proxy and waits for the open ones to close, cutting them at its timeout; yields
         # (seconds waited, connections cut). Set by the node when it runs one.
         self.egress_drain: Callable[[str], contextlib.AbstractAsyncContextManager[tuple[float, int]]] | None = None
+        # Ends every exec in the worker's sandbox (``ExecOperations.end``) before it is saved: an
+        # exec'd process must not be saved into the snapshot. Set by the node.
+        self.end_execs: Callable[[str, str], Awaitable[int]] | None = None
 
     async def checkpoint(self, req: pb.CheckpointRequest) -> pb.CheckpointResponse:
         """Checkpoints ``req.actor`` on ``req.worker`` to ``req.snapshot_uri`` and frees the worker.
@@ -137,6 +141,8 @@ class CheckpointOperations:
                 self.table.persist(worker)
                 log.info("checkpoint %s: thawed the frozen sandbox of %s on %s first (%s)", req.operation_id,
                          describe(actor), worker.name, how or "it ran")
+            if self.end_execs is not None:
+                await self.end_execs(worker.name, "suspended")
             drained = self.egress_drain(worker.name) if self.egress_drain else contextlib.nullcontext((0.0, 0))
             async with drained as (egress_wait, egress_cut):
                 target = self.snapshots.checkpoint_target(req.snapshot_uri)

@@ -70,6 +70,10 @@ class NodeLayout:
         status (``Runsc.checkpoint``)."""
         return self.workers / worker / "checkpoint"
 
+    def exec_dir(self, worker: str) -> Path:
+        """Where the execs into ``worker``'s sandbox write their output (``atelet.exec_ops``)."""
+        return self.workers / worker / "exec"
+
     def bundle_dir(self, worker: str) -> Path:
         """The runtime files (OCI bundle) of ``worker``'s current sandbox."""
         return self.workers / worker / "bundle"

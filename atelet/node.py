@@ -6,7 +6,7 @@
 - ``atelet.layout``: the files under ``state_dir``;
 - ``atelet.workers``: the worker slots, their locks and their records (``atelet.assignments``);
 - ``atelet.sandbox_ops``: Run, Restore, Checkpoint, Terminate; ``atelet.snapshot_ops``:
-  DeleteSnapshot, CopySnapshot; ``atelet.freeze_ops``: Freeze, Thaw;
+  DeleteSnapshot, CopySnapshot; ``atelet.freeze_ops``: Freeze, Thaw; ``atelet.exec_ops``: Exec;
 - ``atelet.sandbox``: booting and stopping one worker's sandbox;
 - ``atelet.drivers``: the runtime of each sandbox class behind ``SandboxDriver`` (``gvisor``: runsc;
   ``microvm``: QEMU), one per class among the pools, each worker served by its pool's class's;
@@ -45,6 +45,7 @@ from atelet.drivers.microvm.driver import MicrovmDriver
 from atelet.egress import rules as egress_rules
 from atelet.egress.sandbox import SandboxEgress, write_ca_bundle
 from atelet.errors import AteletError, invalid
+from atelet.exec_ops import ExecOperations
 from atelet.exits import ExitReport, ExitWatcher
 from atelet.freeze_ops import FreezeOperations
 from atelet.images import ImageStore
@@ -117,6 +118,8 @@ class Node:
                                                    self.drivers, self.runner, settings.checkpoint_compression)
         self.snapshot_ops = SnapshotOperations(settings.hollow, self.places)
         self.freeze_ops = FreezeOperations(settings.hollow, self.table, self.drivers)
+        self.exec_ops = ExecOperations(settings.hollow, self.table, self.layout, self.drivers)
+        self.checkpoint_ops.end_execs = self.exec_ops.end
 
     @property
     def runsc_version(self) -> str:
@@ -273,6 +276,13 @@ class Node:
         """Lets ``req.actor``'s frozen sandbox on ``req.worker`` run again (``FreezeOperations.thaw``)."""
         return await self._measured("thaw", req.operation_id, pb.ThawResponse,
                                     lambda: self.freeze_ops.thaw(req), req.worker)
+
+    async def exec(self, req: pb.ExecRequest) -> pb.ExecResponse:
+        """Runs a command in ``req.actor``'s sandbox on ``req.worker`` until it ends
+        (``ExecOperations.exec``; not recorded in the operation log: a repeat runs it again; not
+        counted in the worker's ``inflight``: an exec keeps no operation from the worker)."""
+        return await self._measured("exec", req.operation_id, pb.ExecResponse,
+                                    lambda: self.exec_ops.exec(req), record=False)
 
     async def delete_snapshot(self, req: pb.DeleteSnapshotRequest) -> pb.DeleteSnapshotResponse:
         """Deletes the snapshot at ``req.snapshot_uri`` (``SnapshotOperations.delete_snapshot``)."""

@@ -19,12 +19,14 @@ from __future__ import annotations
 
 import asyncio
 import builtins
+import contextlib
 import json
 import os
 import re
 import shlex
 import shutil
 import signal
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -214,6 +216,38 @@ class Runsc:
         result = await self._call(["resume", container_id], timeout)
         if not result.ok:
             raise self.failure(result, container_id)
+
+    async def exec(self, container_id: str, command: Sequence[str], stdout: Path, stderr: Path) -> int:
+        """``runsc exec``: runs ``command`` in the sandbox next to its workload, its output into
+        the files ``stdout`` and ``stderr``, and returns its exit status once it ends (runsc's
+        own, e.g. 128 + a signal's number). Cancelling the call kills the process inside the
+        sandbox (by its PID there, from ``--internal-pid-file``) and the ``runsc exec`` process.
+
+        Raises:
+            AteletError: INTERNAL when runsc cannot be started.
+        """
+        pid_file = stdout.with_name("pid")
+        out = os.open(stdout, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        err = os.open(stderr, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        try:
+            child = await asyncio.create_subprocess_exec(
+                *self._global(), "exec", f"--internal-pid-file={pid_file}", container_id, *command,
+                stdin=asyncio.subprocess.DEVNULL, stdout=out, stderr=err)
+        except OSError as exc:
+            raise internal(f"runsc exec could not start: {exc}") from exc
+        finally:
+            os.close(out)
+            os.close(err)
+        try:
+            return await child.wait()
+        except asyncio.CancelledError:
+            with contextlib.suppress(OSError, ValueError):
+                inside = int(pid_file.read_text().strip())
+                await self._call(["kill", f"--pid={inside}", container_id, "KILL"], 10)
+            with contextlib.suppress(ProcessLookupError):
+                child.kill()
+            await child.wait()
+            raise
 
     async def kill(self, container_id: str, signal: str = "KILL") -> int | None:
         """Sends ``signal`` to the sandbox and waits (up to 10 s) until its process has exited.

@@ -84,6 +84,12 @@ class AteletService(pb_grpc.AteletServicer):
         """Lets a frozen sandbox run again (idempotent)."""
         return await _call(context, f"Thaw {request.operation_id}", self.node.thaw(request))
 
+    async def Exec(  # noqa: N802
+        self, request: pb.ExecRequest, context: Context
+    ) -> pb.ExecResponse:
+        """Runs a command in an actor's sandbox and answers its exit status and output."""
+        return await _call(context, f"Exec {request.operation_id}", self.node.exec(request))
+
     async def Health(  # noqa: N802
         self, request: pb.HealthRequest, context: Context
     ) -> pb.HealthResponse:

@@ -23,16 +23,20 @@ What the node asks of a driver, per call:
 - adoption after an atelet restart: ``list`` once, then ``reattach`` per recorded sandbox (with
   ``frozen`` when it was recorded frozen); the
   sandboxes no adopted record names are removed with ``delete``;
-- exit events: ``exit_watch`` per running sandbox.
+- exit events: ``exit_watch`` per running sandbox;
+- Exec (``atelet.exec_ops``), only when ``can_exec``: ``exec_in`` runs a command in a running
+  sandbox; the node cancels it to end it (before a checkpoint, at its timeout).
 
 Every method raises ``AteletError`` (``atelet.errors``) on failure unless it says otherwise.
 """
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Protocol
 
+from atelet.errors import precondition
 from atelet.netns import WorkerNet
 from atelet.proto import atelet_pb2 as pb
 
@@ -71,11 +75,23 @@ class SandboxDriver(Protocol):
         follows_saves: whether ``checkpoint`` records a save in its ``journal`` so that the save
             goes on without the atelet and ``checkpoint_done`` tells how it ended
             (``atelet.checkpoint_ops``).
+        can_exec: whether ``exec_in`` works (False: Exec is refused for the class).
     """
 
     sandbox_class: str
     exit_grace_seconds: float
     follows_saves: bool
+    can_exec: bool = False
+
+    async def exec_in(self, container_id: str, command: Sequence[str], stdout: Path, stderr: Path) -> int:
+        """Runs ``command`` inside the running sandbox, its output into the files ``stdout`` and
+        ``stderr``, and returns its exit status once it ends. Cancelled, it kills the command.
+
+        Raises:
+            AteletError: INTERNAL when it cannot be started; FAILED_PRECONDITION when the class
+                has no exec (``can_exec`` False).
+        """
+        raise precondition(f"exec is not available for sandbox class {self.sandbox_class} yet")
 
     async def version(self) -> str:
         """The runtime's build (e.g. ``0.0~20240729.0``), pinned into every FULL manifest: a

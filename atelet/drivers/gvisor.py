@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import json
 import logging
+from collections.abc import Sequence
 from pathlib import Path
 
 from atelet import netns, watch
@@ -264,6 +265,12 @@ class GVisorDriver(SandboxDriver):
                 log.info("thawed the frozen sandbox %s before runsc acts on it", container_id)
             except CgroupError as exc:
                 log.warning("thaw of the frozen sandbox %s failed: %s", container_id, exc)
+
+    can_exec = True
+
+    async def exec_in(self, container_id: str, command: Sequence[str], stdout: Path, stderr: Path) -> int:
+        """``runsc exec`` (``Runsc.exec``)."""
+        return await self.runsc.exec(container_id, command, stdout, stderr)
 
     async def kill(self, container_id: str) -> bool:
         """``runsc kill`` (SIGKILL), waiting until the sandbox process exited (a frozen sandbox is

@@ -321,3 +321,37 @@ class ThawResponse(_message.Message):
     thaw_seconds: float
     method: str
     def __init__(self, was_frozen: _Optional[bool] = ..., thaw_seconds: _Optional[float] = ..., method: _Optional[str] = ...) -> None: ...
+
+class ExecRequest(_message.Message):
+    __slots__ = ("operation_id", "worker", "actor", "command", "timeout_seconds", "max_output_bytes")
+    OPERATION_ID_FIELD_NUMBER: _ClassVar[int]
+    WORKER_FIELD_NUMBER: _ClassVar[int]
+    ACTOR_FIELD_NUMBER: _ClassVar[int]
+    COMMAND_FIELD_NUMBER: _ClassVar[int]
+    TIMEOUT_SECONDS_FIELD_NUMBER: _ClassVar[int]
+    MAX_OUTPUT_BYTES_FIELD_NUMBER: _ClassVar[int]
+    operation_id: str
+    worker: str
+    actor: ActorRef
+    command: _containers.RepeatedScalarFieldContainer[str]
+    timeout_seconds: float
+    max_output_bytes: int
+    def __init__(self, operation_id: _Optional[str] = ..., worker: _Optional[str] = ..., actor: _Optional[_Union[ActorRef, _Mapping]] = ..., command: _Optional[_Iterable[str]] = ..., timeout_seconds: _Optional[float] = ..., max_output_bytes: _Optional[int] = ...) -> None: ...
+
+class ExecResponse(_message.Message):
+    __slots__ = ("exit_code", "stdout", "stderr", "stdout_truncated", "stderr_truncated", "ended", "seconds")
+    EXIT_CODE_FIELD_NUMBER: _ClassVar[int]
+    STDOUT_FIELD_NUMBER: _ClassVar[int]
+    STDERR_FIELD_NUMBER: _ClassVar[int]
+    STDOUT_TRUNCATED_FIELD_NUMBER: _ClassVar[int]
+    STDERR_TRUNCATED_FIELD_NUMBER: _ClassVar[int]
+    ENDED_FIELD_NUMBER: _ClassVar[int]
+    SECONDS_FIELD_NUMBER: _ClassVar[int]
+    exit_code: int
+    stdout: bytes
+    stderr: bytes
+    stdout_truncated: bool
+    stderr_truncated: bool
+    ended: str
+    seconds: float
+    def __init__(self, exit_code: _Optional[int] = ..., stdout: _Optional[bytes] = ..., stderr: _Optional[bytes] = ..., stdout_truncated: _Optional[bool] = ..., stderr_truncated: _Optional[bool] = ..., ended: _Optional[str] = ..., seconds: _Optional[float] = ...) -> None: ...

@@ -80,6 +80,11 @@ class AteletStub:
                 request_serializer=atelet_dot_proto_dot_atelet__pb2.ThawRequest.SerializeToString,
                 response_deserializer=atelet_dot_proto_dot_atelet__pb2.ThawResponse.FromString,
                 _registered_method=True)
+        self.Exec = channel.unary_unary(
+                '/ate.atelet.v1.Atelet/Exec',
+                request_serializer=atelet_dot_proto_dot_atelet__pb2.ExecRequest.SerializeToString,
+                response_deserializer=atelet_dot_proto_dot_atelet__pb2.ExecResponse.FromString,
+                _registered_method=True)
 
 
 class AteletServicer:
@@ -165,6 +170,17 @@ class AteletServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def Exec(self, request, context):
+        """Runs a command inside a RUNNING actor's sandbox (for debugging) and answers its exit status
+        and output once it ends. Not recorded in the operation log: a repeat runs the command again.
+        A checkpoint or stop of the sandbox ends every exec in it first (ended says so).
+        FAILED_PRECONDITION: the worker does not run the actor, it is frozen, or its sandbox class
+        has no exec; INVALID_ARGUMENT: an empty command.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_AteletServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -212,6 +228,11 @@ def add_AteletServicer_to_server(servicer, server):
                     servicer.Thaw,
                     request_deserializer=atelet_dot_proto_dot_atelet__pb2.ThawRequest.FromString,
                     response_serializer=atelet_dot_proto_dot_atelet__pb2.ThawResponse.SerializeToString,
+            ),
+            'Exec': grpc.unary_unary_rpc_method_handler(
+                    servicer.Exec,
+                    request_deserializer=atelet_dot_proto_dot_atelet__pb2.ExecRequest.FromString,
+                    response_serializer=atelet_dot_proto_dot_atelet__pb2.ExecResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -457,6 +478,33 @@ class Atelet:
             '/ate.atelet.v1.Atelet/Thaw',
             atelet_dot_proto_dot_atelet__pb2.ThawRequest.SerializeToString,
             atelet_dot_proto_dot_atelet__pb2.ThawResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def Exec(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/ate.atelet.v1.Atelet/Exec',
+            atelet_dot_proto_dot_atelet__pb2.ExecRequest.SerializeToString,
+            atelet_dot_proto_dot_atelet__pb2.ExecResponse.FromString,
             options,
             channel_credentials,
             insecure,
