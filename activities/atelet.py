@@ -19,6 +19,7 @@ from collections.abc import Awaitable, Callable
 from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
+from activities import atelet_exec as exec_calls
 from activities import atelet_freeze as freeze_calls
 from activities.atelet_channels import AteletChannels
 from activities.atelet_tls import AteletClientTls
@@ -35,6 +36,7 @@ from domain.operations.atelet_calls import (
     AteletRunResult,
     AteletTerminateInput,
 )
+from domain.operations.exec import AteletExecInput, ExecResult
 from domain.operations.freeze import AteletFreezeInput, AteletFreezeResult
 from domain.operations.resume import PlaceAndRestoreInput, PlaceAndRestoreResult
 from domain.operations.snapshot_gc import DeleteSnapshotInput
@@ -178,6 +180,17 @@ class AteletActivities:
                 retryable otherwise.
         """
         return await freeze_calls.freeze(self.channels, request)
+
+    @activity_defn(Activity.ATELET_EXEC)
+    async def exec_command(self, request: AteletExecInput) -> ExecResult:
+        """Run a command in the holder's sandbox until it ends (ExecInActor; not idempotent: the
+        workflow runs it once).
+
+        Raises:
+            ApplicationError: the atelet refused (FAILED_PRECONDITION: not running there, frozen)
+                or could not be reached.
+        """
+        return await exec_calls.exec_command(self.channels, request)
 
     async def _start(self, request: AteletRunInput) -> AteletRunResult:
         """The atelet's Run (no snapshot) or Restore, then `_mark_running` when asked (`start`)."""

@@ -19,6 +19,7 @@ from domain.activity_names import Activity
 from domain.failpoints import failpoint
 from domain.operations.common import ActorOperation, FinishInput
 from domain.operations.drain import BeginDrainInput, CrashInput, DrainPlan, Leftover
+from domain.operations.exec import BeginExecInput, FinishExecInput
 from domain.operations.freeze import BeginFreezeInput, FinishFreezeInput, FreezePlan
 from domain.operations.golden import GoldenPlan, GoldenSnapshotInput
 from domain.operations.pause import PausePlan
@@ -34,6 +35,7 @@ from domain.operations.router_drain import (
 from domain.operations.snapshot_gc import GarbageSnapshot, SnapshotGcInput
 from domain.operations.suspend import BeginSuspendInput, CompleteSnapshotInput, SuspendCompletedInput, SuspendPlan
 from domain.operations.upload import CompleteUploadInput, UploadInput, UploadPlan
+from domain.refs import WorkerRef
 from store.interfaces import DbActivitiesStore
 
 log = logging.getLogger(__name__)
@@ -48,6 +50,18 @@ class DbActivities:
 
     def __init__(self, store: DbActivitiesStore) -> None:
         self.store = store
+
+    # ---- ExecInActor ------------------------------------------------------------------------
+
+    @activity_defn(Activity.BEGIN_EXEC)
+    async def begin_exec(self, request: BeginExecInput) -> WorkerRef:
+        """The RUNNING actor's worker, the exec recorded in its history (who, what)."""
+        return await self.store.execs.begin(request.actor, request.operation_id, request.reason)
+
+    @activity_defn(Activity.FINISH_EXEC)
+    async def finish_exec(self, request: FinishExecInput) -> None:
+        """How the exec ended, in the actor's history."""
+        await self.store.execs.finish(request.operation_id, request.outcome, request.error)
 
     # ---- FreezeActor ------------------------------------------------------------------------
 

@@ -39,6 +39,7 @@ from api.routes import (
     tokens,
     workers,
 )
+from api.routes import exec as exec_route
 from api.secret_box import load_secret_box, reseal_all
 from api.settings import ApiSettings
 from store import Store
@@ -121,7 +122,8 @@ def create_app(settings: ApiSettings) -> FastAPI:
     )
     install_error_handlers(app)
     app.add_middleware(BodySizeLimit, max_bytes=settings.max_request_bytes)
-    for module in (atespaces, templates, actors, schedules, local_endpoint, workers, routers, operations, tokens, secrets):
+    for module in (atespaces, templates, actors, exec_route, schedules, local_endpoint, workers, routers, operations,
+                   tokens, secrets):  # fmt: skip
         app.include_router(module.router)
 
     @app.get("/healthz", tags=["health"], **PUBLIC)

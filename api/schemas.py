@@ -481,8 +481,9 @@ class OperationPublic(BaseModel):
     started_at: datetime
     finished_at: datetime | None
     duration_seconds: float | None
-    reason: str | None = Field(default=None, description="why ate started it by itself (idle for 300 s); null: "
-                               "a user or an operator asked")
+    reason: str | None = Field(default=None, description="why ate started it by itself (idle for 300 s); of an "
+                               "exec (ExecInActor), who ran what (by alice: cat /data/count.txt); null: a user or "
+                               "an operator asked")
 
 
 class RunningOperation(BaseModel):

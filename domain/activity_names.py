@@ -96,6 +96,12 @@ class Activity(StrEnum):
     """Stop and delete the holder's sandbox on a worker (idempotent)."""
     ATELET_FREEZE = "atelet_freeze"
     """Stop the holder's sandbox in place (cgroup freezer or a stopped VM; idempotent)."""
+    ATELET_EXEC = "atelet_exec"
+    """Run a command in the holder's sandbox until it ends (not idempotent: never retried)."""
+    BEGIN_EXEC = "begin_exec"
+    """The RUNNING actor's worker, and the exec recorded in its history."""
+    FINISH_EXEC = "finish_exec"
+    """Record how an exec ended in the actor's history."""
     DELETE_SNAPSHOT = "delete_snapshot"
     """Delete a snapshot's data through a live atelet, then its row."""
 

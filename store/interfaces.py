@@ -24,6 +24,7 @@ from domain.refs import ActorRef
 from store.actors import Actors
 from store.atespaces import Atespaces
 from store.drains import Drains
+from store.execs import Execs
 from store.freezes import Freezes
 from store.golden_snapshots import GoldenSnapshots
 from store.history import OperationHistory
@@ -317,6 +318,8 @@ class DbActivitiesStore(Protocol):
     def freezes(self) -> Freezes: ...  # noqa: D102
     @property
     def pressure(self) -> Pressure: ...  # noqa: D102
+    @property
+    def execs(self) -> Execs: ...  # noqa: D102
     @property
     def room_queue(self) -> RoomQueue: ...  # noqa: D102
 

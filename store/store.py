@@ -22,6 +22,7 @@ import asyncpg
 from store.actors import Actors
 from store.atespaces import Atespaces
 from store.drains import Drains
+from store.execs import Execs
 from store.freezes import Freezes
 from store.golden_snapshots import GoldenSnapshots
 from store.history import OperationHistory
@@ -81,6 +82,7 @@ class Store:
         self.secrets = Secrets(pool, self.atespaces)
         self.router_drains = RouterDrains(pool)
         self.freezes = Freezes(pool, self.placement)
+        self.execs = Execs(pool, self.placement)
         self.idleness = Idleness(pool)
         self.room_queue = RoomQueue(pool)
         self.pressure = Pressure(pool, self.snapshots, self.room_queue)

@@ -32,6 +32,7 @@ from store import Store
 from temporal_worker.search_attributes import ensure_search_attributes
 from temporal_worker.settings import WorkerSettings
 from workflows.eviction_deadline import EvictionDeadlineWorkflow
+from workflows.exec_in_actor import ExecInActorWorkflow
 from workflows.freeze_actor import FreezeActorWorkflow
 from workflows.golden_snapshot import GoldenSnapshotWorkflow
 from workflows.pause_actor import PauseActorWorkflow
@@ -49,6 +50,7 @@ WORKFLOWS = [
     SuspendActorWorkflow,
     PauseActorWorkflow,
     FreezeActorWorkflow,
+    ExecInActorWorkflow,
     UploadSnapshotWorkflow,
     GoldenSnapshotWorkflow,
     RevertActorWorkflow,
@@ -141,6 +143,9 @@ def activities(
         db.finish_freeze,
         db.rollback_freeze,
         atelets.freeze,
+        db.begin_exec,
+        db.finish_exec,
+        atelets.exec_command,
         db.pressure_victims,
         db.release_room,
         db.leave_room_queue,

@@ -383,6 +383,16 @@ class ApiClient:
             timeout=timeout_seconds + 15.0,
         )
 
+    def exec_in_actor(self, atespace: str, name: str, command: list[str], timeout_seconds: float = 60.0) -> dict[str, Any]:
+        """Run `command` in a RUNNING actor's sandbox; returns `exit_code`, `stdout`, `stderr`,
+        `ended`... once it ends (see `api.routes.exec`)."""
+        return self.request_object(
+            "POST",
+            f"/v1/atespaces/{_segment(atespace)}/actors/{_segment(name)}/exec",
+            json={"command": command, "timeout_seconds": timeout_seconds},
+            timeout=timeout_seconds + 120.0,
+        )
+
     def update_actor(self, atespace: str, name: str, changes: dict[str, Any]) -> dict[str, Any]:
         """Replace the given fields of an actor (`worker_selector`, `idle`) and return it."""
         return self.request_object(

@@ -23,6 +23,7 @@ from ate.cli import (
     suspend,
     tag,
 )
+from ate.cli import exec as exec_verb
 from ate.cli.common import AteGroup, ContextOpt, ServerOpt
 
 app = typer.Typer(
@@ -45,7 +46,7 @@ def root(
     ctx.obj = {"server": server, "context": context}
 
 
-for verb in (create, get, describe, resume, suspend, pause, freeze, revert, tag, set_fields, delete):
+for verb in (create, get, describe, resume, suspend, pause, freeze, revert, tag, set_fields, delete, exec_verb):
     app.add_typer(verb.app, rich_help_panel="Resources")
 app.add_typer(node.drain_app, rich_help_panel="Nodes")
 app.add_typer(node.undrain_app, rich_help_panel="Nodes")

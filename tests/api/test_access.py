@@ -58,6 +58,7 @@ ROUTES: dict[tuple[str, str], str] = {
     ("POST", "/v1/atespaces/{atespace}/actors/{name}/suspend"): "operator",
     ("POST", "/v1/atespaces/{atespace}/actors/{name}/pause"): "operator",
     ("POST", "/v1/atespaces/{atespace}/actors/{name}/freeze"): "operator",
+    ("POST", "/v1/atespaces/{atespace}/actors/{name}/exec"): "operator",
     ("POST", "/v1/atespaces/{atespace}/actors/{name}/schedules"): "admin",
     ("GET", "/v1/atespaces/{atespace}/actors/{name}/schedules"): "viewer",
     ("DELETE", "/v1/atespaces/{atespace}/actors/{name}/schedules/{schedule}"): "admin",

@@ -25,6 +25,7 @@ from temporalio.client import WorkflowHandle
 
 from domain.operations.atelet_calls import AteletCheckpointResult, AteletRunResult
 from domain.operations.drain import DrainPlan, EvictionDeadlineInput, Leftover
+from domain.operations.exec import ExecInput, ExecResult
 from domain.operations.freeze import AteletFreezeResult, FreezeActorInput, FreezePlan
 from domain.operations.golden import GoldenPlan, GoldenSnapshotInput
 from domain.operations.pause import PauseActorInput, PausePlan
@@ -42,6 +43,7 @@ from tests.workflows.fakes import Fakes, atelet_failure, fail, store_failure
 from tests.workflows.harness import Ate, running, start_test_server
 from tests.workflows.samples import ATELET, C1, DRAINED, MANIFEST, NODE, SPEC, actor, snapshot, worker
 from workflows.eviction_deadline import EvictionDeadlineWorkflow
+from workflows.exec_in_actor import ExecInActorWorkflow
 from workflows.freeze_actor import FreezeActorWorkflow
 from workflows.golden_snapshot import GoldenSnapshotWorkflow
 from workflows.pause_actor import PauseActorWorkflow
@@ -272,6 +274,14 @@ async def freeze(ate: Ate) -> Handle:
     return await settled(await ate.start(FreezeActorWorkflow.run, request, id=C1.workflow_id))
 
 
+async def exec_in_actor(ate: Ate) -> Handle:
+    ate.fakes.script("begin_exec", worker(1)).script("finish_exec", None)
+    ate.fakes.script("atelet_exec", ExecResult(exit_code=0, stdout="2\n", stderr="", stdout_truncated=False,
+                                               stderr_truncated=False, ended="", seconds=0.2, worker="default/w-1"))
+    request = ExecInput(actor=C1, command=["cat", "/data/count.txt"], timeout_seconds=60, requested_by="alice")
+    return await settled(await ate.start(ExecInActorWorkflow.run, request, id="exec/demo/c1/0123456789abcdef"))
+
+
 async def freeze_abandoned(ate: Ate) -> Handle:
     ate.fakes.script("begin_freeze", FreezePlan(already_frozen=False, worker=worker(1)))
     ate.fakes.script("drain_routers", BUSY).script("rollback_freeze", None)
@@ -319,6 +329,7 @@ SCENARIOS: dict[str, Scenario] = {
     "suspend_actor_idle_abandoned": suspend_idle_abandoned,
     "freeze_actor_after_a_retry": freeze,
     "freeze_actor_idle_abandoned": freeze_abandoned,
+    "exec_in_actor_exited": exec_in_actor,
     "pause_actor_after_a_retry": pause,
     "pause_actor_rolled_back": pause_rolled_back,
     "revert_actor_terminated": revert_terminated,

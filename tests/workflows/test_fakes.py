@@ -20,7 +20,7 @@ from workflows.suspend_actor import SuspendActorWorkflow
 def test_there_is_a_fake_for_every_activity_the_worker_registers_with_its_types() -> None:
     fakes = {activity._Definition.must_from_callable(fn).name: fn for fn in Fakes().activities()}
     assert set(fakes) == set(REAL_ACTIVITIES)
-    assert len(REAL_ACTIVITIES) == 40
+    assert len(REAL_ACTIVITIES) == 43
     real = activity._Definition.must_from_callable(DbActivities.begin_resume)
     fake = activity._Definition.must_from_callable(fakes["begin_resume"])
     assert (fake.arg_types, fake.ret_type) == (real.arg_types, real.ret_type) == ([BeginResumeInput], ResumePlan)
