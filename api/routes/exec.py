@@ -69,7 +69,7 @@ async def exec_in_actor(
     atespace: str, name: str, body: ExecRequest, store: StoreDep, temporal: TemporalDep, principal: PrincipalDep
 ) -> ExecResponse:
     """Run `command` inside the RUNNING actor's sandbox and answer its exit status and output
-    (each stream up to 1 MiB) once it ends, by itself or at `timeout_seconds`. Refused (409)
+    (each stream up to 256 KiB) once it ends, by itself or at `timeout_seconds`. Refused (409)
     unless the actor is RUNNING; nothing is changed by a refusal."""
     ref = ActorRef(atespace, name)
     if any(not part for part in body.command[:1]) or sum(len(part.encode()) for part in body.command) > MAX_COMMAND_BYTES:

@@ -31,7 +31,7 @@ def exec_actor(
     sys.stderr.write(done.get("stderr", ""))
     for stream in ("stdout", "stderr"):
         if done.get(f"{stream}_truncated"):
-            typer.echo(f"ate: {stream} was cut at 1 MiB", err=True)
+            typer.echo(f"ate: {stream} was cut at 256 KiB", err=True)
     ended = done.get("ended") or ""
     if ended:
         why = {"timeout": f"it ran longer than --timeout {timeout:g} s and was killed",

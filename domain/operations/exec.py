@@ -22,8 +22,9 @@ MAX_EXEC_TIMEOUT_SECONDS = 3600.0
 DEFAULT_EXEC_TIMEOUT_SECONDS = 60.0
 EXEC_CALL_MARGIN_SECONDS = 30.0
 """The atelet call's deadline beyond the command's timeout (the atelet kills it at the timeout)."""
-EXEC_OUTPUT_BYTES = 1 << 20
-"""Bytes kept of each of an exec's stdout and stderr (1 MiB): what Temporal carries in a result."""
+EXEC_OUTPUT_BYTES = 256 * 1024
+"""Bytes kept of each of an exec's stdout and stderr (256 KiB): both, even with every byte
+undecodable (3 bytes of U+FFFD each), stay within the 2 MB Temporal takes in one result."""
 
 
 def exec_workflow_id(actor: ActorRef, exec_id: str) -> str:
