@@ -10,7 +10,7 @@ from ate.cli.common import AtespaceOpt, client, new_typer
 app = new_typer("exec", "Run a command inside a running actor's sandbox, for debugging.")
 
 
-@app.command("actor", context_settings={"allow_interspersed_args": False})
+@app.command("actor")
 def exec_actor(
     ctx: typer.Context,
     name: str,
