@@ -53,9 +53,10 @@ DAMAGED_ADVICE = (
 )
 
 
-def search_attributes(atespace: str, name: str, operation: Operation) -> TypedSearchAttributes:
-    """`AteAtespace`, `AteActor` and `AteOperation` for a workflow on (atespace, name)."""
-    values = search_attribute_values(atespace, name, operation.value)
+def search_attributes(atespace: str, name: str, operation: str) -> TypedSearchAttributes:
+    """`AteAtespace`, `AteActor` and `AteOperation` for a workflow on (atespace, name) of type
+    `operation` (an `Operation`, or another workflow type such as ExecInActor)."""
+    values = search_attribute_values(atespace, name, str(operation))
     return TypedSearchAttributes([SearchAttributePair(SearchAttributeKey.for_keyword(k), v) for k, v in values.items()])
 
 

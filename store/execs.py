@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import asyncpg
 
-from domain.operations.exec import EXEC_WORKFLOW
+from domain.operations.exec import EXEC_WORKFLOW, not_running
 from domain.refs import ActorRef, WorkerRef
 from domain.states import ActorState
 from store.errors import FailedPrecondition, NotFound
@@ -36,9 +36,7 @@ class Execs:
                 raise NotFound(f"actor {ref.key} not found")
             state = actor["state"]
             if state != ActorState.RUNNING or actor["worker_id"] is None:
-                raise FailedPrecondition(
-                    f"actor {ref.key} is {state}: exec runs a command in a RUNNING actor; resume it first "
-                    f"(`ate resume actor {ref.name} -a {ref.atespace}`, or send it a request)")
+                raise FailedPrecondition(not_running(ref, state))
             if actor["operation"] is not None:
                 raise FailedPrecondition(f"actor {ref.key} is being moved ({actor['operation']}); exec once it "
                                          "rests RUNNING again")  # fmt: skip

@@ -13,12 +13,11 @@ import uuid
 
 from fastapi import APIRouter
 from pydantic import BaseModel, Field
-from temporalio.common import SearchAttributeKey, SearchAttributePair, TypedSearchAttributes
 
 from api.access.guard import PrincipalDep, needs
 from api.deps import StoreDep, TemporalDep
 from api.errors import ApiError
-from api.operations import wait_result
+from api.operations import search_attributes, wait_result
 from api.strict import Strict
 from domain.access import Permission
 from domain.operations.exec import (
@@ -32,11 +31,12 @@ from domain.operations.exec import (
     ExecInput,
     ExecResult,
     exec_workflow_id,
+    not_running,
 )
 from domain.reasons import Reason
 from domain.refs import ActorRef
 from domain.states import ActorState
-from domain.temporal import TASK_QUEUE, WORKFLOW_TASK_TIMEOUT, search_attribute_values
+from domain.temporal import TASK_QUEUE, WORKFLOW_TASK_TIMEOUT
 
 router = APIRouter(tags=["actors"])
 
@@ -77,19 +77,14 @@ async def exec_in_actor(
                        {"field": "command"}, Reason.INVALID_ARGUMENT)  # fmt: skip
     actor = await store.actors.get(ref)
     if actor.state != ActorState.RUNNING:
-        raise ApiError(
-            f"actor {ref.key} is {actor.state}: exec runs a command in a RUNNING actor; resume it first "
-            f"(`ate resume actor {name} -a {atespace}`, or send it a request), then exec again",
-            {"state": actor.state}, Reason.FAILED_PRECONDITION)  # fmt: skip
-    attributes = search_attribute_values(atespace, name, EXEC_WORKFLOW)
+        raise ApiError(not_running(ref, actor.state), {"state": actor.state}, Reason.FAILED_PRECONDITION)
     handle = await temporal.start_workflow(
         EXEC_WORKFLOW,
         ExecInput(actor=ref, command=body.command, timeout_seconds=body.timeout_seconds, requested_by=principal.name),
         id=exec_workflow_id(ref, uuid.uuid4().hex[:16]),
         task_queue=TASK_QUEUE,
         task_timeout=WORKFLOW_TASK_TIMEOUT,
-        search_attributes=TypedSearchAttributes(
-            [SearchAttributePair(SearchAttributeKey.for_keyword(k), v) for k, v in attributes.items()]),
+        search_attributes=search_attributes(atespace, name, EXEC_WORKFLOW),
         result_type=ExecResult,
     )  # fmt: skip
     result = await wait_result(handle, body.timeout_seconds + 3 * EXEC_CALL_MARGIN_SECONDS, ref.key, "exec")

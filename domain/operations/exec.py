@@ -32,6 +32,12 @@ def exec_workflow_id(actor: ActorRef, exec_id: str) -> str:
     return f"exec/{actor.atespace}/{actor.name}/{exec_id}"
 
 
+def not_running(actor: ActorRef, state: str) -> str:
+    """The refusal of an exec into `actor`, which rests in `state` (not RUNNING), saying what to do."""
+    return (f"actor {actor.key} is {state}: exec runs a command in a RUNNING actor; resume it first "
+            f"(`ate resume actor {actor.name} -a {actor.atespace}`, or send it a request), then exec again")
+
+
 @dataclass
 class ExecInput:
     """Input of the ExecInActor workflow.
