@@ -31,6 +31,7 @@ from api.routes import (
     actors,
     atespaces,
     local_endpoint,
+    logs,
     operations,
     routers,
     schedules,
@@ -83,6 +84,7 @@ def create_app(settings: ApiSettings) -> FastAPI:
                                     command_timeout=settings.database_timeout_seconds,
                                     connect_timeout=settings.database_timeout_seconds)
         await store.migrate()
+        store.actor_logs.bytes_per_actor = settings.log_bytes_per_actor
         app.state.store = store
         app.state.authenticator = authenticator_for(settings, store)
         app.state.temporal = await Client.connect(settings.temporal_address, namespace=settings.temporal_namespace)
@@ -122,7 +124,7 @@ def create_app(settings: ApiSettings) -> FastAPI:
     )
     install_error_handlers(app)
     app.add_middleware(BodySizeLimit, max_bytes=settings.max_request_bytes)
-    for module in (atespaces, templates, actors, exec_route, schedules, local_endpoint, workers, routers, operations,
+    for module in (atespaces, templates, actors, exec_route, logs, schedules, local_endpoint, workers, routers, operations,
                    tokens, secrets):  # fmt: skip
         app.include_router(module.router)
 

@@ -12,6 +12,7 @@ from domain.access import Grant, Role
 from domain.idle import IDLE_CHECK_SECONDS
 from domain.liveness import LIVENESS_CHECK_SECONDS, NODE_LEASE_SECONDS, UNREACHABLE_GRACE_SECONDS
 from domain.locations import check_storage_location
+from domain.logs import DEFAULT_LOG_BYTES_PER_ACTOR
 from serving.protocol import DEFAULT_HEAD_TIMEOUT_SECONDS, DEFAULT_MAX_HEAD_BYTES
 
 
@@ -46,6 +47,9 @@ class ApiSettings(BaseSettings):
     insecure_registries: list[str] = []
     """Registries (`host[:port]`) template images may come from over plain HTTP or unverified TLS,
     besides those on loopback (api.images); give the atelets the same list."""
+    log_bytes_per_actor: int = Field(default=DEFAULT_LOG_BYTES_PER_ACTOR, ge=64 * 1024)
+    """How much of each actor's output is kept for `ate logs`: its newest lines up to this many
+    bytes (older ones are dropped as new ones arrive; all go when the actor is deleted)."""
     resume_timeout_seconds: float = 30.0
     suspend_timeout_seconds: float = 60.0
     max_request_bytes: int = Field(default=DEFAULT_MAX_REQUEST_BYTES, ge=1024)

@@ -32,6 +32,9 @@ class Permission(StrEnum):
     TEMPLATES_READ = "templates.read"
     TEMPLATES_MANAGE = "templates.manage"
     ACTORS_READ = "actors.read"
+    ACTORS_LOGS = "actors.logs"
+    """Read an actor's output (`ate logs`): every role that reads actors, but not the router,
+    which never needs what a workload printed."""
     ACTORS_RESUME = "actors.resume"
     ACTORS_OPERATE = "actors.operate"
     ACTORS_MANAGE = "actors.manage"
@@ -60,7 +63,7 @@ class Role(StrEnum):
     ROUTER = "router"
 
 
-_VIEW = frozenset({Permission.ATESPACES_READ, Permission.TEMPLATES_READ, Permission.ACTORS_READ})
+_VIEW = frozenset({Permission.ATESPACES_READ, Permission.TEMPLATES_READ, Permission.ACTORS_READ, Permission.ACTORS_LOGS})
 _OPERATE = _VIEW | {Permission.ACTORS_RESUME, Permission.ACTORS_OPERATE, Permission.ACTORS_REACH, Permission.SECRETS_READ}
 _ADMIN = _OPERATE | {
     Permission.TEMPLATES_MANAGE,

@@ -21,6 +21,7 @@ from domain.liveness import NODE_LEASE_SECONDS, UNREACHABLE_GRACE_SECONDS
 from domain.operations.resume import ResumePlan
 from domain.operations.snapshot_gc import GarbageSnapshot
 from domain.refs import ActorRef
+from store.actor_logs import ActorLogs
 from store.actors import Actors
 from store.atespaces import Atespaces
 from store.drains import Drains
@@ -248,6 +249,8 @@ class ApiStore(Protocol):
     def idleness(self) -> Idleness: ...  # noqa: D102
     @property
     def room_queue(self) -> RoomDemand: ...  # noqa: D102
+    @property
+    def actor_logs(self) -> ActorLogs: ...  # noqa: D102
 
     async def ping(self) -> None:
         """See `Store.ping` (the health check)."""

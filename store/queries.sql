@@ -1086,3 +1086,60 @@ SELECT atespace, name, key_id, sealed FROM secrets WHERE key_id <> $1 ORDER BY a
 UPDATE secrets SET key_id = $5, sealed = $6
 WHERE atespace = $1 AND name = $2 AND key_id = $3 AND sealed = $4
 RETURNING name;
+
+-- log_source_allowed --
+-- Whether node $3 may add lines to actor ($1, $2): the actor is placed on one of its workers, or
+-- the actor's newest stored line came from it (the lines a node still ships after the actor left).
+SELECT EXISTS (
+    SELECT 1 FROM actors a JOIN workers w ON w.id = a.worker_id
+    WHERE a.atespace = $1 AND a.name = $2 AND w.node = $3
+) OR (
+    SELECT node FROM actor_log_lines WHERE atespace = $1 AND actor = $2 ORDER BY seq DESC LIMIT 1
+) IS NOT DISTINCT FROM $3::text AND EXISTS (SELECT 1 FROM actors WHERE atespace = $1 AND name = $2);
+
+-- lock_actor_log --
+-- Serialize the appends to one actor's output (so `seq` follows commit order for that actor).
+SELECT pg_advisory_xact_lock(hashtextextended('ate-actor-log/' || $1 || '/' || $2, 0));
+
+-- insert_log_lines --
+-- Append lines ($7 times, $8 byte offsets, $9 texts) to an actor's output, in offset order; a line
+-- already stored from the same node, log and offset is skipped.
+INSERT INTO actor_log_lines (atespace, actor, time, stream, node, worker, log_id, "offset", line)
+SELECT $1, $2, u.t, $3, $4, $5, $6, u.o, u.l
+FROM unnest($7::timestamptz[], $8::bigint[], $9::text[]) AS u(t, o, l)
+ORDER BY u.o
+ON CONFLICT DO NOTHING;
+
+-- trim_log_lines --
+-- Drop an actor's oldest lines beyond its newest $3 bytes (a line counts its text and its newline).
+DELETE FROM actor_log_lines l
+USING (
+    SELECT seq FROM (
+        SELECT seq, sum(octet_length(line) + 1) OVER (ORDER BY seq DESC) AS newer
+        FROM actor_log_lines WHERE atespace = $1 AND actor = $2
+    ) s WHERE s.newer > $3
+) old
+WHERE l.atespace = $1 AND l.actor = $2 AND l.seq = old.seq;
+
+-- log_lines --
+-- An actor's lines after seq $3 and at or after time $4 (NULL: any), the newest $5 of them, oldest first.
+SELECT seq, time, stream, node, worker, line FROM (
+    SELECT seq, time, stream, node, worker, line FROM actor_log_lines
+    WHERE atespace = $1 AND actor = $2 AND seq > $3 AND ($4::timestamptz IS NULL OR time >= $4)
+    ORDER BY seq DESC LIMIT $5
+) newest ORDER BY seq;
+
+-- log_events --
+-- An actor's operations that finished at or after $3, the newest 1000 of them, oldest first: the
+-- lifecycle events `ate logs` shows between the lines.
+SELECT operation_id, operation, outcome, worker, reason, error, finished_at FROM (
+    SELECT operation_id, operation, outcome, worker, reason, error, finished_at FROM operations
+    WHERE atespace = $1 AND actor = $2 AND finished_at IS NOT NULL AND finished_at >= $3
+    ORDER BY finished_at DESC, operation_id DESC LIMIT 1000
+) newest ORDER BY finished_at, operation_id;
+
+-- actor_has_run --
+-- Whether an actor ever resumed (booted or restored) successfully, or printed a line.
+SELECT EXISTS (
+    SELECT 1 FROM operations WHERE atespace = $1 AND actor = $2 AND operation = 'ResumeActor' AND outcome = 'ok'
+) OR EXISTS (SELECT 1 FROM actor_log_lines WHERE atespace = $1 AND actor = $2);

@@ -19,6 +19,8 @@ import json
 
 import asyncpg
 
+from domain.logs import DEFAULT_LOG_BYTES_PER_ACTOR
+from store.actor_logs import ActorLogs
 from store.actors import Actors
 from store.atespaces import Atespaces
 from store.drains import Drains
@@ -87,6 +89,7 @@ class Store:
         self.room_queue = RoomQueue(pool)
         self.pressure = Pressure(pool, self.snapshots, self.room_queue)
         self.measurements = Measurements(pool)
+        self.actor_logs = ActorLogs(pool, DEFAULT_LOG_BYTES_PER_ACTOR)
 
     @classmethod
     async def connect(

@@ -28,7 +28,7 @@ SECRET_KEYS_ENV = {"ATE_SECRET_KEYS": "suite1 " + base64.b64encode(SUITE_SECRET_
 """The api-server's environment for its key ring of secrets."""
 
 
-_NODE_ROUTE = re.compile(r"^/v1/nodes/([^/]+)(/events)?$")
+_NODE_ROUTE = re.compile(r"^/v1/nodes/([^/]+)(/events|/logs)?$")
 
 
 def node_token(node: str) -> str:
@@ -43,7 +43,7 @@ def node_token(node: str) -> str:
 
 def headers_for(method: str, path: str) -> dict[str, str]:
     """The credential a request to `path` needs: node N's own certificate for node N's
-    registration (PUT /v1/nodes/N) and events (POST /v1/nodes/N/events), else the bootstrap
+    registration (PUT /v1/nodes/N), events and logs (POST /v1/nodes/N/events, /logs), else the bootstrap
     token. A node name no certificate can carry gets the bootstrap token (and its 403)."""
     found = _NODE_ROUTE.match(path)
     if found and (method, bool(found.group(2))) in (("PUT", False), ("POST", True)):
