@@ -92,6 +92,9 @@ class CheckpointOperations:
         # Ends every exec in the worker's sandbox (``ExecOperations.end``) before it is saved: an
         # exec'd process must not be saved into the snapshot. Set by the node.
         self.end_execs: Callable[[str, str], Awaitable[int]] | None = None
+        # Ships the actor's output printed so far (``OutputCollector.flush``) before it is saved,
+        # while the actor is still placed here. Set by the atelet's main.
+        self.flush_output: Callable[[tuple[str, str]], Awaitable[None]] | None = None
 
     async def checkpoint(self, req: pb.CheckpointRequest) -> pb.CheckpointResponse:
         """Checkpoints ``req.actor`` on ``req.worker`` to ``req.snapshot_uri`` and frees the worker.
@@ -143,6 +146,8 @@ class CheckpointOperations:
                          describe(actor), worker.name, how or "it ran")
             if self.end_execs is not None:
                 await self.end_execs(worker.name, "suspended")
+            if self.flush_output is not None:
+                await self.flush_output(actor)
             drained = self.egress_drain(worker.name) if self.egress_drain else contextlib.nullcontext((0.0, 0))
             async with drained as (egress_wait, egress_cut):
                 target = self.snapshots.checkpoint_target(req.snapshot_uri)

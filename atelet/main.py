@@ -13,6 +13,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import functools
 import json
 import logging
 import signal
@@ -29,6 +30,7 @@ from atelet.image_prefetch import prefetch_loop
 from atelet.local_endpoint import LocalEndpoint
 from atelet.node import Node
 from atelet.node_identity import NodeCredentials
+from atelet.output import OutputCollector
 from atelet.pool import PoolError, default_pool, load_pools
 from atelet.proto import atelet_pb2_grpc as pb_grpc
 from atelet.registration import heartbeat_loop
@@ -37,6 +39,9 @@ from atelet.settings import AteletSettings
 from atelet.snapshots.uris import SnapshotRootError
 from atelet.tls import ControlPlaneOnly, NodeTlsFiles, TlsConfigError, server_credentials
 from domain.pools import WorkerPoolSpec, parse_worker_pool
+
+OUTPUT_FLUSH_SECONDS = 0.5
+"""How long a checkpoint (and the atelet's stop) waits to ship the actor's last lines."""
 
 log = logging.getLogger("atelet")
 
@@ -112,6 +117,11 @@ async def serve(settings: AteletSettings, ready: asyncio.Event | None = None) ->
     reporter = EventReporter(settings.api_server, settings.node, identity)
     node.on_exit = reporter.exited
     deliver = asyncio.create_task(reporter.run()) if settings.api_server else None
+    output = OutputCollector(node.workers, node.layout, settings.node, settings.api_server, identity,
+                             stdout=sys.stdout if settings.output_to_stdout else None)  # fmt: skip
+    node.runner.before_launch = output.begin
+    node.checkpoint_ops.flush_output = functools.partial(output.flush, timeout=OUTPUT_FLUSH_SECONDS)
+    collecting = asyncio.create_task(output.run()) if not settings.hollow else None
     try:
         await node.start()
         if settings.local_endpoint_on and settings.api_server:
@@ -143,6 +153,10 @@ async def serve(settings: AteletSettings, ready: asyncio.Event | None = None) ->
             task.cancel()
         if heartbeat is not None:
             heartbeat.cancel()
+        if collecting is not None:
+            with contextlib.suppress(Exception):
+                await asyncio.wait_for(output.look(), OUTPUT_FLUSH_SECONDS)  # the last lines, once
+            collecting.cancel()
         if prefetch is not None:
             prefetch.cancel()
         for sig in installed:

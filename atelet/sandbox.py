@@ -15,6 +15,7 @@ import logging
 import shutil
 import time
 import uuid
+from collections.abc import Callable
 from pathlib import Path
 
 from atelet import probe
@@ -47,6 +48,9 @@ class SandboxRunner:
         self.layout = layout
         self.exits = exits
         self._deleting: set[asyncio.Task[None]] = set()
+        # Called with the actor before its sandbox starts on its log file (``OutputCollector.begin``:
+        # an overgrown, shipped file starts again empty). Set by the atelet's main.
+        self.before_launch: Callable[[tuple[str, str]], None] | None = None
 
     async def boot(self, worker: Worker, actor: tuple[str, str], spec: pb.WorkloadSpec,
                    image_path: Path | None, probe_timeout: float, operation: tuple[str, str]) -> tuple[float, float]:
@@ -75,6 +79,8 @@ class SandboxRunner:
         worker.operation, worker.started_at, worker.adopted = operation, time.time(), False
         try:
             self.table.persist(worker)  # before the sandbox starts: a crash from here on leaves a record
+            if self.before_launch is not None:
+                self.before_launch(actor)
             start = time.monotonic()
             await driver.launch(cid, worker.net, prepared, self.layout.log_path(actor), image_path)
             boot = time.monotonic() - start

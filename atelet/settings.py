@@ -99,6 +99,8 @@ class AteletSettings(BaseSettings):
       ``--drain-timeout`` for inbound requests; default 10).
     - ``subnet``: IPv4 network the workers' /30 links are cut from (worker i gets the i-th /30).
     - ``hollow``: benchmark mode — accept calls, run no sandbox. Never the default.
+    - ``output_to_stdout``: write every line the actors print to the atelet's stdout as JSON with
+      its labels (``atelet.output``), for a cluster's log collector; default on.
     - ``runsc``: the runsc binary.
     - ``checkpoint_compression``: whether a checkpoint's memory is compressed: ``auto`` (the
       default) leaves a snapshot kept on disks (``file://``, ``local://``) uncompressed, since
@@ -165,6 +167,7 @@ class AteletSettings(BaseSettings):
     egress_drain_seconds: float = Field(default=10.0, ge=0, le=240)
     subnet: str = "10.88.0.0/16"
     hollow: bool = False
+    output_to_stdout: bool = True
     runsc: str = "runsc"
     checkpoint_compression: Literal["auto", "none", "flate-best-speed"] = "auto"
     drain_on_sigterm: bool = False

@@ -27,7 +27,7 @@ MAX_LINES_PER_BATCH = 1000
 
 DEFAULT_LOG_BYTES_PER_ACTOR = 1024 * 1024
 """What the api-server keeps of each actor's output by default: its newest 1 MiB of lines
-(setting ATE_API_LOG_BYTES_PER_ACTOR); older lines are dropped as new ones arrive."""
+(setting ATE_LOG_BYTES_PER_ACTOR); older lines are dropped as new ones arrive."""
 
 MAX_TAIL_LINES = 100_000
 """The most lines one `--tail` may ask for."""
@@ -47,22 +47,6 @@ def parse_since(text: str) -> float:
         raise ValueError(f"since: {text!r} is not a duration; give a positive number and a unit s, m, h or d, "
                          "e.g. 10m or 2h")  # fmt: skip
     return float(match.group(1)) * _UNIT_SECONDS[match.group(2)]
-
-
-def split_line(line: str) -> list[str]:
-    """`line` cut into pieces of at most MAX_LINE_BYTES bytes each, never inside a character."""
-    data = line.encode()
-    if len(data) <= MAX_LINE_BYTES:
-        return [line]
-    pieces: list[str] = []
-    start = 0
-    while start < len(data):
-        end = min(start + MAX_LINE_BYTES, len(data))
-        while end < len(data) and (data[end] & 0xC0) == 0x80:  # a continuation byte: back up
-            end -= 1
-        pieces.append(data[start:end].decode())
-        start = end
-    return pieces
 
 
 def clean_text(data: bytes) -> str:

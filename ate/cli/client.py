@@ -6,6 +6,7 @@ server answered with the error JSON `{"reason", "message", "details"}`) and `Api
 """
 
 import base64
+import json as json_module
 from collections.abc import Iterator
 from typing import Any, Self
 from urllib.parse import quote
@@ -392,6 +393,34 @@ class ApiClient:
             json={"command": command, "timeout_seconds": timeout_seconds},
             timeout=timeout_seconds + 120.0,
         )
+
+    def actor_logs(self, atespace: str, name: str, *, follow: bool = False, tail: int | None = None,
+                   since: str | None = None) -> Iterator[dict[str, Any]]:  # fmt: skip
+        """The actor's output and lifecycle events, oldest first, one record at a time
+        (`{"type": "line", "time", "line", ...}` or `{"type": "event", "time", "event", ...}`,
+        see `api.routes.logs`); with `follow` it goes on until the answer ends or the caller stops.
+
+        Raises:
+            ApiError, ApiUnreachable: as `request`.
+        """
+        params = {k: v for k, v in {"follow": "true" if follow else None, "tail": tail, "since": since}.items()
+                  if v is not None}  # fmt: skip
+        path = f"/v1/atespaces/{_segment(atespace)}/actors/{_segment(name)}/logs"
+        timeout = httpx.Timeout(self._http.timeout.connect, read=None) if follow else None
+        try:
+            with self._http.stream("GET", path, params=params, timeout=timeout or self._http.timeout) as response:
+                if response.status_code >= 400:
+                    response.read()
+                    raise _error_from_response(response)
+                for line in response.iter_lines():
+                    if line.strip():
+                        yield json_module.loads(line)
+        except (httpx.ConnectError, httpx.ConnectTimeout) as exc:
+            raise ApiUnreachable(self.server, str(exc)) from exc
+        except httpx.TimeoutException as exc:
+            raise ApiError(0, Reason.TIMEOUT, f"the ate API at {self.server} did not answer in time") from exc
+        except httpx.TransportError as exc:
+            raise ApiError(0, "Transport", f"reading logs from the ate API at {self.server} failed: {exc}") from exc
 
     def update_actor(self, atespace: str, name: str, changes: dict[str, Any]) -> dict[str, Any]:
         """Replace the given fields of an actor (`worker_selector`, `idle`) and return it."""

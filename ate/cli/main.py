@@ -24,6 +24,7 @@ from ate.cli import (
     tag,
 )
 from ate.cli import exec as exec_verb
+from ate.cli import logs as logs_verb
 from ate.cli.common import AteGroup, ContextOpt, ServerOpt
 
 app = typer.Typer(
@@ -46,7 +47,7 @@ def root(
     ctx.obj = {"server": server, "context": context}
 
 
-for verb in (create, get, describe, resume, suspend, pause, freeze, revert, tag, set_fields, delete, exec_verb):
+for verb in (create, get, describe, resume, suspend, pause, freeze, revert, tag, set_fields, delete, exec_verb, logs_verb):
     app.add_typer(verb.app, rich_help_panel="Resources")
 app.add_typer(node.drain_app, rich_help_panel="Nodes")
 app.add_typer(node.undrain_app, rich_help_panel="Nodes")

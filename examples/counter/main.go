@@ -84,6 +84,7 @@ func (s *server) root(w http.ResponseWriter, r *http.Request) {
 	}
 	w.Header().Set("Content-Type", "application/json")
 	_ = json.NewEncoder(w).Encode(map[string]any{"ip": ip, "memory_count": mem, "file_count": file})
+	log.Printf("counted: memory_count %d, file_count %d", mem, file)
 }
 
 // slow answers {"slept_ms": N} after sleeping ?ms=N milliseconds (at most 60000), without
