@@ -45,9 +45,10 @@ from atelet.assignments import PendingCheckpoint
 from atelet.drivers import Drivers
 from atelet.errors import AteletError, invalid, precondition
 from atelet.layout import NodeLayout
+from atelet.output import keep_output
 from atelet.proto import atelet_pb2 as pb
 from atelet.sandbox import SandboxRunner
-from atelet.snapshots.manifest import CHECKPOINT_DIR, VOLUMES_DIR, size_of
+from atelet.snapshots.manifest import CHECKPOINT_DIR, OUTPUT_FILE, VOLUMES_DIR, size_of
 from atelet.snapshots.places import CheckpointTarget, SnapshotPlaces
 from atelet.snapshots.volumes import archive_dir
 from atelet.spec import actor_key
@@ -250,7 +251,7 @@ class CheckpointOperations:
             self.table.persist(worker)
             raise
         try:
-            await self._archive_volumes(actor, worker.spec, target.staging)
+            await self._archive_volumes(actor, worker.spec, target.staging, worker.output_start)
             checkpoint_s = time.monotonic() - start
             start = time.monotonic()
             manifest = await target.commit(manifest)
@@ -293,7 +294,7 @@ class CheckpointOperations:
             await self._abandon(worker, target)
             raise
         try:
-            await self._archive_volumes(actor, worker.spec, target.staging)
+            await self._archive_volumes(actor, worker.spec, target.staging, worker.output_start)
             checkpoint_s = time.monotonic() - start
             manifest = await target.commit(manifest)
         except BaseException:
@@ -327,10 +328,15 @@ class CheckpointOperations:
             log.warning("thaw of %s before its stop failed: %s", cid, error.reason)
         await self.runner.stop(worker)
 
-    async def _archive_volumes(self, actor: tuple[str, str], spec: pb.WorkloadSpec, staging: Path) -> None:
-        """Each durable dir of the actor into ``staging/volumes/<name>.tar``."""
+    async def _archive_volumes(self, actor: tuple[str, str], spec: pb.WorkloadSpec, staging: Path,
+                               output_start: int = 0) -> None:  # fmt: skip
+        """Each durable dir of the actor into ``staging/volumes/<name>.tar``; with a FULL save
+        (``staging/checkpoint`` there), the newest output of the saved sandbox (its log file from
+        byte ``output_start``) into ``staging/output.log``."""
         for name, host_dir in self.layout.volume_dirs(actor, spec).items():
             await asyncio.to_thread(archive_dir, host_dir, staging / VOLUMES_DIR / f"{name}.tar")
+        if (staging / CHECKPOINT_DIR).is_dir():
+            await asyncio.to_thread(keep_output, self.layout.log_path(actor), output_start, staging / OUTPUT_FILE)
 
     # ---- saves nobody waits for ------------------------------------------------------------
 
@@ -423,7 +429,7 @@ class CheckpointOperations:
                  worker.name)
         start = time.monotonic()
         try:
-            await self._archive_volumes(actor, worker.spec, target.staging)
+            await self._archive_volumes(actor, worker.spec, target.staging, worker.output_start)
             manifest = await target.commit(manifest)
         except BaseException:
             if pending.leave_running:

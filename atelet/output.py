@@ -43,6 +43,7 @@ from typing import IO, Any
 import httpx
 
 from atelet.layout import NodeLayout
+from atelet.snapshots.manifest import OUTPUT_BYTES
 from atelet.workers import Worker
 from domain.logs import MAX_LINE_BYTES, OUTPUT_STREAM, clean_text
 
@@ -150,25 +151,29 @@ class OutputCollector:
         except Exception as error:
             log.warning("output of %s/%s not flushed before the checkpoint: %s", *actor, error)
 
-    def begin(self, actor: tuple[str, str]) -> None:
-        """Before a sandbox of ``actor`` starts: a log file past ``MAX_FILE_BYTES`` whose lines are
-        all shipped (or past 4 times that, shipped or not) starts again empty."""
+    def begin(self, worker: Worker, actor: tuple[str, str]) -> None:
+        """Before a sandbox of ``actor`` starts on ``worker``: a log file past ``MAX_FILE_BYTES`` whose lines are
+        all shipped (or past 4 times that, shipped or not) starts again empty; what the file holds
+        now is read at once (lines a restore inherited are stamped before the sandbox runs)."""
         path = self.layout.log_path(actor)
         try:
             size = path.stat().st_size
         except FileNotFoundError:
             return
-        if size <= MAX_FILE_BYTES:
-            return
         followed = self._followed.get(actor) or self._load(actor, path)
-        shipped = followed is not None and followed.acked_offset >= size and not followed.pending
-        if not shipped and size <= 4 * MAX_FILE_BYTES:
-            return
-        if not shipped:
-            log.warning("log of %s/%s is %d bytes and not all shipped: starting it again empty", *actor, size)
-        self._followed.pop(actor, None)
-        path.unlink(missing_ok=True)
-        path.with_name(path.name + STATE_SUFFIX).unlink(missing_ok=True)
+        if size > MAX_FILE_BYTES:
+            shipped = followed is not None and followed.acked_offset >= size and not followed.pending
+            if shipped or size > 4 * MAX_FILE_BYTES:
+                if not shipped:
+                    log.warning("log of %s/%s is %d bytes and not all shipped: starting it again empty", *actor, size)
+                self._followed.pop(actor, None)
+                path.unlink(missing_ok=True)
+                path.with_name(path.name + STATE_SUFFIX).unlink(missing_ok=True)
+                return
+        if followed is not None and not followed.lock.locked():
+            self._followed[actor] = followed
+            self._label(followed, worker)
+            self._read(followed, final=False)
 
     def _load(self, actor: tuple[str, str], path: Path) -> _Followed | None:
         """The file's follow state: from its ``.shipped`` record when that names this file, else
@@ -198,9 +203,7 @@ class OutputCollector:
             self._followed[actor] = followed
         async with followed.lock:
             if worker is not None:
-                followed.worker = f"{worker.pool.name}/{worker.name}"
-                if worker.spec is not None and worker.spec.containers:
-                    followed.container = worker.spec.containers[0].name
+                self._label(followed, worker)
             writing = worker is not None and worker.state == "running"
             self._read(followed, final=not writing)
             if deliver and followed.pending:
@@ -209,6 +212,13 @@ class OutputCollector:
                 with contextlib.suppress(FileNotFoundError):
                     if path.stat().st_size <= followed.read_offset:
                         self._followed.pop(actor, None)
+
+    @staticmethod
+    def _label(followed: _Followed, worker: Worker) -> None:
+        """The worker and container names the file's next lines carry."""
+        followed.worker = f"{worker.pool.name}/{worker.name}"
+        if worker.spec is not None and worker.spec.containers:
+            followed.container = worker.spec.containers[0].name
 
     def _read(self, followed: _Followed, *, final: bool) -> None:
         """Reads what was appended to the file into lines (``final``: the sandbox is gone, a
@@ -328,3 +338,36 @@ def _cut(data: bytes, start: int, *, final: bool) -> list[tuple[int, bytes | Non
         pieces.append((start + position, data[position:end]))
         position = end + 1
     return pieces
+
+
+def keep_output(log_path: Path, start: int, destination: Path) -> None:
+    """Writes the newest ``OUTPUT_BYTES`` of ``log_path`` from byte ``start`` on (beginning at a
+    line) to ``destination``: what a FULL snapshot keeps of its sandbox's output. Nothing is
+    written when there is none. Blocking."""
+    try:
+        size = log_path.stat().st_size
+    except FileNotFoundError:
+        return
+    begin = max(start if start <= size else 0, size - OUTPUT_BYTES)
+    with open(log_path, "rb") as f:
+        f.seek(begin)
+        data = f.read(size - begin)
+    if begin > start:  # cut inside a line: from the next one
+        data = data[data.find(b"\n") + 1:] if b"\n" in data else b""
+    if data:
+        destination.write_bytes(data)
+
+
+def inherit(snapshot_output: Path, log_path: Path) -> None:
+    """Appends a snapshot's kept output (``OUTPUT_FILE``) to ``log_path``, ending it with a
+    newline: a sandbox restored from another actor's snapshot printed those lines before the
+    save. Nothing when the snapshot kept none. Blocking."""
+    try:
+        data = snapshot_output.read_bytes()
+    except FileNotFoundError:
+        return
+    if not data:
+        return
+    log_path.parent.mkdir(parents=True, exist_ok=True)
+    with open(log_path, "ab") as f:
+        f.write(data if data.endswith(b"\n") else data + b"\n")

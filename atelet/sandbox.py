@@ -48,9 +48,10 @@ class SandboxRunner:
         self.layout = layout
         self.exits = exits
         self._deleting: set[asyncio.Task[None]] = set()
-        # Called with the actor before its sandbox starts on its log file (``OutputCollector.begin``:
-        # an overgrown, shipped file starts again empty). Set by the atelet's main.
-        self.before_launch: Callable[[tuple[str, str]], None] | None = None
+        # Called with the worker and the actor before its sandbox starts on its log file
+        # (``OutputCollector.begin``: an overgrown, shipped file starts again empty, inherited lines
+        # are read). Set by the atelet's main.
+        self.before_launch: Callable[[Worker, tuple[str, str]], None] | None = None
 
     async def boot(self, worker: Worker, actor: tuple[str, str], spec: pb.WorkloadSpec,
                    image_path: Path | None, probe_timeout: float, operation: tuple[str, str]) -> tuple[float, float]:
@@ -80,7 +81,9 @@ class SandboxRunner:
         try:
             self.table.persist(worker)  # before the sandbox starts: a crash from here on leaves a record
             if self.before_launch is not None:
-                self.before_launch(actor)
+                self.before_launch(worker, actor)
+            log_path = self.layout.log_path(actor)
+            worker.output_start = log_path.stat().st_size if log_path.exists() else 0
             start = time.monotonic()
             await driver.launch(cid, worker.net, prepared, self.layout.log_path(actor), image_path)
             boot = time.monotonic() - start

@@ -47,6 +47,7 @@ class Worker:
     checkpoint: PendingCheckpoint | None = None  # a checkpoint started and not yet committed
     settling: asyncio.Task[None] | None = None  # follows a checkpoint its caller no longer waits for
     frozen: bool = False  # the running sandbox is frozen (Freeze): no CPU until Thaw
+    output_start: int = 0  # the size of the actor's log file when its sandbox started (not kept across restarts)
 
     def free(self) -> None:
         """Marks the worker idle (nothing runs on it); ``WorkerTable.free`` also forgets its record."""

@@ -25,6 +25,11 @@ from atelet.snapshots.digests import DIGESTS
 MANIFEST = "manifest.json"
 CHECKPOINT_DIR = "checkpoint"
 VOLUMES_DIR = "volumes"
+OUTPUT_FILE = "output.log"
+"""In a FULL snapshot: the newest ``OUTPUT_BYTES`` of what the saved sandbox had printed. A sandbox
+restored from another actor's snapshot (a template's golden snapshot) inherits it: its process
+printed those lines before the save (``atelet.output.inherit``)."""
+OUTPUT_BYTES = 64 * 1024
 
 
 def sha256_file(path: Path) -> str:
