@@ -13,7 +13,7 @@ its requests at real ones (atespace `demo`, template `web`, actor `c1`, node `n1
 it). That run leaves out the operations that wait for a workflow (resume, suspend, pause,
 revert, and `?wait=true` on templates): no Temporal worker runs here, so they would wait out
 their timeout and answer 504, as documented (those routes' 404 and 400 paths are in the
-first run).
+first run); nor does it follow an actor's logs (`?follow=true` stays open until the client goes).
 """
 
 from __future__ import annotations
@@ -89,9 +89,13 @@ def flatmap_path_parameters(context: schemathesis.HookContext, path_parameters: 
 
 @seeded_schema.hook
 def map_query(context: schemathesis.HookContext, query: dict[str, Any] | None) -> dict[str, Any] | None:
-    """No template create waits for its golden snapshot (no worker builds it here)."""
+    """No template create waits for its golden snapshot (no worker builds it here), and no log
+    read follows (a follow is an answer that stays open by design: its first part is the answer
+    without it)."""
     if query and "wait" in query:
-        return {**query, "wait": "false"}
+        query = {**query, "wait": "false"}
+    if query and "follow" in query:
+        query = {**query, "follow": "false"}
     return query
 
 
