@@ -6,6 +6,7 @@ server answered with the error JSON `{"reason", "message", "details"}`) and `Api
 """
 
 import base64
+import contextlib
 import json as json_module
 from collections.abc import Iterator
 from typing import Any, Self
@@ -93,6 +94,18 @@ class ApiClient:
     def __exit__(self, *exc: object) -> None:
         self.close()
 
+    @contextlib.contextmanager
+    def _transport_errors(self) -> Iterator[None]:
+        """httpx's failures to reach or hear the server, as `ApiUnreachable` or `ApiError`."""
+        try:
+            yield
+        except (httpx.ConnectError, httpx.ConnectTimeout) as exc:
+            raise ApiUnreachable(self.server, str(exc)) from exc
+        except httpx.TimeoutException as exc:
+            raise ApiError(0, Reason.TIMEOUT, f"the ate API at {self.server} did not answer in time") from exc
+        except httpx.TransportError as exc:
+            raise ApiError(0, "Transport", f"talking to the ate API at {self.server} failed: {exc}") from exc
+
     def request_object(self, method: str, path: str, **kwargs: Any) -> dict[str, Any]:
         """`request` for endpoints that answer a JSON object."""
         body = self.request(method, path, **kwargs)
@@ -127,14 +140,8 @@ class ApiClient:
         kwargs: dict[str, Any] = {"json": json, "params": query}
         if timeout is not None:
             kwargs["timeout"] = timeout
-        try:
+        with self._transport_errors():
             response = self._http.request(method, path, **kwargs)
-        except (httpx.ConnectError, httpx.ConnectTimeout) as exc:
-            raise ApiUnreachable(self.server, str(exc)) from exc
-        except httpx.TimeoutException as exc:
-            raise ApiError(0, Reason.TIMEOUT, f"the ate API at {self.server} did not answer in time") from exc
-        except httpx.TransportError as exc:
-            raise ApiError(0, "Transport", f"talking to the ate API at {self.server} failed: {exc}") from exc
         if response.status_code >= 400:
             error = _error_from_response(response)
             if response.status_code == 401 and not self.token:
@@ -407,20 +414,14 @@ class ApiClient:
                   if v is not None}  # fmt: skip
         path = f"/v1/atespaces/{_segment(atespace)}/actors/{_segment(name)}/logs"
         timeout = httpx.Timeout(self._http.timeout.connect, read=None) if follow else None
-        try:
-            with self._http.stream("GET", path, params=params, timeout=timeout or self._http.timeout) as response:
-                if response.status_code >= 400:
-                    response.read()
-                    raise _error_from_response(response)
-                for line in response.iter_lines():
-                    if line.strip():
-                        yield json_module.loads(line)
-        except (httpx.ConnectError, httpx.ConnectTimeout) as exc:
-            raise ApiUnreachable(self.server, str(exc)) from exc
-        except httpx.TimeoutException as exc:
-            raise ApiError(0, Reason.TIMEOUT, f"the ate API at {self.server} did not answer in time") from exc
-        except httpx.TransportError as exc:
-            raise ApiError(0, "Transport", f"reading logs from the ate API at {self.server} failed: {exc}") from exc
+        with self._transport_errors(), \
+                self._http.stream("GET", path, params=params, timeout=timeout or self._http.timeout) as response:
+            if response.status_code >= 400:
+                response.read()
+                raise _error_from_response(response)
+            for line in response.iter_lines():
+                if line.strip():
+                    yield json_module.loads(line)
 
     def update_actor(self, atespace: str, name: str, changes: dict[str, Any]) -> dict[str, Any]:
         """Replace the given fields of an actor (`worker_selector`, `idle`) and return it."""
