@@ -62,3 +62,4 @@ def test_exec_runs_in_the_actor_and_is_recorded(stack: Stack) -> None:
     assert get(stack, "ex/e1")["memory_count"] == 3
     ps = stack.ate("exec", "actor", "e1", "-a", "ex", "--", "ps")
     assert "/counter" in ps.stdout and "sleep 300" not in ps.stdout, ps.stdout
+    stack.ate("suspend", "actor", "e1", "-a", "ex")  # the stack has two workers: give the place back

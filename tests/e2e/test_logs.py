@@ -43,6 +43,13 @@ def wait_for(stack: Stack, args: list[str], ending: str, timeout: float = 30) ->
 
 
 def test_logs_show_the_counter_across_a_suspend(stack: Stack) -> None:
+    try:
+        logs_across_a_suspend(stack)
+    finally:  # the stack has two workers: give the place back, whatever happened
+        stack.ate("suspend", "actor", "l1", "-a", "lgs", check=False)
+
+
+def logs_across_a_suspend(stack: Stack) -> None:
     path = setup_actor(stack, "lgs", "l1")
     before = api(stack, "GET", path).json()
     never = stack.ate("logs", "actor", "l1", "-a", "lgs", check=False)
