@@ -233,6 +233,8 @@ class OutputCollector:
             followed.partial = b""
         if followed.pending_bytes() >= MAX_PENDING_BYTES:
             return
+        if stat.st_size == followed.read_offset and not (final and followed.partial):
+            return  # nothing new (most looks): no open, no read
         with open(followed.path, "rb") as f:
             f.seek(followed.read_offset)
             data = f.read(READ_BYTES)
