@@ -22,14 +22,21 @@ async def check_credential_secrets(store: ApiStore, atespace: str, policy: Egres
     """Each credential of `policy` names a secret that exists in `atespace`.
 
     Raises:
-        InvalidArgument: naming `<field>.credentials[i].secret` and how to create the secret.
+        InvalidArgument: naming `<field>.credentials[i].secret` and how to create the secret (also
+            when it is a registry secret, which is no header value).
         NotFound: no such atespace.
     """
     if not policy.credentials:
         return
-    names = {s.name for s in await store.secrets.all(atespace)}
+    types = {s.name: s.type for s in await store.secrets.all(atespace)}
     for index, credential in enumerate(policy.credentials):
-        if credential.secret not in names:
+        if types.get(credential.secret) == "registry":
+            raise InvalidArgument(
+                f"{field}.credentials[{index}].secret: {credential.secret} is a registry secret (for imagePullSecrets); "
+                f"a credential header takes an opaque one ('ate create secret NAME -a {atespace} --from-file PATH')",
+                {"field": f"{field}.credentials[{index}].secret"},
+            )
+        if credential.secret not in types:
             raise InvalidArgument(
                 f"{field}.credentials[{index}].secret: atespace {atespace} has no secret {credential.secret}; create it "
                 f"first ('ate create secret {credential.secret} -a {atespace} --from-file PATH')",

@@ -5,13 +5,22 @@ the same bits; the recorded image reads `<name>:<tag>@<digest>` (`domain.image_r
 
 A reference by digest is checked to exist all the same. A registry on loopback may speak plain
 HTTP, as may those the operator lists (`ApiSettings.insecure_registries`). Local layouts
-(`oci:...`) are left to the atelets. Not yet: pull secrets.
+(`oci:...`) are left to the atelets.
+
+Credentials: an image is looked up with the template's pull secrets for its registry
+(`spec.imagePullSecrets`, `domain.registry_credentials`), one after the other until one is let in,
+each in an auth file of its own (mode 0600 in a private temp dir, removed at once); an image
+whose registry has none is looked up anonymously (`--no-creds`): never with the logins of the
+machine the api-server runs on, which are not the atespace's.
 """
 
 from __future__ import annotations
 
 import asyncio
+import os
+import tempfile
 from collections.abc import Sequence
+from pathlib import Path
 from typing import Any
 
 from api.errors import ApiError
@@ -24,6 +33,7 @@ from domain.image_references import (
     skopeo_message,
 )
 from domain.reasons import Reason
+from domain.registry_credentials import RegistryCredentials, auth_file
 
 INSPECT_TIMEOUT_SECONDS = 60.0
 
@@ -35,15 +45,28 @@ _REASONS = {
 """The API reason of a failed lookup by kind; the others (unauthorized, TLS, disk) are FAILED_PRECONDITION."""
 
 
-async def inspect_digest(reference: str, insecure: bool, skopeo: str = "skopeo") -> tuple[bool, str]:
+async def inspect_digest(reference: str, insecure: bool, skopeo: str = "skopeo",
+                         credentials: RegistryCredentials | None = None) -> tuple[bool, str]:  # fmt: skip
     """(True, `<digest> <os>/<architecture>`) of the manifest `reference` (`docker://...`) names,
     or (False, skopeo's output). Of a manifest list, the digest is the list's and the platform
-    that of the instance skopeo chose for this machine (it fails when there is none)."""
+    that of the instance skopeo chose for this machine (it fails when there is none). With
+    `credentials`, asked with them (an auth file of its own); without, anonymously."""
+    with tempfile.TemporaryDirectory(prefix="ate-auth-") as private:  # mode 0700
+        auth = ["--no-creds"]
+        if credentials is not None:
+            path = Path(private) / "auth.json"
+            descriptor = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+            with os.fdopen(descriptor, "w") as out:
+                out.write(auth_file(credentials))
+            auth = [f"--authfile={path}"]
+        return await _inspect(skopeo, [f"--tls-verify={'false' if insecure else 'true'}", *auth, "--format",
+                                       "{{.Digest}} {{.Os}}/{{.Architecture}}", reference])  # fmt: skip
+
+
+async def _inspect(skopeo: str, args: list[str]) -> tuple[bool, str]:
     try:
         process = await asyncio.create_subprocess_exec(
-            skopeo, "inspect", f"--tls-verify={'false' if insecure else 'true'}", "--format", "{{.Digest}} {{.Os}}/{{.Architecture}}",
-            reference,
-            stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
+            skopeo, "inspect", *args, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
         )  # fmt: skip
     except FileNotFoundError:
         return False, "skopeo is not installed where the api-server runs (scripts/install.sh)"
@@ -64,8 +87,11 @@ def registry_allowed(image: RegistryImage, allowed: Sequence[str]) -> bool:
 
 
 async def pin_images(spec: dict[str, Any], insecure_registries: Sequence[str],
-                     allowed_registries: Sequence[str] = ()) -> None:  # fmt: skip
-    """Rewrites, in place, each `spec.containers[i].image` that names a registry to its pinned form.
+                     allowed_registries: Sequence[str] = (),
+                     credentials: Sequence[RegistryCredentials] = ()) -> None:  # fmt: skip
+    """Rewrites, in place, each `spec.containers[i].image` that names a registry to its pinned form,
+    looked up with those of `credentials` (the template's pull secrets, opened) for its registry,
+    in order until one is let in (anonymously when there are none).
 
     Raises:
         ApiError: naming the field and the image: INVALID_ARGUMENT (malformed, a registry not in
@@ -88,7 +114,15 @@ async def pin_images(spec: dict[str, Any], insecure_registries: Sequence[str],
                            f"use one of {', '.join(allowed_registries)} (ATE_ALLOWED_REGISTRIES)",
                            {"field": field, "allowed": list(allowed_registries)}, Reason.INVALID_ARGUMENT)  # fmt: skip
         insecure = image.loopback or image.registry in insecure_registries
-        found, answer = await inspect_digest(image.transport_reference(), insecure)
+        mine = [c for c in credentials if c.registry == image.registry]
+        used: list[str] = []
+        attempts: list[RegistryCredentials | None] = [*mine] if mine else [None]
+        for candidate in attempts:
+            found, answer = await inspect_digest(image.transport_reference(), insecure, credentials=candidate)
+            if candidate is not None:
+                used.append(f"{candidate.secret} (user {candidate.username})")
+            if found or pull_failure(answer)[0] != "unauthorized":
+                break
         digest, _, platform = answer.partition(" ")
         if found and platform != RUNTIME_PLATFORM:
             answer = f"the image is for {platform or 'no stated platform'}, not {RUNTIME_PLATFORM} (architecture)"
@@ -98,6 +132,11 @@ async def pin_images(spec: dict[str, Any], insecure_registries: Sequence[str],
         elif found:  # answered, but not the digest asked for (or no digest at all)
             answer = f"manifest unknown: the registry gave {digest or 'no digest'}"
         kind, hint = pull_failure(answer)
-        raise ApiError(f"{field}: {image}: {kind} ({skopeo_message(answer)}); {hint}",
-                       {"field": field, "image": str(image), "problem": kind},
+        details: dict[str, Any] = {"field": field, "image": str(image), "problem": kind}
+        if kind == "unauthorized" and used:
+            details["secrets"] = [c.secret for c in mine]
+            hint = (f"the registry refused the credentials of pull secret {', '.join(used)}: check the user name and "
+                    "password (or token) and that they may pull this repository; replace the secret with "
+                    "'ate delete secret' and 'ate create secret ... --type registry'")  # fmt: skip
+        raise ApiError(f"{field}: {image}: {kind} ({skopeo_message(answer)}); {hint}", details,
                        _REASONS.get(kind, Reason.FAILED_PRECONDITION))  # fmt: skip

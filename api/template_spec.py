@@ -19,6 +19,7 @@ from domain.labels import DNS_LABEL, check_selector
 from domain.locations import check_storage_location
 from domain.names import shown
 from domain.quantities import parse_cpu_millis, parse_memory_bytes
+from domain.registry_credentials import MAX_IMAGE_PULL_SECRETS
 
 _LABEL = DNS_LABEL.pattern
 _OCI_IMAGE = re.compile(r"^oci:(?P<path>[^:\s]+):(?P<tag>[A-Za-z0-9_][A-Za-z0-9._-]{0,127})$")
@@ -194,6 +195,12 @@ class SnapshotConfig(Strict):
         return self
 
 
+class LocalObjectReference(Strict):
+    """A secret of the template's atespace, by name (Kubernetes' LocalObjectReference)."""
+
+    name: str = Field(pattern=_LABEL, description="a secret of type registry in the template's atespace")
+
+
 class Access(Strict):
     """Who the router lets reach the template's actors (domain.templates.ActorAccess)."""
 
@@ -207,6 +214,11 @@ class TemplateSpec(Strict):
     sandboxClass: Literal["gvisor", "microvm"] = "gvisor"  # noqa: N815
     workerSelector: dict[str, str] = Field(default_factory=dict)  # noqa: N815
     containers: list[Container] = Field(min_length=1, max_length=10)
+    imagePullSecrets: list[LocalObjectReference] | None = Field(  # noqa: N815
+        default=None, max_length=MAX_IMAGE_PULL_SECRETS,
+        description="registry secrets (ate create secret NAME --type registry ...) the containers' registry images "
+        "are pulled with: for each image, those for its registry, in order; none for a registry: pulled anonymously",
+    )
     resources: Resources = Field(default_factory=Resources)
     volumes: list[Volume] = Field(default_factory=list)
     snapshotConfig: SnapshotConfig = Field(default_factory=SnapshotConfig)  # noqa: N815
@@ -271,6 +283,9 @@ class TemplateSpec(Strict):
         names = [c.name for c in self.containers]
         if len(set(names)) != len(names):
             raise ValueError(f"container names must be unique, got {names}")
+        pulls = [p.name for p in self.imagePullSecrets or []]
+        if len(set(pulls)) != len(pulls):
+            raise ValueError(f"imagePullSecrets: names must be unique, got {pulls}")
         volumes = {v.name for v in self.volumes}
         if len(volumes) != len(self.volumes):
             raise ValueError("volume names must be unique")

@@ -7,25 +7,38 @@ temporary layout renamed into place when complete, so a pull cut short leaves no
 looks whole; one pull per digest at a time. A registry on loopback may speak plain HTTP, as
 Docker and containers/image allow, and so may one the operator lists as insecure; any other
 must have TLS the system trusts. The cache is bounded (``max_bytes``): the least recently used
-layouts go first. Not yet: pull secrets.
+layouts go first.
+
+Credentials: ``credentials`` (set by the atelet: ``atelet.pull_credentials``) gives those the
+API lets this node use for an image (its templates' pull secrets for that registry); each is
+tried in turn until one is let in, written to an auth file of its own (mode 0600 in a 0700 dir
+of the cache, removed after the run), never on skopeo's command line, which any user of the node
+may read. Without any the pull is anonymous (``--no-creds``): never with the node's own logins.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
+import os
 import shutil
 import uuid
+from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import Path
 
 from atelet import proc
 from atelet.errors import AteletError, internal, invalid, not_found, precondition, unavailable
 from domain.image_references import RegistryImage, pull_failure, skopeo_message
+from domain.registry_credentials import RegistryCredentials, auth_file
 
 log = logging.getLogger(__name__)
 
 LAYOUT_TAG = "image"
 """The tag of a pulled image in its cached layout."""
+
+CredentialSource = Callable[[RegistryImage], Awaitable[tuple[list[RegistryCredentials], list[str]]]]
+"""(the credentials this node may pull an image with, the problems of those it may not use)."""
 
 
 class RegistryPuller:
@@ -49,19 +62,51 @@ class RegistryPuller:
         self.skopeo = skopeo
         self.timeout = timeout
         self.max_bytes = max_bytes
+        self.credentials: CredentialSource | None = None
         self._locks: dict[str, asyncio.Lock] = {}
 
     def _verify(self, image: RegistryImage) -> str:
         return "false" if image.loopback or image.registry in self.insecure else "true"
 
-    async def _run(self, image: RegistryImage, args: list[str], field: str) -> str:
+    @contextlib.asynccontextmanager
+    async def _auth_file(self, credentials: RegistryCredentials) -> AsyncIterator[Path]:
+        """An auth file giving ``credentials`` (mode 0600, in a 0700 dir), removed after."""
+        private = self.cache_dir / ".auth"
+        private.mkdir(mode=0o700, parents=True, exist_ok=True)
+        path = private / f"{uuid.uuid4().hex}.json"
         try:
-            done = await proc.run([self.skopeo, *args], timeout=self.timeout)
-        except FileNotFoundError:
-            raise internal(f"{field}: {image}: skopeo is not installed on this node (scripts/install.sh)") from None
-        if done.ok:
-            return done.stdout
-        raise _error(image, done.stderr or done.stdout, field)
+            descriptor = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+            with os.fdopen(descriptor, "w") as out:
+                out.write(auth_file(credentials))
+            yield path
+        finally:
+            path.unlink(missing_ok=True)
+
+    async def _run(self, image: RegistryImage, args: list[str], field: str, source: bool = False) -> str:
+        """skopeo ``args`` (the reference last) with each credential in turn, or anonymously;
+        ``source``: the flags of a copy's source (``--src-authfile``) rather than ``--authfile``."""
+        prefix = "--src-" if source else "--"
+        candidates, problems = await self.credentials(image) if self.credentials is not None else ([], [])
+        output = ""
+        tried: list[str] = []
+        attempts: list[RegistryCredentials | None] = [*candidates] if candidates else [None]
+        for candidate in attempts:
+            async with contextlib.AsyncExitStack() as stack:
+                if candidate is None:
+                    auth = [f"{prefix}no-creds"]
+                else:
+                    auth = [f"{prefix}authfile={await stack.enter_async_context(self._auth_file(candidate))}"]
+                    tried.append(f"{candidate.secret} (user {candidate.username})")
+                try:
+                    done = await proc.run([self.skopeo, args[0], *auth, *args[1:]], timeout=self.timeout)
+                except FileNotFoundError:
+                    raise internal(f"{field}: {image}: skopeo is not installed on this node (scripts/install.sh)") from None
+            if done.ok:
+                return done.stdout
+            output = done.stderr or done.stdout
+            if pull_failure(output)[0] != "unauthorized":
+                break
+        raise _error(image, output, field, tried, problems)
 
     async def digest_of(self, image: RegistryImage, field: str = "image") -> str:
         """The manifest digest of ``image`` (its own when pinned, else its tag's, asked of the registry).
@@ -91,7 +136,7 @@ class RegistryPuller:
                     await self._run(image.pinned(digest), [
                         "copy", "--quiet", f"--src-tls-verify={self._verify(image)}",
                         image.pinned(digest).transport_reference(), f"oci:{tmp}:{LAYOUT_TAG}",
-                    ], field)  # fmt: skip
+                    ], field, source=True)  # fmt: skip
                     if target.exists():
                         shutil.rmtree(target)
                     tmp.rename(target)
@@ -133,10 +178,17 @@ def _size(path: Path) -> int:
     return sum(f.stat().st_size for f in path.rglob("*") if f.is_file() and not f.is_symlink())
 
 
-def _error(image: RegistryImage, output: str, field: str) -> AteletError:
+def _error(image: RegistryImage, output: str, field: str, tried: list[str] | None = None,
+           problems: list[str] | None = None) -> AteletError:  # fmt: skip
     """The error of a failed pull of ``image``: its kind (``domain.image_references.pull_failure``)
-    chooses the status, retried (UNAVAILABLE) only when the registry could not be reached."""
+    chooses the status, retried (UNAVAILABLE) only when the registry could not be reached; an
+    unauthorized one names the pull secrets ``tried`` and the ``problems`` of those left out."""
     kind, hint = pull_failure(output)
+    if kind == "unauthorized" and tried:
+        hint = (f"the registry refused the credentials of pull secret {', '.join(tried)}: check the user name and "
+                "password (or token) and that they may pull this repository")  # fmt: skip
+    if kind == "unauthorized" and problems:
+        hint += f"; pull secrets that could not be used: {'; '.join(problems)}"
     message = f"{field}: {image}: {kind} ({skopeo_message(output)}); {hint}"
     if kind == "no such image":
         return not_found(message)

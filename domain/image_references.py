@@ -82,6 +82,18 @@ class RegistryImage:
         return self.name + (f":{self.tag}" if self.tag else "") + (f"@{self.digest}" if self.digest else "")
 
 
+def parse_registry_host(text: str) -> str:
+    """`text` when it is a registry as image references name it: `host[:port]` (a DNS name,
+    `localhost`, an IPv4 address or a bracketed IPv6 one), e.g. `registry.example.com:5000`.
+
+    Raises:
+        ValueError: what is wrong, with an example.
+    """
+    if not text or not _DOMAIN.fullmatch(text):
+        raise ValueError(f"{text!r} is not a registry host[:port] (e.g. registry.example.com or 127.0.0.1:5000)")
+    return text
+
+
 def is_registry_reference(text: str) -> bool:
     """Whether `text` names a registry image rather than a local layout (`oci:...`)."""
     return not text.startswith("oci:")
@@ -150,8 +162,9 @@ PULL_FAILURES = (
 
 PULL_HINTS = {
     "no such image": "check the name and the tag (or digest) exist in the registry",
-    "unauthorized": "the registry wants credentials: pull secrets are not supported yet; use a registry or "
-                    "repository that allows anonymous pulls",
+    "unauthorized": "the registry wants credentials: create a pull secret for it ('ate create secret NAME -a "
+                    "ATESPACE --type registry --registry HOST[:PORT] --username USER --password-stdin') and list it "
+                    "in the template's spec.imagePullSecrets",
     "not for this platform": f"the image has no {RUNTIME_PLATFORM} variant, the platform ate's nodes run; "
                              "build or push one",
     "disk full": "free space on the node (its image cache) and try again",

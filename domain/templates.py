@@ -142,6 +142,8 @@ class ActorTemplateSpec:
     """Whether ate may suspend its actors to make room for another's resume (`suspendUnderPressure`)."""
     egress: EgressPolicy = field(default_factory=EgressPolicy)
     """Where its actors may connect out to, and the credentials injected (`domain.egress`); none by default."""
+    image_pull_secrets: list[str] = field(default_factory=list)
+    """The registry secrets its images are pulled with (`imagePullSecrets`, `domain.registry_credentials`)."""
 
     @property
     def serving_port(self) -> int:
@@ -192,6 +194,7 @@ class ActorTemplateSpec:
                 idle=parse_idle_policy(document.get("idle")),
                 pressure=parse_pressure_policy(document.get("suspendUnderPressure")),
                 egress=parse_egress_policy(document.get("egress")),
+                image_pull_secrets=[str(p["name"]) for p in document.get("imagePullSecrets") or []],
             )
         except (KeyError, TypeError, AttributeError, IndexError) as error:
             raise ValueError(f"not an actor template spec: {error!r}") from error
@@ -209,6 +212,7 @@ class ActorTemplateSpec:
             "sandboxClass": self.sandbox_class,
             "workerSelector": dict(self.worker_selector),
             "containers": [_container_document(c) for c in self.containers],
+            **({"imagePullSecrets": [{"name": n} for n in self.image_pull_secrets]} if self.image_pull_secrets else {}),
             "resources": {"limits": limits},
             "volumes": [{"name": v.name, "durableDir": {}} for v in self.volumes],
             "snapshotConfig": snapshots,

@@ -1054,25 +1054,41 @@ WHERE atespace = $1 AND name = $2 AND state = 'RESUMING' AND operation_id = $3 A
 RETURNING version;
 
 -- insert_secret --
--- A new secret ($1 atespace, $2 name, $3 key id, $4 sealed value, $5 size, $6 creator); nothing
--- when the name is taken.
-INSERT INTO secrets (atespace, name, key_id, sealed, size_bytes, created_by) VALUES ($1, $2, $3, $4, $5, $6)
+-- A new secret ($1 atespace, $2 name, $3 key id, $4 sealed value, $5 size, $6 creator, $7 type,
+-- $8 registry or NULL); nothing when the name is taken.
+INSERT INTO secrets (atespace, name, key_id, sealed, size_bytes, created_by, type, registry)
+VALUES ($1, $2, $3, $4, $5, $6, $7, $8)
 ON CONFLICT (atespace, name) DO NOTHING
-RETURNING atespace, name, key_id, size_bytes, created_by, created_at, updated_at;
+RETURNING atespace, name, type, registry, key_id, size_bytes, created_by, created_at, updated_at;
 
 -- list_secrets --
 -- An atespace's secrets by name, without their values.
-SELECT atespace, name, key_id, size_bytes, created_by, created_at, updated_at FROM secrets
+SELECT atespace, name, type, registry, key_id, size_bytes, created_by, created_at, updated_at FROM secrets
 WHERE atespace = $1 ORDER BY name;
 
 -- get_secret --
 -- One secret, without its value.
-SELECT atespace, name, key_id, size_bytes, created_by, created_at, updated_at FROM secrets
+SELECT atespace, name, type, registry, key_id, size_bytes, created_by, created_at, updated_at FROM secrets
 WHERE atespace = $1 AND name = $2;
 
--- get_sealed_secret --
--- One secret's sealed value and the key that sealed it.
-SELECT key_id, sealed FROM secrets WHERE atespace = $1 AND name = $2;
+-- get_sealed_secret_of_type --
+-- One secret's sealed value, its key, type and registry.
+SELECT key_id, sealed, type, registry FROM secrets WHERE atespace = $1 AND name = $2;
+
+-- pull_secrets_for_node --
+-- The registry secrets for registry $3 that the templates ($1: a node) whose sandbox class its
+-- active workers serve list in imagePullSecrets, when one of their containers runs image $2 (as
+-- recorded, pinned): the credentials node $1 may pull $2 with. Each once, at most $4.
+SELECT DISTINCT s.atespace, s.name, s.key_id, s.sealed, s.registry
+FROM actor_templates t
+CROSS JOIN LATERAL jsonb_array_elements(t.spec->'containers') AS c
+CROSS JOIN LATERAL jsonb_array_elements(COALESCE(t.spec->'imagePullSecrets', '[]'::jsonb)) AS p
+JOIN secrets s ON s.atespace = t.atespace AND s.name = p->>'name' AND s.type = 'registry' AND s.registry = $3
+WHERE t.phase <> 'Failed' AND c->>'image' = $2
+  AND COALESCE(t.spec->>'sandboxClass', 'gvisor') IN (
+      SELECT DISTINCT w.sandbox_class FROM workers w WHERE w.node = $1 AND w.state = 'ACTIVE')
+ORDER BY s.atespace, s.name
+LIMIT $4;
 
 -- delete_secret --
 DELETE FROM secrets WHERE atespace = $1 AND name = $2 RETURNING name;

@@ -30,6 +30,10 @@ class SecretRecord:
     created_by: str
     created_at: datetime
     updated_at: datetime
+    type: str = "opaque"
+    """`opaque` or `registry` (`domain.registry_credentials.SecretType`)."""
+    registry: str | None = None
+    """The registry (`host[:port]`) a `registry` secret is for; None for an opaque one."""
 
     @classmethod
     def from_row(cls, row: asyncpg.Record) -> SecretRecord:
@@ -37,6 +41,7 @@ class SecretRecord:
         return cls(
             atespace=row["atespace"], name=row["name"], key_id=row["key_id"], size_bytes=row["size_bytes"],
             created_by=row["created_by"], created_at=row["created_at"], updated_at=row["updated_at"],
+            type=row["type"], registry=row["registry"],
         )  # fmt: skip
 
 
@@ -48,6 +53,8 @@ class SealedSecret:
     name: str
     key_id: str
     sealed: bytes
+    type: str = "opaque"
+    registry: str | None = None
 
 
 class Secrets:
@@ -58,9 +65,10 @@ class Secrets:
         self.atespaces = atespaces
 
     async def create(
-        self, atespace: str, name: str, key_id: str, sealed: bytes, size_bytes: int, created_by: str
+        self, atespace: str, name: str, key_id: str, sealed: bytes, size_bytes: int, created_by: str,
+        type: str = "opaque", registry: str | None = None,
     ) -> SecretRecord:
-        """Store a new secret.
+        """Store a new secret (`type` `opaque`, or `registry` with the `registry` it is for).
 
         Raises:
             NotFound: no such atespace.
@@ -68,7 +76,8 @@ class Secrets:
         """
         await self.atespaces.get(atespace)
         try:
-            row = await self.pool.fetchrow(Q["insert_secret"], atespace, name, key_id, sealed, size_bytes, created_by)
+            row = await self.pool.fetchrow(Q["insert_secret"], atespace, name, key_id, sealed, size_bytes, created_by,
+                                       type, registry)  # fmt: skip
         except asyncpg.ForeignKeyViolationError:
             raise NotFound(f"atespace {atespace} not found") from None
         if row is None:
@@ -93,11 +102,19 @@ class Secrets:
 
     async def sealed(self, atespace: str, name: str) -> SealedSecret:
         """One secret's sealed value. Raises NotFound: no such atespace or secret."""
-        row = await self.pool.fetchrow(Q["get_sealed_secret"], atespace, name)
+        row = await self.pool.fetchrow(Q["get_sealed_secret_of_type"], atespace, name)
         if row is None:
             await self.get(atespace, name)  # raises the NotFound that says which is missing
             raise NotFound(f"secret {name} not found in atespace {atespace}")  # deleted meanwhile
-        return SealedSecret(atespace, name, row["key_id"], bytes(row["sealed"]))
+        return SealedSecret(atespace, name, row["key_id"], bytes(row["sealed"]), row["type"], row["registry"])
+
+    async def pull_secrets_for_node(self, node: str, image: str, registry: str, limit: int = 20) -> list[SealedSecret]:
+        """The registry secrets for `registry` that `node` may pull `image` (a pinned reference, as
+        a template records it) with: those listed in `imagePullSecrets` by the templates that run
+        `image` and whose sandbox class the node's active workers serve; at most `limit`."""
+        rows = await self.pool.fetch(Q["pull_secrets_for_node"], node, image, registry, limit)
+        return [SealedSecret(r["atespace"], r["name"], r["key_id"], bytes(r["sealed"]), "registry", r["registry"])
+                for r in rows]  # fmt: skip
 
     async def delete(self, atespace: str, name: str) -> None:
         """Delete a secret. Raises NotFound: no such atespace or secret."""

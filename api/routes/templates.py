@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import logging
 
-from fastapi import APIRouter, Response
+from fastapi import APIRouter, Request, Response
 from temporalio.common import WorkflowIDConflictPolicy, WorkflowIDReusePolicy
 
 from api.access.guard import needs
@@ -14,6 +14,7 @@ from api.errors import InvalidArgument
 from api.images import pin_images
 from api.names import check_name
 from api.operations import search_attributes
+from api.pull_secrets import template_credentials
 from api.schemas import TemplateCreate, TemplatePublic
 from api.views import template_view
 from domain.access import Permission
@@ -34,6 +35,7 @@ async def create_template(
     store: StoreDep,
     temporal: TemporalDep,
     settings: SettingsDep,
+    request: Request,
     wait: bool = False,
 ) -> TemplatePublic:
     """Create an actor template and start its GoldenSnapshot workflow.
@@ -52,7 +54,9 @@ async def create_template(
             {"field": "spec.snapshotConfig.storageLocation"},
         )
     # every actor of the template runs the same bits
-    await pin_images(spec, settings.insecure_registries, settings.allowed_registries)
+    pulls = [p["name"] for p in spec.get("imagePullSecrets") or []]
+    credentials = await template_credentials(store, getattr(request.app.state, "secret_box", None), atespace, pulls)
+    await pin_images(spec, settings.insecure_registries, settings.allowed_registries, credentials)
     parsed = ActorTemplateSpec.from_document(spec)
     await check_credential_secrets(store, atespace, parsed.egress, "spec.egress")
     await store.templates.create(atespace, body.name, parsed)

@@ -1,15 +1,21 @@
-"""/v1/workers (list) and /v1/nodes/{node} (atelet registration and heartbeat)."""
+"""/v1/workers (list) and /v1/nodes/{node} (atelet registration and heartbeat, what its image
+pulls need, its sandboxes' exits, drain)."""
 
 from __future__ import annotations
 
-from fastapi import APIRouter
+from typing import Any
+
+from fastapi import APIRouter, Request
 from temporalio.common import WorkflowIDConflictPolicy
 
 from api.access.guard import needs
 from api.deps import StoreDep, TemporalDep
+from api.errors import InvalidArgument
+from api.pull_secrets import node_credentials
 from api.schemas import DrainRequest, NodeEvent, NodeRegistration, WorkerPublic
 from api.views import worker_view
 from domain.access import Permission
+from domain.image_references import parse_registry_image
 from domain.operations.drain import EvictionDeadlineInput
 from domain.refs import ActorRef
 from domain.temporal import TASK_QUEUE, WORKFLOW_TASK_TIMEOUT
@@ -82,6 +88,22 @@ async def images_for_node(node: str, store: StoreDep) -> dict[str, list[str]]:
     """The registry images the node should have before a resume needs them (issue 29, pre-pull):
     those of the templates whose sandbox class its active workers serve, pinned to their digests."""
     return {"images": await store.templates.registry_images_for_node(node)}
+
+
+@router.get("/v1/nodes/{node}/image-credentials", **needs(Permission.NODES_REGISTER))
+async def image_credentials_for_node(node: str, image: str, store: StoreDep, request: Request) -> dict[str, Any]:
+    """The credentials the node may pull `image` (a registry image as its template records it,
+    pinned) with: `{"credentials": [{secret, registry, username, password}], "problems": [...]}`,
+    those of the pull secrets that the templates running the image, of a class the node serves,
+    list (`api.pull_secrets.node_credentials`); none: the pull is anonymous. Only the node's own
+    credentials reach this route; the values are never logged nor kept by the API."""
+    try:
+        parsed = parse_registry_image(image)
+    except ValueError as error:
+        raise InvalidArgument(f"image: {error}", {"field": "image"}) from None
+    usable, problems = await node_credentials(store, getattr(request.app.state, "secret_box", None), node, parsed,
+                                              image)  # fmt: skip
+    return {"credentials": [c.document() for c in usable], "problems": problems}
 
 
 @router.post("/v1/nodes/{node}/events", **needs(Permission.NODES_REGISTER))

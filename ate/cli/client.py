@@ -195,12 +195,18 @@ class ApiClient:
     # Secrets
 
     def create_secret(self, atespace: str, name: str, value: bytes) -> dict[str, Any]:
-        """Create a secret; the answer carries its metadata, never its value. Text that is UTF-8
-        goes as `value`, other bytes as `value_base64`."""
+        """Create an opaque secret; the answer carries its metadata, never its value. Text that
+        is UTF-8 goes as `value`, other bytes as `value_base64`."""
         try:
             body: dict[str, Any] = {"name": name, "value": value.decode()}
         except UnicodeDecodeError:
             body = {"name": name, "value_base64": base64.b64encode(value).decode()}
+        return self.request_object("POST", f"/v1/atespaces/{_segment(atespace)}/secrets", json=body)
+
+    def create_registry_secret(self, atespace: str, name: str, registry: str, username: str,
+                               password: str) -> dict[str, Any]:  # fmt: skip
+        """Create a registry secret (a pull secret for `registry`, `host[:port]`)."""
+        body = {"name": name, "type": "registry", "registry": registry, "username": username, "password": password}
         return self.request_object("POST", f"/v1/atespaces/{_segment(atespace)}/secrets", json=body)
 
     def list_secrets(self, atespace: str) -> list[dict[str, Any]]:

@@ -286,25 +286,68 @@ def create_secret(
     from_file: Annotated[
         Path | None, typer.Option("--from-file", help="A file whose bytes are the value ('-': standard input).")
     ] = None,
+    kind: Annotated[
+        str, typer.Option("--type", help="opaque (an egress credential's value) or registry (a pull secret).")
+    ] = "opaque",
+    registry: Annotated[
+        str | None, typer.Option("--registry", help="--type registry: the registry's host[:port].")
+    ] = None,
+    username: Annotated[str | None, typer.Option("--username", help="--type registry: the user name.")] = None,
+    password_stdin: Annotated[
+        bool, typer.Option("--password-stdin", help="--type registry: read the password (or token) from stdin.")
+    ] = False,
     output: OutputOpt = None,
 ) -> None:
     """Create a secret: one value, sealed by the api-server and never shown again. Actors never
-    hold it: the egress proxy puts it in requests to the host a template's credential names.
+    hold it: the egress proxy puts an opaque one in requests to the host a template's credential
+    names; a registry one is what a template's images are pulled with (spec.imagePullSecrets).
 
     Examples: ate create secret model-key -a demo --from-file ./key.txt
               printf %s "$KEY" | ate create secret model-key -a demo --from-file -
+              printf %s "$TOKEN" | ate create secret pull -a demo --type registry
+                  --registry registry.example.com --username ci --password-stdin
     """
-    if (from_literal is None) == (from_file is None):
-        raise typer.BadParameter("give --from-literal or --from-file (one of them)", param_hint="'--from-literal'")
-    if from_file is not None:
-        try:
-            value = typer.get_binary_stream("stdin").read() if str(from_file) == "-" else from_file.read_bytes()
-        except OSError as error:
-            raise typer.BadParameter(f"cannot read {from_file}: {error.strerror}", param_hint="'--from-file'") from None
+    if kind not in ("opaque", "registry"):
+        raise typer.BadParameter(f"{kind!r}: want opaque or registry", param_hint="'--type'")
+    if kind == "registry":
+        made = _create_registry_secret(ctx, name, atespace, registry, username, password_stdin, from_literal, from_file)
     else:
-        value = (from_literal or "").encode()
-    made = client(ctx).create_secret(atespace, name, value)
+        for flag, given in (("--registry", registry), ("--username", username), ("--password-stdin", password_stdin)):
+            if given:
+                raise typer.BadParameter("only a secret of --type registry takes it", param_hint=f"'{flag}'")
+        made = client(ctx).create_secret(atespace, name, _value(from_literal, from_file))
     if output is None:
         typer.echo(f"secret/{name} created ({made.get('size_bytes')} bytes)")
     else:
         print_secrets(made, output)
+
+
+def _value(from_literal: str | None, from_file: Path | None) -> bytes:
+    """The bytes of --from-literal or --from-file (exactly one); BadParameter otherwise."""
+    if (from_literal is None) == (from_file is None):
+        raise typer.BadParameter("give --from-literal or --from-file (one of them)", param_hint="'--from-literal'")
+    if from_file is None:
+        return (from_literal or "").encode()
+    try:
+        return typer.get_binary_stream("stdin").read() if str(from_file) == "-" else from_file.read_bytes()
+    except OSError as error:
+        raise typer.BadParameter(f"cannot read {from_file}: {error.strerror}", param_hint="'--from-file'") from None
+
+
+def _create_registry_secret(ctx: typer.Context, name: str, atespace: str, registry: str | None,
+                            username: str | None, password_stdin: bool, from_literal: str | None,
+                            from_file: Path | None) -> dict[str, Any]:  # fmt: skip
+    """A registry secret: --registry, --username and the password from --password-stdin (or
+    --from-literal / --from-file); one trailing newline of the password is dropped."""
+    for flag, given in (("--registry", registry), ("--username", username)):
+        if not given:
+            raise typer.BadParameter("required with --type registry", param_hint=f"'{flag}'")
+    if password_stdin and (from_literal is not None or from_file is not None):
+        raise typer.BadParameter("give the password one way: --password-stdin, --from-literal or --from-file",
+                                 param_hint="'--password-stdin'")  # fmt: skip
+    raw = _value(None, Path("-")) if password_stdin else _value(from_literal, from_file)
+    try:
+        password = raw.decode().removesuffix("\n").removesuffix("\r")
+    except UnicodeDecodeError:
+        raise typer.BadParameter("the password is not UTF-8 text", param_hint="'--password-stdin'") from None
+    return client(ctx).create_registry_secret(atespace, name, registry or "", username or "", password)

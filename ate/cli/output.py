@@ -321,13 +321,17 @@ def print_tokens(data: Any, fmt: OutputFormat) -> None:
     echo_resources(data, fmt, columns=TOKEN_COLUMNS, row=token_row, empty="No tokens found.")
 
 
-SECRET_COLUMNS = ("NAME", "SIZE", "KEY", "CREATED-BY", "AGE")
+SECRET_COLUMNS = ("NAME", "TYPE", "SIZE", "KEY", "CREATED-BY", "AGE")
 
 
 def secret_row(secret: dict[str, Any], now: datetime | None = None) -> list[str]:
-    """One row of SECRET_COLUMNS (SIZE: the value's bytes; KEY: the key of the ring that sealed it)."""
+    """One row of SECRET_COLUMNS (TYPE: `opaque`, or `registry/<host[:port]>`; SIZE: the value's
+    bytes; KEY: the key of the ring that sealed it)."""
+    kind = _text(secret.get("type") or "opaque")
+    if secret.get("registry"):
+        kind += f"/{secret['registry']}"
     return [
-        _text(secret.get("name")), f"{secret.get('size_bytes')} B", _text(secret.get("key_id")),
+        _text(secret.get("name")), kind, f"{secret.get('size_bytes')} B", _text(secret.get("key_id")),
         _text(secret.get("created_by")), human_age(secret.get("created_at"), now),
     ]  # fmt: skip
 

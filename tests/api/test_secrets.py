@@ -186,9 +186,10 @@ async def test_the_cli_creates_lists_and_deletes_secrets_and_never_prints_a_valu
     assert AESGCM(SUITE_SECRET_KEY).decrypt(sealed[:12], sealed[12:], b"ate-secret vault/blob") == raw
     listed = _ate(api_server.url, "get", "secrets", "-a", "vault")
     lines = listed.stdout.decode().splitlines()
-    assert lines[0].split() == ["NAME", "SIZE", "KEY", "CREATED-BY", "AGE"]
-    assert [line.split()[:4] for line in lines[1:]] == [
-        ["blob", "256", "B", "suite1"], ["model-key", "32", "B", "suite1"], ["piped", "10", "B", "suite1"],
+    assert lines[0].split() == ["NAME", "TYPE", "SIZE", "KEY", "CREATED-BY", "AGE"]
+    assert [line.split()[:5] for line in lines[1:]] == [
+        ["blob", "opaque", "256", "B", "suite1"], ["model-key", "opaque", "32", "B", "suite1"],
+        ["piped", "opaque", "10", "B", "suite1"],
     ]  # fmt: skip
     as_yaml = _ate(api_server.url, "get", "secrets", "-a", "vault", "-o", "yaml")
     assert as_yaml.returncode == 0 and VALUE.encode() not in as_yaml.stdout and b"size_bytes: 32" in as_yaml.stdout

@@ -18,8 +18,9 @@ import pytest
 from atelet.errors import AteletError
 from atelet.images import ImageStore
 from atelet.proto import atelet_pb2 as pb
-from atelet.registry import RegistryPuller
-from domain.image_references import parse_registry_image
+from atelet.registry import CredentialSource, RegistryPuller
+from domain.image_references import RegistryImage, parse_registry_image
+from domain.registry_credentials import RegistryCredentials
 from tests.atelet.conftest import counter_spec, force_cleanup, make_settings, running_atelet
 from tests.atelet.fake_api import fake_api
 from tests.registry import LocalRegistry, local_registry
@@ -77,6 +78,50 @@ async def test_what_goes_wrong_is_said(tmp_path: Path, registry: tuple[LocalRegi
         assert raised.value.reason.startswith("spec.containers[0].image: ")
     assert not (tmp_path / "images" / "registry").exists() or not [
         p for p in (tmp_path / "images" / "registry").iterdir() if not p.name.startswith("sha256_")]  # fmt: skip
+
+
+@pytest.mark.asyncio
+async def test_an_image_behind_basic_auth_is_pulled_with_the_credentials_the_api_gives(
+    tmp_path: Path, counter_image: str
+) -> None:
+    """A registry with TLS and basic auth: the credentials are tried in turn until one is let in
+    (a refused one first), never kept on disk; without any the pull is refused as unauthorized
+    and says how to add a pull secret; with only refused ones it names them and the problems of
+    those the API could not give."""
+    with local_registry({"puller": "the-password"}) as running:
+        digest = running.push(counter_image, "team/counter:v1")
+        wrong = RegistryCredentials(running.address, "puller", "not-it", "demo/wrong")
+        right = RegistryCredentials(running.address, "puller", "the-password", "demo/right")
+        asked: list[str] = []
+
+        def source(*given: RegistryCredentials, problems: tuple[str, ...] = ()) -> CredentialSource:
+            async def credentials(image: RegistryImage) -> tuple[list[RegistryCredentials], list[str]]:
+                asked.append(str(image))
+                return list(given), list(problems)
+            return credentials
+
+        reference = f"{running.address}/team/counter:v1@{digest}"
+        refusals = [
+            (source(), "create a pull secret for it"),
+            (source(wrong, problems=("demo/gone: secret gone no longer exists",)),
+             "refused the credentials of pull secret demo/wrong (user puller)"),
+        ]  # fmt: skip
+        for number, (credentials, words) in enumerate(refusals):
+            images = store(tmp_path / f"refused-{number}")
+            images.registry.credentials = credentials
+            with pytest.raises(AteletError) as raised:
+                await images.unpack(reference, "spec.containers[0].image")
+            assert raised.value.code == grpc.StatusCode.FAILED_PRECONDITION, raised.value.reason
+            assert "unauthorized" in raised.value.reason and words in raised.value.reason, raised.value.reason
+            assert "the-password" not in raised.value.reason and "not-it" not in raised.value.reason
+        assert "demo/gone: secret gone no longer exists" in raised.value.reason
+        images = store(tmp_path / "pulled")
+        images.registry.credentials = source(wrong, right)
+        by_tag = await images.unpack(f"{running.address}/team/counter:v1")
+        assert by_tag.digest == digest and (by_tag.rootfs / "counter").is_file()
+        assert asked[-2:] == [f"{running.address}/team/counter:v1", reference]  # the tag's look-up, then the pull
+        auth_dir = tmp_path / "pulled" / "images" / "registry" / ".auth"
+        assert auth_dir.stat().st_mode & 0o777 == 0o700 and not list(auth_dir.iterdir())
 
 
 @pytest.mark.runsc

@@ -43,11 +43,12 @@ class Stack:
         """Request headers acting as that admin."""
         return {"Authorization": f"Bearer {self.token}"}
 
-    def ate(self, *args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
-        """Run the `ate` CLI against this stack."""
+    def ate(self, *args: str, check: bool = True, stdin: str | None = None) -> subprocess.CompletedProcess[str]:
+        """Run the `ate` CLI against this stack (with `stdin` as its standard input)."""
         done = subprocess.run(
             [ATE, "--server", self.api, *args],
             cwd=REPO,
+            input=stdin,
             capture_output=True,
             text=True,
             timeout=180,
