@@ -12,6 +12,7 @@ import contextlib
 import json
 import os
 import random
+import shlex
 import shutil
 import socket
 import subprocess
@@ -25,6 +26,9 @@ import pytest
 import pytest_asyncio
 
 from atelet import isolation
+from atelet.egress import rules
+from atelet.egress.squid import squid_ids
+from atelet.errors import AteletError
 from atelet.main import serve
 from atelet.proto import atelet_pb2 as pb
 from atelet.proto import atelet_pb2_grpc as pb_grpc
@@ -152,8 +156,9 @@ async def atelet(short_tmp: Path) -> AsyncIterator[Atelet]:
 
 
 def force_cleanup(settings: AteletSettings) -> None:
-    """Removes whatever a failed test left: sandboxes under the runsc root, the node's namespaces
-    and its isolation rules."""
+    """Removes whatever a failed test left: sandboxes under the runsc root, the node's namespaces,
+    its isolation rules and its egress rules (a guard left on Squid's user would refuse the
+    connections of every later node's Squid to what only that node's exceptions allowed)."""
     root = Path(settings.state_dir).resolve() / "runsc"
     if root.exists():
         listed = subprocess.run(["runsc", f"--root={root}", "list", "-quiet"], capture_output=True, text=True)
@@ -172,6 +177,28 @@ def force_cleanup(settings: AteletSettings) -> None:
                 pass
         subprocess.run([program, "-w", "5", "-F", chain], capture_output=True)
         subprocess.run([program, "-w", "5", "-X", chain], capture_output=True)
+    _remove_egress_rules(settings.node)
+
+
+def _remove_egress_rules(node: str) -> None:
+    """The node's egress guard (filter OUTPUT), redirect (nat PREROUTING) and drain rules (INPUT)."""
+    try:
+        uid, _ = squid_ids()
+    except AteletError:  # no Squid user: no guard was ever installed
+        uid = None
+    removals = [("iptables", "nat", "PREROUTING", rules.nat_jump(node), rules.nat_chain(node))]
+    if uid is not None:
+        removals += [(p, "filter", "OUTPUT", rules.guard_jump(node, uid), rules.guard_chain(node))
+                     for p in ("iptables", "ip6tables")]  # fmt: skip
+    for program, table, hook, jump, chain in removals:
+        while subprocess.run([program, "-w", "5", "-t", table, "-D", hook, *jump], capture_output=True).returncode == 0:
+            pass
+        subprocess.run([program, "-w", "5", "-t", table, "-F", chain], capture_output=True)
+        subprocess.run([program, "-w", "5", "-t", table, "-X", chain], capture_output=True)
+    listed = subprocess.run(["iptables", "-w", "5", "-S", "INPUT"], capture_output=True, text=True).stdout
+    for line in listed.splitlines():
+        if rules.drain_comment(node) in line and line.startswith("-A "):
+            subprocess.run(["iptables", "-w", "5", "-D", *shlex.split(line)[1:]], capture_output=True)
 
 
 def isolation_rules(node: str, netns: str | None = None) -> list[str]:
