@@ -23,7 +23,15 @@ from activities import atelet_exec as exec_calls
 from activities import atelet_freeze as freeze_calls
 from activities.atelet_channels import AteletChannels
 from activities.atelet_tls import AteletClientTls
-from activities.atelet_wire import SCOPES, actor_ref, call_id, manifest_dict, manifest_message, workload_spec
+from activities.atelet_wire import (
+    SCOPES,
+    actor_ref,
+    call_id,
+    manifest_dict,
+    manifest_message,
+    own_generation,
+    workload_spec,
+)
 from activities.errors import AteletCallFailed, activity_defn
 from atelet.proto import atelet_pb2 as pb
 from domain.activity_names import Activity
@@ -156,6 +164,7 @@ class AteletActivities:
                 snapshot=plan.snapshot,
                 probe_timeout_seconds=request.probe_timeout_seconds,
                 mark_running=True,
+                template=plan.template,
             )
         )
         return PlaceAndRestoreResult(plan=plan, restored=restored, placement_seconds=placement)
@@ -202,7 +211,7 @@ class AteletActivities:
     async def _run_or_restore(self, request: AteletRunInput) -> AteletRunResult:
         """The atelet's Run (no snapshot) or Restore of the holder's workload on the worker."""
         address, node = request.worker.atelet_address, request.worker.node
-        spec = workload_spec(request.spec)
+        spec = workload_spec(request.spec, request.template, own_generation(request.snapshot, request.holder))
         if request.snapshot is None:
             boot = pb.RunRequest(
                 operation_id=call_id(request.operation_id, "run"),

@@ -11,7 +11,7 @@ from typing import Any
 from google.protobuf.json_format import MessageToDict, ParseDict
 
 from atelet.proto import atelet_pb2 as pb
-from domain.refs import ActorRef
+from domain.refs import ActorRef, SnapshotRef
 from domain.states import SnapshotScope
 from domain.templates import ActorTemplateSpec
 
@@ -19,8 +19,9 @@ SCOPES = {SnapshotScope.FULL: pb.SNAPSHOT_SCOPE_FULL, SnapshotScope.DATA: pb.SNA
 """A snapshot scope as the atelet's enum."""
 
 
-def workload_spec(spec: ActorTemplateSpec) -> pb.WorkloadSpec:
-    """The atelet's WorkloadSpec of an actor template spec.
+def workload_spec(spec: ActorTemplateSpec, template: str = "", generation: int = 0) -> pb.WorkloadSpec:
+    """The atelet's WorkloadSpec of an actor template spec, labelled with the template's name and
+    the generation of the actor's snapshot it is restored from (0: golden snapshot, or a boot).
 
     Returns:
         The proto message; CPU in millicores, memory in bytes (0 = no limit).
@@ -42,6 +43,8 @@ def workload_spec(spec: ActorTemplateSpec) -> pb.WorkloadSpec:
         volumes=[pb.Volume(name=v.name, durable_dir=v.durable_dir) for v in spec.volumes],
         cpu_millis=spec.limits.cpu_millis,
         memory_bytes=spec.limits.memory_bytes,
+        template=template,
+        generation=generation,
     )
 
 
@@ -57,6 +60,16 @@ def call_id(operation_id: str, call: str) -> str:
 def actor_ref(actor: ActorRef) -> pb.ActorRef:
     """An actor reference as the atelet's message."""
     return pb.ActorRef(atespace=actor.atespace, name=actor.name)
+
+
+def own_generation(snapshot: SnapshotRef | None, holder: ActorRef) -> int:
+    """The generation of `snapshot` when it was taken of `holder` itself (its manifest's `actor`),
+    else 0: a boot, or a restore from its template's golden snapshot."""
+    if snapshot is None or not snapshot.manifest:
+        return 0
+    taken_of = snapshot.manifest.get("actor") or {}
+    own = (taken_of.get("atespace"), taken_of.get("name")) == (holder.atespace, holder.name)
+    return snapshot.generation if own else 0
 
 
 def manifest_message(manifest: dict[str, Any] | None) -> pb.SnapshotManifest:

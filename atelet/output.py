@@ -8,7 +8,7 @@ lines (at most ``MAX_LINE_BYTES`` each; a line still without its newline waits u
 or its sandbox is gone), stamps each with the time it was read, and:
 
 - writes it to stdout as one JSON object with its labels, for a cluster's log collector:
-  ``{"time", "node", "worker", "atespace", "actor", "container", "stream", "line"}``;
+  ``{"time", "node", "worker", "atespace", "actor", "template", "container", "generation", "stream", "line"}``;
 - ships it: ``POST {api_server}/v1/nodes/{node}/logs`` with ``{"worker", "actor", "log_id",
   "lines": [{"time", "offset", "line"}]}``, in order, at most ``BATCH_LINES`` lines and
   ``BATCH_BYTES`` bytes a request. What the API acknowledged is recorded next to the file
@@ -83,6 +83,8 @@ class _Followed:
     acked_offset: int  # bytes whose lines the API acknowledged
     worker: str = ""  # <pool>/<worker> of the sandbox that writes it
     container: str = ""
+    template: str = ""  # the actor's template ("" when the control plane did not say)
+    generation: int = 0  # of the actor's snapshot the sandbox was restored from (0: golden, or a boot)
     partial: bytes = b""  # the bytes after the last newline read
     skip_first: bool = False  # reading began inside a line (a large file first seen): drop it
     pending: list[_Line] = field(default_factory=list)
@@ -215,10 +217,12 @@ class OutputCollector:
 
     @staticmethod
     def _label(followed: _Followed, worker: Worker) -> None:
-        """The worker and container names the file's next lines carry."""
+        """The worker, container, template and generation the file's next lines carry."""
         followed.worker = f"{worker.pool.name}/{worker.name}"
-        if worker.spec is not None and worker.spec.containers:
-            followed.container = worker.spec.containers[0].name
+        if worker.spec is not None:
+            followed.template, followed.generation = worker.spec.template, worker.spec.generation
+            if worker.spec.containers:
+                followed.container = worker.spec.containers[0].name
 
     def _read(self, followed: _Followed, *, final: bool) -> None:
         """Reads what was appended to the file into lines (``final``: the sandbox is gone, a
@@ -259,7 +263,8 @@ class OutputCollector:
             return
         record = {"time": datetime.fromtimestamp(line.time, UTC).isoformat(), "node": self.node,
                   "worker": followed.worker, "atespace": followed.actor[0], "actor": followed.actor[1],
-                  "container": followed.container, "stream": OUTPUT_STREAM, "line": line.text}  # fmt: skip
+                  "template": followed.template, "container": followed.container,
+                  "generation": followed.generation, "stream": OUTPUT_STREAM, "line": line.text}  # fmt: skip
         with contextlib.suppress(OSError, ValueError):
             self.stdout.write(json.dumps(record, ensure_ascii=False) + "\n")
             self.stdout.flush()

@@ -70,7 +70,8 @@ class Resumes:
                 if actor["resumed_from"] == ActorState.FROZEN:
                     return ResumePlan(already_running=False, worker=worker, spec=spec, thaw=True)
                 snapshot = await self.snapshots.ref(connection, snapshot_id) if snapshot_id else None
-                return ResumePlan(already_running=False, worker=worker, snapshot=snapshot, spec=spec)
+                return ResumePlan(already_running=False, worker=worker, snapshot=snapshot, spec=spec,
+                                  template=actor["template"])  # fmt: skip
             if state == ActorState.FROZEN:
                 return await self._thaw(connection, ref, actor, operation_id)
             if state == ActorState.CRASHED:
@@ -120,7 +121,8 @@ class Resumes:
                 f"{worker.pool}/{worker.name}",
                 None,
             )
-            return ResumePlan(already_running=False, worker=worker, snapshot=snapshot, spec=spec)
+            return ResumePlan(already_running=False, worker=worker, snapshot=snapshot, spec=spec,
+                              template=actor["template"])  # fmt: skip
 
     async def _thaw(
         self, connection: asyncpg.Connection, ref: ActorRef, actor: asyncpg.Record, operation_id: str

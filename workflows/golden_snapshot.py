@@ -70,6 +70,7 @@ class GoldenSnapshotWorkflow:
                     snapshot=None,
                     probe_timeout_seconds=request.probe_timeout_seconds,
                     placement=template_workflow_id(request.atespace, request.template),
+                    template=request.template,
                 ),
                 result_type=AteletRunResult,
                 timeout=boot_timeout(request.probe_timeout_seconds),

@@ -272,6 +272,7 @@ class ResumeActorWorkflow:
                     snapshot=plan.snapshot,
                     probe_timeout_seconds=request.probe_timeout_seconds,
                     mark_running=mark_running,
+                    template=plan.template,
                 ),
                 result_type=AteletRunResult,
                 timeout=boot_timeout(request.probe_timeout_seconds),

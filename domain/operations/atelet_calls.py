@@ -24,6 +24,8 @@ class AteletRunInput:
     mark_running: bool = False
     """After a successful restore, mark the holder RUNNING (ResumeActor's finalize) in the same
     activity: the commit's NOTIFY reaches the api-server without waiting for a workflow task."""
+    template: str = ""
+    """The holder's template (a label of the sandbox's output; "" in runs from before it)."""
 
 
 @dataclass

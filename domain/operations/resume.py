@@ -79,6 +79,8 @@ class ResumePlan:
     snapshot: SnapshotRef | None = None
     spec: ActorTemplateSpec | None = None
     thaw: bool = False
+    template: str = ""
+    """The actor's template (a label of its output)."""
 
 
 @dataclass

@@ -26,7 +26,7 @@ from tests.credentials import SuiteCredentials
 def worker_running(actor: tuple[str, str]) -> Worker:
     net = WorkerNet("ate-w0", "vh0", "vp0", "10.99.0.1", "10.99.0.2")
     worker = Worker("default-0", WorkerPoolSpec("default", 1), 0, net, actor=actor, state="running")
-    worker.spec = pb.WorkloadSpec(containers=[pb.Container(name="counter")])
+    worker.spec = pb.WorkloadSpec(containers=[pb.Container(name="counter")], template="counter-t", generation=3)
     return worker
 
 
@@ -54,8 +54,9 @@ async def test_the_collector_prints_and_ships_each_line_once(api: httpx.AsyncCli
     assert await logged_lines(api, "ls") == ["counter: listening on 0.0.0.0:8080", "second", half, half]
     printed = [json.loads(line) for line in out.getvalue().splitlines()]
     assert printed[0] | {"time": ""} == {"time": "", "node": "shipnode", "worker": "default/default-0",
-                                         "atespace": "ls", "actor": "a1", "container": "counter",
-                                         "stream": "output", "line": "counter: listening on 0.0.0.0:8080"}  # fmt: skip
+                                         "atespace": "ls", "actor": "a1", "template": "counter-t",
+                                         "container": "counter", "generation": 3, "stream": "output",
+                                         "line": "counter: listening on 0.0.0.0:8080"}  # fmt: skip
     # the line without its newline waits for it; a restarted atelet (a new collector) ships the
     # rest and nothing twice
     with open(log_file, "ab") as f:

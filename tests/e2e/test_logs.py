@@ -6,10 +6,12 @@ that never ran says so and changes nothing.
 Expected values: the counter logs `counter: listening on 0.0.0.0:8080, data dir /data` at start
 and `counted: memory_count N, file_count N` after each counted request (examples/counter/main.go,
 with Go's date and time before each); the template's golden snapshot holds the started counter; its memory survives a FULL suspend, so the request after the
-resume is number 3."""
+resume is number 3. The node's JSON lines name the template and the generation restored (0: the
+golden snapshot; the first suspend writes generation 1)."""
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import threading
@@ -98,3 +100,13 @@ def logs_across_a_suspend(stack: Stack) -> None:
     assert abs(datetime.fromisoformat(stamp).timestamp() - time.time()) < 120, stamp
     bad = stack.ate("logs", "actor", "l1", "-a", "lgs", "--since", "ten minutes", check=False)
     assert bad.returncode == 2 and "is not a duration" in bad.stderr, bad
+
+    # the node's own JSON lines, for a cluster's log collector, carry the labels: the first
+    # sandbox was restored from the template's golden snapshot (generation 0), the one after the
+    # suspend from the actor's generation 1
+    records = [json.loads(line) for line in (stack.data_dir / "logs" / "atelet.log").read_text().splitlines()
+               if line.startswith("{") and '"actor": "l1"' in line]  # fmt: skip
+    labels = {r["line"].split(" ", 2)[-1]: (r["atespace"], r["template"], r["container"], r["generation"])
+              for r in records if "counted:" in r["line"]}  # fmt: skip
+    assert labels == {counted(1): ("lgs", "counter", "counter", 0), counted(2): ("lgs", "counter", "counter", 0),
+                      counted(3): ("lgs", "counter", "counter", 1)}, records  # fmt: skip
