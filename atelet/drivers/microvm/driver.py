@@ -21,7 +21,8 @@ How the node's steps map onto a VM:
   copy-on-write where the filesystem allows) and, when it was saved on another address, gives the
   guest this worker's (``Vm.readdress``).
 
-An exit on its own is seen by ``exit_watch.VmExitWatch``.
+An exit on its own is seen by ``exit_watch.VmExitWatch``. An exec (``exec_in``) runs through ate's
+init in the guest (``Vm.exec``), over the same channel as ``readdress``.
 
 The runtime version (``version``: QEMU's version and package, the machine type, the
 accelerator) goes into every FULL manifest: placement restores a FULL snapshot only on a worker
@@ -35,6 +36,7 @@ import contextlib
 import json
 import logging
 import shutil
+from collections.abc import Sequence
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -58,6 +60,10 @@ from atelet.proto import atelet_pb2 as pb
 log = logging.getLogger(__name__)
 
 SANDBOX_CLASS = "microvm"
+EXEC_OUTPUT_BYTES = (1 << 20) + 1
+"""The most of an exec's stdout (and of its stderr) the guest sends back: 1 MiB and one byte, so
+that exec_ops, which answers at most ``max_output_bytes`` (1 MiB by default), sees that a longer
+output was cut."""
 GUEST_FILE = "guest.json"
 """In a FULL checkpoint: the address the guest had when it was saved."""
 
@@ -393,6 +399,28 @@ class MicrovmDriver(SandboxDriver):
             return error.reason if isinstance(error, AteletError) else str(error)
         self._sandboxes[container_id] = sandbox
         return ""
+
+    can_exec = True
+
+    async def exec_in(self, container_id: str, command: Sequence[str], stdout: Path, stderr: Path) -> int:
+        """Runs ``command`` in the guest through ate's init (``Vm.exec``), its output into the
+        files ``stdout`` and ``stderr`` once it ends (the first ``EXEC_OUTPUT_BYTES`` of each);
+        cancelling the call kills it in the guest.
+
+        Raises:
+            AteletError: NOT_FOUND for a sandbox that is not running; INTERNAL when the guest
+                does not answer.
+        """
+        sandbox = self._get(container_id)
+        if sandbox.vm is None:
+            raise not_found(f"microvm sandbox {container_id} is not running")
+        try:
+            status, out, err = await sandbox.vm.exec(command, EXEC_OUTPUT_BYTES)
+        except VmError as error:
+            raise internal(f"microvm sandbox {container_id}: exec: {error}") from None
+        stdout.write_bytes(out)
+        stderr.write_bytes(err)
+        return status
 
     def exit_watch(self, container_id: str) -> VmExitWatch:
         """A watch of the VM's QEMU process.

@@ -42,8 +42,12 @@ if [ -n "$address" ]; then
   [ -z "$gateway" ] || ip route add default via "$gateway" || fail "no default route via $gateway"
   echo "ate-init: eth0 $address via $gateway"
 fi
-# The channel from the node (atelet.drivers.microvm.qemu, Vm.readdress): "addr <ip>/<len> <gw>"
-# gives eth0 a new address (a VM restored on another worker); answered "ok".
+# The channel from the node (atelet.drivers.microvm.qemu): one request line, one answer line.
+#   addr <ip>/<len> <gw>   gives eth0 a new address (a VM restored on another worker): "ok"
+#   exec <id> <base64 sh>  starts the script in a session of its own, its output to files: "started"
+#   status <id> <bytes>    "running", or "done <status> <base64 stdout> <base64 stderr>" (each its
+#                          first <bytes> bytes, "-" when empty), and the exec is forgotten
+#   kill <id>              kills the exec's session and forgets it: "ok"
 if [ -n "$address" ]; then
   tries=0  # the port appears once its module probed the device
   while [ ! -e /sys/class/virtio-ports ] && [ "$tries" -lt 50 ]; do sleep 0.1; tries=$((tries + 1)); done
@@ -57,7 +61,26 @@ for port in /sys/class/virtio-ports/*; do
       while true; do
         # a read while no host end is connected returns at once with nothing: wait and read again
         read -r verb value via <&3 || { sleep 0.2; continue; }
-        if [ "$verb" = addr ] && ip addr flush dev eth0 && ip addr add "$value" dev eth0 \
+        run="/tmp/ate-exec/$value"
+        case "$verb/$value" in
+          exec/|status/|kill/|exec/*[!a-z0-9]*|status/*[!a-z0-9]*|kill/*[!a-z0-9]*) echo "failed: bad exec id" >&3; continue ;;
+        esac
+        if [ "$verb" = exec ]; then
+          mkdir -p "$run" && echo "$via" | base64 -d > "$run/cmd" || { echo "failed: exec $value" >&3; continue; }
+          setsid sh -c 'sh "$1/cmd" </dev/null >"$1/out" 2>"$1/err"; echo $? >"$1/status.new"; mv "$1/status.new" "$1/status"' sh "$run" &
+          echo $! > "$run/pid"
+          echo started >&3
+        elif [ "$verb" = status ]; then
+          if [ -f "$run/status" ]; then
+            out=$(head -c "$via" "$run/out" | base64 -w 0); err=$(head -c "$via" "$run/err" | base64 -w 0)
+            echo "done $(cat "$run/status") ${out:--} ${err:--}" >&3
+            rm -rf "$run"
+          elif [ -d "$run" ]; then echo running >&3; else echo "failed: no exec $value" >&3; fi
+        elif [ "$verb" = kill ]; then
+          [ -f "$run/pid" ] && kill -KILL -"$(cat "$run/pid")" 2>/dev/null
+          rm -rf "$run"
+          echo ok >&3
+        elif [ "$verb" = addr ] && ip addr flush dev eth0 && ip addr add "$value" dev eth0 \
             && ip route replace default via "$via"; then
           echo "ate-init: eth0 now $value via $via"
           echo ok >&3

@@ -22,10 +22,14 @@ The names of those modules that callers used from here are re-exported.
 from __future__ import annotations
 
 import asyncio
+import base64
 import contextlib
 import os
+import shlex
 import shutil
 import subprocess
+import uuid
+from collections.abc import Sequence
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -61,6 +65,10 @@ __all__ = [
     "Vm", "VmConfig", "VmError", "VmState", "copy_ram", "qemu_version", "read_state", "resolved_machine",
 ]  # fmt: skip
 
+EXEC_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin:/.ate/bin"
+"""The PATH of an exec in the guest: a Debian system's, then busybox's applets (a minimal image
+has no shell tools of its own)."""
+
 MIGRATE_POLLS = 30000
 """How many times (every 2 ms: a minute) a checkpoint asks QEMU whether its migration completed."""
 
@@ -82,6 +90,7 @@ class Vm:
         self.process = process
         self.machine = machine
         self.qmp = QMPClient(f"ate-{workdir.name}")
+        self._agent = asyncio.Lock()  # the guest's channel takes one client at a time
 
     @property
     def ram(self) -> Path:
@@ -250,6 +259,25 @@ class Vm:
             await asyncio.sleep(0.002)
         raise VmError(f"QEMU did not {what} within 6 s: {self.log_tail()}")
 
+    async def agent(self, request: str, timeout: float = 30.0) -> str:
+        """One request line to ate's init in the guest over its channel (init.sh lists them) and
+        its one-line answer, one request at a time.
+
+        Raises:
+            VmError: no answer within ``timeout`` s, or the channel cannot be reached.
+        """
+        try:
+            async with self._agent, asyncio.timeout(timeout):
+                reader, writer = await asyncio.open_unix_connection(self.workdir / AGENT_SOCKET, limit=1 << 24)
+                try:
+                    writer.write(f"{request}\n".encode())
+                    await writer.drain()
+                    return (await reader.readline()).decode(errors="replace").strip()
+                finally:
+                    writer.close()
+        except (OSError, TimeoutError, ValueError) as error:
+            raise VmError(f"no answer from the guest: {error or 'timed out'}") from error
+
     async def readdress(self, address: str, gateway: str, timeout: float = 30.0) -> None:
         """Give the guest's eth0 a new address and default route (a VM restored on another
         worker comes back with the one it had): ate's init applies it and answers ``ok``.
@@ -262,18 +290,42 @@ class Vm:
             VmError: the guest did not answer ``ok`` within ``timeout`` s (its answer named).
         """
         try:
-            async with asyncio.timeout(timeout):
-                reader, writer = await asyncio.open_unix_connection(self.workdir / AGENT_SOCKET)
-                try:
-                    writer.write(f"addr {address} {gateway}\n".encode())
-                    await writer.drain()
-                    answer = (await reader.readline()).decode(errors="replace").strip()
-                finally:
-                    writer.close()
-        except (OSError, TimeoutError) as error:
-            raise VmError(f"the guest did not take address {address}: {error or 'no answer'}") from error
+            answer = await self.agent(f"addr {address} {gateway}", timeout)
+        except VmError as error:
+            raise VmError(f"the guest did not take address {address}: {error}") from error
         if answer != "ok":
             raise VmError(f"the guest did not take address {address}: it answered {answer!r}")
+
+    async def exec(self, command: Sequence[str], max_output_bytes: int, poll_seconds: float = 0.2) -> tuple[int, bytes, bytes]:
+        """Runs ``command`` in the guest next to its workload (as root, in ``/``, with the PATH
+        of a Debian system and busybox's applets after it) until it ends: (its exit status, the
+        first ``max_output_bytes`` of its stdout and of its stderr). Cancelling the call kills
+        its session in the guest.
+
+        Raises:
+            VmError: the guest did not start it or stopped answering about it.
+        """
+        script = ("cd / && exec /.ate/bin/env -i PATH=" + shlex.quote(EXEC_PATH) + " HOME=/root "
+                  + " ".join(shlex.quote(word) for word in command) + "\n")  # fmt: skip
+        run = uuid.uuid4().hex[:16]
+        answer = await self.agent(f"exec {run} {base64.b64encode(script.encode()).decode()}")
+        if answer != "started":
+            raise VmError(f"the guest did not start the command: it answered {answer!r}")
+        try:
+            while True:
+                answer = await self.agent(f"status {run} {max_output_bytes}")
+                if answer != "running":
+                    break
+                await asyncio.sleep(poll_seconds)
+        except BaseException:
+            with contextlib.suppress(VmError):
+                await asyncio.shield(self.agent(f"kill {run}", 10))
+            raise
+        words = answer.split(" ")
+        if len(words) != 4 or words[0] != "done" or not words[1].isdigit():
+            raise VmError(f"the guest answered {answer[:200]!r} about the command")
+        out, err = (b"" if w == "-" else base64.b64decode(w) for w in words[2:])
+        return int(words[1]), out, err
 
     async def pause(self) -> None:
         """Stop the guest's vCPUs (its state stays in QEMU; ``cont`` continues it).
