@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import time
 import uuid
+from collections.abc import Callable
 
 import grpc
 import httpx
@@ -40,6 +41,25 @@ def exec_request(*command: str, worker: str = "default-0", timeout: float = 0, l
                           timeout_seconds=timeout, max_output_bytes=limit)  # fmt: skip
 
 
+async def check_commands(atelet: Atelet, worker_ip: str, request: Callable[..., pb.ExecRequest]) -> None:
+    """After 3 requests to the counter at ``worker_ip``: output, exit statuses (by itself, by a
+    signal), the workload's process seen next to the exec, and output cut at the limit (the
+    checks both sandbox classes share)."""
+    assert [(await get(worker_ip))["file_count"] for _ in range(3)] == [1, 2, 3]
+    done = await atelet.stub.Exec(request("cat", "/data/count.txt"))
+    assert (done.exit_code, done.stdout, done.stderr, done.ended) == (0, b"3\n", b"", ""), done
+    failed = await atelet.stub.Exec(request("sh", "-c", "echo out; echo err >&2; exit 3"))
+    assert (failed.exit_code, failed.stdout, failed.stderr) == (3, b"out\n", b"err\n"), failed
+    signalled = await atelet.stub.Exec(request("sh", "-c", "kill -9 $$"))
+    assert signalled.exit_code == 128 + 9, signalled
+    # The exec'd process sees the workload's own processes (it runs in the same sandbox).
+    ps = await atelet.stub.Exec(request("ps"))
+    assert b"/counter" in ps.stdout, ps
+    # Output beyond the limit is cut, and says so.
+    big = await atelet.stub.Exec(request("sh", "-c", "head -c 5000 /counter", limit=1000))
+    assert (len(big.stdout), big.stdout_truncated, big.stderr_truncated) == (1000, True, False), big
+
+
 async def run_counter(a: Atelet, worker: str, image: str) -> pb.RunResponse:
     return await a.stub.Run(pb.RunRequest(operation_id=op(), worker=worker, actor=ACTOR,
                                           spec=counter_spec(image), probe_timeout_seconds=20))  # fmt: skip
@@ -47,19 +67,7 @@ async def run_counter(a: Atelet, worker: str, image: str) -> pb.RunResponse:
 
 async def test_a_command_runs_in_the_sandbox_with_its_output_and_exit_status(atelet: Atelet, counter_image: str) -> None:
     run = await run_counter(atelet, "default-0", counter_image)
-    assert [(await get(run.worker_ip))["file_count"] for _ in range(3)] == [1, 2, 3]
-    done = await atelet.stub.Exec(exec_request("cat", "/data/count.txt"))
-    assert (done.exit_code, done.stdout, done.stderr, done.ended) == (0, b"3\n", b"", ""), done
-    failed = await atelet.stub.Exec(exec_request("sh", "-c", "echo out; echo err >&2; exit 3"))
-    assert (failed.exit_code, failed.stdout, failed.stderr) == (3, b"out\n", b"err\n"), failed
-    signalled = await atelet.stub.Exec(exec_request("sh", "-c", "kill -9 $$"))
-    assert signalled.exit_code == 128 + 9, signalled
-    # The exec'd process sees the workload's own processes (it runs in the same sandbox).
-    ps = await atelet.stub.Exec(exec_request("ps"))
-    assert b"/counter" in ps.stdout, ps
-    # Output beyond the limit is cut, and says so.
-    big = await atelet.stub.Exec(exec_request("sh", "-c", "head -c 5000 /counter", limit=1000))
-    assert (len(big.stdout), big.stdout_truncated, big.stderr_truncated) == (1000, True, False), big
+    await check_commands(atelet, run.worker_ip, exec_request)
     # A program the image does not have: runsc's error, a failed exit status.
     missing = await atelet.stub.Exec(exec_request("no-such-program"))
     assert missing.exit_code != 0 and missing.ended == "", missing

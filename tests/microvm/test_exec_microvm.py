@@ -16,6 +16,7 @@ import pytest
 
 from atelet.proto import atelet_pb2 as pb
 from tests.atelet.conftest import Atelet
+from tests.atelet.test_exec import check_commands
 from tests.microvm.test_atelet_microvm import ACTOR, atelet, get, op, run_counter  # noqa: F401
 
 pytestmark = [pytest.mark.qemu, pytest.mark.timeout(300), pytest.mark.asyncio]
@@ -29,17 +30,7 @@ def exec_request(*command: str, timeout: float = 0, limit: int = 0) -> pb.ExecRe
 async def test_a_command_runs_in_the_guest_with_its_output_and_exit_status(
         atelet: Atelet, counter_image: str) -> None:  # noqa: F811
     run = await run_counter(atelet, "microvm-0")
-    assert [(await get(run.worker_ip))["file_count"] for _ in range(3)] == [1, 2, 3]
-    done = await atelet.stub.Exec(exec_request("cat", "/data/count.txt"))
-    assert (done.exit_code, done.stdout, done.stderr, done.ended) == (0, b"3\n", b"", ""), done
-    failed = await atelet.stub.Exec(exec_request("sh", "-c", "echo out; echo err >&2; exit 3"))
-    assert (failed.exit_code, failed.stdout, failed.stderr) == (3, b"out\n", b"err\n"), failed
-    signalled = await atelet.stub.Exec(exec_request("sh", "-c", "kill -9 $$"))
-    assert signalled.exit_code == 128 + 9, signalled
-    ps = await atelet.stub.Exec(exec_request("ps"))
-    assert b"/counter" in ps.stdout, ps  # the workload's own process, next to the exec
-    big = await atelet.stub.Exec(exec_request("head", "-c", "5000", "/counter", limit=1000))
-    assert (len(big.stdout), big.stdout_truncated, big.stderr_truncated) == (1000, True, False), big
+    await check_commands(atelet, run.worker_ip, exec_request)
     missing = await atelet.stub.Exec(exec_request("no-such-program"))
     assert missing.exit_code == 127 and b"no-such-program" in missing.stderr, missing  # named by env
 
