@@ -39,6 +39,20 @@ class TemplateCreate(Strict):
     spec: TemplateSpec
 
 
+class ImagePullPublic(BaseModel):
+    """A node's latest report of its pull of one of the template's registry images."""
+
+    node: str
+    image: str
+    state: Literal["Pulling", "Pulled", "Failed"]
+    layers: int = Field(description="the layers of the image's manifest")
+    bytes_total: int = Field(description="their sizes as the manifest states them (compressed)")
+    bytes_done: int = Field(description="what the node has written of them so far")
+    message: str = Field(description="why a Failed pull failed; else ''")
+    text: str = Field(description="e.g. '1.2 MiB of 3.3 MiB (2 layers)'")
+    updated_at: datetime
+
+
 class TemplatePublic(BaseModel):
     """A template as the API shows it."""
 
@@ -49,6 +63,21 @@ class TemplatePublic(BaseModel):
     reason: str | None
     golden_snapshot: int | None
     created_at: datetime
+    pulls: list[ImagePullPublic] = Field(
+        default_factory=list,
+        description="while Pending (one template's GET only): the nodes' pulls of its registry images, newest first",
+    )
+
+
+class ImagePullReport(Strict):
+    """PUT body of `/v1/nodes/{node}/pulls`: a node's look at its pull of a registry image."""
+
+    image: str = Field(max_length=600, description="the image as its template records it (pinned)")
+    state: Literal["Pulling", "Pulled", "Failed"]
+    layers: int = Field(ge=0, le=10000)
+    bytes_total: int = Field(ge=0)
+    bytes_done: int = Field(ge=0)
+    message: str = Field(default="", max_length=2000)
 
 
 class AtespaceCreate(Strict):

@@ -10,6 +10,7 @@ from api.schemas import (
     ActorPublic,
     IdleOfActor,
     IdleStepOfActor,
+    ImagePullPublic,
     OperationPublic,
     SnapshotOfActor,
     TagPublic,
@@ -19,6 +20,7 @@ from api.schemas import (
 )
 from domain.names import check_label_name
 from domain.states import ActorState, WorkerState
+from store.image_pulls import ImagePull
 from store.records import ActorRecord, OperationRecord, TagRecord, TemplateRecord, WorkerRecord
 
 
@@ -79,6 +81,14 @@ def actor_view(actor: ActorRecord) -> ActorPublic:
         created_at=actor.created_at,
         updated_at=actor.updated_at,
     )
+
+
+def pull_view(pull: ImagePull) -> ImagePullPublic:
+    """The API shape of a node's pull of an image."""
+    progress = pull.progress
+    return ImagePullPublic(node=pull.node, image=pull.image, state=progress.state.value, layers=progress.layers,
+                           bytes_total=progress.bytes_total, bytes_done=progress.bytes_done,
+                           message=progress.message, text=progress.text(), updated_at=pull.updated_at)  # fmt: skip
 
 
 def template_view(template: TemplateRecord) -> TemplatePublic:

@@ -34,6 +34,7 @@ from atelet.output import OutputCollector
 from atelet.pool import PoolError, default_pool, load_pools
 from atelet.proto import atelet_pb2_grpc as pb_grpc
 from atelet.pull_credentials import ApiPullCredentials
+from atelet.pull_progress import ApiPullProgress
 from atelet.registration import heartbeat_loop
 from atelet.service import AteletService
 from atelet.settings import AteletSettings
@@ -141,6 +142,7 @@ async def serve(settings: AteletSettings, ready: asyncio.Event | None = None) ->
         await server.start()
         if settings.api_server:
             node.images.registry.credentials = ApiPullCredentials(settings.api_server, settings.node, identity)
+            node.images.registry.progress = ApiPullProgress(settings.api_server, settings.node, identity)
             heartbeat = asyncio.create_task(heartbeat_loop(node, identity))
             if settings.image_prefetch_seconds > 0 and not settings.hollow:
                 prefetch = asyncio.create_task(prefetch_loop(settings.api_server, settings.node, identity, node.images,

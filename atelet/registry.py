@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import logging
 import os
 import shutil
@@ -29,7 +30,8 @@ from pathlib import Path
 
 from atelet import proc
 from atelet.errors import AteletError, internal, invalid, not_found, precondition, unavailable
-from domain.image_references import RegistryImage, pull_failure, skopeo_message
+from domain.image_pulls import PullProgress, PullState
+from domain.image_references import RUNTIME_PLATFORM, RegistryImage, pull_failure, skopeo_message
 from domain.registry_credentials import RegistryCredentials, auth_file
 
 log = logging.getLogger(__name__)
@@ -39,6 +41,12 @@ LAYOUT_TAG = "image"
 
 CredentialSource = Callable[[RegistryImage], Awaitable[tuple[list[RegistryCredentials], list[str]]]]
 """(the credentials this node may pull an image with, the problems of those it may not use)."""
+
+ProgressSink = Callable[[RegistryImage, PullProgress], Awaitable[None]]
+"""Told how a pull goes (``atelet.pull_progress``); must not raise."""
+
+PROGRESS_SECONDS = 0.5
+"""How often a pull's progress is looked at and told."""
 
 
 class RegistryPuller:
@@ -63,6 +71,7 @@ class RegistryPuller:
         self.timeout = timeout
         self.max_bytes = max_bytes
         self.credentials: CredentialSource | None = None
+        self.progress: ProgressSink | None = None
         self._locks: dict[str, asyncio.Lock] = {}
 
     def _verify(self, image: RegistryImage) -> str:
@@ -133,10 +142,7 @@ class RegistryPuller:
                 self.cache_dir.mkdir(parents=True, exist_ok=True)
                 tmp = self.cache_dir / f".pull-{uuid.uuid4().hex}"
                 try:
-                    await self._run(image.pinned(digest), [
-                        "copy", "--quiet", f"--src-tls-verify={self._verify(image)}",
-                        image.pinned(digest).transport_reference(), f"oci:{tmp}:{LAYOUT_TAG}",
-                    ], field, source=True)  # fmt: skip
+                    await self._copy(image.pinned(digest), tmp, field)
                     if target.exists():
                         shutil.rmtree(target)
                     tmp.rename(target)
@@ -150,6 +156,48 @@ class RegistryPuller:
             if self.max_bytes:
                 await asyncio.to_thread(self.evict, target)
         return target, LAYOUT_TAG
+
+    async def _copy(self, image: RegistryImage, tmp: Path, field: str) -> None:
+        """skopeo copy of the pinned ``image`` into the layout ``tmp``, telling ``progress`` every
+        ``PROGRESS_SECONDS`` how many of its layers' bytes are in ``tmp`` so far, and how it ended.
+
+        Raises:
+            AteletError: as ``_run``.
+        """
+        args = ["copy", "--quiet", f"--src-tls-verify={self._verify(image)}", image.transport_reference(),
+                f"oci:{tmp}:{LAYOUT_TAG}"]  # fmt: skip
+        if self.progress is None:
+            await self._run(image, args, field, source=True)
+            return
+        layers, total = await self._layers(image, field)
+        copying = asyncio.create_task(self._run(image, args, field, source=True))
+        while not copying.done():
+            await self.progress(image, PullProgress(layers, total, min(total, await asyncio.to_thread(_size, tmp))))
+            await asyncio.wait({copying}, timeout=PROGRESS_SECONDS)
+        try:
+            copying.result()
+        except AteletError as error:
+            await self.progress(image, PullProgress(layers, total, 0, PullState.FAILED, error.reason))
+            raise
+        await self.progress(image, PullProgress(layers, total, total, PullState.PULLED))
+
+    async def _layers(self, image: RegistryImage, field: str) -> tuple[int, int]:
+        """(the layers of ``image``'s manifest for this node's platform, their stated sizes in
+        bytes); (0, 0) when the manifest cannot be read (the copy then says why)."""
+        try:
+            manifest = json.loads(await self._run(image, ["inspect", f"--tls-verify={self._verify(image)}", "--raw",
+                                                          image.transport_reference()], field))  # fmt: skip
+            if "manifests" in manifest:  # an index: the entry skopeo copies for this platform
+                os_name, architecture = RUNTIME_PLATFORM.split("/")
+                entry = next(m for m in manifest["manifests"]
+                             if (m.get("platform") or {}).get("os") == os_name
+                             and (m.get("platform") or {}).get("architecture") == architecture)  # fmt: skip
+                manifest = json.loads(await self._run(image, ["inspect", f"--tls-verify={self._verify(image)}", "--raw",
+                                                              f"docker://{image.name}@{entry['digest']}"], field))  # fmt: skip
+            sizes = [int(layer["size"]) for layer in manifest.get("layers") or []]
+        except (AteletError, ValueError, KeyError, TypeError, StopIteration):
+            return 0, 0
+        return len(sizes), sum(sizes)
 
     def evict(self, keep: Path) -> list[Path]:
         """Removes the least recently used layouts (by their dir's mtime, touched at each use)
@@ -174,8 +222,14 @@ class RegistryPuller:
 
 
 def _size(path: Path) -> int:
-    """The bytes of the regular files under ``path``."""
-    return sum(f.stat().st_size for f in path.rglob("*") if f.is_file() and not f.is_symlink())
+    """The bytes of the regular files under ``path`` (0 when it is not there yet); files that go
+    while it counts are skipped."""
+    total = 0
+    for found in path.rglob("*") if path.exists() else ():
+        with contextlib.suppress(OSError):
+            if found.is_file() and not found.is_symlink():
+                total += found.stat().st_size
+    return total
 
 
 def _error(image: RegistryImage, output: str, field: str, tried: list[str] | None = None,

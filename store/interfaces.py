@@ -30,6 +30,7 @@ from store.freezes import Freezes
 from store.golden_snapshots import GoldenSnapshots
 from store.history import OperationHistory
 from store.idleness import Idleness
+from store.image_pulls import ImagePulls
 from store.liveness import MAX_RECOVERIES_PER_WINDOW, RECOVERY_WINDOW_SECONDS, CrashedActor, Unreachability
 from store.nodes import FencingOrder
 from store.pauses import Pauses
@@ -251,6 +252,8 @@ class ApiStore(Protocol):
     def room_queue(self) -> RoomDemand: ...  # noqa: D102
     @property
     def actor_logs(self) -> ActorLogs: ...  # noqa: D102
+    @property
+    def image_pulls(self) -> ImagePulls: ...  # noqa: D102
 
     async def ping(self) -> None:
         """See `Store.ping` (the health check)."""

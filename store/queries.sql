@@ -1159,3 +1159,18 @@ SELECT operation_id, operation, outcome, worker, reason, error, finished_at FROM
 SELECT EXISTS (
     SELECT 1 FROM operations WHERE atespace = $1 AND actor = $2 AND operation = 'ResumeActor' AND outcome = 'ok'
 ) OR EXISTS (SELECT 1 FROM actor_log_lines WHERE atespace = $1 AND actor = $2);
+
+-- record_image_pull --
+-- Node $1's latest look at its pull of image $2 ($3 state, $4 layers, $5 bytes total, $6 bytes
+-- done, $7 message); nothing when the node is unknown.
+INSERT INTO image_pulls (node, image, state, layers, bytes_total, bytes_done, message)
+SELECT $1, $2, $3, $4, $5, $6, $7 WHERE EXISTS (SELECT 1 FROM nodes WHERE name = $1)
+ON CONFLICT (node, image) DO UPDATE
+SET state = EXCLUDED.state, layers = EXCLUDED.layers, bytes_total = EXCLUDED.bytes_total,
+    bytes_done = EXCLUDED.bytes_done, message = EXCLUDED.message, updated_at = now()
+RETURNING node;
+
+-- image_pulls_of --
+-- The nodes' latest looks at their pulls of the images $1 (text[]), newest first.
+SELECT node, image, state, layers, bytes_total, bytes_done, message, updated_at FROM image_pulls
+WHERE image = ANY($1::text[]) ORDER BY updated_at DESC, node;

@@ -29,6 +29,7 @@ from store.freezes import Freezes
 from store.golden_snapshots import GoldenSnapshots
 from store.history import OperationHistory
 from store.idleness import Idleness
+from store.image_pulls import ImagePulls
 from store.liveness import Liveness
 from store.measurements import Measurements
 from store.migrations import migrate
@@ -90,6 +91,7 @@ class Store:
         self.pressure = Pressure(pool, self.snapshots, self.room_queue)
         self.measurements = Measurements(pool)
         self.actor_logs = ActorLogs(pool, DEFAULT_LOG_BYTES_PER_ACTOR)
+        self.image_pulls = ImagePulls(pool)
 
     @classmethod
     async def connect(

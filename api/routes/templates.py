@@ -16,8 +16,9 @@ from api.names import check_name
 from api.operations import search_attributes
 from api.pull_secrets import template_credentials
 from api.schemas import TemplateCreate, TemplatePublic
-from api.views import template_view
+from api.views import pull_view, template_view
 from domain.access import Permission
+from domain.image_references import is_registry_reference
 from domain.locations import is_within
 from domain.operations.golden import GoldenSnapshotInput, GoldenSnapshotResult
 from domain.states import Operation
@@ -84,8 +85,13 @@ async def list_templates(atespace: str, store: StoreDep) -> dict[str, list[Templ
 
 @router.get("/{name}", **needs(Permission.TEMPLATES_READ))
 async def get_template(atespace: str, name: str, store: StoreDep) -> TemplatePublic:
-    """One template."""
-    return template_view(await store.templates.get(atespace, name))
+    """One template; while it is Pending, with the nodes' pulls of its registry images (`pulls`)."""
+    template = await store.templates.get(atespace, name)
+    view = template_view(template)
+    if template.phase == "Pending":
+        images = [c.image for c in template.spec.containers if is_registry_reference(c.image)]
+        view.pulls = [pull_view(p) for p in await store.image_pulls.of_images(images)]
+    return view
 
 
 @router.delete("/{name}", status_code=204, **needs(Permission.TEMPLATES_MANAGE))

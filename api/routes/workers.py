@@ -12,9 +12,10 @@ from api.access.guard import needs
 from api.deps import StoreDep, TemporalDep
 from api.errors import InvalidArgument
 from api.pull_secrets import node_credentials
-from api.schemas import DrainRequest, NodeEvent, NodeRegistration, WorkerPublic
+from api.schemas import DrainRequest, ImagePullReport, NodeEvent, NodeRegistration, WorkerPublic
 from api.views import worker_view
 from domain.access import Permission
+from domain.image_pulls import PullProgress, PullState
 from domain.image_references import parse_registry_image
 from domain.operations.drain import EvictionDeadlineInput
 from domain.refs import ActorRef
@@ -104,6 +105,18 @@ async def image_credentials_for_node(node: str, image: str, store: StoreDep, req
     usable, problems = await node_credentials(store, getattr(request.app.state, "secret_box", None), node, parsed,
                                               image)  # fmt: skip
     return {"credentials": [c.document() for c in usable], "problems": problems}
+
+
+@router.put("/v1/nodes/{node}/pulls", **needs(Permission.NODES_REGISTER))
+async def report_image_pull(node: str, body: ImagePullReport, store: StoreDep) -> dict[str, bool]:
+    """The node's look at its pull of a registry image (layers, bytes so far), which a Pending
+    template running the image shows; `accepted` is false, and nothing stored, for a node that
+    never registered."""
+    if body.bytes_done > body.bytes_total:
+        raise InvalidArgument(f"bytes_done: {body.bytes_done} is more than bytes_total {body.bytes_total}",
+                              {"field": "bytes_done"})  # fmt: skip
+    progress = PullProgress(body.layers, body.bytes_total, body.bytes_done, PullState(body.state), body.message)
+    return {"accepted": await store.image_pulls.record(node, body.image, progress)}
 
 
 @router.post("/v1/nodes/{node}/events", **needs(Permission.NODES_REGISTER))

@@ -79,10 +79,11 @@ def wait_for_template(
     """Poll a template until its phase is Ready or Failed, or `timeout` seconds passed; meanwhile
     print (to stderr) what its golden snapshot's workflow is doing each time that changes, e.g.
     that it waits for a free worker and why none has room (a template stays Pending, with no
-    reason, while it waits)."""
+    reason, while it waits), and how the nodes' pulls of its images go (`pull_lines`)."""
     deadline = time.monotonic() + timeout
     delays = poll_delays()
     said = ""
+    pulls_said: set[str] = set()
     while template.get("phase") not in FINAL_PHASES and time.monotonic() < deadline:
         time.sleep(min(next(delays), max(deadline - time.monotonic(), 0)))
         template = api.get_template(atespace, name)
@@ -92,7 +93,17 @@ def wait_for_template(
         if step and _shape(step) != _shape(said):
             typer.echo(f"template/{name}: {step}", err=True)
             said = step
+        for line in pull_lines(template):
+            if line not in pulls_said:
+                typer.echo(f"template/{name}: {line}", err=True)
+                pulls_said.add(line)
     return template
+
+
+def pull_lines(template: dict[str, Any]) -> list[str]:
+    """What a Pending template's `pulls` say, one line per node and image, e.g. `pulling
+    127.0.0.1:5000/team/agent:v3@sha256:... on node n1: 1.2 MiB of 3.3 MiB (2 layers)`."""
+    return [f"pulling {p.get('image')} on node {p.get('node')}: {p.get('text')}" for p in template.get("pulls") or []]
 
 
 def golden_step(api: ApiClient, atespace: str, name: str) -> str:

@@ -69,6 +69,7 @@ ROUTES: dict[tuple[str, str], str] = {
     ("POST", "/v1/nodes/{node}/logs"): "node",
     ("GET", "/v1/nodes/{node}/images"): "node",
     ("GET", "/v1/nodes/{node}/image-credentials"): "node",
+    ("PUT", "/v1/nodes/{node}/pulls"): "node",
     ("GET", "/v1/nodes/{node}/workers/{worker}/actors/{atespace}/{name}"): "node",
     ("GET", "/v1/nodes/{node}/workers/{worker}/actors/{atespace}/{name}/egress"): "node",
     ("POST", "/v1/nodes/{node}/workers/{worker}/actors/{atespace}/{name}/suspend"): "node",

@@ -120,3 +120,27 @@ async def test_a_node_learns_the_registry_images_of_the_templates_it_can_run(
     assert f"{running.address}/examples/counter:v1@{pushed}" not in (
         await api.get("/v1/nodes/img2/images", auth=As(node_token("img2")))).json()["images"]  # a microvm node
     assert (await api.get("/v1/nodes/img1/images", auth=As(node_token("img2")))).status_code == 403
+
+
+async def test_a_pending_template_shows_the_nodes_pulls_of_its_image(
+    api: httpx.AsyncClient, atespace: str, registry: tuple[LocalRegistry, str]
+) -> None:
+    running, pushed = registry
+    made = await api.post(f"{A}/templates", json=template("pulling", f"{running.address}/examples/counter:v1"))
+    assert made.status_code in (201, 409), made.text
+    pinned = f"{running.address}/examples/counter:v1@{pushed}"
+    worker = {"name": "default-0", "pool": "default", "ip": "10.96.7.2", "cpu_millis": 1000, "memory_bytes": 2**30}
+    registered = await api.put("/v1/nodes/puller1", json={"address": "10.0.0.9:8085", "workers": [worker]})
+    assert registered.status_code == 200, registered.text
+    look = {"image": pinned, "state": "Pulling", "layers": 2, "bytes_total": 3 << 20, "bytes_done": 1 << 20}
+    told = await api.put("/v1/nodes/puller1/pulls", json=look, auth=As(node_token("puller1")))
+    assert told.json() == {"accepted": True}, told.text
+    shown = (await api.get(f"{A}/templates/pulling")).json()
+    assert shown["phase"] == "Pending", shown  # no atelet in this suite boots it
+    [pull] = shown["pulls"]
+    assert (pull["node"], pull["image"], pull["text"]) == ("puller1", pinned, "1.0 MiB of 3.0 MiB (2 layers)"), pull
+    # a node that never registered stores nothing; more bytes than the total is refused
+    assert (await api.put("/v1/nodes/ghost/pulls", json=look, auth=As(node_token("ghost")))).json() == {"accepted": False}
+    over = await api.put("/v1/nodes/puller1/pulls", json=look | {"bytes_done": 4 << 20}, auth=As(node_token("puller1")))
+    assert over.status_code == 400 and "bytes_done" in over.text, over.text
+    assert (await api.put("/v1/nodes/puller1/pulls", json=look, auth=As(node_token("ghost")))).status_code == 403

@@ -6,6 +6,7 @@ each say what is wrong."""
 from __future__ import annotations
 
 import asyncio
+import json
 import subprocess
 import time
 from collections.abc import Iterator
@@ -19,6 +20,7 @@ from atelet.errors import AteletError
 from atelet.images import ImageStore
 from atelet.proto import atelet_pb2 as pb
 from atelet.registry import CredentialSource, RegistryPuller
+from domain.image_pulls import PullProgress, PullState
 from domain.image_references import RegistryImage, parse_registry_image
 from domain.registry_credentials import RegistryCredentials
 from tests.atelet.conftest import counter_spec, force_cleanup, make_settings, running_atelet
@@ -122,6 +124,39 @@ async def test_an_image_behind_basic_auth_is_pulled_with_the_credentials_the_api
         assert asked[-2:] == [f"{running.address}/team/counter:v1", reference]  # the tag's look-up, then the pull
         auth_dir = tmp_path / "pulled" / "images" / "registry" / ".auth"
         assert auth_dir.stat().st_mode & 0o777 == 0o700 and not list(auth_dir.iterdir())
+
+
+@pytest.mark.asyncio
+async def test_a_pull_tells_its_progress_against_the_manifests_layer_sizes(
+    tmp_path: Path, registry: tuple[LocalRegistry, str]
+) -> None:
+    """Each look at a pull says the layers and their sizes as the registry's manifest states them
+    (read here with skopeo), bytes so far never more than that nor going back; the last says
+    Pulled with all of them. A pull that fails says Failed, with why."""
+    running, pushed = registry
+    raw = subprocess.run(["skopeo", "inspect", "--raw", "--tls-verify=false", "--no-creds",
+                          f"docker://{running.address}/examples/counter@{pushed}"],
+                         capture_output=True, text=True, check=True).stdout  # fmt: skip
+    sizes = [layer["size"] for layer in json.loads(raw)["layers"]]
+    looks: list[tuple[str, PullProgress]] = []
+
+    async def told(image: RegistryImage, progress: PullProgress) -> None:
+        looks.append((str(image), progress))
+
+    images = store(tmp_path)
+    images.registry.progress = told
+    await images.unpack(f"{running.address}/examples/counter:v1")
+    assert looks and {image for image, _ in looks} == {f"{running.address}/examples/counter:v1@{pushed}"}
+    assert all((p.layers, p.bytes_total) == (len(sizes), sum(sizes)) for _, p in looks), looks
+    done = [p.bytes_done for _, p in looks]
+    assert done == sorted(done) and max(done) == sum(sizes)
+    assert [p.state for _, p in looks][-1] is PullState.PULLED and looks[-1][1].text().startswith("pulled ")
+    assert all(p.state is PullState.PULLING for _, p in looks[:-1])
+
+    looks.clear()
+    with pytest.raises(AteletError):
+        await images.unpack(f"{running.address}/examples/counter@sha256:{'0' * 64}")
+    assert [p.state for _, p in looks][-1] is PullState.FAILED and "no such image" in looks[-1][1].message, looks
 
 
 @pytest.mark.runsc
