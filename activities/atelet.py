@@ -212,6 +212,7 @@ class AteletActivities:
         """The atelet's Run (no snapshot) or Restore of the holder's workload on the worker."""
         address, node = request.worker.atelet_address, request.worker.node
         spec = workload_spec(request.spec, request.template, own_generation(request.snapshot, request.holder))
+        spec.golden = request.golden
         if request.snapshot is None:
             boot = pb.RunRequest(
                 operation_id=call_id(request.operation_id, "run"),

@@ -9,7 +9,9 @@ or its sandbox is gone), stamps each with the time it was read, and:
 
 - writes it to stdout as one JSON object with its labels, for a cluster's log collector:
   ``{"time", "node", "worker", "atespace", "actor", "template", "container", "generation", "stream", "line"}``;
-- ships it: ``POST {api_server}/v1/nodes/{node}/logs`` with ``{"worker", "actor", "log_id",
+- ships it (not a template's golden boot's, ``WorkloadSpec.golden``: those lines go into the golden
+  snapshot, which each actor of the template inherits at its first restore, and no actor owns
+  them): ``POST {api_server}/v1/nodes/{node}/logs`` with ``{"worker", "actor", "log_id",
   "lines": [{"time", "offset", "line"}]}``, in order, at most ``BATCH_LINES`` lines and
   ``BATCH_BYTES`` bytes a request. What the API acknowledged is recorded next to the file
   (``<name>.shipped``: ``{"log_id", "inode", "offset"}``), so a restarted atelet ships the rest
@@ -85,6 +87,7 @@ class _Followed:
     container: str = ""
     template: str = ""  # the actor's template ("" when the control plane did not say)
     generation: int = 0  # of the actor's snapshot the sandbox was restored from (0: golden, or a boot)
+    golden: bool = False  # a template's golden boot: printed, never shipped (no actor owns it)
     partial: bytes = b""  # the bytes after the last newline read
     skip_first: bool = False  # reading began inside a line (a large file first seen): drop it
     pending: list[_Line] = field(default_factory=list)
@@ -221,6 +224,7 @@ class OutputCollector:
         followed.worker = f"{worker.pool.name}/{worker.name}"
         if worker.spec is not None:
             followed.template, followed.generation = worker.spec.template, worker.spec.generation
+            followed.golden = worker.spec.golden
             if worker.spec.containers:
                 followed.container = worker.spec.containers[0].name
 
@@ -280,7 +284,7 @@ class OutputCollector:
                     break
                 batch.append(line)
                 size += line.size()
-            if self.url is not None and not await self._post(followed, batch):
+            if self.url is not None and not followed.golden and not await self._post(followed, batch):
                 return
             del followed.pending[: len(batch)]
             followed.acked_offset = followed.pending[0].offset if followed.pending else \

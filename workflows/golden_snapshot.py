@@ -71,6 +71,7 @@ class GoldenSnapshotWorkflow:
                     probe_timeout_seconds=request.probe_timeout_seconds,
                     placement=template_workflow_id(request.atespace, request.template),
                     template=request.template,
+                    golden=True,
                 ),
                 result_type=AteletRunResult,
                 timeout=boot_timeout(request.probe_timeout_seconds),

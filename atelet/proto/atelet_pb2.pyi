@@ -73,20 +73,22 @@ class Volume(_message.Message):
     def __init__(self, name: _Optional[str] = ..., durable_dir: _Optional[bool] = ...) -> None: ...
 
 class WorkloadSpec(_message.Message):
-    __slots__ = ("containers", "volumes", "cpu_millis", "memory_bytes", "template", "generation")
+    __slots__ = ("containers", "volumes", "cpu_millis", "memory_bytes", "template", "generation", "golden")
     CONTAINERS_FIELD_NUMBER: _ClassVar[int]
     VOLUMES_FIELD_NUMBER: _ClassVar[int]
     CPU_MILLIS_FIELD_NUMBER: _ClassVar[int]
     MEMORY_BYTES_FIELD_NUMBER: _ClassVar[int]
     TEMPLATE_FIELD_NUMBER: _ClassVar[int]
     GENERATION_FIELD_NUMBER: _ClassVar[int]
+    GOLDEN_FIELD_NUMBER: _ClassVar[int]
     containers: _containers.RepeatedCompositeFieldContainer[Container]
     volumes: _containers.RepeatedCompositeFieldContainer[Volume]
     cpu_millis: int
     memory_bytes: int
     template: str
     generation: int
-    def __init__(self, containers: _Optional[_Iterable[_Union[Container, _Mapping]]] = ..., volumes: _Optional[_Iterable[_Union[Volume, _Mapping]]] = ..., cpu_millis: _Optional[int] = ..., memory_bytes: _Optional[int] = ..., template: _Optional[str] = ..., generation: _Optional[int] = ...) -> None: ...
+    golden: bool
+    def __init__(self, containers: _Optional[_Iterable[_Union[Container, _Mapping]]] = ..., volumes: _Optional[_Iterable[_Union[Volume, _Mapping]]] = ..., cpu_millis: _Optional[int] = ..., memory_bytes: _Optional[int] = ..., template: _Optional[str] = ..., generation: _Optional[int] = ..., golden: _Optional[bool] = ...) -> None: ...
 
 class SnapshotFile(_message.Message):
     __slots__ = ("path", "sha256", "size_bytes")

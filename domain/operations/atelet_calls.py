@@ -26,6 +26,8 @@ class AteletRunInput:
     activity: the commit's NOTIFY reaches the api-server without waiting for a workflow task."""
     template: str = ""
     """The holder's template (a label of the sandbox's output; "" in runs from before it)."""
+    golden: bool = False
+    """A template's golden boot (its output is not shipped to the API: no actor owns it)."""
 
 
 @dataclass

@@ -84,3 +84,26 @@ async def test_the_collector_prints_and_ships_each_line_once(api: httpx.AsyncCli
     await down.look()
     assert (await logged_lines(api, "ls"))[-1] == "last words"
     assert len(await logged_lines(api, "ls")) == 7
+
+
+async def test_a_golden_boots_lines_are_printed_and_never_shipped(api: httpx.AsyncClient, api_store: Store,
+                                                                   tmp_path: Path) -> None:  # fmt: skip
+    """A template's golden boot (WorkloadSpec.golden): its lines go to the node's stdout and into
+    the golden snapshot, not to the API, even for a name the API would take (here an actor placed
+    on the node: nothing of it is stored)."""
+    await running_actor(api, api_store, "gb", "goldnode")
+    layout = NodeLayout(tmp_path)
+    actor = ("gb", "a1")
+    worker = worker_running(actor)
+    assert worker.spec is not None
+    worker.spec.golden = True
+    log_file = layout.log_path(actor)
+    log_file.parent.mkdir(parents=True)
+    log_file.write_bytes(b"counter: listening on 0.0.0.0:8080\n")
+    out = io.StringIO()
+    collector = OutputCollector({"default-0": worker}, layout, "goldnode", str(api.base_url), SuiteCredentials(),
+                                stdout=out)  # fmt: skip
+    await collector.look()
+    assert [json.loads(line)["line"] for line in out.getvalue().splitlines()] == ["counter: listening on 0.0.0.0:8080"]
+    answer = await api.get("/v1/atespaces/gb/actors/a1/logs")
+    assert answer.status_code == 200 and [r for r in map(json.loads, answer.text.splitlines()) if r["type"] == "line"] == []

@@ -59,6 +59,7 @@ async def test_a_template_is_booted_once_and_checkpointed_full(ate: Ate) -> None
             probe_timeout_seconds=60.0,
             placement=ID,
             template=REQUEST.template,  # the label of the golden boot's output
+            golden=True,  # its output is the golden snapshot's, not shipped
         )
     ]
     assert ate.fakes.inputs("atelet_checkpoint") == [
