@@ -308,7 +308,11 @@ class Vm:
         script = ("cd / && exec /.ate/bin/env -i PATH=" + shlex.quote(EXEC_PATH) + " HOME=/root "
                   + " ".join(shlex.quote(word) for word in command) + "\n")  # fmt: skip
         run = uuid.uuid4().hex[:16]
-        answer = await self.agent(f"exec {run} {base64.b64encode(script.encode()).decode()}")
+        request = f"exec {run} {base64.b64encode(script.encode()).decode()}"
+        answer = await self.agent(request)
+        if answer == f"failed: {request}":  # the echo of an init from before exec: it knows only addr
+            raise VmError("this VM's init has no exec: the VM was booted by an atelet older than exec, and its "
+                          "snapshots keep that init; an actor booted from a template created since has it")  # fmt: skip
         if answer != "started":
             raise VmError(f"the guest did not start the command: it answered {answer!r}")
         try:
