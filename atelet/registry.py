@@ -6,8 +6,10 @@ A pull is by digest (``RegistryImage.pinned``; a reference by tag is resolved fi
 temporary layout renamed into place when complete, so a pull cut short leaves nothing that
 looks whole; one pull per digest at a time. A registry on loopback may speak plain HTTP, as
 Docker and containers/image allow, and so may one the operator lists as insecure; any other
-must have TLS the system trusts. The cache is bounded (``max_bytes``): the least recently used
-layouts go first.
+must have TLS the system trusts. A layer that a cached layout holds already is hard-linked into the
+new one before the pull, and containers/image reuses it instead of downloading it again: images
+built on a common base share its layers' files (read-only: a blob never changes). The cache is
+bounded (``max_bytes``, a shared file counted once): the least recently used layouts go first.
 
 Credentials: ``credentials`` (set by the atelet: ``atelet.pull_credentials``) gives those the
 API lets this node use for an image (its templates' pull secrets for that registry); each is
@@ -160,30 +162,54 @@ class RegistryPuller:
     async def _copy(self, image: RegistryImage, tmp: Path, field: str) -> None:
         """skopeo copy of the pinned ``image`` into the layout ``tmp``, telling ``progress`` every
         ``PROGRESS_SECONDS`` how many of its layers' bytes are in ``tmp`` so far, and how it ended.
+        A layer another cached layout holds already is hard-linked into ``tmp`` first, which
+        containers/image then reuses instead of downloading it again (``_share_layers``).
 
         Raises:
             AteletError: as ``_run``.
         """
         args = ["copy", "--quiet", f"--src-tls-verify={self._verify(image)}", image.transport_reference(),
                 f"oci:{tmp}:{LAYOUT_TAG}"]  # fmt: skip
+        layers = await self._layers(image, field)
+        await asyncio.to_thread(self._share_layers, tmp, [digest for digest, _ in layers])
         if self.progress is None:
             await self._run(image, args, field, source=True)
             return
-        layers, total = await self._layers(image, field)
+        count, total = len(layers), sum(size for _, size in layers)
         copying = asyncio.create_task(self._run(image, args, field, source=True))
         while not copying.done():
-            await self.progress(image, PullProgress(layers, total, min(total, await asyncio.to_thread(_size, tmp))))
+            await self.progress(image, PullProgress(count, total, min(total, await asyncio.to_thread(_size, tmp))))
             await asyncio.wait({copying}, timeout=PROGRESS_SECONDS)
         try:
             copying.result()
         except AteletError as error:
-            await self.progress(image, PullProgress(layers, total, 0, PullState.FAILED, error.reason))
+            await self.progress(image, PullProgress(count, total, 0, PullState.FAILED, error.reason))
             raise
-        await self.progress(image, PullProgress(layers, total, total, PullState.PULLED))
+        await self.progress(image, PullProgress(count, total, total, PullState.PULLED))
 
-    async def _layers(self, image: RegistryImage, field: str) -> tuple[int, int]:
-        """(the layers of ``image``'s manifest for this node's platform, their stated sizes in
-        bytes); (0, 0) when the manifest cannot be read (the copy then says why)."""
+    def _share_layers(self, tmp: Path, digests: list[str]) -> list[str]:
+        """Hard-links into the layout ``tmp`` each of ``digests`` (``sha256:...``) that a cached
+        layout holds; returns those linked. A blob is named by its digest and never changes, so
+        the layouts share its file read-only, and removing one layout leaves the others whole."""
+        linked = []
+        blobs = tmp / "blobs" / "sha256"
+        for digest in digests:
+            algorithm, _, hexadecimal = digest.partition(":")
+            if algorithm != "sha256" or not hexadecimal.isalnum():
+                continue
+            source = next((found for layout in self.cache_dir.glob("sha256_*")
+                           if (found := layout / "blobs" / "sha256" / hexadecimal).is_file()), None)  # fmt: skip
+            if source is None:
+                continue
+            with contextlib.suppress(OSError):  # not linked: downloaded as any other
+                blobs.mkdir(parents=True, exist_ok=True)
+                os.link(source, blobs / hexadecimal)
+                linked.append(digest)
+        return linked
+
+    async def _layers(self, image: RegistryImage, field: str) -> list[tuple[str, int]]:
+        """(digest, stated size in bytes) of each layer of ``image``'s manifest for this node's
+        platform; [] when the manifest cannot be read (the copy then says why)."""
         try:
             manifest = json.loads(await self._run(image, ["inspect", f"--tls-verify={self._verify(image)}", "--raw",
                                                           image.transport_reference()], field))  # fmt: skip
@@ -194,26 +220,22 @@ class RegistryPuller:
                              and (m.get("platform") or {}).get("architecture") == architecture)  # fmt: skip
                 manifest = json.loads(await self._run(image, ["inspect", f"--tls-verify={self._verify(image)}", "--raw",
                                                               f"docker://{image.name}@{entry['digest']}"], field))  # fmt: skip
-            sizes = [int(layer["size"]) for layer in manifest.get("layers") or []]
+            return [(str(layer["digest"]), int(layer["size"])) for layer in manifest.get("layers") or []]
         except (AteletError, ValueError, KeyError, TypeError, StopIteration):
-            return 0, 0
-        return len(sizes), sum(sizes)
+            return []
 
     def evict(self, keep: Path) -> list[Path]:
         """Removes the least recently used layouts (by their dir's mtime, touched at each use)
-        until the cache holds at most ``max_bytes``, never ``keep`` nor one being pulled; returns
-        those removed."""
+        until the cache holds at most ``max_bytes`` (a layer file shared by layouts counted
+        once), never ``keep`` nor one being pulled; returns those removed."""
         layouts = [p for p in self.cache_dir.iterdir() if p.is_dir() and p.name.startswith("sha256_") and p != keep]
-        sizes = {p: _size(p) for p in [*layouts, keep]}
-        total = sum(sizes.values())
         removed = []
         for layout in sorted(layouts, key=lambda p: p.stat().st_mtime):
-            if total <= self.max_bytes:
+            if _size(self.cache_dir) <= self.max_bytes:
                 break
             if self._locks.get(layout.name.replace("_", ":", 1), asyncio.Lock()).locked():
                 continue
             shutil.rmtree(layout, ignore_errors=True)
-            total -= sizes[layout]
             removed.append(layout)
         if removed:
             log.info("image cache: removed %d least recently used layout(s) to stay within %d bytes: %s",
@@ -222,13 +244,16 @@ class RegistryPuller:
 
 
 def _size(path: Path) -> int:
-    """The bytes of the regular files under ``path`` (0 when it is not there yet); files that go
-    while it counts are skipped."""
+    """The bytes of the regular files under ``path``, a file with several links there counted
+    once (0 when it is not there yet); files that go while it counts are skipped."""
+    seen: set[tuple[int, int]] = set()
     total = 0
     for found in path.rglob("*") if path.exists() else ():
         with contextlib.suppress(OSError):
-            if found.is_file() and not found.is_symlink():
-                total += found.stat().st_size
+            stat = found.lstat()
+            if found.is_file() and not found.is_symlink() and (stat.st_dev, stat.st_ino) not in seen:
+                seen.add((stat.st_dev, stat.st_ino))
+                total += stat.st_size
     return total
 
 

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
 import subprocess
 import time
 from collections.abc import Iterator
@@ -20,6 +21,7 @@ from atelet.errors import AteletError
 from atelet.images import ImageStore
 from atelet.proto import atelet_pb2 as pb
 from atelet.registry import CredentialSource, RegistryPuller
+from atelet.registry import _size as registry_size
 from domain.image_pulls import PullProgress, PullState
 from domain.image_references import RegistryImage, parse_registry_image
 from domain.registry_credentials import RegistryCredentials
@@ -121,9 +123,41 @@ async def test_an_image_behind_basic_auth_is_pulled_with_the_credentials_the_api
         images.registry.credentials = source(wrong, right)
         by_tag = await images.unpack(f"{running.address}/team/counter:v1")
         assert by_tag.digest == digest and (by_tag.rootfs / "counter").is_file()
-        assert asked[-2:] == [f"{running.address}/team/counter:v1", reference]  # the tag's look-up, then the pull
+        # the tag's look-up, the manifest's (its layers), the pull
+        assert asked[-3:] == [f"{running.address}/team/counter:v1", reference, reference]
         auth_dir = tmp_path / "pulled" / "images" / "registry" / ".auth"
         assert auth_dir.stat().st_mode & 0o777 == 0o700 and not list(auth_dir.iterdir())
+
+
+@pytest.mark.asyncio
+async def test_a_layer_two_images_share_is_downloaded_once_and_kept_once(
+    tmp_path: Path, registry: tuple[LocalRegistry, str], counter_image: str
+) -> None:
+    """A second image built on the counter (umoci insert: one layer more) shares the counter's
+    layer; pulled after it, that layer is the same file (one inode, two links) in both cached
+    layouts, not a second download (containers/image writes a downloaded blob as a new file), and
+    the cache's size counts it once."""
+    running, pushed = registry
+    layout = tmp_path / "derived"
+    subprocess.run(["skopeo", "copy", "--quiet", counter_image, f"oci:{layout}:base"], check=True, capture_output=True)
+    (tmp_path / "extra.txt").write_text("one more layer\n")
+    subprocess.run(["umoci", "insert", "--image", f"{layout}:base", "--tag", "derived", str(tmp_path / "extra.txt"),
+                    "/extra.txt"], check=True, capture_output=True)  # fmt: skip
+    derived = running.push(f"oci:{layout}:derived", "examples/derived:v1")
+    images = store(tmp_path / "node")
+    await images.unpack(f"{running.address}/examples/counter@{pushed}")
+    await images.unpack(f"{running.address}/examples/derived@{derived}")
+    cache = tmp_path / "node" / "images" / "registry"
+    blobs = {name: {p.name: p.stat() for p in (cache / name.replace(":", "_") / "blobs" / "sha256").iterdir()}
+             for name in (pushed, derived)}  # fmt: skip
+    raw = subprocess.run(["skopeo", "inspect", "--raw", "--tls-verify=false", "--no-creds",
+                          f"docker://{running.address}/examples/counter@{pushed}"],
+                         capture_output=True, text=True, check=True).stdout  # fmt: skip
+    [base_layer] = [layer["digest"].split(":")[1] for layer in json.loads(raw)["layers"]]
+    first, second = blobs[pushed][base_layer], blobs[derived][base_layer]
+    assert (first.st_ino, first.st_nlink) == (second.st_ino, 2), (first, second)
+    every = sum(f.stat().st_size for f in cache.rglob("*") if f.is_file())
+    assert registry_size(cache) == every - first.st_size  # the shared layer's file counted once
 
 
 @pytest.mark.asyncio
@@ -182,16 +216,20 @@ async def test_a_sandbox_runs_the_image_from_the_registry(short_tmp: Path, regis
 @pytest.mark.asyncio
 async def test_the_cache_keeps_its_bound_by_dropping_the_least_recently_used(tmp_path: Path, counter_image: str) -> None:
     with local_registry() as running:
-        # two images of different digests: the counter as an OCI manifest and as a Docker one
-        first = running.push(counter_image, "examples/counter:oci")
-        subprocess.run(["skopeo", "copy", "--quiet", "--src-tls-verify=false", "--dest-tls-verify=false",
-                        "--format", "v2s2", f"docker://{running.address}/examples/counter:oci",
-                        f"docker://{running.address}/examples/counter:docker"], check=True, capture_output=True)  # fmt: skip
+        # two images that share no layer: the counter, and one of 4 MiB of random bytes (umoci)
+        first = running.push(counter_image, "examples/counter:v1")
+        other = tmp_path / "other"
+        subprocess.run(["umoci", "init", "--layout", str(other)], check=True, capture_output=True)
+        subprocess.run(["umoci", "new", "--image", f"{other}:v1"], check=True, capture_output=True)
+        (tmp_path / "noise").write_bytes(os.urandom(4 << 20))
+        subprocess.run(["umoci", "insert", "--image", f"{other}:v1", str(tmp_path / "noise"), "/noise"],
+                       check=True, capture_output=True)  # fmt: skip
+        running.push(f"oci:{other}:v1", "examples/noise:v1")
         puller = RegistryPuller(tmp_path / "registry")
-        one, _ = await puller.layout_of(parse_registry_image(f"{running.address}/examples/counter:oci"))
+        one, _ = await puller.layout_of(parse_registry_image(f"{running.address}/examples/counter:v1"))
         size = sum(f.stat().st_size for f in one.rglob("*") if f.is_file())
-        puller.max_bytes = size + size // 2  # room for one, not two
-        two, _ = await puller.layout_of(parse_registry_image(f"{running.address}/examples/counter:docker"))
+        puller.max_bytes = size + size // 2  # room for either, not both
+        two, _ = await puller.layout_of(parse_registry_image(f"{running.address}/examples/noise:v1"))
         assert two != one and not one.exists() and two.exists()  # the older went
         assert one.name == first.replace(":", "_")
         again, _ = await puller.layout_of(parse_registry_image(f"{running.address}/examples/counter@{first}"))
