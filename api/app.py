@@ -36,6 +36,7 @@ from api.routes import (
     routers,
     schedules,
     secrets,
+    snapshots,
     templates,
     tokens,
     workers,
@@ -125,7 +126,7 @@ def create_app(settings: ApiSettings) -> FastAPI:
     install_error_handlers(app)
     app.add_middleware(BodySizeLimit, max_bytes=settings.max_request_bytes)
     for module in (atespaces, templates, actors, exec_route, logs, schedules, local_endpoint, workers, routers, operations,
-                   tokens, secrets):  # fmt: skip
+                   tokens, secrets, snapshots):  # fmt: skip
         app.include_router(module.router)
 
     @app.get("/healthz", tags=["health"], **PUBLIC)

@@ -35,6 +35,9 @@ class Permission(StrEnum):
     ACTORS_LOGS = "actors.logs"
     """Read an actor's output (`ate logs`): every role that reads actors, but not the router,
     which never needs what a workload printed."""
+    SNAPSHOTS_READ = "snapshots.read"
+    """List and describe snapshots (`ate get snapshots`): every role that reads actors, but not
+    the router, which never needs them."""
     ACTORS_RESUME = "actors.resume"
     ACTORS_OPERATE = "actors.operate"
     ACTORS_MANAGE = "actors.manage"
@@ -63,7 +66,8 @@ class Role(StrEnum):
     ROUTER = "router"
 
 
-_VIEW = frozenset({Permission.ATESPACES_READ, Permission.TEMPLATES_READ, Permission.ACTORS_READ, Permission.ACTORS_LOGS})
+_VIEW = frozenset({Permission.ATESPACES_READ, Permission.TEMPLATES_READ, Permission.ACTORS_READ, Permission.ACTORS_LOGS,
+                   Permission.SNAPSHOTS_READ})  # fmt: skip
 _OPERATE = _VIEW | {Permission.ACTORS_RESUME, Permission.ACTORS_OPERATE, Permission.ACTORS_REACH, Permission.SECRETS_READ}
 _ADMIN = _OPERATE | {
     Permission.TEMPLATES_MANAGE,

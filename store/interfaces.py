@@ -41,6 +41,7 @@ from store.reverts import Reverts
 from store.room_queue import RoomQueue
 from store.router_drains import DrainProgress, PendingDrain, RouterReplica
 from store.secrets import Secrets
+from store.snapshot_listing import SnapshotListing
 from store.suspends import Suspends
 from store.tags import Tags
 from store.templates import Templates
@@ -254,6 +255,8 @@ class ApiStore(Protocol):
     def actor_logs(self) -> ActorLogs: ...  # noqa: D102
     @property
     def image_pulls(self) -> ImagePulls: ...  # noqa: D102
+    @property
+    def snapshot_listing(self) -> SnapshotListing: ...  # noqa: D102
 
     async def ping(self) -> None:
         """See `Store.ping` (the health check)."""

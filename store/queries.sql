@@ -1174,3 +1174,22 @@ RETURNING node;
 -- The nodes' latest looks at their pulls of the images $1 (text[]), newest first.
 SELECT node, image, state, layers, bytes_total, bytes_done, message, updated_at FROM image_pulls
 WHERE image = ANY($1::text[]) ORDER BY updated_at DESC, node;
+
+-- snapshots_of_atespace --
+-- The snapshots not yet collected of atespace $1's actors and templates ($2: only actor $2's, or
+-- NULL), by owner then newest generation first, with what keeps each; at most $3.
+SELECT s.id, s.owner, s.generation, s.scope, s.storage, s.state, s.uri, s.node, s.sandbox_class, s.manifest,
+       s.size_bytes, s.created_at, s.completed_at,
+       ARRAY_REMOVE(ARRAY[
+           CASE WHEN EXISTS (SELECT 1 FROM actors a WHERE a.latest_snapshot_id = s.id) THEN 'latest' END,
+           CASE WHEN EXISTS (SELECT 1 FROM actors a WHERE a.local_snapshot_id = s.id) THEN 'paused' END,
+           CASE WHEN EXISTS (SELECT 1 FROM actors a WHERE a.pending_upload_snapshot_id = s.id) THEN 'awaiting upload' END,
+           CASE WHEN EXISTS (SELECT 1 FROM actors a WHERE a.in_progress_snapshot_id = s.id) THEN 'in progress' END,
+           CASE WHEN EXISTS (SELECT 1 FROM actor_templates t WHERE t.golden_snapshot_id = s.id) THEN 'golden' END
+       ], NULL) || COALESCE((SELECT array_agg('tag ' || g.name ORDER BY g.name) FROM tags g WHERE g.snapshot_id = s.id),
+                            '{}'::text[]) AS kept_by
+FROM snapshots s
+WHERE s.deleted_at IS NULL AND split_part(s.owner, '/', 2) = $1
+  AND ($2::text IS NULL OR s.owner = 'actor/' || $1 || '/' || $2)
+ORDER BY s.owner, s.generation DESC
+LIMIT $3;

@@ -43,6 +43,7 @@ from store.reverts import Reverts
 from store.room_queue import RoomQueue
 from store.router_drains import RouterDrains
 from store.secrets import Secrets
+from store.snapshot_listing import SnapshotListing
 from store.snapshots import Snapshots
 from store.suspends import Suspends
 from store.tags import Tags
@@ -92,6 +93,7 @@ class Store:
         self.measurements = Measurements(pool)
         self.actor_logs = ActorLogs(pool, DEFAULT_LOG_BYTES_PER_ACTOR)
         self.image_pulls = ImagePulls(pool)
+        self.snapshot_listing = SnapshotListing(pool)
 
     @classmethod
     async def connect(

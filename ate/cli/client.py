@@ -209,6 +209,16 @@ class ApiClient:
         body = {"name": name, "type": "registry", "registry": registry, "username": username, "password": password}
         return self.request_object("POST", f"/v1/atespaces/{_segment(atespace)}/secrets", json=body)
 
+    def list_snapshots(self, atespace: str, actor: str | None = None) -> list[dict[str, Any]]:
+        """An atespace's snapshots (one actor's, when given), by owner and newest first."""
+        params = {"actor": actor} if actor else None
+        return (self.request("GET", f"/v1/atespaces/{_segment(atespace)}/snapshots", params=params) or {}).get(
+            "items") or []  # fmt: skip
+
+    def get_snapshot(self, atespace: str, snapshot_id: int) -> dict[str, Any]:
+        """One snapshot, with its files."""
+        return self.request_object("GET", f"/v1/atespaces/{_segment(atespace)}/snapshots/{snapshot_id}")
+
     def list_secrets(self, atespace: str) -> list[dict[str, Any]]:
         """An atespace's secrets (names and metadata)."""
         return (self.request("GET", f"/v1/atespaces/{_segment(atespace)}/secrets") or {}).get("items") or []

@@ -1,4 +1,4 @@
-"""`ate describe actor`: everything about one actor, with its last operations."""
+"""`ate describe actor` (everything about one actor, with its last operations) and `ate describe snapshot`."""
 
 from typing import Any
 
@@ -6,7 +6,7 @@ import typer
 
 from ate.cli.common import AtespaceOpt, client, new_typer
 from ate.cli.egress import egress_lines
-from ate.cli.output import format_table, human_age, one_line
+from ate.cli.output import format_table, human_age, human_bytes, one_line
 
 app = new_typer("describe", "Show one resource in detail, with its history.")
 
@@ -41,6 +41,33 @@ def idle_lines(actor: dict[str, Any]) -> list[str]:
         due = idle.get("next_action_in_seconds") or 0
         lines.append(f"Next:             {idle['next_action']} " + (f"in {due:.0f} s" if due > 0 else "now"))
     return lines
+
+
+@app.command("snapshot")
+def describe_snapshot(ctx: typer.Context, snapshot_id: int, atespace: AtespaceOpt) -> None:
+    """Show a snapshot: whose, which generation, where it is, what keeps it, and its files with
+    their sizes (`ate get snapshots -a A` lists the IDs).
+
+    Example: ate describe snapshot 12 -a demo
+    """
+    snapshot = client(ctx).get_snapshot(atespace, snapshot_id)
+    kept = ", ".join(snapshot.get("kept_by") or []) or "nothing (the collector deletes it)"
+    where = f"node {snapshot.get('node')}" if snapshot.get("storage") == "LOCAL" else "the storage location"
+    lines = [
+        f"ID:               {snapshot.get('id')}",
+        f"Owner:            {snapshot.get('owner_kind')}/{snapshot.get('owner')}",
+        f"Generation:       {snapshot.get('generation')}",
+        f"Scope:            {snapshot.get('scope')} ({snapshot.get('sandbox_class')})",
+        f"State:            {snapshot.get('state')}",
+        f"Size:             {human_bytes(snapshot.get('size_bytes'))} ({snapshot.get('size_bytes')} bytes)",
+        f"Where:            {where}: {snapshot.get('location')}",
+        f"Kept by:          {kept}",
+        f"Created:          {snapshot.get('created_at')}",
+        f"Completed:        {snapshot.get('completed_at') or '-'}",
+        "Files:",
+        *[f"  {human_bytes(f.get('size_bytes')):>8}  {f.get('path')}" for f in snapshot.get("files") or []],
+    ]
+    typer.echo("\n".join(lines))
 
 
 @app.command("actor")

@@ -1,4 +1,4 @@
-"""`ate get atespaces|actors|workers|templates|tags|operations|tokens|secrets` (singular nouns take a NAME)."""
+"""`ate get atespaces|actors|workers|templates|tags|operations|tokens|secrets|snapshots` (singular nouns take a NAME)."""
 
 from typing import Annotated
 
@@ -12,6 +12,7 @@ from ate.cli.output import (
     print_operations,
     print_schedules,
     print_secrets,
+    print_snapshots,
     print_tags,
     print_templates,
     print_tokens,
@@ -172,6 +173,21 @@ def get_tokens(ctx: typer.Context, output: GetOutputOpt = OutputFormat.table) ->
     Example: ate get tokens
     """
     print_tokens(client(ctx).list_tokens(), output)
+
+
+@app.command("snapshots")
+def get_snapshots(
+    ctx: typer.Context,
+    atespace: AtespaceOpt,
+    actor: Annotated[str | None, typer.Option("--actor", help="Only this actor's snapshots.")] = None,
+    output: GetOutputOpt = OutputFormat.table,
+) -> None:
+    """List an atespace's snapshots: generation, scope, state, size at rest, where (a node or the
+    store) and what keeps each (latest, paused, golden, a tag; '-': the collector deletes it).
+
+    Example: ate get snapshots -a demo --actor c1
+    """
+    print_snapshots(client(ctx).list_snapshots(atespace, actor), output)
 
 
 @app.command("secrets")

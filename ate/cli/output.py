@@ -341,6 +341,38 @@ def print_secrets(data: Any, fmt: OutputFormat) -> None:
     echo_resources(data, fmt, columns=SECRET_COLUMNS, row=secret_row, empty="No secrets found.")
 
 
+SNAPSHOT_COLUMNS = ("ID", "OWNER", "GEN", "SCOPE", "STATE", "SIZE", "WHERE", "KEPT-BY", "AGE")
+
+
+def human_bytes(count: Any) -> str:
+    """A size the way `ls -h` reads: `512B`, `3.3Mi`, `1.2Gi` ('-' when unknown)."""
+    if count is None:
+        return "-"
+    value = float(count)
+    for unit in ("B", "Ki", "Mi", "Gi", "Ti"):
+        if value < 1024 or unit == "Ti":
+            return f"{value:.0f}{unit}" if unit == "B" else f"{value:.1f}{unit}"
+        value /= 1024
+    return f"{value:.1f}Ti"
+
+
+def snapshot_row(snapshot: dict[str, Any], now: datetime | None = None) -> list[str]:
+    """One row of SNAPSHOT_COLUMNS (OWNER: `actor/NAME` or `template/NAME`; WHERE: `node N` for a
+    local snapshot, else `store`; KEPT-BY: what keeps it, `-` for nothing: the collector's)."""
+    where = f"node {snapshot.get('node')}" if snapshot.get("storage") == "LOCAL" else "store"
+    return [
+        _text(snapshot.get("id")), f"{snapshot.get('owner_kind')}/{snapshot.get('owner')}",
+        _text(snapshot.get("generation")), _text(snapshot.get("scope")), _text(snapshot.get("state")),
+        human_bytes(snapshot.get("size_bytes")), where, ",".join(snapshot.get("kept_by") or []) or "-",
+        human_age(snapshot.get("created_at"), now),
+    ]  # fmt: skip
+
+
+def print_snapshots(data: Any, fmt: OutputFormat) -> None:
+    """Print one snapshot or a list of snapshots."""
+    echo_resources(data, fmt, columns=SNAPSHOT_COLUMNS, row=snapshot_row, empty="No snapshots found.")
+
+
 SCHEDULE_COLUMNS = ("NAME", "ACTOR", "WHEN", "TIME ZONE", "PATH", "CATCHUP", "NEXT", "WAKES")
 
 

@@ -60,6 +60,8 @@ ROUTES: dict[tuple[str, str], str] = {
     ("POST", "/v1/atespaces/{atespace}/actors/{name}/freeze"): "operator",
     ("POST", "/v1/atespaces/{atespace}/actors/{name}/exec"): "operator",
     ("GET", "/v1/atespaces/{atespace}/actors/{name}/logs"): "viewer",
+    ("GET", "/v1/atespaces/{atespace}/snapshots"): "viewer",
+    ("GET", "/v1/atespaces/{atespace}/snapshots/{snapshot_id}"): "viewer",
     ("POST", "/v1/atespaces/{atespace}/actors/{name}/schedules"): "admin",
     ("GET", "/v1/atespaces/{atespace}/actors/{name}/schedules"): "viewer",
     ("DELETE", "/v1/atespaces/{atespace}/actors/{name}/schedules/{schedule}"): "admin",
@@ -128,6 +130,7 @@ PATH_VALUES = {
     "schedule": "tick",
     "worker": "default-0",
     "wake": "tick",
+    "snapshot_id": "1",
 }
 """Path parameters of the walk: atespace `walk` (granted, then deleted, so nothing is changed by
 the requests that pass), names that do not exist."""

@@ -12,6 +12,7 @@ import json
 import subprocess
 import threading
 import time
+from pathlib import Path
 
 import httpx
 import pytest
@@ -115,6 +116,21 @@ def test_tag_and_create_from_tag(stack: Stack) -> None:
     clone = get(stack, "tags/t2")
     assert (clone["memory_count"], clone["file_count"]) == (3, 3)  # the tagged state, then +1
     stack.ate("suspend", "actor", "t2", "-a", "tags")
+
+    # `ate get snapshots`: t1's generation 1, kept by its being the latest and by the tag, its
+    # size the bytes its files take in the snapshot store (summed here from the directory)
+    [snapshot] = json.loads(stack.ate("get", "snapshots", "-a", "tags", "--actor", "t1", "-o", "json").stdout)
+    assert (snapshot["generation"], snapshot["scope"], snapshot["state"], snapshot["kept_by"]) == (
+        1, "FULL", "COMPLETED", ["latest", "tag v1"]), snapshot  # fmt: skip
+    directory = Path(snapshot["location"].removeprefix("file://"))
+    on_disk = sum(f.stat().st_size for f in directory.rglob("*") if f.is_file() and f.name != "manifest.json")
+    assert snapshot["size_bytes"] == on_disk > 0, (snapshot, on_disk)
+    table = stack.ate("get", "snapshots", "-a", "tags").stdout.splitlines()
+    assert table[0].split() == ["ID", "OWNER", "GEN", "SCOPE", "STATE", "SIZE", "WHERE", "KEPT-BY", "AGE"]
+    kept = {line.split()[1]: line.split()[7] for line in table[1:]}
+    assert kept["actor/t1"] == "latest,tag" and kept["actor/t2"] == "latest" and kept["template/counter"] == "golden"
+    described = stack.ate("describe", "snapshot", str(snapshot["id"]), "-a", "tags").stdout
+    assert "Kept by:          latest, tag v1" in described and "Files:" in described, described
 
 
 def test_cli_lifecycle_commands(stack: Stack) -> None:
