@@ -358,12 +358,14 @@ def human_bytes(count: Any) -> str:
 
 def snapshot_row(snapshot: dict[str, Any], now: datetime | None = None) -> list[str]:
     """One row of SNAPSHOT_COLUMNS (OWNER: `actor/NAME` or `template/NAME`; WHERE: `node N` for a
-    local snapshot, else `store`; KEPT-BY: what keeps it, `-` for nothing: the collector's)."""
+    local snapshot, else `store`; KEPT-BY: what keeps it, one word each (`tag:NAME`, `awaiting:upload`),
+    `-` for nothing: the collector's)."""
     where = f"node {snapshot.get('node')}" if snapshot.get("storage") == "LOCAL" else "store"
     return [
         _text(snapshot.get("id")), f"{snapshot.get('owner_kind')}/{snapshot.get('owner')}",
         _text(snapshot.get("generation")), _text(snapshot.get("scope")), _text(snapshot.get("state")),
-        human_bytes(snapshot.get("size_bytes")), where, ",".join(snapshot.get("kept_by") or []) or "-",
+        human_bytes(snapshot.get("size_bytes")), where,
+        ",".join(str(k).replace(" ", ":") for k in snapshot.get("kept_by") or []) or "-",
         human_age(snapshot.get("created_at"), now),
     ]  # fmt: skip
 

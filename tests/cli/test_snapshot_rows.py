@@ -15,7 +15,7 @@ def test_a_row_says_size_place_and_what_keeps_it() -> None:
              "size_bytes": 3 * 1024 * 1024 + 300 * 1024, "storage": "LOCAL", "node": "n1",
              "kept_by": ["paused", "tag good"], "created_at": "2026-12-07T11:58:00+00:00"}  # fmt: skip
     assert snapshot_row(local, NOW) == ["7", "actor/c1", "3", "FULL", "COMPLETED", "3.3Mi", "node n1",
-                                        "paused,tag good", "2m"]  # fmt: skip
+                                        "paused,tag:good", "2m"]  # fmt: skip
     loose = local | {"storage": "EXTERNAL", "kept_by": [], "size_bytes": None}
     assert snapshot_row(loose, NOW)[5:8] == ["-", "store", "-"]
     assert [human_bytes(n) for n in (512, 2048, 5 * 2**30)] == ["512B", "2.0Ki", "5.0Gi"]

@@ -128,7 +128,7 @@ def test_tag_and_create_from_tag(stack: Stack) -> None:
     table = stack.ate("get", "snapshots", "-a", "tags").stdout.splitlines()
     assert table[0].split() == ["ID", "OWNER", "GEN", "SCOPE", "STATE", "SIZE", "WHERE", "KEPT-BY", "AGE"]
     kept = {line.split()[1]: line.split()[7] for line in table[1:]}
-    assert kept["actor/t1"] == "latest,tag" and kept["actor/t2"] == "latest" and kept["template/counter"] == "golden"
+    assert kept["actor/t1"] == "latest,tag:v1" and kept["actor/t2"] == "latest" and kept["template/counter"] == "golden"
     described = stack.ate("describe", "snapshot", str(snapshot["id"]), "-a", "tags").stdout
     assert "Kept by:          latest, tag v1" in described and "Files:" in described, described
 
