@@ -119,7 +119,7 @@ def test_tag_and_create_from_tag(stack: Stack) -> None:
 
     # `ate get snapshots`: t1's generation 1, kept by its being the latest and by the tag, its
     # size the bytes its files take in the snapshot store (summed here from the directory)
-    [snapshot] = json.loads(stack.ate("get", "snapshots", "-a", "tags", "--actor", "t1", "-o", "json").stdout)
+    [snapshot] = json.loads(stack.ate("get", "snapshots", "-a", "tags", "--actor", "t1", "-o", "json").stdout)["items"]
     assert (snapshot["generation"], snapshot["scope"], snapshot["state"], snapshot["kept_by"]) == (
         1, "FULL", "COMPLETED", ["latest", "tag v1"]), snapshot  # fmt: skip
     directory = Path(snapshot["location"].removeprefix("file://"))
