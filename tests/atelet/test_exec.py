@@ -10,6 +10,7 @@ served, examples/counter/main.go) and busybox's (`sh -c 'exit 3'` exits 3; `kill
 from __future__ import annotations
 
 import asyncio
+import email.utils
 import time
 import uuid
 from collections.abc import Callable
@@ -97,12 +98,18 @@ async def test_a_checkpoint_ends_an_exec_and_saves_the_sandbox_without_it(atelet
         operation_id=op(), worker="default-0", actor=ACTOR, scope=pb.SNAPSHOT_SCOPE_FULL, snapshot_uri=uri)), 90)
     ended = await asyncio.wait_for(long_exec, 30)
     assert (ended.ended, ended.stdout) == ("suspended", b"begun\n"), ended
+    await asyncio.sleep(3)  # suspended a while: the restored sandbox's wall clock must be the host's, not 3 s behind
     restored = await atelet.stub.Restore(pb.RestoreRequest(
         operation_id=op(), worker="default-1", actor=ACTOR, spec=counter_spec(counter_image), snapshot_uri=uri,
         manifest=saved.manifest, probe_timeout_seconds=20))
     assert (await get(restored.worker_ip))["memory_count"] == 3
     after = await atelet.stub.Exec(exec_request("ps", worker="default-1"))
     assert after.exit_code == 0 and b"sleep 300" not in after.stdout, after.stdout
+    # the counter's HTTP Date header is its sandbox's wall clock (Go's net/http, to the second)
+    async with httpx.AsyncClient(timeout=5) as client:
+        answer = await client.get(f"http://{restored.worker_ip}:8080/", headers={"Connection": "close"})
+    sandbox_time = email.utils.parsedate_to_datetime(answer.headers["date"]).timestamp()
+    assert abs(sandbox_time - time.time()) <= 2, (answer.headers["date"], time.time())  # 1 s of it: the header's rounding
     await atelet.stub.Terminate(pb.TerminateRequest(operation_id=op(), worker="default-1", actor=ACTOR))
 
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import os
+import time
 import uuid
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
@@ -34,6 +35,8 @@ from tests.atelet.test_adoption import Agent
 pytestmark = [pytest.mark.qemu, pytest.mark.timeout(300)]
 ROOT = Path(__file__).resolve().parents[2]
 ACTOR = pb.ActorRef(atespace="demo", name="vm1")
+SUSPENDED_SECONDS = 3.0
+"""How long a snapshot waits before its restore in the clock check."""
 PROBE_SECONDS = 120  # a TCG boot of the Debian kernel and the counter takes seconds; a hang fails instead
 
 
@@ -128,10 +131,15 @@ async def test_a_full_checkpoint_moves_the_vms_memory_and_durable_dir_to_another
     health = await atelet.stub.Health(pb.HealthRequest())
     assert [w.sandbox_state for w in health.workers] == ["idle", "idle"]
 
+    await asyncio.sleep(SUSPENDED_SECONDS)  # the guest's clock stands still in the snapshot meanwhile
     restored = await atelet.stub.Restore(restore_request("microvm-1", uri, manifest))
     assert restored.worker_ip != run.worker_ip
     # memory kept (3, not 1), the durable dir too, and the guest answers on the new worker's address
     assert await get(restored.worker_ip) == {"ip": restored.worker_ip, "memory_count": 3, "file_count": 3}
+    # its wall clock is the host's again (within 1 s), not SUSPENDED_SECONDS behind
+    clock = await atelet.stub.Exec(pb.ExecRequest(operation_id=op(), worker="microvm-1", actor=ACTOR,
+                                                  command=["date", "+%s"]))  # fmt: skip
+    assert abs(int(clock.stdout) - time.time()) <= 1.5, (clock.stdout, time.time())
     done = await atelet.stub.Terminate(pb.TerminateRequest(operation_id=op(), worker="microvm-1", actor=ACTOR))
     assert done.was_running
 

@@ -3,6 +3,7 @@ with its memory, it answers nothing while frozen, and ``cont`` lets the counter 
 
 from __future__ import annotations
 
+import asyncio
 import os
 import time
 from pathlib import Path
@@ -46,6 +47,12 @@ async def test_a_frozen_vm_answers_nothing_and_thaws_with_its_memory(
     assert (thaw.was_frozen, thaw.method) == (True, "qmp cont")
     assert (await get(run.worker_ip))["memory_count"] == 3
     thaw_and_get = time.monotonic() - started
+    # the guest's clock stood still while frozen (QEMU's virtual clock stops): the thaw set it
+    # (right after its answer: within the guest channel's 0.2 s poll)
+    await asyncio.sleep(0.5)
+    clock = await atelet.stub.Exec(pb.ExecRequest(operation_id=op(), worker="microvm-0", actor=ACTOR,
+                                                  command=["date", "+%s"]))  # fmt: skip
+    assert abs(int(clock.stdout) - time.time()) <= 1.5, (clock.stdout, time.time())
     assert not (await atelet.stub.Thaw(pb.ThawRequest(operation_id=op(), worker="microvm-0", actor=ACTOR))
                 ).was_frozen
 

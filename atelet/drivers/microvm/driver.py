@@ -96,6 +96,7 @@ class MicrovmDriver(SandboxDriver):
         # the worker namespaces whose bridge and tap this process made: a node makes its workers'
         # namespaces once, at start, so they stay (bench/README.md, "microvm row": ~4 ip runs saved)
         self._bridged: dict[str, str] = {}
+        self._clock_tasks: set[asyncio.Task[None]] = set()  # clocks set after thaws
         # the node's egress settings (``atelet.egress.sandbox``; its CA bundle goes into the initramfs), set by the node
         self.egress: SandboxEgress | None = None
 
@@ -189,6 +190,8 @@ class MicrovmDriver(SandboxDriver):
         sandbox.addressed = checkpoint is None or _saved_address(checkpoint) == address
         sandbox.save()
         await self._address(sandbox)
+        if checkpoint is not None:
+            await self._set_clock(sandbox)
 
     async def _address(self, sandbox: SandboxRecord) -> None:
         """Gives the guest its worker's address unless it has it (a VM restored elsewhere)."""
@@ -276,10 +279,39 @@ class MicrovmDriver(SandboxDriver):
         return "qmp stop"
 
     async def thaw_in_place(self, container_id: str) -> str:
-        """QMP ``cont``: the guest runs on from where it stopped. Returns ``qmp cont``; raises as
+        """QMP ``cont``: the guest runs on from where it stopped; its clock is set to the host's
+        right after (``_set_clock``, in the background: the guest's channel answers within its
+        0.2 s poll, and a thaw is the hot tier's milliseconds). Returns ``qmp cont``; raises as
         ``freeze_in_place``."""
         await self._qmp(container_id, "cont")
+        task = asyncio.create_task(self._set_clock_quietly(self._get(container_id)))
+        self._clock_tasks.add(task)
+        task.add_done_callback(self._clock_tasks.discard)
         return "qmp cont"
+
+    async def _set_clock_quietly(self, sandbox: SandboxRecord) -> None:
+        try:
+            await self._set_clock(sandbox)
+        except AteletError as error:
+            log.warning("microvm sandbox %s: %s", sandbox.workdir.name, error.reason)
+
+    async def _set_clock(self, sandbox: SandboxRecord) -> None:
+        """The guest's wall clock set to the host's before traffic is admitted: a VM restored, or
+        let run after a freeze, comes back with the time it was saved or stopped at (its clock
+        does not run while QEMU holds it). A VM whose init predates this keeps its stale clock,
+        and the log says so.
+
+        Raises:
+            AteletError: INTERNAL when the guest does not answer.
+        """
+        if sandbox.vm is None:
+            return
+        try:
+            if not await sandbox.vm.set_clock():
+                log.warning("microvm sandbox %s: its init cannot set the clock (booted by an older atelet); its "
+                            "wall clock stays where it was saved", sandbox.workdir.name)  # fmt: skip
+        except VmError as error:
+            raise internal(f"the guest did not set its clock: {error}") from None
 
     async def _qmp(self, container_id: str, command: str) -> None:
         sandbox = self._get(container_id)

@@ -48,6 +48,8 @@ fi
 #   status <id> <bytes>    "running", or "done <status> <base64 stdout> <base64 stderr>" (each its
 #                          first <bytes> bytes, "-" when empty), and the exec is forgotten
 #   kill <id>              kills the exec's session and forgets it: "ok"
+#   clock <epoch seconds>  sets the guest's wall clock (a VM restored or thawed comes back with the
+#                          time it was saved or stopped at): "ok"
 if [ -n "$address" ]; then
   tries=0  # the port appears once its module probed the device
   while [ ! -e /sys/class/virtio-ports ] && [ "$tries" -lt 50 ]; do sleep 0.1; tries=$((tries + 1)); done
@@ -80,6 +82,11 @@ for port in /sys/class/virtio-ports/*; do
           [ -f "$run/pid" ] && kill -KILL -"$(cat "$run/pid")" 2>/dev/null
           rm -rf "$run"
           echo ok >&3
+        elif [ "$verb" = clock ]; then
+          case "$value" in
+            ''|*[!0-9]*) echo "failed: not seconds since the epoch: $value" >&3 ;;
+            *) if date -s "@$value" >/dev/null 2>&1; then echo ok >&3; else echo "failed: date -s @$value" >&3; fi ;;
+          esac
         elif [ "$verb" = addr ] && ip addr flush dev eth0 && ip addr add "$value" dev eth0 \
             && ip route replace default via "$via"; then
           echo "ate-init: eth0 now $value via $via"

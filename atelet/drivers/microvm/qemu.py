@@ -28,6 +28,7 @@ import os
 import shlex
 import shutil
 import subprocess
+import time
 import uuid
 from collections.abc import Sequence
 from dataclasses import replace
@@ -295,6 +296,22 @@ class Vm:
             raise VmError(f"the guest did not take address {address}: {error}") from error
         if answer != "ok":
             raise VmError(f"the guest did not take address {address}: it answered {answer!r}")
+
+    async def set_clock(self, timeout: float = 10.0) -> bool:
+        """Sets the guest's wall clock to this host's (to the second): a guest restored or let
+        run again after a stop comes back with the time it was saved or stopped at. False when
+        its init predates the request (a VM booted by an older atelet: its clock stays behind).
+
+        Raises:
+            VmError: the guest did not answer, or refused.
+        """
+        now = round(time.time())
+        answer = await self.agent(f"clock {now}", timeout)
+        if answer == "ok":
+            return True
+        if answer == f"failed: clock {now}":  # the echo of an init from before the request
+            return False
+        raise VmError(f"the guest did not set its clock: it answered {answer!r}")
 
     async def exec(self, command: Sequence[str], max_output_bytes: int, poll_seconds: float = 0.2) -> tuple[int, bytes, bytes]:
         """Runs ``command`` in the guest next to its workload (as root, in ``/``, with the PATH
