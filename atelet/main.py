@@ -30,6 +30,7 @@ from atelet.image_prefetch import prefetch_loop
 from atelet.local_endpoint import LocalEndpoint
 from atelet.node import Node
 from atelet.node_identity import NodeCredentials
+from atelet.oplog import OperationLog
 from atelet.output import OutputCollector
 from atelet.pool import PoolError, default_pool, load_pools
 from atelet.proto import atelet_pb2_grpc as pb_grpc
@@ -43,6 +44,20 @@ from atelet.tls import ControlPlaneOnly, NodeTlsFiles, TlsConfigError, server_cr
 from domain.pools import WorkerPoolSpec, parse_worker_pool
 
 OUTPUT_FLUSH_SECONDS = 0.5
+PRUNE_SECONDS = 3600.0
+"""How often the records of completed calls older than ``operation_record_seconds`` are removed."""
+
+
+async def prune_loop(ops: OperationLog, older_than_seconds: float, interval: float = PRUNE_SECONDS) -> None:
+    """``OperationLog.prune`` now and every ``interval`` seconds until cancelled; never raises."""
+    while True:
+        try:
+            removed = await asyncio.to_thread(ops.prune, older_than_seconds)
+            if removed:
+                log.info("removed %d records of calls completed more than %.0f s ago", removed, older_than_seconds)
+        except OSError as error:
+            log.warning("the records of completed calls could not be pruned: %s", error)
+        await asyncio.sleep(interval)
 """How long a checkpoint (and the atelet's stop) waits to ship the actor's last lines."""
 
 log = logging.getLogger("atelet")
@@ -114,6 +129,7 @@ async def serve(settings: AteletSettings, ready: asyncio.Event | None = None) ->
             installed.append(sig)
     heartbeat: asyncio.Task[None] | None = None
     prefetch: asyncio.Task[None] | None = None
+    pruning = asyncio.create_task(prune_loop(node.ops, settings.operation_record_seconds))
     endpoint: LocalEndpoint | None = None
     egress: EgressProxy | None = None
     reporter = EventReporter(settings.api_server, settings.node, identity)
@@ -163,6 +179,7 @@ async def serve(settings: AteletSettings, ready: asyncio.Event | None = None) ->
             collecting.cancel()
         if prefetch is not None:
             prefetch.cancel()
+        pruning.cancel()
         for sig in installed:
             loop.remove_signal_handler(sig)
         if endpoint is not None:
@@ -261,6 +278,9 @@ def parse_args(argv: list[str] | None = None) -> AteletSettings:
     parser.add_argument("--image-prefetch-seconds", type=float,
                         help="how often the node pulls the registry images of the templates it can run, before "
                              "a resume needs them (default 60; 0: off)")
+    parser.add_argument("--operation-record-seconds", type=float,
+                        help="how long the record of a completed call (what a retry is answered) is kept "
+                             "(default 7 days, at least 1 hour); pruned at start and hourly")
     parser.add_argument("--checkpoint-compression", choices=("auto", "none", "flate-best-speed"),
                         help="compress checkpoints' memory: auto (the default: not on disk, yes for object "
                              "storage), none, or flate-best-speed (runsc's own default)")

@@ -69,6 +69,25 @@ class OperationLog:
                 found.append((str(record.get("operation_id")), str(record.get("kind"))))
         return found
 
+    def prune(self, older_than_seconds: float, now: float | None = None) -> int:
+        """Removes the records of calls that completed more than ``older_than_seconds`` ago (a
+        retry that late runs the call again, which each call's own checks make safe: a restore
+        onto a worker that runs the actor already, a checkpoint onto a destination that holds
+        its own snapshot); a record of a call in flight, or one that started and never
+        finished, stays. Returns how many were removed."""
+        limit = (time.time() if now is None else now) - older_than_seconds
+        removed = 0
+        for path in self.directory.glob("*.json") if self.directory.is_dir() else ():
+            try:
+                record = json.loads(path.read_text())
+            except (OSError, json.JSONDecodeError):
+                continue
+            if "response" in record and float(record.get("completed_at") or 0) < limit \
+                    and str(record.get("operation_id")) not in self._running:  # fmt: skip
+                path.unlink(missing_ok=True)
+                removed += 1
+        return removed
+
     def _write(self, op_id: str, record: dict[str, object]) -> None:
         self.directory.mkdir(parents=True, exist_ok=True)
         path = self._path(op_id)

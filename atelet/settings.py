@@ -47,6 +47,10 @@ class AteletSettings(BaseSettings):
     - ``image_prefetch_seconds``: how often the node asks the API for its templates' registry
       images and pulls those it lacks, so a first resume does not wait (``atelet.image_prefetch``;
       default 60; 0: off; needs ``api_server``).
+    - ``operation_record_seconds``: how long the record of a completed call (``atelet.oplog``:
+      what a retry of the same operation ID is answered) is kept (default 7 days: far beyond any
+      retry of the control plane, whose atelet calls give up within 30 minutes); pruned at start
+      and hourly, so the node's state dir does not grow with every resume and suspend.
     - ``insecure_registries``: registries (``host[:port]``) images may be pulled from over plain
       HTTP or unverified TLS, besides those on loopback (``atelet.registry``).
     - ``image_roots``: the only directories ``oci:<path>:<tag>`` image layouts may lie in;
@@ -138,6 +142,7 @@ class AteletSettings(BaseSettings):
     insecure_registries: list[str] = Field(default_factory=list)
     image_cache_bytes: int = Field(default=20 * 2**30, ge=0)
     image_prefetch_seconds: float = Field(default=60.0, ge=0)
+    operation_record_seconds: float = Field(default=7 * 86400.0, ge=3600)
     pool_file: Path | None = None
     pool_document: str = ""
     advertise_worker_ip: str | None = None

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import asyncio
+import json
+import time
 from pathlib import Path
 
 import grpc
@@ -79,3 +81,39 @@ async def test_started_operations_are_marked_until_they_finish(tmp_path: Path) -
     with pytest.raises(AteletError):
         await log.run("op-4", "terminate", pb.TerminateResponse, failing)
     assert log.in_flight() == [] and len(list(tmp_path.glob("*.json"))) == 1
+
+
+@pytest.mark.asyncio
+async def test_records_of_calls_completed_long_ago_are_pruned_and_the_others_kept(tmp_path: Path) -> None:
+    """A record older than the retention goes (a retry then runs the call again); a newer one,
+    one of a call in flight and one that started and never finished (the atelet died) stay."""
+    log = OperationLog(tmp_path)
+    calls = 0
+
+    async def work() -> pb.TerminateResponse:
+        nonlocal calls
+        calls += 1
+        return pb.TerminateResponse(was_running=True)
+
+    await log.run("op-old", "terminate", pb.TerminateResponse, work)
+    await log.run("op-new", "terminate", pb.TerminateResponse, work)
+    log._started("op-died", "checkpoint")  # what a killed atelet leaves
+    release = asyncio.Event()
+
+    async def slow() -> pb.TerminateResponse:
+        await release.wait()
+        return pb.TerminateResponse()
+
+    running = asyncio.create_task(log.run("op-running", "terminate", pb.TerminateResponse, slow))
+    await asyncio.sleep(0.05)
+    old = log._path("op-old")
+    record = json.loads(old.read_text())
+    record["completed_at"] = time.time() - 8 * 86400  # completed 8 days ago
+    old.write_text(json.dumps(record))
+    assert log.prune(7 * 86400) == 1
+    assert not old.exists() and log._path("op-new").exists() and log._path("op-died").exists()
+    release.set()
+    await running
+    assert log._path("op-running").exists()
+    await log.run("op-old", "terminate", pb.TerminateResponse, work)  # a late retry runs it again
+    assert calls == 3
