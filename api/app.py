@@ -21,6 +21,7 @@ from api.access.oidc import OidcVerifier
 from api.actor_changes import ActorChanges
 from api.deps import StoreDep
 from api.errors import install_error_handlers
+from api.history_retention import prune_loop
 from api.idle import IdleJudge
 from api.limits import BodySizeLimit
 from api.liveness import LivenessWatcher
@@ -104,6 +105,7 @@ def create_app(settings: ApiSettings) -> FastAPI:
             asyncio.create_task(watcher.run()),
             asyncio.create_task(run_recovery(store, app.state.temporal)),
             asyncio.create_task(judge.run()),
+            asyncio.create_task(prune_loop(store, settings.operation_history_days, settings.operation_history_per_actor)),
         ]
         if app.state.secret_box is not None:  # a rotation: seal again what an older key sealed
             background.append(asyncio.create_task(reseal_all(app.state.secret_box, store.secrets)))

@@ -47,6 +47,11 @@ class ApiSettings(BaseSettings):
     insecure_registries: list[str] = []
     """Registries (`host[:port]`) template images may come from over plain HTTP or unverified TLS,
     besides those on loopback (api.images); give the atelets the same list."""
+    operation_history_days: float = Field(default=30.0, gt=0)
+    """How long a finished operation stays in an actor's history (`ate describe actor`, the events
+    of `ate logs`); older ones are pruned every 10 minutes (api.history_retention)."""
+    operation_history_per_actor: int = Field(default=1000, ge=10)
+    """How many finished operations each actor's history keeps at most (its newest)."""
     log_bytes_per_actor: int = Field(default=DEFAULT_LOG_BYTES_PER_ACTOR, ge=64 * 1024)
     """How much of each actor's output is kept for `ate logs`: its newest lines up to this many
     bytes (older ones are dropped as new ones arrive; all go when the actor is deleted)."""

@@ -1193,3 +1193,16 @@ WHERE s.deleted_at IS NULL AND split_part(s.owner, '/', 2) = $1
   AND ($2::text IS NULL OR s.owner = 'actor/' || $1 || '/' || $2)
 ORDER BY s.owner, s.generation DESC
 LIMIT $3;
+
+-- prune_operations --
+-- Finished operations finished before $1 (timestamptz), and those beyond the newest $2 finished
+-- ones of each actor; at most $3 a run (the caller repeats while it deletes that many).
+DELETE FROM operations WHERE operation_id IN (
+    SELECT operation_id FROM (
+        SELECT operation_id, finished_at,
+               row_number() OVER (PARTITION BY atespace, actor ORDER BY started_at DESC) AS newest
+        FROM operations WHERE finished_at IS NOT NULL
+    ) ranked
+    WHERE finished_at < $1 OR newest > $2
+    LIMIT $3
+);
