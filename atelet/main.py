@@ -34,8 +34,7 @@ from atelet.oplog import OperationLog
 from atelet.output import OutputCollector
 from atelet.pool import PoolError, default_pool, load_pools
 from atelet.proto import atelet_pb2_grpc as pb_grpc
-from atelet.pull_credentials import ApiPullCredentials
-from atelet.pull_progress import ApiPullProgress
+from atelet.pulls_api import ApiPullCredentials, ApiPullProgress
 from atelet.registration import heartbeat_loop
 from atelet.service import AteletService
 from atelet.settings import AteletSettings

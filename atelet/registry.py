@@ -11,7 +11,7 @@ new one before the pull, and containers/image reuses it instead of downloading i
 built on a common base share its layers' files (read-only: a blob never changes). The cache is
 bounded (``max_bytes``, a shared file counted once): the least recently used layouts go first.
 
-Credentials: ``credentials`` (set by the atelet: ``atelet.pull_credentials``) gives those the
+Credentials: ``credentials`` (set by the atelet: ``atelet.pulls_api``) gives those the
 API lets this node use for an image (its templates' pull secrets for that registry); each is
 tried in turn until one is let in, written to an auth file of its own (mode 0600 in a 0700 dir
 of the cache, removed after the run), never on skopeo's command line, which any user of the node
@@ -45,7 +45,7 @@ CredentialSource = Callable[[RegistryImage], Awaitable[tuple[list[RegistryCreden
 """(the credentials this node may pull an image with, the problems of those it may not use)."""
 
 ProgressSink = Callable[[RegistryImage, PullProgress], Awaitable[None]]
-"""Told how a pull goes (``atelet.pull_progress``); must not raise."""
+"""Told how a pull goes (``atelet.pulls_api``); must not raise."""
 
 PROGRESS_SECONDS = 0.5
 """How often a pull's progress is looked at and told."""
