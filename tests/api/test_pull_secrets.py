@@ -16,6 +16,7 @@ import pytest
 from store import Store
 from tests.api.conftest import stored_state
 from tests.api.test_egress import As
+from tests.api.test_registry_templates import register_node
 from tests.atelet.conftest import build_counter_image
 from tests.credentials import node_token
 from tests.registry import LocalRegistry, local_registry
@@ -133,11 +134,8 @@ async def test_a_node_gets_the_credentials_only_for_an_image_of_a_template_it_ca
     await _secret(api, "right", running.address, PASSWORD)
     made = await api.post(f"{A}/templates", json=template("for-nodes", image, ["right"]))
     assert made.status_code in (201, 409), made.text
-    worker = {"name": "default-0", "pool": "default", "ip": "10.97.7.2", "cpu_millis": 1000, "memory_bytes": 2**30}
-    vm_worker = {**worker, "ip": "10.97.8.2", "pool": "vms", "sandbox_class": "microvm"}
-    for node, workers in (("pull1", [worker]), ("pull2", [vm_worker])):
-        registered = await api.put(f"/v1/nodes/{node}", json={"address": "10.0.0.9:8085", "workers": workers})
-        assert registered.status_code == 200, registered.text
+    await register_node(api, "pull1", "10.97.7.2")
+    await register_node(api, "pull2", "10.97.8.2", "microvm")
     pinned = f"{image}@{pushed}"
     url = "/v1/nodes/{}/image-credentials"
     got = await api.get(url.format("pull1"), params={"image": pinned}, auth=As(node_token("pull1")))

@@ -38,6 +38,14 @@ async def atespace(api: httpx.AsyncClient) -> AsyncIterator[str]:
     yield "pulled"
 
 
+async def register_node(api: httpx.AsyncClient, node: str, ip: str, sandbox_class: str = "gvisor") -> None:
+    """Node `node` with one worker at `ip` of `sandbox_class` (registered as the suite's admin)."""
+    worker = {"name": "default-0", "pool": "default" if sandbox_class == "gvisor" else "vms", "ip": ip,
+              "cpu_millis": 1000, "memory_bytes": 2**30, "sandbox_class": sandbox_class}  # fmt: skip
+    registered = await api.put(f"/v1/nodes/{node}", json={"address": "10.0.0.9:8085", "workers": [worker]})
+    assert registered.status_code == 200, registered.text
+
+
 def template(name: str, image: str) -> dict[str, object]:
     return {"name": name, "spec": {"containers": [{"name": "c", "image": image, "port": 8080}]}}
 
@@ -109,11 +117,8 @@ async def test_a_node_learns_the_registry_images_of_the_templates_it_can_run(
     assert made.status_code in (201, 409), made.text
     local = await api.post(f"{A}/templates", json=template("local", "oci:examples/counter/oci:latest"))
     assert local.status_code in (201, 409), local.text
-    worker = {"name": "default-0", "pool": "default", "ip": "10.98.7.2", "cpu_millis": 1000, "memory_bytes": 2**30}
-    vm_worker = {**worker, "ip": "10.98.8.2", "pool": "vms", "sandbox_class": "microvm"}
-    for node, workers in (("img1", [worker]), ("img2", [vm_worker])):
-        registered = await api.put(f"/v1/nodes/{node}", json={"address": "10.0.0.9:8085", "workers": workers})
-        assert registered.status_code == 200, registered.text
+    await register_node(api, "img1", "10.98.7.2")
+    await register_node(api, "img2", "10.98.8.2", "microvm")
     images = (await api.get("/v1/nodes/img1/images", auth=As(node_token("img1")))).json()["images"]
     assert f"{running.address}/examples/counter:v1@{pushed}" in images
     assert not [i for i in images if i.startswith("oci:")]  # local layouts are the atelets' own
@@ -129,9 +134,7 @@ async def test_a_pending_template_shows_the_nodes_pulls_of_its_image(
     made = await api.post(f"{A}/templates", json=template("pulling", f"{running.address}/examples/counter:v1"))
     assert made.status_code in (201, 409), made.text
     pinned = f"{running.address}/examples/counter:v1@{pushed}"
-    worker = {"name": "default-0", "pool": "default", "ip": "10.96.7.2", "cpu_millis": 1000, "memory_bytes": 2**30}
-    registered = await api.put("/v1/nodes/puller1", json={"address": "10.0.0.9:8085", "workers": [worker]})
-    assert registered.status_code == 200, registered.text
+    await register_node(api, "puller1", "10.96.7.2")
     look = {"image": pinned, "state": "Pulling", "layers": 2, "bytes_total": 3 << 20, "bytes_done": 1 << 20}
     told = await api.put("/v1/nodes/puller1/pulls", json=look, auth=As(node_token("puller1")))
     assert told.json() == {"accepted": True}, told.text
