@@ -1177,18 +1177,22 @@ WHERE image = ANY($1::text[]) ORDER BY updated_at DESC, node;
 
 -- snapshots_of_atespace --
 -- The snapshots not yet collected of atespace $1's actors and templates ($2: only actor $2's, or
--- NULL), by owner then newest generation first, with what keeps each; at most $3.
+-- NULL), by owner then newest generation first, with what keeps each; at most $3. What keeps a
+-- snapshot is gathered once (one pass over actors, templates and tags), not per snapshot.
+WITH kept AS (
+    SELECT latest_snapshot_id AS id, 1 AS rank, 'latest' AS why FROM actors WHERE latest_snapshot_id IS NOT NULL
+    UNION ALL SELECT local_snapshot_id, 2, 'paused' FROM actors WHERE local_snapshot_id IS NOT NULL
+    UNION ALL SELECT pending_upload_snapshot_id, 3, 'awaiting upload' FROM actors WHERE pending_upload_snapshot_id IS NOT NULL
+    UNION ALL SELECT in_progress_snapshot_id, 4, 'in progress' FROM actors WHERE in_progress_snapshot_id IS NOT NULL
+    UNION ALL SELECT golden_snapshot_id, 5, 'golden' FROM actor_templates WHERE golden_snapshot_id IS NOT NULL
+    UNION ALL SELECT snapshot_id, 6, 'tag ' || name FROM tags
+), reasons AS (
+    SELECT id, array_agg(why ORDER BY rank, why) AS ordered FROM (SELECT DISTINCT id, rank, why FROM kept) once
+    GROUP BY id
+)
 SELECT s.id, s.owner, s.generation, s.scope, s.storage, s.state, s.uri, s.node, s.sandbox_class, s.manifest,
-       s.size_bytes, s.created_at, s.completed_at,
-       ARRAY_REMOVE(ARRAY[
-           CASE WHEN EXISTS (SELECT 1 FROM actors a WHERE a.latest_snapshot_id = s.id) THEN 'latest' END,
-           CASE WHEN EXISTS (SELECT 1 FROM actors a WHERE a.local_snapshot_id = s.id) THEN 'paused' END,
-           CASE WHEN EXISTS (SELECT 1 FROM actors a WHERE a.pending_upload_snapshot_id = s.id) THEN 'awaiting upload' END,
-           CASE WHEN EXISTS (SELECT 1 FROM actors a WHERE a.in_progress_snapshot_id = s.id) THEN 'in progress' END,
-           CASE WHEN EXISTS (SELECT 1 FROM actor_templates t WHERE t.golden_snapshot_id = s.id) THEN 'golden' END
-       ], NULL) || COALESCE((SELECT array_agg('tag ' || g.name ORDER BY g.name) FROM tags g WHERE g.snapshot_id = s.id),
-                            '{}'::text[]) AS kept_by
-FROM snapshots s
+       s.size_bytes, s.created_at, s.completed_at, COALESCE(r.ordered, '{}'::text[]) AS kept_by
+FROM snapshots s LEFT JOIN reasons r ON r.id = s.id
 WHERE s.deleted_at IS NULL AND split_part(s.owner, '/', 2) = $1
   AND ($2::text IS NULL OR s.owner = 'actor/' || $1 || '/' || $2)
 ORDER BY s.owner, s.generation DESC
