@@ -43,6 +43,7 @@ from atelet.tls import ControlPlaneOnly, NodeTlsFiles, TlsConfigError, server_cr
 from domain.pools import WorkerPoolSpec, parse_worker_pool
 
 OUTPUT_FLUSH_SECONDS = 0.5
+"""How long a checkpoint (and the atelet's stop) waits to ship the actor's last lines."""
 PRUNE_SECONDS = 3600.0
 """How often the records of completed calls older than ``operation_record_seconds`` are removed."""
 
@@ -57,7 +58,6 @@ async def prune_loop(ops: OperationLog, older_than_seconds: float, interval: flo
         except OSError as error:
             log.warning("the records of completed calls could not be pruned: %s", error)
         await asyncio.sleep(interval)
-"""How long a checkpoint (and the atelet's stop) waits to ship the actor's last lines."""
 
 log = logging.getLogger("atelet")
 
