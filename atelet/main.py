@@ -59,6 +59,7 @@ async def prune_loop(ops: OperationLog, older_than_seconds: float, interval: flo
             log.warning("the records of completed calls could not be pruned: %s", error)
         await asyncio.sleep(interval)
 
+
 log = logging.getLogger("atelet")
 
 
