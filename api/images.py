@@ -17,7 +17,6 @@ machine the api-server runs on, which are not the atespace's.
 from __future__ import annotations
 
 import asyncio
-import os
 import tempfile
 from collections.abc import Sequence
 from pathlib import Path
@@ -33,7 +32,7 @@ from domain.image_references import (
     skopeo_message,
 )
 from domain.reasons import Reason
-from domain.registry_credentials import RegistryCredentials, auth_file
+from domain.registry_credentials import RegistryCredentials, attempts, refused_hint, write_auth_file
 
 INSPECT_TIMEOUT_SECONDS = 60.0
 
@@ -54,11 +53,7 @@ async def inspect_digest(reference: str, insecure: bool, skopeo: str = "skopeo",
     with tempfile.TemporaryDirectory(prefix="ate-auth-") as private:  # mode 0700
         auth = ["--no-creds"]
         if credentials is not None:
-            path = Path(private) / "auth.json"
-            descriptor = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-            with os.fdopen(descriptor, "w") as out:
-                out.write(auth_file(credentials))
-            auth = [f"--authfile={path}"]
+            auth = [f"--authfile={write_auth_file(Path(private) / 'auth.json', credentials)}"]
         return await _inspect(skopeo, [f"--tls-verify={'false' if insecure else 'true'}", *auth, "--format",
                                        "{{.Digest}} {{.Os}}/{{.Architecture}}", reference])  # fmt: skip
 
@@ -114,13 +109,11 @@ async def pin_images(spec: dict[str, Any], insecure_registries: Sequence[str],
                            f"use one of {', '.join(allowed_registries)} (ATE_ALLOWED_REGISTRIES)",
                            {"field": field, "allowed": list(allowed_registries)}, Reason.INVALID_ARGUMENT)  # fmt: skip
         insecure = image.loopback or image.registry in insecure_registries
-        mine = [c for c in credentials if c.registry == image.registry]
-        used: list[str] = []
-        attempts: list[RegistryCredentials | None] = [*mine] if mine else [None]
-        for candidate in attempts:
+        used: list[RegistryCredentials] = []
+        for candidate in attempts(credentials, image.registry):
             found, answer = await inspect_digest(image.transport_reference(), insecure, credentials=candidate)
             if candidate is not None:
-                used.append(f"{candidate.secret} (user {candidate.username})")
+                used.append(candidate)
             if found or pull_failure(answer)[0] != "unauthorized":
                 break
         digest, _, platform = answer.partition(" ")
@@ -134,9 +127,7 @@ async def pin_images(spec: dict[str, Any], insecure_registries: Sequence[str],
         kind, hint = pull_failure(answer)
         details: dict[str, Any] = {"field": field, "image": str(image), "problem": kind}
         if kind == "unauthorized" and used:
-            details["secrets"] = [c.secret for c in mine]
-            hint = (f"the registry refused the credentials of pull secret {', '.join(used)}: check the user name and "
-                    "password (or token) and that they may pull this repository; replace the secret with "
-                    "'ate delete secret' and 'ate create secret ... --type registry'")  # fmt: skip
+            details["secrets"] = [c.secret for c in used]
+            hint = refused_hint(used)
         raise ApiError(f"{field}: {image}: {kind} ({skopeo_message(answer)}); {hint}", details,
                        _REASONS.get(kind, Reason.FAILED_PRECONDITION))  # fmt: skip

@@ -34,7 +34,7 @@ from atelet import proc
 from atelet.errors import AteletError, internal, invalid, not_found, precondition, unavailable
 from domain.image_pulls import PullProgress, PullState
 from domain.image_references import RUNTIME_PLATFORM, RegistryImage, pull_failure, skopeo_message
-from domain.registry_credentials import RegistryCredentials, auth_file
+from domain.registry_credentials import RegistryCredentials, attempts, refused_hint, write_auth_file
 
 log = logging.getLogger(__name__)
 
@@ -86,10 +86,7 @@ class RegistryPuller:
         private.mkdir(mode=0o700, parents=True, exist_ok=True)
         path = private / f"{uuid.uuid4().hex}.json"
         try:
-            descriptor = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-            with os.fdopen(descriptor, "w") as out:
-                out.write(auth_file(credentials))
-            yield path
+            yield write_auth_file(path, credentials)
         finally:
             path.unlink(missing_ok=True)
 
@@ -99,15 +96,14 @@ class RegistryPuller:
         prefix = "--src-" if source else "--"
         candidates, problems = await self.credentials(image) if self.credentials is not None else ([], [])
         output = ""
-        tried: list[str] = []
-        attempts: list[RegistryCredentials | None] = [*candidates] if candidates else [None]
-        for candidate in attempts:
+        tried: list[RegistryCredentials] = []
+        for candidate in attempts(candidates, image.registry):
             async with contextlib.AsyncExitStack() as stack:
                 if candidate is None:
                     auth = [f"{prefix}no-creds"]
                 else:
                     auth = [f"{prefix}authfile={await stack.enter_async_context(self._auth_file(candidate))}"]
-                    tried.append(f"{candidate.secret} (user {candidate.username})")
+                    tried.append(candidate)
                 try:
                     done = await proc.run([self.skopeo, args[0], *auth, *args[1:]], timeout=self.timeout)
                 except FileNotFoundError:
@@ -257,15 +253,14 @@ def _size(path: Path) -> int:
     return total
 
 
-def _error(image: RegistryImage, output: str, field: str, tried: list[str] | None = None,
+def _error(image: RegistryImage, output: str, field: str, tried: list[RegistryCredentials] | None = None,
            problems: list[str] | None = None) -> AteletError:  # fmt: skip
     """The error of a failed pull of ``image``: its kind (``domain.image_references.pull_failure``)
     chooses the status, retried (UNAVAILABLE) only when the registry could not be reached; an
     unauthorized one names the pull secrets ``tried`` and the ``problems`` of those left out."""
     kind, hint = pull_failure(output)
     if kind == "unauthorized" and tried:
-        hint = (f"the registry refused the credentials of pull secret {', '.join(tried)}: check the user name and "
-                "password (or token) and that they may pull this repository")  # fmt: skip
+        hint = refused_hint(tried)
     if kind == "unauthorized" and problems:
         hint += f"; pull secrets that could not be used: {'; '.join(problems)}"
     message = f"{field}: {image}: {kind} ({skopeo_message(output)}); {hint}"

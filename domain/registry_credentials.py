@@ -15,8 +15,11 @@ from __future__ import annotations
 
 import base64
 import json
-from dataclasses import dataclass
+import os
+from collections.abc import Sequence
+from dataclasses import dataclass, replace
 from enum import StrEnum
+from pathlib import Path
 from typing import Any
 
 from domain.image_references import parse_registry_host
@@ -50,6 +53,10 @@ class RegistryCredentials:
     def value(self) -> bytes:
         """The secret's value to seal: JSON `{"username", "password"}`."""
         return json.dumps({"username": self.username, "password": self.password}).encode()
+
+    def label(self) -> str:
+        """`<secret> (user <username>)`: how an error names the credentials a registry refused."""
+        return f"{self.secret} (user {self.username})"
 
     def document(self) -> dict[str, str]:
         """`{"secret", "registry", "username", "password"}`: what a node is given (`of_document`)."""
@@ -88,7 +95,7 @@ def parse_registry_value(registry: str, value: bytes, secret: str = "") -> Regis
         credentials = check_registry_credentials(registry, str(document["username"]), str(document["password"]))
     except (ValueError, KeyError, TypeError) as error:
         raise ValueError(f"secret {secret or '?'}: not registry credentials ({error})") from None
-    return RegistryCredentials(credentials.registry, credentials.username, credentials.password, secret)
+    return replace(credentials, secret=secret)
 
 
 def of_document(document: Any) -> RegistryCredentials:
@@ -101,8 +108,7 @@ def of_document(document: Any) -> RegistryCredentials:
         raise ValueError("registry credentials: want an object")
     credentials = check_registry_credentials(str(document.get("registry") or ""), str(document.get("username") or ""),
                                              str(document.get("password") or ""))  # fmt: skip
-    return RegistryCredentials(credentials.registry, credentials.username, credentials.password,
-                               str(document.get("secret") or ""))  # fmt: skip
+    return replace(credentials, secret=str(document.get("secret") or ""))
 
 
 def auth_file(credentials: RegistryCredentials) -> str:
@@ -110,6 +116,33 @@ def auth_file(credentials: RegistryCredentials) -> str:
     for their registry: `{"auths": {"<host[:port]>": {"auth": base64("<user>:<password>")}}}`."""
     token = base64.b64encode(f"{credentials.username}:{credentials.password}".encode()).decode()
     return json.dumps({"auths": {credentials.registry: {"auth": token}}})
+
+
+def write_auth_file(path: Path, credentials: RegistryCredentials) -> Path:
+    """Writes `auth_file(credentials)` to `path`, a new file of mode 0600 (it must not exist:
+    nobody else's file is ever written to); returns `path`.
+
+    Raises:
+        OSError: `path` exists or its dir cannot be written.
+    """
+    descriptor = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    with os.fdopen(descriptor, "w") as out:
+        out.write(auth_file(credentials))
+    return path
+
+
+def attempts(credentials: Sequence[RegistryCredentials], registry: str) -> list[RegistryCredentials | None]:
+    """What a look-up of an image of `registry` tries, in order: those of `credentials` for that
+    registry, or one anonymous try (None) when there are none."""
+    mine: list[RegistryCredentials | None] = [c for c in credentials if c.registry == registry]
+    return mine or [None]
+
+
+def refused_hint(tried: Sequence[RegistryCredentials]) -> str:
+    """What to do when the registry refused each of `tried` (named by `label`)."""
+    return (f"the registry refused the credentials of pull secret {', '.join(c.label() for c in tried)}: check the "
+            "user name and password (or token) and that they may pull this repository; replace the secret with "
+            "'ate delete secret' and 'ate create secret ... --type registry'")
 
 
 def pull_secret_names(spec_document: dict[str, Any]) -> list[str]:

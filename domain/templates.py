@@ -18,6 +18,7 @@ from typing import Any
 from domain.egress import EgressPolicy, parse_egress_policy
 from domain.idle import IdlePolicy, PressurePolicy, parse_idle_policy, parse_pressure_policy
 from domain.quantities import parse_cpu_millis, parse_memory_bytes
+from domain.registry_credentials import pull_secret_names
 from domain.states import SnapshotScope
 
 DEFAULT_SERVING_PORT = 80
@@ -194,7 +195,7 @@ class ActorTemplateSpec:
                 idle=parse_idle_policy(document.get("idle")),
                 pressure=parse_pressure_policy(document.get("suspendUnderPressure")),
                 egress=parse_egress_policy(document.get("egress")),
-                image_pull_secrets=[str(p["name"]) for p in document.get("imagePullSecrets") or []],
+                image_pull_secrets=pull_secret_names(document),
             )
         except (KeyError, TypeError, AttributeError, IndexError) as error:
             raise ValueError(f"not an actor template spec: {error!r}") from error

@@ -21,6 +21,7 @@ from domain.access import Permission
 from domain.image_references import is_registry_reference
 from domain.locations import is_within
 from domain.operations.golden import GoldenSnapshotInput, GoldenSnapshotResult
+from domain.registry_credentials import pull_secret_names
 from domain.states import Operation
 from domain.templates import ActorTemplateSpec
 from domain.temporal import TASK_QUEUE, WORKFLOW_TASK_TIMEOUT, template_workflow_id
@@ -55,8 +56,8 @@ async def create_template(
             {"field": "spec.snapshotConfig.storageLocation"},
         )
     # every actor of the template runs the same bits
-    pulls = [p["name"] for p in spec.get("imagePullSecrets") or []]
-    credentials = await template_credentials(store, getattr(request.app.state, "secret_box", None), atespace, pulls)
+    credentials = await template_credentials(store, getattr(request.app.state, "secret_box", None), atespace,
+                                             pull_secret_names(spec))  # fmt: skip
     await pin_images(spec, settings.insecure_registries, settings.allowed_registries, credentials)
     parsed = ActorTemplateSpec.from_document(spec)
     await check_credential_secrets(store, atespace, parsed.egress, "spec.egress")
