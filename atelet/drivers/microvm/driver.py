@@ -211,6 +211,13 @@ class MicrovmDriver(SandboxDriver):
             raise not_found(f"no microvm sandbox {container_id} on this node")
         return sandbox
 
+    def _running(self, container_id: str) -> tuple[SandboxRecord, Vm]:
+        """The sandbox and its running VM; AteletError NOT_FOUND when there is none."""
+        sandbox = self._get(container_id)
+        if sandbox.vm is None:
+            raise not_found(f"microvm sandbox {container_id} is not running")
+        return sandbox, sandbox.vm
+
     async def checkpoint(self, container_id: str, image_dir: Path, *, leave_running: bool = False,
                          compress: bool = True, journal: Path | None = None) -> None:
         """Saves the VM into ``image_dir`` (``Vm.checkpoint``) plus ``guest.json``, then
@@ -221,14 +228,12 @@ class MicrovmDriver(SandboxDriver):
         Raises:
             AteletError: NOT_FOUND, INTERNAL (QEMU's reason included).
         """
-        sandbox = self._get(container_id)
-        if sandbox.vm is None:
-            raise not_found(f"microvm sandbox {container_id} is not running")
+        sandbox, vm = self._running(container_id)
         try:
-            await sandbox.vm.checkpoint(image_dir, leave_running=leave_running)
+            await vm.checkpoint(image_dir, leave_running=leave_running)
             (image_dir / GUEST_FILE).write_text(json.dumps({"address": sandbox.address}))
         except (VmError, OSError) as error:
-            if sandbox.vm.process.returncode is not None:  # the VM ended with the failure: keep its disks' data
+            if vm.process.returncode is not None:  # the VM ended with the failure: keep its disks' data
                 with contextlib.suppress(AteletError):
                     await read_back(sandbox, final=True)
             raise internal(f"the VM's checkpoint failed: {error}") from None
@@ -244,27 +249,23 @@ class MicrovmDriver(SandboxDriver):
 
     async def pause_for_save(self, container_id: str) -> None:
         """Stops the guest's vCPUs and reads the disks back into the durable dirs."""
-        sandbox = self._get(container_id)
-        if sandbox.vm is None:
-            raise not_found(f"microvm sandbox {container_id} is not running")
+        sandbox, vm = self._running(container_id)
         try:
-            await sandbox.vm.pause()
+            await vm.pause()
         except VmError as error:
             raise internal(f"microvm sandbox {container_id}: {error}") from None
         try:
             await read_back(sandbox, final=False)
         except AteletError:
             with contextlib.suppress(VmError):  # not frozen for nothing: the guest runs on
-                await sandbox.vm.cont()
+                await vm.cont()
             raise
 
     async def resume_after_save(self, container_id: str) -> None:
         """Lets the guest run again."""
-        sandbox = self._get(container_id)
-        if sandbox.vm is None:
-            raise not_found(f"microvm sandbox {container_id} is not running")
+        sandbox, vm = self._running(container_id)
         try:
-            await sandbox.vm.cont()
+            await vm.cont()
         except VmError as error:
             raise internal(f"microvm sandbox {container_id}: {error}") from None
         if sandbox.saved_running:
@@ -314,11 +315,9 @@ class MicrovmDriver(SandboxDriver):
             raise internal(f"the guest did not set its clock: {error}") from None
 
     async def _qmp(self, container_id: str, command: str) -> None:
-        sandbox = self._get(container_id)
-        if sandbox.vm is None:
-            raise not_found(f"microvm sandbox {container_id} is not running")
+        _, vm = self._running(container_id)
         try:
-            await (sandbox.vm.pause() if command == "stop" else sandbox.vm.cont())
+            await (vm.pause() if command == "stop" else vm.cont())
         except VmError as error:
             raise internal(f"microvm sandbox {container_id}: {error}") from None
 
@@ -443,11 +442,9 @@ class MicrovmDriver(SandboxDriver):
             AteletError: NOT_FOUND for a sandbox that is not running; INTERNAL when the guest
                 does not answer.
         """
-        sandbox = self._get(container_id)
-        if sandbox.vm is None:
-            raise not_found(f"microvm sandbox {container_id} is not running")
+        _, vm = self._running(container_id)
         try:
-            status, out, err = await sandbox.vm.exec(command, EXEC_OUTPUT_BYTES)
+            status, out, err = await vm.exec(command, EXEC_OUTPUT_BYTES)
         except VmError as error:
             raise internal(f"microvm sandbox {container_id}: exec: {error}") from None
         stdout.write_bytes(out)

@@ -305,11 +305,11 @@ class Vm:
         Raises:
             VmError: the guest did not answer, or refused.
         """
-        now = round(time.time())
-        answer = await self.agent(f"clock {now}", timeout)
+        request = f"clock {round(time.time())}"
+        answer = await self.agent(request, timeout)
         if answer == "ok":
             return True
-        if answer == f"failed: clock {now}":  # the echo of an init from before the request
+        if _unknown_to_init(request, answer):
             return False
         raise VmError(f"the guest did not set its clock: it answered {answer!r}")
 
@@ -327,7 +327,7 @@ class Vm:
         run = uuid.uuid4().hex[:16]
         request = f"exec {run} {base64.b64encode(script.encode()).decode()}"
         answer = await self.agent(request)
-        if answer == f"failed: {request}":  # the echo of an init from before exec: it knows only addr
+        if _unknown_to_init(request, answer):
             raise VmError("this VM's init has no exec: the VM was booted by an atelet older than exec, and its "
                           "snapshots keep that init; an actor booted from a template created since has it")  # fmt: skip
         if answer != "started":
@@ -415,6 +415,13 @@ class Vm:
 
 
 _IGNORE_SHARED = {"capabilities": [{"capability": "x-ignore-shared", "state": True}]}
+
+
+def _unknown_to_init(request: str, answer: str) -> bool:
+    """Whether ``answer`` is how an init from before ``request``'s verb answers it: it echoes
+    any request it does not know (``failed: <the request>``; the agent strips the trailing
+    space of a request with fewer words)."""
+    return answer == f"failed: {request}".strip()
 
 
 def _quote(path: Path) -> str:
