@@ -1177,7 +1177,8 @@ WHERE image = ANY($1::text[]) ORDER BY updated_at DESC, node;
 
 -- snapshots_of_atespace --
 -- The snapshots not yet collected of atespace $1's actors and templates ($2: only actor $2's, or
--- NULL), by owner then newest generation first, with what keeps each; at most $3. What keeps a
+-- NULL; $4: only snapshot $4, or NULL), by owner then newest generation first, with what keeps
+-- each; at most $3. What keeps a
 -- snapshot is gathered once (one pass over actors, templates and tags), not per snapshot.
 WITH kept AS (
     SELECT latest_snapshot_id AS id, 1 AS rank, 'latest' AS why FROM actors WHERE latest_snapshot_id IS NOT NULL
@@ -1195,6 +1196,7 @@ SELECT s.id, s.owner, s.generation, s.scope, s.storage, s.state, s.uri, s.node, 
 FROM snapshots s LEFT JOIN reasons r ON r.id = s.id
 WHERE s.deleted_at IS NULL AND split_part(s.owner, '/', 2) = $1
   AND ($2::text IS NULL OR s.owner = 'actor/' || $1 || '/' || $2)
+  AND ($4::bigint IS NULL OR s.id = $4)
 ORDER BY s.owner, s.generation DESC
 LIMIT $3;
 

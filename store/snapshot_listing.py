@@ -54,7 +54,7 @@ class ListedSnapshot:
 
 
 class SnapshotListing:
-    """of_atespace."""
+    """of_atespace, one."""
 
     def __init__(self, pool: asyncpg.Pool) -> None:
         self.pool = pool
@@ -62,5 +62,10 @@ class SnapshotListing:
     async def of_atespace(self, atespace: str, actor: str | None = None, limit: int = MAX_LISTED) -> list[ListedSnapshot]:
         """The snapshots of `atespace`'s actors and templates (of `actor` only, when given),
         by owner and newest generation first, at most `limit`."""
-        rows = await self.pool.fetch(Q["snapshots_of_atespace"], atespace, actor, limit)
+        rows = await self.pool.fetch(Q["snapshots_of_atespace"], atespace, actor, limit, None)
         return [ListedSnapshot.from_row(r) for r in rows]
+
+    async def one(self, atespace: str, snapshot_id: int) -> ListedSnapshot | None:
+        """Snapshot `snapshot_id` when it is one of `atespace`'s, not yet collected; else None."""
+        row = await self.pool.fetchrow(Q["snapshots_of_atespace"], atespace, None, 1, snapshot_id)
+        return ListedSnapshot.from_row(row) if row is not None else None

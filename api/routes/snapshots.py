@@ -85,7 +85,7 @@ async def get_snapshot(atespace: str, snapshot_id: int, store: StoreDep) -> Snap
         raise InvalidArgument(f"snapshot_id: {snapshot_id} is not a snapshot ID (they start at 1)",
                               {"field": "snapshot_id"})  # fmt: skip
     await store.atespaces.get(atespace)
-    found = next((s for s in await store.snapshot_listing.of_atespace(atespace) if s.id == snapshot_id), None)
+    found = await store.snapshot_listing.one(atespace, snapshot_id)
     if found is None:
         raise NotFound(f"snapshot {snapshot_id} not found in atespace {atespace} (see 'ate get snapshots -a "
                             f"{atespace}'); a collected snapshot is gone")  # fmt: skip
