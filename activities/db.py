@@ -17,7 +17,7 @@ from temporalio import activity
 from activities.errors import activity_defn
 from domain.activity_names import Activity
 from domain.failpoints import failpoint
-from domain.operations.common import ActorOperation, FinishInput
+from domain.operations.common import FinishInput
 from domain.operations.drain import BeginDrainInput, CrashInput, DrainPlan, Leftover
 from domain.operations.exec import BeginExecInput, FinishExecInput
 from domain.operations.freeze import BeginFreezeInput, FinishFreezeInput, FreezePlan
@@ -25,7 +25,7 @@ from domain.operations.golden import GoldenPlan, GoldenSnapshotInput
 from domain.operations.pause import PausePlan
 from domain.operations.pressure import LeaveRoomQueueInput, PressureInput, PressureVictims, ReleaseRoomInput
 from domain.operations.resume import BeginResumeInput, ResumePlan, ResumeProgress
-from domain.operations.revert import FenceInput, FinishRevertInput, RevertPlan
+from domain.operations.revert import BeginRevertInput, FenceInput, FinishRevertInput, RevertPlan
 from domain.operations.router_drain import (
     DRAIN_ACK_MARGIN_SECONDS,
     MAX_DRAIN_WAIT_SECONDS,
@@ -280,10 +280,11 @@ class DbActivities:
     # ---- RevertActor ------------------------------------------------------------------------
 
     @activity_defn(Activity.BEGIN_REVERT)
-    async def begin_revert(self, request: ActorOperation) -> RevertPlan:
-        """Mark REVERTING; returns the worker to clean and whether its node is alive."""
+    async def begin_revert(self, request: BeginRevertInput) -> RevertPlan:
+        """Mark REVERTING (with the generation to go back to, if any); returns the worker to clean
+        and whether its node is alive."""
         await failpoint("RevertActor.before_mark")
-        plan = await self.store.reverts.begin(request.actor, request.operation_id)
+        plan = await self.store.reverts.begin(request.actor, request.operation_id, request.to_generation)
         await failpoint("RevertActor.after_mark")
         return plan
 

@@ -14,6 +14,7 @@ from api.strict import Strict, Tolerant, policy_checked, within_limits
 from api.template_spec import TemplateSpec
 from domain.documents import printable
 from domain.egress import parse_egress_policy
+from domain.forks import MAX_FORK_COUNT
 from domain.idle import parse_idle_policy
 from domain.labels import DNS_LABEL, check_labels, check_selector
 from domain.names import check_host_port, check_ip, check_label_name, check_worker_name, shown
@@ -218,6 +219,17 @@ class ResumeRequest(Strict):
         default=0.0, ge=0, le=MAX_ROOM_WAIT_SECONDS,
         description="How long the resume may wait for a worker with room when none has any (making room by "
         "pressure meanwhile) before it answers 503 NoCapacity; at most the timeout. 0: answer at once.",
+    )  # fmt: skip
+
+
+class RevertRequest(Strict):
+    """POST body of a revert (all optional)."""
+
+    timeout_seconds: float | None = Field(default=None, gt=0, le=3600)
+    to_generation: int | None = Field(
+        default=None, ge=1, strict=True,
+        description="Go back to this kept completed generation of the actor's own snapshots (see "
+        "`GET .../snapshots?actor=NAME`) instead of its latest; also from SUSPENDED. Unset: its latest completed one.",
     )  # fmt: skip
 
 
@@ -480,6 +492,30 @@ class WorkerPublic(BaseModel):
     cpu_millis: int
     memory_bytes: int
     actors: list[str]
+
+
+class ForkCreate(Strict):
+    """POST body of a fork: new actors that start from the source actor's snapshot, sharing its
+    files until their own first suspend."""
+
+    name: str = Field(
+        description="a DNS-1123 label: the new actor's name, or with count the stem of NAME-1..NAME-count",
+        json_schema_extra={"pattern": DNS_LABEL.pattern},
+    )
+    generation: int | None = Field(
+        default=None, ge=1, strict=True,
+        description="a kept completed generation of the source's own snapshots; unset: its latest completed one",
+    )  # fmt: skip
+    count: int | None = Field(
+        default=None, ge=1, le=MAX_FORK_COUNT, strict=True,
+        description=f"create count actors named NAME-1..NAME-count (at most {MAX_FORK_COUNT}); unset: one named NAME",
+    )  # fmt: skip
+
+
+class ForkList(BaseModel):
+    """The actors a fork created, in name order (NAME-1 first)."""
+
+    items: list[ActorPublic]
 
 
 class TagCreate(Strict):

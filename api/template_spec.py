@@ -20,6 +20,7 @@ from domain.locations import check_storage_location
 from domain.names import shown
 from domain.quantities import parse_cpu_millis, parse_memory_bytes
 from domain.registry_credentials import MAX_IMAGE_PULL_SECRETS
+from domain.templates import RETAIN_GENERATIONS_DEFAULT, RETAIN_GENERATIONS_MAX
 
 _LABEL = DNS_LABEL.pattern
 _OCI_IMAGE = re.compile(r"^oci:(?P<path>[^:\s]+):(?P<tag>[A-Za-z0-9_][A-Za-z0-9._-]{0,127})$")
@@ -175,6 +176,11 @@ class SnapshotConfig(Strict):
     onPause: Scope = "Full"  # noqa: N815
     onCommit: Scope = "Full"  # noqa: N815
     storageLocation: str | None = None  # noqa: N815
+    retainGenerations: int = Field(  # noqa: N815
+        default=RETAIN_GENERATIONS_DEFAULT, ge=1, le=RETAIN_GENERATIONS_MAX, strict=True,
+        description="how many completed generations of each actor are kept (the latest counts as one); older ones "
+        "that no tag or fork keeps are deleted. `ate revert actor NAME --to-generation G` goes back to any kept one",
+    )  # fmt: skip
 
     @field_validator("onPause", "onCommit", mode="before")
     @classmethod

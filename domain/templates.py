@@ -24,6 +24,17 @@ from domain.states import SnapshotScope
 DEFAULT_SERVING_PORT = 80
 """Where the router sends traffic when a template names neither a port nor a wakeup probe."""
 
+RETAIN_GENERATIONS_DEFAULT = 2
+"""How many COMPLETED generations of each actor the snapshot collector keeps when a template does
+not say (`snapshotConfig.retainGenerations`): the latest and the one before it. Two is the fewest
+that lets an actor go back past a damaged or unwanted latest snapshot without a tag
+(`ate revert actor NAME --to-generation G`), at twice the storage one generation takes; more
+history is a setting away, and a tag keeps a snapshot for good. (The reference system keeps only
+the latest.)"""
+
+RETAIN_GENERATIONS_MAX = 100
+"""The most generations a template may keep per actor (`snapshotConfig.retainGenerations`)."""
+
 
 @dataclass
 class HttpGetProbe:
@@ -91,12 +102,15 @@ class ResourceLimits:
 
 @dataclass
 class SnapshotConfig:
-    """Snapshot scopes of a pause (`on_pause`) and a suspend (`on_commit`), and where snapshots
-    are stored (`storage_location`, a URI such as `file:///...`; empty: the API's default)."""
+    """Snapshot scopes of a pause (`on_pause`) and a suspend (`on_commit`), where snapshots are
+    stored (`storage_location`, a URI such as `file:///...`; empty: the API's default), and how
+    many COMPLETED generations of each actor are kept (`retain_generations`, 1 to
+    RETAIN_GENERATIONS_MAX; the collector deletes older ones nothing else keeps)."""
 
     on_pause: SnapshotScope = SnapshotScope.FULL
     on_commit: SnapshotScope = SnapshotScope.FULL
     storage_location: str = ""
+    retain_generations: int = RETAIN_GENERATIONS_DEFAULT
 
 
 class AccessMode(StrEnum):
@@ -164,7 +178,7 @@ class ActorTemplateSpec:
             document: {sandboxClass, workerSelector, containers[{name, image, command, env, port,
                 wakeupProbe{httpGet{path, port}}, volumeMounts[{name, mountPath}]}],
                 resources{limits{cpu, memory}}, volumes[{name, durableDir}],
-                snapshotConfig{onPause, onCommit, storageLocation}, access{mode, passCredential},
+                snapshotConfig{onPause, onCommit, storageLocation, retainGenerations}, access{mode, passCredential},
                 onCrash, idle (`domain.idle.parse_idle_policy`), suspendUnderPressure
                 (`domain.idle.parse_pressure_policy`), egress (`domain.egress.parse_egress_policy`)}.
 
@@ -186,6 +200,7 @@ class ActorTemplateSpec:
                     on_pause=SnapshotScope(str(snapshots.get("onPause") or "Full").upper()),
                     on_commit=SnapshotScope(str(snapshots.get("onCommit") or "Full").upper()),
                     storage_location=str(snapshots.get("storageLocation") or ""),
+                    retain_generations=int(snapshots.get("retainGenerations") or RETAIN_GENERATIONS_DEFAULT),
                 ),
                 access=ActorAccess(
                     mode=AccessMode(str(access.get("mode") or "public")),
@@ -206,6 +221,7 @@ class ActorTemplateSpec:
         snapshots: dict[str, Any] = {
             "onPause": self.snapshot_config.on_pause.value.capitalize(),
             "onCommit": self.snapshot_config.on_commit.value.capitalize(),
+            "retainGenerations": self.snapshot_config.retain_generations,
         }
         if self.snapshot_config.storage_location:
             snapshots["storageLocation"] = self.snapshot_config.storage_location

@@ -26,6 +26,7 @@ from store.actors import Actors
 from store.atespaces import Atespaces
 from store.drains import Drains
 from store.execs import Execs
+from store.forks import Forks
 from store.freezes import Freezes
 from store.golden_snapshots import GoldenSnapshots
 from store.history import OperationHistory
@@ -257,6 +258,8 @@ class ApiStore(Protocol):
     def image_pulls(self) -> ImagePulls: ...  # noqa: D102
     @property
     def snapshot_listing(self) -> SnapshotListing: ...  # noqa: D102
+    @property
+    def forks(self) -> Forks: ...  # noqa: D102
 
     async def ping(self) -> None:
         """See `Store.ping` (the health check)."""

@@ -65,6 +65,15 @@ VALUES ($1, $2, $3, $4, $5, $6)
 ON CONFLICT DO NOTHING
 RETURNING atespace, name;
 
+-- fork_actor --
+-- A new actor $3 like actor $2 of atespace $1 (template, worker selector, idle and egress
+-- policies), SUSPENDED on snapshot $4; returns nothing when the name is taken.
+INSERT INTO actors (atespace, name, template, worker_selector, idle_policy, egress_policy, latest_snapshot_id)
+SELECT atespace, $3, template, worker_selector, idle_policy, egress_policy, $4 FROM actors
+WHERE atespace = $1 AND name = $2
+ON CONFLICT DO NOTHING
+RETURNING name;
+
 -- get_actor --
 -- One actor with its worker and its latest snapshot (primary-key lookup).
 SELECT a.atespace, a.name, a.template, a.state, a.version, a.worker_selector, a.operation,
@@ -553,28 +562,57 @@ WHERE t.atespace = $1 ORDER BY t.name;
 UPDATE actors SET latest_snapshot_id = $3 WHERE atespace = $1 AND name = $2 AND state = 'SUSPENDED';
 
 -- garbage_snapshots --
--- Snapshots nothing refers to: not an actor's latest, in-progress or local one, not a tag's,
--- not a template's golden one; and either their owner is gone, or a newer COMPLETED generation
--- of the same owner exists, or it is a LOCAL snapshot (only a paused actor keeps one).
--- PENDING rows of a live operation are left alone (older than $2 seconds only).
-SELECT s.id, s.uri, s.owner, s.generation, s.storage, s.node FROM snapshots s
-WHERE s.deleted_at IS NULL
-  AND s.created_at < now() - make_interval(secs => $2)
+-- Snapshots the collector deletes: those it claimed before (deleted_at set: their deletion is
+-- retried), and those nothing refers to (not an actor's latest, in-progress, local or awaiting-upload
+-- one, not a tag's, not a template's golden one) that either have no owner any more, or are
+-- COMPLETED with at least retained_generations(owner, $3) newer COMPLETED generations of the same
+-- owner, or are PENDING with a newer COMPLETED one, or are LOCAL (only a paused actor keeps one).
+-- Unclaimed ones younger than $2 seconds are left alone (a live operation's PENDING row). $4: only
+-- that snapshot (the collector's check under the owner's lock), or NULL. At most $1, oldest first.
+SELECT s.id, s.uri, s.owner, s.generation, s.storage, s.node, s.deleted_at FROM snapshots s
+WHERE ($4::bigint IS NULL OR s.id = $4) AND (s.deleted_at IS NOT NULL OR (
+  s.created_at < now() - make_interval(secs => $2)
   AND NOT EXISTS (SELECT 1 FROM actors a WHERE a.latest_snapshot_id = s.id OR a.in_progress_snapshot_id = s.id
                                            OR a.local_snapshot_id = s.id OR a.pending_upload_snapshot_id = s.id)
   AND NOT EXISTS (SELECT 1 FROM tags t WHERE t.snapshot_id = s.id)
   AND NOT EXISTS (SELECT 1 FROM actor_templates t WHERE t.golden_snapshot_id = s.id)
   AND (
     (s.owner LIKE 'actor/%' AND NOT EXISTS (
-        SELECT 1 FROM actors a WHERE 'actor/' || a.atespace || '/' || a.name = s.owner))
+        SELECT 1 FROM actors a WHERE a.atespace = split_part(s.owner, '/', 2) AND a.name = split_part(s.owner, '/', 3)))
     OR (s.owner LIKE 'template/%' AND NOT EXISTS (
-        SELECT 1 FROM actor_templates t WHERE 'template/' || t.atespace || '/' || t.name = s.owner))
-    OR EXISTS (SELECT 1 FROM snapshots n WHERE n.owner = s.owner AND n.generation > s.generation
-               AND n.state = 'COMPLETED')
+        SELECT 1 FROM actor_templates t WHERE t.atespace = split_part(s.owner, '/', 2) AND t.name = split_part(s.owner, '/', 3)))
+    OR (s.state = 'COMPLETED' AND (
+        SELECT count(*) FROM snapshots n WHERE n.owner = s.owner AND n.generation > s.generation
+                                           AND n.state = 'COMPLETED' AND n.deleted_at IS NULL
+        ) >= retained_generations(s.owner, $3))
+    OR (s.state <> 'COMPLETED' AND EXISTS (
+        SELECT 1 FROM snapshots n WHERE n.owner = s.owner AND n.generation > s.generation AND n.state = 'COMPLETED'))
     OR s.storage = 'LOCAL'
   )
+))
 ORDER BY s.id
 LIMIT $1;
+
+-- claim_snapshot --
+-- The collector takes a snapshot for deletion: from here on nothing may refer to it (a revert to
+-- its generation, a fork or a tag refuses it); its row goes when its data is deleted.
+UPDATE snapshots SET deleted_at = now() WHERE id = $1 AND deleted_at IS NULL;
+
+-- kept_generations --
+-- The COMPLETED generations of owner $1 the collector has not claimed, oldest first.
+SELECT generation FROM snapshots WHERE owner = $1 AND state = 'COMPLETED' AND deleted_at IS NULL
+ORDER BY generation;
+
+-- kept_generation --
+-- The snapshot of owner $1's generation $2 when it is COMPLETED and not claimed by the collector;
+-- locked, so a claim waits for the transaction that takes it.
+SELECT id FROM snapshots WHERE owner = $1 AND generation = $2 AND state = 'COMPLETED' AND deleted_at IS NULL
+FOR UPDATE;
+
+-- set_latest_snapshot --
+-- The snapshot an actor rests on from now (a revert to an earlier generation).
+UPDATE actors SET latest_snapshot_id = $3, version = version + 1, updated_at = now()
+WHERE atespace = $1 AND name = $2;
 
 -- delete_snapshot_row --
 -- Forget a snapshot whose data is deleted.
@@ -1178,21 +1216,35 @@ WHERE image = ANY($1::text[]) ORDER BY updated_at DESC, node;
 -- snapshots_of_atespace --
 -- The snapshots not yet collected of atespace $1's actors and templates ($2: only actor $2's, or
 -- NULL; $4: only snapshot $4, or NULL), by owner then newest generation first, with what keeps
--- each; at most $3. What keeps a
+-- each ('fork NAME': another actor starts from it, sharing its files until its own first
+-- suspend; 'retained': one of the last retained_generations(owner, $5), shown only when nothing
+-- else keeps it); at most $3. What keeps a
 -- snapshot is gathered once (one pass over actors, templates and tags), not per snapshot.
 WITH kept AS (
-    SELECT latest_snapshot_id AS id, 1 AS rank, 'latest' AS why FROM actors WHERE latest_snapshot_id IS NOT NULL
+    SELECT a.latest_snapshot_id AS id, 1 AS rank,
+           CASE WHEN s.owner = 'actor/' || a.atespace || '/' || a.name THEN 'latest'
+                WHEN a.atespace = $1 THEN 'fork ' || a.name ELSE 'fork ' || a.atespace || '/' || a.name END AS why
+    FROM actors a JOIN snapshots s ON s.id = a.latest_snapshot_id
     UNION ALL SELECT local_snapshot_id, 2, 'paused' FROM actors WHERE local_snapshot_id IS NOT NULL
     UNION ALL SELECT pending_upload_snapshot_id, 3, 'awaiting upload' FROM actors WHERE pending_upload_snapshot_id IS NOT NULL
     UNION ALL SELECT in_progress_snapshot_id, 4, 'in progress' FROM actors WHERE in_progress_snapshot_id IS NOT NULL
     UNION ALL SELECT golden_snapshot_id, 5, 'golden' FROM actor_templates WHERE golden_snapshot_id IS NOT NULL
     UNION ALL SELECT snapshot_id, 6, 'tag ' || name FROM tags
+    UNION ALL SELECT s.id, 7, 'retained' FROM snapshots s
+        JOIN actors a ON a.atespace = $1 AND a.name = split_part(s.owner, '/', 3)
+        WHERE split_part(s.owner, '/', 1) = 'actor' AND split_part(s.owner, '/', 2) = $1
+          AND s.state = 'COMPLETED' AND s.deleted_at IS NULL
+          AND (SELECT count(*) FROM snapshots n WHERE n.owner = s.owner AND n.generation > s.generation
+                                                  AND n.state = 'COMPLETED' AND n.deleted_at IS NULL)
+              < retained_generations(s.owner, $5)
 ), reasons AS (
     SELECT id, array_agg(why ORDER BY rank, why) AS ordered FROM (SELECT DISTINCT id, rank, why FROM kept) once
     GROUP BY id
 )
 SELECT s.id, s.owner, s.generation, s.scope, s.storage, s.state, s.uri, s.node, s.sandbox_class, s.manifest,
-       s.size_bytes, s.created_at, s.completed_at, COALESCE(r.ordered, '{}'::text[]) AS kept_by
+       s.size_bytes, s.created_at, s.completed_at,
+       CASE WHEN cardinality(r.ordered) > 1 THEN array_remove(r.ordered, 'retained')
+            ELSE COALESCE(r.ordered, '{}'::text[]) END AS kept_by
 FROM snapshots s LEFT JOIN reasons r ON r.id = s.id
 WHERE s.deleted_at IS NULL AND split_part(s.owner, '/', 2) = $1
   AND ($2::text IS NULL OR s.owner = 'actor/' || $1 || '/' || $2)

@@ -1,5 +1,6 @@
 """RevertActor's transitions: any revertable state -> REVERTING (the in-progress PENDING snapshot
-dropped), -> SUSPENDED with the last COMPLETED snapshot.
+dropped), -> SUSPENDED with the last COMPLETED snapshot, or with a kept earlier generation of the
+actor's own (`to_generation`, which also takes a SUSPENDED actor).
 
 Idempotent for the operation ID: a repeat finds REVERTING (or SUSPENDED) under its own ID, and a
 revert that died (REVERTING under another ID) is taken over.
@@ -15,6 +16,7 @@ from domain.states import TRANSITIONS, ActorState, Operation
 from store.errors import FailedPrecondition, NotFound
 from store.nodes import Nodes
 from store.placement import Placement
+from store.snapshot_listing import kept_generation
 from store.sql import QUERIES as Q
 
 REVERT = TRANSITIONS[Operation.REVERT]
@@ -28,11 +30,14 @@ class Reverts:
         self.placement = placement
         self.nodes = nodes
 
-    async def begin(self, ref: ActorRef, operation_id: str) -> RevertPlan:
-        """Mark REVERTING (from any revertable state) and drop the in-progress snapshot.
+    async def begin(self, ref: ActorRef, operation_id: str, to_generation: int | None = None) -> RevertPlan:
+        """Mark REVERTING (from any revertable state) and drop the in-progress snapshot; with
+        `to_generation`, also from SUSPENDED, and that generation becomes the actor's latest.
 
         Raises:
             NotFound: unknown actor.
+            InvalidArgument: `to_generation` is not a kept COMPLETED generation of the actor's
+                own (the message lists those kept); nothing changed.
             FailedPrecondition: `actor is not in a revertable state (state: X)` (the reference
                 system's words).
         """
@@ -41,14 +46,21 @@ class Reverts:
             if actor is None:
                 raise NotFound(f"actor {ref.key} not found")
             state = actor["state"]
+            target = None
+            if to_generation is not None and not (
+                state == ActorState.REVERTING and actor["operation_id"] == operation_id
+            ):  # under the actor's lock, as the collector claims: the generation cannot go meanwhile
+                target = await kept_generation(connection, ref, to_generation)
             # An async-suspended actor whose snapshot is not uploaded yet may be pinned to a dead
             # node: reverting drops that snapshot and unpins it.
             pending_upload = state == ActorState.SUSPENDED and actor["pending_upload_snapshot_id"] is not None
             if state == ActorState.REVERTING and actor["operation_id"] == operation_id:
                 from_state = ActorState.REVERTING.value
-            elif REVERT.allows(state) or pending_upload:
+            elif REVERT.allows(state) or pending_upload or (target is not None and state == ActorState.SUSPENDED):
                 from_state = state
                 await connection.execute(Q["mark_actor_reverting"], ref.atespace, ref.name, operation_id)
+                if target is not None:
+                    await connection.execute(Q["set_latest_snapshot"], ref.atespace, ref.name, target)
                 if actor["operation_id"] is not None:  # the operation it takes over ends here
                     await connection.execute(
                         Q["finish_operation"], actor["operation_id"], "superseded",
@@ -62,7 +74,8 @@ class Reverts:
             else:
                 raise FailedPrecondition(
                     f"actor {ref.key} is not in a revertable state (state: {state}); RevertActor takes "
-                    "RUNNING, UNREACHABLE, PAUSED, CRASHED, or a stuck RESUMING/SUSPENDING/PAUSING actor",
+                    "RUNNING, UNREACHABLE, PAUSED, CRASHED, a stuck RESUMING/SUSPENDING/PAUSING actor, or with "
+                    "--to-generation a SUSPENDED one",
                     {"state": state},
                 )
             worker = None

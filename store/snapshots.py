@@ -8,7 +8,7 @@ import asyncpg
 from domain.operations.snapshot_gc import GarbageSnapshot
 from domain.refs import SnapshotRef
 from domain.states import SnapshotScope, SnapshotStorage
-from domain.templates import ActorTemplateSpec
+from domain.templates import RETAIN_GENERATIONS_DEFAULT, ActorTemplateSpec
 from store.errors import NotFound, VersionConflict
 from store.snapshot_names import LOCAL_LOCATION, snapshot_uri
 from store.sql import QUERIES as Q
@@ -76,19 +76,45 @@ class Snapshots:
         )
 
     async def garbage(self, limit: int, min_age_seconds: float) -> list[GarbageSnapshot]:
-        """Snapshots nothing needs (owner gone, or superseded), oldest first."""
-        rows = await self.pool.fetch(Q["garbage_snapshots"], limit, min_age_seconds)
-        return [
-            GarbageSnapshot(
-                snapshot_id=r["id"],
-                uri=r["uri"],
-                owner=r["owner"],
-                generation=r["generation"],
-                storage=SnapshotStorage(r["storage"]),
-                node=r["node"],
+        """Claim and return at most `limit` snapshots nothing needs (owner gone, superseded by
+        the template's `retainGenerations` newer COMPLETED generations, a stale PENDING or LOCAL
+        one), oldest first, with those claimed before whose deletion did not finish.
+
+        Each is claimed (deleted_at set) in a transaction holding its owner actor's row lock,
+        after checking again that nothing refers to it: a revert to its generation, a fork from
+        it or a tag of it takes the same lock and refuses a claimed snapshot, so none of them can
+        come to refer to a snapshot whose data the collector is deleting.
+        """
+        rows = await self.pool.fetch(Q["garbage_snapshots"], limit, min_age_seconds, RETAIN_GENERATIONS_DEFAULT, None)
+        claimed = []
+        for row in rows:
+            if row["deleted_at"] is None and not await self._claim(row["id"], row["owner"], min_age_seconds):
+                continue
+            claimed.append(
+                GarbageSnapshot(
+                    snapshot_id=row["id"],
+                    uri=row["uri"],
+                    owner=row["owner"],
+                    generation=row["generation"],
+                    storage=SnapshotStorage(row["storage"]),
+                    node=row["node"],
+                )
             )
-            for r in rows
-        ]
+        return claimed
+
+    async def _claim(self, snapshot_id: int, owner: str, min_age_seconds: float) -> bool:
+        """Claim one snapshot for deletion if it is still garbage under its owner's lock."""
+        kind, atespace, name = [*owner.split("/", 2), "", ""][:3]
+        async with self.pool.acquire() as connection, connection.transaction():
+            if kind == "actor":
+                await connection.fetchrow(Q["lock_actor"], atespace, name)
+            still = await connection.fetchrow(
+                Q["garbage_snapshots"], 1, min_age_seconds, RETAIN_GENERATIONS_DEFAULT, snapshot_id
+            )
+            if still is None:
+                return False
+            await connection.execute(Q["claim_snapshot"], snapshot_id)
+            return True
 
     async def forget(self, snapshot_id: int) -> None:
         """Delete a snapshot row once its data is gone (idempotent).

@@ -25,6 +25,7 @@ from store.actors import Actors
 from store.atespaces import Atespaces
 from store.drains import Drains
 from store.execs import Execs
+from store.forks import Forks
 from store.freezes import Freezes
 from store.golden_snapshots import GoldenSnapshots
 from store.history import OperationHistory
@@ -94,6 +95,7 @@ class Store:
         self.actor_logs = ActorLogs(pool, DEFAULT_LOG_BYTES_PER_ACTOR)
         self.image_pulls = ImagePulls(pool)
         self.snapshot_listing = SnapshotListing(pool)
+        self.forks = Forks(pool)
 
     @classmethod
     async def connect(

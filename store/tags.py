@@ -23,15 +23,19 @@ class Tags:
             NotFound: unknown actor. FailedPrecondition: no COMPLETED snapshot yet.
             AlreadyExists: the tag exists.
         """
-        row = await self.pool.fetchrow(Q["get_actor"], ref.atespace, ref.name)
-        if row is None:
-            raise NotFound(f"actor {ref.key} not found")
-        if row["snapshot_id"] is None or row["snapshot_state"] != "COMPLETED":
-            raise FailedPrecondition(
-                f"actor {ref.key} has no completed snapshot to tag yet; suspend it first "
-                f"('ate suspend actor {ref.name} -a {ref.atespace}')"
-            )
-        created = await self.pool.fetchrow(Q["create_tag"], ref.atespace, tag, row["snapshot_id"], ref.name)
+        # under the actor's lock, as the snapshot collector claims a snapshot: the latest cannot
+        # change (and so become garbage) between reading it and tagging it
+        async with self.pool.acquire() as connection, connection.transaction():
+            await connection.fetchrow(Q["lock_actor"], ref.atespace, ref.name)
+            row = await connection.fetchrow(Q["get_actor"], ref.atespace, ref.name)
+            if row is None:
+                raise NotFound(f"actor {ref.key} not found")
+            if row["snapshot_id"] is None or row["snapshot_state"] != "COMPLETED":
+                raise FailedPrecondition(
+                    f"actor {ref.key} has no completed snapshot to tag yet; suspend it first "
+                    f"('ate suspend actor {ref.name} -a {ref.atespace}')"
+                )
+            created = await connection.fetchrow(Q["create_tag"], ref.atespace, tag, row["snapshot_id"], ref.name)
         if created is None:
             raise AlreadyExists(f"tag {ref.atespace}/{tag} already exists")
         return await self.get(ref.atespace, tag)

@@ -1,6 +1,7 @@
 """RevertActor: RUNNING | UNREACHABLE | PAUSED | CRASHED | stuck RESUMING/SUSPENDING -> REVERTING -> SUSPENDED.
 
-The actor goes back to its last COMPLETED snapshot; a PENDING snapshot is discarded. Started by
+The actor goes back to its last COMPLETED snapshot, or to a kept earlier generation of its own
+(`to_generation`, which also takes a SUSPENDED actor); a PENDING snapshot is discarded. Started by
 a user, by a forced delete, or by the api-server for a CRASHED actor whose template says
 `onCrash: Revert` (`recovery_of` set; api.recovery). Steps:
 1. mark: `begin_revert` marks REVERTING and says which worker held the actor and whether its
@@ -36,8 +37,14 @@ from workflows.steps import (
 with workflow.unsafe.imports_passed_through():
     from domain.activity_names import Activity
     from domain.operations.atelet_calls import AteletTerminateInput
-    from domain.operations.common import ActorOperation
-    from domain.operations.revert import FenceInput, FinishRevertInput, RevertActorInput, RevertActorResult, RevertPlan
+    from domain.operations.revert import (
+        BeginRevertInput,
+        FenceInput,
+        FinishRevertInput,
+        RevertActorInput,
+        RevertActorResult,
+        RevertPlan,
+    )
     from domain.states import Operation
 
 
@@ -60,7 +67,9 @@ class RevertActorWorkflow:
         actor = request.actor
         show_step("mark reverting")
         plan: RevertPlan = await db_step(
-            Activity.BEGIN_REVERT, ActorOperation(actor=actor, operation_id=operation_id), RevertPlan
+            Activity.BEGIN_REVERT,
+            BeginRevertInput(actor=actor, operation_id=operation_id, to_generation=request.to_generation),
+            RevertPlan,
         )
         fenced = False
         if plan.worker is not None:

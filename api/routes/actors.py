@@ -32,9 +32,12 @@ from api.schemas import (
     ActorList,
     ActorPublic,
     ActorUpdate,
+    ForkCreate,
+    ForkList,
     OperationPublic,
     PauseRequest,
     ResumeRequest,
+    RevertRequest,
     SuspendRequest,
     TagCreate,
     TagPublic,
@@ -42,6 +45,7 @@ from api.schemas import (
 from api.views import actor_view, decode_page_token, encode_page_token, operation_view, tag_view
 from domain.access import Permission
 from domain.egress import parse_egress_policy
+from domain.forks import fork_names
 from domain.idle import parse_idle_policy
 from domain.liveness import unreachable_message, unreachable_refusal
 from domain.operations.freeze import FreezeActorInput, FreezeActorResult
@@ -132,6 +136,26 @@ async def create_actor(atespace: str, body: ActorCreate, store: StoreDep) -> Act
     return actor_view(actor)
 
 
+@router.post(PREFIX + "/{name}/forks", status_code=201, **needs(Permission.ACTORS_MANAGE))
+async def fork_actor(atespace: str, name: str, body: ForkCreate, store: StoreDep) -> ForkList:
+    """Create actors (SUSPENDED) that start from actor `name`'s snapshot: its latest completed
+    one, or kept `generation`. With `count`, NAME-1..NAME-count; all or none. Each has the
+    source's template, worker selector, idle and egress policies, and shares the snapshot's files
+    until its own first suspend (nothing is copied now; the collector keeps the snapshot while a
+    fork rests on it)."""
+    source = ActorRef(atespace, name)
+    stem = check_name("name", body.name)
+    try:
+        names = [check_name("name", n) for n in fork_names(stem, body.count)]
+    except ApiError as error:
+        raise InvalidArgument(
+            f"name: {stem!r} with count {body.count} makes names longer than 63 characters; use a shorter name",
+            {"field": "name"},
+        ) from error
+    forked = await store.forks.create(source, names, body.generation)
+    return ForkList(items=[actor_view(a) for a in forked])
+
+
 @router.get(PREFIX + "/{name}", **needs(Permission.ACTORS_READ))
 async def get_actor(atespace: str, name: str, store: StoreDep) -> ActorPublic:
     """One actor."""
@@ -177,10 +201,12 @@ async def delete_actor(
     return Response(status_code=204)
 
 
-async def _revert(ref: ActorRef, temporal: TemporalDep, timeout: float, reason: str) -> RevertActorResult:
+async def _revert(
+    ref: ActorRef, temporal: TemporalDep, timeout: float, reason: str, to_generation: int | None = None
+) -> RevertActorResult:
     handle = await take_over(
-        temporal, Operation.REVERT, RevertActorInput(actor=ref), workflow_id=ref.workflow_id,
-        atespace=ref.atespace, name=ref.name, result_type=RevertActorResult,
+        temporal, Operation.REVERT, RevertActorInput(actor=ref, to_generation=to_generation),
+        workflow_id=ref.workflow_id, atespace=ref.atespace, name=ref.name, result_type=RevertActorResult,
         reason=f"{reason} of actor {ref.key} requested",
     )  # fmt: skip
     return await wait_result(handle, timeout, f"actor {ref.key}", "revert")
@@ -188,27 +214,35 @@ async def _revert(ref: ActorRef, temporal: TemporalDep, timeout: float, reason: 
 
 @router.post(PREFIX + "/{name}/revert", **needs(Permission.ACTORS_OPERATE))
 async def revert_actor(
-    atespace: str, name: str, store: StoreDep, temporal: TemporalDep, body: ResumeRequest | None = None
+    atespace: str, name: str, store: StoreDep, temporal: TemporalDep, body: RevertRequest | None = None
 ) -> ActorPublic:
-    """Revert the actor to SUSPENDED with its last COMPLETED snapshot.
+    """Revert the actor to SUSPENDED with its last COMPLETED snapshot, or with `to_generation`,
+    a kept earlier (or later) completed generation of its own.
 
     From RUNNING, UNREACHABLE, PAUSED, CRASHED, or a RESUMING/SUSPENDING that is stuck: an
     operation in flight on the actor is stopped first (a resume blocked on a dead node does not
     block the way out). An UNREACHABLE actor's sandbox is left to its node's next heartbeat,
     which has it terminated (nothing is placed there for it any more). Refused from SUSPENDED with `actor is not in a revertable state (state: X)`,
-    unless an async suspend's snapshot still waits for its upload (a revert drops it).
+    unless an async suspend's snapshot still waits for its upload (a revert drops it) or
+    `to_generation` is given. A `to_generation` that is not kept is refused (400, naming the kept
+    ones) before anything is stopped.
     """
     ref = ActorRef(atespace, name)
+    to_generation = body.to_generation if body else None
     with timed(Operation.REVERT.value):
         actor = await store.actors.get(ref)
-        if actor.state == ActorState.SUSPENDED and not actor.upload_pending:
+        if to_generation is not None:
+            await store.snapshot_listing.check_kept(ref, to_generation)
+        elif actor.state == ActorState.SUSPENDED and not actor.upload_pending:
             raise ApiError(
                 f"actor {ref.key} is not in a revertable state (state: SUSPENDED); it already rests on its "
-                "last completed snapshot",
+                f"last completed snapshot (to go back further: --to-generation G, one of "
+                f"`ate get snapshots -a {ref.atespace} --actor {ref.name}`)",
                 {"state": "SUSPENDED"},
                 reason=Reason.FAILED_PRECONDITION,
             )
-        await _revert(ref, temporal, timeout=(body.timeout_seconds if body else None) or 60.0, reason="revert")
+        timeout = (body.timeout_seconds if body else None) or 60.0
+        await _revert(ref, temporal, timeout=timeout, reason="revert", to_generation=to_generation)
         return actor_view(await store.actors.get(ref))
 
 
@@ -254,10 +288,33 @@ async def _operate(
     """`_operate_once`, and once more when it attached to an operation of the same kind that ate
     had started by itself and that gave way to a request (the actor is not `resting` and nothing
     holds it): what a user asks for is done, not silently dropped."""
-    view = await _operate_once(store, temporal, ref, operation, argument, result_type, resting, timeout, changes)
-    if operation in GIVING_WAY and view.state != resting.value and view.operation is None:
+    try:
         view = await _operate_once(store, temporal, ref, operation, argument, result_type, resting, timeout, changes)
+        if operation in GIVING_WAY and view.state != resting.value and view.operation is None:
+            view = await _operate_once(
+                store, temporal, ref, operation, argument, result_type, resting, timeout, changes
+            )
+    except ApiError as error:
+        if error.reason != Reason.SNAPSHOT_DAMAGED:
+            raise
+        raise await _with_way_back(store, ref, error) from error
     return view
+
+
+async def _with_way_back(store: StoreDep, ref: ActorRef, damaged: ApiError) -> ApiError:
+    """A `SnapshotDamaged` answer with the generations a revert can go back to past the damaged
+    latest one (issue 30): their numbers in the message and in `details.kept_generations`."""
+    actor = await store.actors.get(ref)
+    latest = actor.latest_snapshot.generation if actor.latest_snapshot is not None else None
+    earlier = [g for g in await store.snapshot_listing.kept(ref) if g != latest]
+    if not earlier:
+        return damaged
+    newest = max(earlier)
+    message = (
+        f"{damaged.message}; or go back to an earlier generation it keeps ({', '.join(map(str, earlier))}): "
+        f"`ate revert actor {ref.name} -a {ref.atespace} --to-generation {newest}` (what it did since is lost)"
+    )
+    return ApiError(message, {**damaged.details, "kept_generations": earlier}, reason=Reason.SNAPSHOT_DAMAGED)
 
 
 async def _operate_once(

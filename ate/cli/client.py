@@ -311,6 +311,21 @@ class ApiClient:
             return list(self.paginate("/v1/actors"))
         return list(self.paginate(f"/v1/atespaces/{_segment(atespace)}/actors"))
 
+    def fork_actor(
+        self, atespace: str, source: str, name: str, generation: int | None = None, count: int | None = None
+    ) -> list[dict[str, Any]]:
+        """Create actors that start from actor `source`'s snapshot (its latest completed one, or
+        kept `generation`): `name`, or `name-1`..`name-<count>`; returns them."""
+        body: dict[str, Any] = {"name": name}
+        if generation is not None:
+            body["generation"] = generation
+        if count is not None:
+            body["count"] = count
+        forked = self.request_object(
+            "POST", f"/v1/atespaces/{_segment(atespace)}/actors/{_segment(source)}/forks", json=body
+        )
+        return list(forked.get("items") or [])
+
     def get_actor(self, atespace: str, name: str) -> dict[str, Any]:
         """Get one actor."""
         return self.request_object("GET", f"/v1/atespaces/{_segment(atespace)}/actors/{_segment(name)}")
@@ -322,12 +337,18 @@ class ApiClient:
             "DELETE", f"/v1/atespaces/{_segment(atespace)}/actors/{_segment(name)}", params=params, timeout=90.0
         )
 
-    def revert_actor(self, atespace: str, name: str, timeout_seconds: float = 60.0) -> dict[str, Any]:
-        """Revert an actor to its last COMPLETED snapshot and return it SUSPENDED."""
+    def revert_actor(
+        self, atespace: str, name: str, timeout_seconds: float = 60.0, to_generation: int | None = None
+    ) -> dict[str, Any]:
+        """Revert an actor to its last COMPLETED snapshot (or to kept generation `to_generation`)
+        and return it SUSPENDED."""
+        body: dict[str, Any] = {"timeout_seconds": timeout_seconds}
+        if to_generation is not None:
+            body["to_generation"] = to_generation
         return self.request_object(
             "POST",
             f"/v1/atespaces/{_segment(atespace)}/actors/{_segment(name)}/revert",
-            json={"timeout_seconds": timeout_seconds},
+            json=body,
             timeout=timeout_seconds + 15.0,
         )
 

@@ -21,6 +21,7 @@ from ate.cli.output import (
     print_templates,
     print_tokens,
 )
+from domain.forks import MAX_FORK_COUNT
 
 app = new_typer("create", "Create an atespace, a template, an actor, a token or a secret.")
 
@@ -180,6 +181,18 @@ def create_actor(
         str | None,
         typer.Option("--from-tag", help="Start from a tagged snapshot, ATESPACE/TAG (template: the tag's)."),
     ] = None,
+    from_actor: Annotated[
+        str | None,
+        typer.Option(
+            "--from-actor",
+            help="Fork: start from another actor's snapshot, SOURCE (its latest) or SOURCE@GENERATION (a kept "
+            "one); takes the source's template, selector, idle and egress policies.",
+        ),
+    ] = None,
+    count: Annotated[
+        int | None,
+        typer.Option("--count", min=1, max=MAX_FORK_COUNT, help="With --from-actor: create NAME-1..NAME-COUNT."),
+    ] = None,
     selector: Annotated[
         list[str] | None, typer.Option("--selector", "-l", help="Worker label the actor needs, key=value (repeatable).")
     ] = None,
@@ -192,9 +205,32 @@ def create_actor(
     Examples: ate create actor c1 -a demo --template counter --selector zone=a
               ate create actor c2 -a demo --from-tag demo/v1
               ate create actor c3 -a demo --template counter --idle 20:Freeze --idle 600:Suspend
+              ate create actor f -a demo --from-actor c1@3 --count 20   (f-1..f-20)
     """
+    if from_actor is not None:
+        given = [flag for flag, value in (("--template", template), ("--from-tag", from_tag), ("--selector", selector),
+                                          ("--idle", idle), ("--egress", egress_file)) if value]  # fmt: skip
+        if given:
+            raise typer.BadParameter(
+                f"a fork takes its source's template, selector, idle and egress policies; leave out {', '.join(given)}",
+                param_hint="'--from-actor'",
+            )
+        source, generation = parse_fork_source(from_actor)
+        forked = client(ctx).fork_actor(atespace, source, name, generation, count)
+        if output is not None:
+            print_actors(forked, output)
+            return
+        for actor in forked:
+            made_from = (actor.get("latest_snapshot") or {}).get("generation")
+            typer.echo(f"actor/{actor['name']} created (from {source} generation {made_from})")
+        return
+    if count is not None:
+        raise typer.BadParameter("--count makes forks: give --from-actor SOURCE[@GENERATION]", param_hint="'--count'")
     if template is None and from_tag is None:
-        raise typer.BadParameter("give --template TEMPLATE or --from-tag ATESPACE/TAG", param_hint="'--template'")
+        raise typer.BadParameter(
+            "give --template TEMPLATE, --from-tag ATESPACE/TAG or --from-actor SOURCE[@GENERATION]",
+            param_hint="'--template'",
+        )
     if from_tag is not None and from_tag.count("/") != 1:
         raise typer.BadParameter(f"{from_tag!r} is not ATESPACE/TAG", param_hint="'--from-tag'")
     policy = parse_idle_option(idle)
@@ -206,6 +242,21 @@ def create_actor(
         typer.echo(f"actor/{name} created")
     else:
         print_actors(actor, output)
+
+
+def parse_fork_source(text: str) -> tuple[str, int | None]:
+    """`SOURCE` or `SOURCE@GENERATION` (a positive integer) into (source, generation or None).
+
+    Raises:
+        typer.BadParameter: anything else.
+    """
+    source, at, generation = text.partition("@")
+    if not source or (at and not (generation.isdigit() and int(generation) >= 1)):
+        raise typer.BadParameter(
+            f"{text!r} is not SOURCE or SOURCE@GENERATION (an actor's name, then a generation number from 1)",
+            param_hint="'--from-actor'",
+        )
+    return source, int(generation) if at else None
 
 
 _DURATION = re.compile(r"(\d+)([smhd])")

@@ -16,15 +16,25 @@ def revert_actor(
     name: str,
     atespace: AtespaceOpt,
     timeout: Annotated[float, typer.Option("--timeout", help="Seconds to wait for SUSPENDED.", min=1)] = 60.0,
+    to_generation: Annotated[
+        int | None,
+        typer.Option(
+            "--to-generation",
+            min=1,
+            help="Go back to this kept generation (see `ate get snapshots -a ATESPACE --actor NAME`); "
+            "also for a SUSPENDED actor.",
+        ),
+    ] = None,
     output: OutputOpt = None,
 ) -> None:
     """Revert an actor (RUNNING, PAUSED, CRASHED, or stuck RESUMING/SUSPENDING) to SUSPENDED with
-    its last completed snapshot. An operation stuck on the actor is stopped first; a sandbox on a
-    dead node is fenced and the revert finishes anyway.
+    its last completed snapshot, or with any kept generation of its own (--to-generation). An
+    operation stuck on the actor is stopped first; a sandbox on a dead node is fenced and the
+    revert finishes anyway.
 
-    Example: ate revert actor c1 -a demo
+    Examples: ate revert actor c1 -a demo; ate revert actor c1 -a demo --to-generation 3
     """
-    actor = client(ctx).revert_actor(atespace, name, timeout)
+    actor = client(ctx).revert_actor(atespace, name, timeout, to_generation)
     if output is not None:
         print_actors(actor, output)
         return

@@ -18,6 +18,19 @@ class RevertActorInput:
 
     actor: ActorRef
     recovery_of: str | None = None
+    to_generation: int | None = None
+    """Go back to this kept COMPLETED generation of the actor's own snapshots (`ate revert actor
+    NAME --to-generation G`) instead of its latest; also from SUSPENDED."""
+
+
+@dataclass
+class BeginRevertInput:
+    """Input of begin_revert: the actor, the revert's operation ID, and the generation it goes back
+    to (None: the latest COMPLETED snapshot stays)."""
+
+    actor: ActorRef
+    operation_id: str
+    to_generation: int | None = None
 
 
 @dataclass

@@ -170,18 +170,21 @@ async def test_gc_collects_superseded_and_orphaned_snapshots_only(stage: Store) 
     ref = await running_actor(stage)
     gen1 = await suspend(stage, ref, "s1")
     await stage.tags.create(ref, "keep")  # a tag keeps generation 1 alive
-    await stage.resumes.begin(ref, "r2")
-    await stage.resumes.finish(ref, "r2")
-    gen2 = await suspend(stage, ref, "s2")
-    await stage.resumes.begin(ref, "r3")
-    await stage.resumes.finish(ref, "r3")
-    gen3 = await suspend(stage, ref, "s3")
+    gens = [gen1]
+    for n in (2, 3, 4):
+        await stage.resumes.begin(ref, f"r{n}")
+        await stage.resumes.finish(ref, f"r{n}")
+        gens.append(await suspend(stage, ref, f"s{n}"))
+    _, gen2, gen3, gen4 = gens
+    assert await stage.snapshots.garbage(100, 3600) == []  # nothing is an hour old
     garbage = {g.snapshot_id for g in await stage.snapshots.garbage(100, 0)}
-    assert garbage == {gen2}  # gen1 tagged, gen3 latest, golden in use
+    # the template keeps 2 generations (the default): gen4 (latest) and gen3; gen1 is tagged
+    assert garbage == {gen2}
     await stage.actors.delete(ref)
     garbage = {g.snapshot_id for g in await stage.snapshots.garbage(100, 0)}
-    assert garbage == {gen2, gen3}  # the tag still holds gen1
-    assert await stage.snapshots.garbage(100, 3600) == []  # nothing is an hour old
+    assert garbage == {gen2, gen3, gen4}  # the tag still holds gen1
+    # claimed snapshots come back until their deletion is done, whatever their age
+    assert {g.snapshot_id for g in await stage.snapshots.garbage(100, 3600)} == garbage
     for snapshot_id in garbage:
         await stage.snapshots.forget(snapshot_id)
     assert await stage.snapshots.garbage(100, 0) == []

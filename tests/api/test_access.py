@@ -52,6 +52,7 @@ ROUTES: dict[tuple[str, str], str] = {
     ("DELETE", "/v1/atespaces/{atespace}/actors/{name}"): "admin",
     ("POST", "/v1/atespaces/{atespace}/actors/{name}/revert"): "operator",
     ("POST", "/v1/atespaces/{atespace}/actors/{name}/tags"): "operator",
+    ("POST", "/v1/atespaces/{atespace}/actors/{name}/forks"): "admin",
     ("GET", "/v1/atespaces/{atespace}/tags"): "viewer",
     ("GET", "/v1/atespaces/{atespace}/actors/{name}/operations"): "viewer",
     ("POST", "/v1/atespaces/{atespace}/actors/{name}/resume"): "operator",

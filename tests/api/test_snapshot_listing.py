@@ -55,3 +55,70 @@ async def test_an_atespaces_snapshots_show_size_place_and_what_keeps_them(api: h
     bad_actor = await api.get("/v1/atespaces/snaps/snapshots", params={"actor": "Not_A_Name"})
     assert bad_actor.status_code == 400 and "actor" in bad_actor.text, bad_actor.text
     assert ActorRef("snaps", "a1").key == "snaps/a1"
+
+
+async def test_a_revert_to_a_generation_that_is_not_kept_is_refused_before_anything_starts(
+    api: httpx.AsyncClient, api_store: Store
+) -> None:
+    # no Temporal worker runs here: an answer other than 400 would mean a workflow was started
+    ref, _ = await running_actor(api, api_store, "gens-api", "gensnode")
+    plan = await api_store.suspends.begin(ref, "op-suspend-1")
+    assert plan.snapshot is not None
+    await api_store.suspends.complete(ref, "op-suspend-1", plan.snapshot.snapshot_id, {"files": FILES}, 5)
+    before = (await api.get("/v1/atespaces/gens-api/actors/a1")).json()
+    path = "/v1/atespaces/gens-api/actors/a1/revert"
+    for body, words in (
+        ({"to_generation": 4}, "to_generation: actor gens-api/a1 has no kept completed generation 4; kept: 1."),
+        ({"to_generation": 0}, "to_generation"),
+        ({"to_generation": "1"}, "to_generation"),
+        ({"to_generation": 1.5}, "to_generation"),
+    ):
+        refused = await api.post(path, json=body)
+        assert refused.status_code == 400 and words in refused.json()["message"], (body, refused.text)
+    assert (await api.post(path, json={"to_generation": 4})).json()["details"]["kept_generations"] == [1]
+    after = (await api.get("/v1/atespaces/gens-api/actors/a1")).json()
+    assert (after["state"], after["version"]) == (before["state"], before["version"]) == ("SUSPENDED", before["version"])
+    # without a generation, a SUSPENDED actor is refused, and told how to go further back
+    plain = await api.post(path, json={})
+    assert plain.status_code == 409 and "--to-generation G" in plain.json()["message"], plain.text
+
+
+async def test_a_template_retention_outside_1_to_100_is_refused(api: httpx.AsyncClient) -> None:
+    await api.post("/v1/atespaces", json={"name": "retain-api"})
+    for value in (0, 101, "3", None):
+        spec = {"containers": [{"name": "c", "image": "oci:x:latest", "port": 80}],
+                "snapshotConfig": {"retainGenerations": value}}  # fmt: skip
+        refused = await api.post("/v1/atespaces/retain-api/templates", json={"name": "t", "spec": spec})
+        assert refused.status_code == 400, (value, refused.text)
+        assert "snapshotConfig.retainGenerations" in refused.json()["message"], refused.text
+    assert (await api.get("/v1/atespaces/retain-api/templates")).json()["items"] == []
+
+
+async def test_forks_through_the_api_and_what_is_refused(api: httpx.AsyncClient, api_store: Store) -> None:
+    ref, _ = await running_actor(api, api_store, "forks-api", "forksnode")
+    plan = await api_store.suspends.begin(ref, "op-suspend-1")
+    assert plan.snapshot is not None
+    await api_store.suspends.complete(ref, "op-suspend-1", plan.snapshot.snapshot_id, {"files": FILES}, 5)
+    path = "/v1/atespaces/forks-api/actors/a1/forks"
+    made = await api.post(path, json={"name": "f", "count": 3})
+    assert made.status_code == 201, made.text
+    assert [(a["name"], a["state"], a["latest_snapshot"]["generation"]) for a in made.json()["items"]] == [
+        ("f-1", "SUSPENDED", 1), ("f-2", "SUSPENDED", 1), ("f-3", "SUSPENDED", 1)]  # fmt: skip
+    one = await api.post(path, json={"name": "solo", "generation": 1})
+    assert one.status_code == 201 and [a["name"] for a in one.json()["items"]] == ["solo"], one.text
+    for body, status, words in (
+        ({"name": "g", "count": 0}, 400, "count"),
+        ({"name": "g", "count": 101}, 400, "count"),
+        ({"name": "g", "count": "2"}, 400, "count"),
+        ({"name": "g", "generation": 0}, 400, "generation"),
+        ({"name": "g", "generation": 2}, 400, "generation: actor forks-api/a1 has no kept completed generation 2; kept: 1."),
+        ({"name": "x" * 62, "count": 10}, 400, "makes names longer than 63 characters"),
+        ({"name": "Bad_Name"}, 400, "name"),
+        ({"name": "f", "count": 4}, 409, "actor forks-api/f-1 already exists; no actor was forked"),
+    ):
+        refused = await api.post(path, json=body)
+        assert refused.status_code == status and words in refused.json()["message"], (body, refused.text)
+    missing = await api.post("/v1/atespaces/forks-api/actors/nobody/forks", json={"name": "g"})
+    assert missing.status_code == 404 and "nobody" in missing.text, missing.text
+    names = sorted(a["name"] for a in (await api.get("/v1/atespaces/forks-api/actors")).json()["items"])
+    assert names == ["a1", "f-1", "f-2", "f-3", "solo"]  # none of the refused forks made an actor

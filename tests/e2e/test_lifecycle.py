@@ -57,6 +57,52 @@ def test_revert_returns_to_the_last_completed_snapshot(stack: Stack) -> None:
     assert all(h["outcome"] == "ok" and h["duration_seconds"] is not None for h in history[:3])
 
 
+def test_revert_to_a_kept_generation_and_past_a_damaged_latest(stack: Stack) -> None:
+    path = setup_actor(stack, "gens", "g1")
+    for count in (1, 2, 3):  # generation N holds count N (memory and file)
+        assert get(stack, "gens/g1")["memory_count"] == count
+        stack.ate("suspend", "actor", "g1", "-a", "gens")
+    listed = json.loads(stack.ate("get", "snapshots", "-a", "gens", "--actor", "g1", "-o", "json").stdout)["items"]
+    kept = {s["generation"]: s["kept_by"] for s in listed}
+    # the counter's template keeps the default 2 generations; generation 1 is the collector's
+    assert (kept[3], kept[2], kept.get(1, [])) == (["latest"], ["retained"], []), kept
+
+    # a damaged latest snapshot: the refusal says which earlier generation a revert can go back to
+    (snapshot,) = (stack.data_dir / "snapshots/gens/actors/g1").glob("3-*")
+    largest = max((f for f in (snapshot / "checkpoint").rglob("*") if f.is_file()), key=lambda f: f.stat().st_size)
+    with largest.open("r+b") as f:
+        original = f.read(1)
+        f.seek(0)
+        f.write(bytes([original[0] ^ 0xFF]))
+    refused = httpx.get(stack.router + "/", headers={"ate-target-actor": "gens/g1"}, timeout=120)
+    assert refused.status_code == 503, refused.text
+    assert "sha256" in refused.text and "`ate revert actor g1 -a gens --to-generation 2`" in refused.text, refused.text
+    assert api(stack, "GET", path).json()["state"] == "SUSPENDED"
+
+    bad = stack.ate("revert", "actor", "g1", "-a", "gens", "--to-generation", "9", check=False)
+    assert bad.returncode != 0 and "to_generation: actor gens/g1 has no kept completed generation 9" in bad.stderr
+    assert api(stack, "GET", path).json()["latest_snapshot"]["generation"] == 3  # nothing changed
+    back = stack.ate("revert", "actor", "g1", "-a", "gens", "--to-generation", "2").stdout
+    assert back.strip() == "actor/g1 reverted: SUSPENDED (back to generation 2)", back
+    after = get(stack, "gens/g1")
+    assert (after["memory_count"], after["file_count"]) == (3, 3)  # generation 2's counts, then +1
+    stack.ate("suspend", "actor", "g1", "-a", "gens")  # generation 4
+    assert api(stack, "GET", path).json()["latest_snapshot"]["generation"] == 4
+
+    # forks of generation 4 (count 2): no files of their own until their first suspend
+    made = stack.ate("create", "actor", "gf", "-a", "gens", "--from-actor", "g1@4", "--count", "2").stdout
+    assert made.splitlines() == [f"actor/gf-{n} created (from g1 generation 4)" for n in (1, 2)], made
+    assert not list((stack.data_dir / "snapshots/gens/actors").glob("gf-*"))
+    for name in ("gf-1", "gf-2"):
+        counts = get(stack, f"gens/{name}")
+        assert (counts["memory_count"], counts["file_count"]) == (4, 4)  # generation 4's 3, then +1
+        stack.ate("suspend", "actor", name, "-a", "gens")
+    assert get(stack, "gens/gf-1")["memory_count"] == 5  # its own generation 1 now
+    stack.ate("suspend", "actor", "gf-1", "-a", "gens")
+    own = sorted(p.name.split("-")[0] for p in (stack.data_dir / "snapshots/gens/actors/gf-1").iterdir())
+    assert own == ["1", "2"], own
+
+
 def test_revert_takes_over_a_stuck_resume(stack: Stack) -> None:
     path = setup_actor(stack, "stuck", "s1")
     armed = stack.failpoints / "ResumeActor.atelet_call"
