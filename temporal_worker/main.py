@@ -29,6 +29,7 @@ from activities.wake import WakeActivities
 from domain.operations.snapshot_gc import SnapshotGcInput
 from domain.temporal import SNAPSHOT_GC_WORKFLOW_ID, TASK_QUEUE, WORKFLOW_TASK_TIMEOUT
 from store import Store
+from temporal_worker.namespace_retention import ensure_retention
 from temporal_worker.search_attributes import ensure_search_attributes
 from temporal_worker.settings import WorkerSettings
 from workflows.eviction_deadline import EvictionDeadlineWorkflow
@@ -194,6 +195,7 @@ async def serve(settings: WorkerSettings) -> None:
         runtime=metrics_runtime(settings.metrics_listen),
     )
     await ensure_search_attributes(client, settings.temporal_namespace)
+    await ensure_retention(client, settings.temporal_namespace, settings.temporal_retention_days)
     atelets = AteletActivities(store, tls=tls)
     worker = build_worker(client, store, atelets, settings)
     stop = asyncio.Event()
