@@ -6,8 +6,7 @@ from __future__ import annotations
 import grpc
 
 from domain.operations.atelet_calls import AteletTerminateInput
-from domain.operations.common import ActorOperation
-from domain.operations.revert import FenceInput, FinishRevertInput, RevertActorInput, RevertPlan
+from domain.operations.revert import BeginRevertInput, FenceInput, FinishRevertInput, RevertActorInput, RevertPlan
 from domain.operations.router_drain import RouterDrainInput
 from domain.states import TRANSITIONS, Operation
 from store import NotFound, StoreError
@@ -33,7 +32,7 @@ async def test_a_running_actor_is_terminated_and_reverted(ate: Ate) -> None:
     assert ate.fakes.inputs("drain_routers") == [
         RouterDrainInput(actor=C1, operation_id=op, max_wait_seconds=REVERT_DRAIN_MAX_SECONDS)
     ]
-    assert ate.fakes.inputs("begin_revert") == [ActorOperation(actor=C1, operation_id=op)]
+    assert ate.fakes.inputs("begin_revert") == [BeginRevertInput(actor=C1, operation_id=op)]
     assert ate.fakes.inputs("atelet_terminate") == [AteletTerminateInput(operation_id=op, worker=worker(1), holder=C1)]
     assert ate.fakes.inputs("finish_revert") == [
         FinishRevertInput(actor=C1, operation_id=op, note="reverted from RUNNING")
