@@ -30,6 +30,7 @@ from activities.atelet_wire import (
     manifest_dict,
     manifest_message,
     own_generation,
+    restore_notice,
     workload_spec,
 )
 from activities.errors import AteletCallFailed, activity_defn
@@ -235,6 +236,7 @@ class AteletActivities:
             snapshot_uri=request.snapshot.uri,
             manifest=manifest_message(request.snapshot.manifest),
             probe_timeout_seconds=request.probe_timeout_seconds,
+            notice=restore_notice(request.spec, request.snapshot, request.holder),
         )
         restored = await self.channels.call(
             address, node, "Restore", lambda stub: stub.Restore(restore, timeout=self.call_timeout_seconds)

@@ -37,6 +37,9 @@ def workload_spec(spec: ActorTemplateSpec, template: str = "", generation: int =
                 if c.wakeup_probe
                 else None,
                 volume_mounts=[pb.VolumeMount(name=m.name, mount_path=m.mount_path) for m in c.volume_mounts],
+                post_restore=pb.HttpHook(path=c.post_restore.path, port=c.post_restore.port)
+                if c.post_restore
+                else None,
             )
             for c in spec.containers
         ],
@@ -70,6 +73,19 @@ def own_generation(snapshot: SnapshotRef | None, holder: ActorRef) -> int:
     taken_of = snapshot.manifest.get("actor") or {}
     own = (taken_of.get("atespace"), taken_of.get("name")) == (holder.atespace, holder.name)
     return snapshot.generation if own else 0
+
+
+def restore_notice(spec: ActorTemplateSpec, snapshot: SnapshotRef, holder: ActorRef) -> pb.RestoreNotice | None:
+    """What a restored sandbox of `holder` is told at its containers' post_restore hooks about
+    `snapshot`; None when no container of `spec` has one (nothing to tell)."""
+    if not any(c.post_restore for c in spec.containers):
+        return None
+    return pb.RestoreNotice(
+        source=snapshot.owner,
+        generation=snapshot.generation,
+        suspended_at=snapshot.completed_at or 0.0,
+        forked=snapshot.owner != holder.workflow_id,
+    )
 
 
 def manifest_message(manifest: dict[str, Any] | None) -> pb.SnapshotManifest:

@@ -54,6 +54,26 @@ class WakeupProbe(Strict):
     httpGet: HttpGet  # noqa: N815 - the YAML's field name
 
 
+class HttpPost(HttpGet):
+    """An HTTP POST ate makes to `path` on `port` of the container."""
+
+
+class PostRestore(Strict):
+    """Called after every restore, before traffic is let in."""
+
+    httpPost: HttpPost  # noqa: N815 - the YAML's field name
+
+
+class Lifecycle(Strict):
+    """Calls ate makes to a container at points of its life (as Kubernetes' container lifecycle hooks)."""
+
+    postRestore: PostRestore = Field(  # noqa: N815
+        description="after every restore (a resume, a fork's or a new actor's first resume), once the wakeup probe "
+        "answered and before any traffic: ate POSTs JSON {actor, source, generation, forked, suspended_at, "
+        "suspended_seconds, restored_at} here; an answer other than 2xx within 10 s fails the resume (nothing is let in)",
+    )
+
+
 class VolumeMount(Strict):
     """Mount of a declared volume into a container."""
 
@@ -82,6 +102,7 @@ class Container(Strict):
     port: int | None = Field(default=None, ge=1, le=65535, description="port the router sends traffic to")
     wakeupProbe: WakeupProbe | None = None  # noqa: N815
     volumeMounts: list[VolumeMount] = Field(default_factory=list)  # noqa: N815
+    lifecycle: Lifecycle | None = None
 
     @field_validator("image")
     @classmethod

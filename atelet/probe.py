@@ -34,6 +34,30 @@ async def http_status(host: str, port: int, path: str, timeout: float = 1.0) -> 
                 pass
 
 
+async def http_post(host: str, port: int, path: str, body: bytes, timeout: float) -> int | None:
+    """Status code of ``POST http://host:port/path`` with a JSON ``body``, None when the connection
+    fails or no status line comes within ``timeout`` seconds (the client closes first, as a probe)."""
+    writer = None
+    try:
+        reader, writer = await asyncio.wait_for(asyncio.open_connection(host, port), timeout)
+        head = (f"POST {path} HTTP/1.1\r\nHost: {host}:{port}\r\nContent-Type: application/json\r\n"
+                f"Content-Length: {len(body)}\r\nConnection: close\r\n\r\n")  # fmt: skip
+        writer.write(head.encode() + body)
+        await writer.drain()
+        line = await asyncio.wait_for(reader.readline(), timeout)
+        parts = line.decode(errors="replace").split()
+        return int(parts[1]) if len(parts) >= 2 and parts[1].isdigit() else None
+    except (TimeoutError, OSError, ValueError):
+        return None
+    finally:
+        if writer is not None:
+            writer.close()
+            try:
+                await writer.wait_closed()
+            except OSError:
+                pass
+
+
 FIRST_RETRY_SECONDS = 0.002
 """The pause before a probe's second attempt; each later pause doubles, up to the probe's interval.
 A restored sandbox usually answers the first GET; when it does not (its listener is back a few ms

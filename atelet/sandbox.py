@@ -24,6 +24,7 @@ from atelet.errors import AteletError
 from atelet.exits import ExitWatcher
 from atelet.layout import NodeLayout
 from atelet.proto import atelet_pb2 as pb
+from atelet.restore_notice import tell_restored
 from atelet.watch import last_log_line
 from atelet.workers import Worker, WorkerTable
 
@@ -54,8 +55,10 @@ class SandboxRunner:
         self.before_launch: Callable[[Worker, tuple[str, str]], None] | None = None
 
     async def boot(self, worker: Worker, actor: tuple[str, str], spec: pb.WorkloadSpec,
-                   image_path: Path | None, probe_timeout: float, operation: tuple[str, str]) -> tuple[float, float]:
-        """Starts (``image_path`` None) or restores the sandbox and waits for its probe.
+                   image_path: Path | None, probe_timeout: float, operation: tuple[str, str],
+                   notice: pb.RestoreNotice | None = None) -> tuple[float, float]:
+        """Starts (``image_path`` None) or restores the sandbox, waits for its probe, and with a
+        ``notice`` (a restore) tells its post_restore hooks what it was restored from.
 
         Args:
             worker: an idle worker, its lock held by the caller.
@@ -64,12 +67,14 @@ class SandboxRunner:
             image_path: the ``checkpoint/`` dir of a FULL snapshot to restore, or None.
             probe_timeout: seconds to wait for the wakeup probe (0: ``DEFAULT_PROBE_TIMEOUT``).
             operation: (operation_id, kind) of the Run/Restore, recorded on the worker.
+            notice: what a restore's post_restore hooks are told (``atelet.restore_notice``).
 
         Returns:
             (boot seconds, probe seconds). On failure the sandbox is deleted and the worker freed.
 
         Raises:
-            AteletError: from the driver, or UNAVAILABLE when the probe does not answer in time.
+            AteletError: from the driver, UNAVAILABLE when the probe does not answer in time, or
+                FAILED_PRECONDITION when a post_restore hook refuses.
         """
         container = spec.containers[0]
         driver = self.drivers[worker.pool.sandbox_class]
@@ -101,6 +106,8 @@ class SandboxRunner:
                     if not line:
                         raise
                     raise AteletError(error.code, f"{error.reason}; last log line: {line}") from error
+            if notice is not None:
+                await tell_restored(worker.net.worker_ip, actor, spec, notice)
             self.exits.watch(worker)
             return boot, probe_seconds
         except BaseException:

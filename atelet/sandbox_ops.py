@@ -127,8 +127,10 @@ class SandboxOperations:
                             (manifest.actor.atespace, manifest.actor.name) != actor:  # fmt: skip
                         # another actor's save (a golden snapshot): its process printed these lines
                         await asyncio.to_thread(inherit, dest / OUTPUT_FILE, self.layout.log_path(actor))
+                    notice = req.notice if req.HasField("notice") else None
                     boot, probe_s = await self.runner.boot(worker, actor, req.spec, image_path,
-                                                           req.probe_timeout_seconds, (req.operation_id, "restore"))
+                                                           req.probe_timeout_seconds, (req.operation_id, "restore"),
+                                                           notice)
                 await failpoint("Atelet.restore.after_boot")
                 log.info("restore %s/%s (%s) on %s: fetch %.3fs%s restore %.3fs probe %.3fs", *actor,
                          pb.SnapshotScope.Name(manifest.scope), worker.name, fetch,

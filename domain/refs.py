@@ -57,3 +57,7 @@ class SnapshotRef:
     runsc_version: str | None = None
     """The runsc build that wrote a FULL snapshot, the only one that restores it (None: DATA
     scope, or not recorded)."""
+    owner: str = ""
+    """`actor/<atespace>/<name>` or `template/<atespace>/<name>` ("" when not read with it)."""
+    completed_at: float | None = None
+    """When it completed, seconds since the epoch (None: PENDING, or not read with it)."""

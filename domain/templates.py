@@ -45,6 +45,14 @@ class HttpGetProbe:
 
 
 @dataclass
+class HttpHook:
+    """An HTTP call ate makes to a container: POST `path` on `port` of the worker's address."""
+
+    port: int
+    path: str = "/"
+
+
+@dataclass
 class VolumeMount:
     """A declared volume mounted at `mount_path` (absolute) in a container."""
 
@@ -65,6 +73,10 @@ class Container:
     port: int | None = None
     wakeup_probe: HttpGetProbe | None = None
     volume_mounts: list[VolumeMount] = field(default_factory=list)
+    post_restore: HttpHook | None = None
+    """`lifecycle.postRestore.httpPost`: after every restore, before traffic, ate POSTs what the
+    sandbox was restored from (source, generation, time suspended, whether a fork) here, so the
+    workload can renew what must be unique (tokens, seeds, leases)."""
 
 
 @dataclass
@@ -176,7 +188,8 @@ class ActorTemplateSpec:
 
         Args:
             document: {sandboxClass, workerSelector, containers[{name, image, command, env, port,
-                wakeupProbe{httpGet{path, port}}, volumeMounts[{name, mountPath}]}],
+                wakeupProbe{httpGet{path, port}}, volumeMounts[{name, mountPath}],
+                lifecycle{postRestore{httpPost{path, port}}}}],
                 resources{limits{cpu, memory}}, volumes[{name, durableDir}],
                 snapshotConfig{onPause, onCommit, storageLocation, retainGenerations}, access{mode, passCredential},
                 onCrash, idle (`domain.idle.parse_idle_policy`), suspendUnderPressure
@@ -252,6 +265,7 @@ def _text(value: Any) -> str | None:
 
 def _container(c: dict[str, Any]) -> Container:
     probe = (c.get("wakeupProbe") or {}).get("httpGet")
+    hook = ((c.get("lifecycle") or {}).get("postRestore") or {}).get("httpPost")
     env = c.get("env") or {}
     if isinstance(env, list):  # Kubernetes style [{name, value}]
         env = {e["name"]: str(e.get("value", "")) for e in env}
@@ -263,6 +277,7 @@ def _container(c: dict[str, Any]) -> Container:
         port=int(c["port"]) if c.get("port") is not None else None,
         wakeup_probe=HttpGetProbe(port=int(probe["port"]), path=str(probe.get("path") or "/")) if probe else None,
         volume_mounts=[VolumeMount(name=str(m["name"]), mount_path=str(m["mountPath"])) for m in c.get("volumeMounts") or []],
+        post_restore=HttpHook(port=int(hook["port"]), path=str(hook.get("path") or "/")) if hook else None,
     )
 
 
@@ -273,4 +288,6 @@ def _container_document(c: Container) -> dict[str, Any]:
     if c.wakeup_probe is not None:
         out["wakeupProbe"] = {"httpGet": {"path": c.wakeup_probe.path, "port": c.wakeup_probe.port}}
     out["volumeMounts"] = [{"name": m.name, "mountPath": m.mount_path} for m in c.volume_mounts]
+    if c.post_restore is not None:
+        out["lifecycle"] = {"postRestore": {"httpPost": {"path": c.post_restore.path, "port": c.post_restore.port}}}
     return out

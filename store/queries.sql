@@ -148,7 +148,8 @@ FOR UPDATE OF a;
 
 -- get_snapshot --
 -- One snapshot by id.
-SELECT id, owner, generation, scope, storage, state, uri, node, sandbox_class, manifest, size_bytes, runsc_version
+SELECT id, owner, generation, scope, storage, state, uri, node, sandbox_class, manifest, size_bytes, runsc_version,
+       completed_at
 FROM snapshots WHERE id = $1;
 
 -- get_worker_ref --

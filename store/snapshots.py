@@ -38,6 +38,8 @@ class Snapshots:
             storage=SnapshotStorage(row["storage"]),
             node=row["node"],
             runsc_version=row["runsc_version"],
+            owner=row["owner"],
+            completed_at=row["completed_at"].timestamp() if row["completed_at"] is not None else None,
         )
 
     async def reserve(

@@ -42,7 +42,7 @@ class VolumeMount(_message.Message):
     def __init__(self, name: _Optional[str] = ..., mount_path: _Optional[str] = ...) -> None: ...
 
 class Container(_message.Message):
-    __slots__ = ("name", "image", "command", "env", "wakeup_probe", "volume_mounts")
+    __slots__ = ("name", "image", "command", "env", "wakeup_probe", "volume_mounts", "post_restore")
     class EnvEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -56,13 +56,35 @@ class Container(_message.Message):
     ENV_FIELD_NUMBER: _ClassVar[int]
     WAKEUP_PROBE_FIELD_NUMBER: _ClassVar[int]
     VOLUME_MOUNTS_FIELD_NUMBER: _ClassVar[int]
+    POST_RESTORE_FIELD_NUMBER: _ClassVar[int]
     name: str
     image: str
     command: _containers.RepeatedScalarFieldContainer[str]
     env: _containers.ScalarMap[str, str]
     wakeup_probe: HttpGetProbe
     volume_mounts: _containers.RepeatedCompositeFieldContainer[VolumeMount]
-    def __init__(self, name: _Optional[str] = ..., image: _Optional[str] = ..., command: _Optional[_Iterable[str]] = ..., env: _Optional[_Mapping[str, str]] = ..., wakeup_probe: _Optional[_Union[HttpGetProbe, _Mapping]] = ..., volume_mounts: _Optional[_Iterable[_Union[VolumeMount, _Mapping]]] = ...) -> None: ...
+    post_restore: HttpHook
+    def __init__(self, name: _Optional[str] = ..., image: _Optional[str] = ..., command: _Optional[_Iterable[str]] = ..., env: _Optional[_Mapping[str, str]] = ..., wakeup_probe: _Optional[_Union[HttpGetProbe, _Mapping]] = ..., volume_mounts: _Optional[_Iterable[_Union[VolumeMount, _Mapping]]] = ..., post_restore: _Optional[_Union[HttpHook, _Mapping]] = ...) -> None: ...
+
+class HttpHook(_message.Message):
+    __slots__ = ("path", "port")
+    PATH_FIELD_NUMBER: _ClassVar[int]
+    PORT_FIELD_NUMBER: _ClassVar[int]
+    path: str
+    port: int
+    def __init__(self, path: _Optional[str] = ..., port: _Optional[int] = ...) -> None: ...
+
+class RestoreNotice(_message.Message):
+    __slots__ = ("source", "generation", "suspended_at", "forked")
+    SOURCE_FIELD_NUMBER: _ClassVar[int]
+    GENERATION_FIELD_NUMBER: _ClassVar[int]
+    SUSPENDED_AT_FIELD_NUMBER: _ClassVar[int]
+    FORKED_FIELD_NUMBER: _ClassVar[int]
+    source: str
+    generation: int
+    suspended_at: float
+    forked: bool
+    def __init__(self, source: _Optional[str] = ..., generation: _Optional[int] = ..., suspended_at: _Optional[float] = ..., forked: _Optional[bool] = ...) -> None: ...
 
 class Volume(_message.Message):
     __slots__ = ("name", "durable_dir")
@@ -141,7 +163,7 @@ class RunResponse(_message.Message):
     def __init__(self, worker_ip: _Optional[str] = ..., boot_seconds: _Optional[float] = ..., probe_seconds: _Optional[float] = ...) -> None: ...
 
 class RestoreRequest(_message.Message):
-    __slots__ = ("operation_id", "worker", "actor", "spec", "snapshot_uri", "manifest", "probe_timeout_seconds")
+    __slots__ = ("operation_id", "worker", "actor", "spec", "snapshot_uri", "manifest", "probe_timeout_seconds", "notice")
     OPERATION_ID_FIELD_NUMBER: _ClassVar[int]
     WORKER_FIELD_NUMBER: _ClassVar[int]
     ACTOR_FIELD_NUMBER: _ClassVar[int]
@@ -149,6 +171,7 @@ class RestoreRequest(_message.Message):
     SNAPSHOT_URI_FIELD_NUMBER: _ClassVar[int]
     MANIFEST_FIELD_NUMBER: _ClassVar[int]
     PROBE_TIMEOUT_SECONDS_FIELD_NUMBER: _ClassVar[int]
+    NOTICE_FIELD_NUMBER: _ClassVar[int]
     operation_id: str
     worker: str
     actor: ActorRef
@@ -156,7 +179,8 @@ class RestoreRequest(_message.Message):
     snapshot_uri: str
     manifest: SnapshotManifest
     probe_timeout_seconds: float
-    def __init__(self, operation_id: _Optional[str] = ..., worker: _Optional[str] = ..., actor: _Optional[_Union[ActorRef, _Mapping]] = ..., spec: _Optional[_Union[WorkloadSpec, _Mapping]] = ..., snapshot_uri: _Optional[str] = ..., manifest: _Optional[_Union[SnapshotManifest, _Mapping]] = ..., probe_timeout_seconds: _Optional[float] = ...) -> None: ...
+    notice: RestoreNotice
+    def __init__(self, operation_id: _Optional[str] = ..., worker: _Optional[str] = ..., actor: _Optional[_Union[ActorRef, _Mapping]] = ..., spec: _Optional[_Union[WorkloadSpec, _Mapping]] = ..., snapshot_uri: _Optional[str] = ..., manifest: _Optional[_Union[SnapshotManifest, _Mapping]] = ..., probe_timeout_seconds: _Optional[float] = ..., notice: _Optional[_Union[RestoreNotice, _Mapping]] = ...) -> None: ...
 
 class RestoreResponse(_message.Message):
     __slots__ = ("worker_ip", "fetch_seconds", "restore_seconds", "probe_seconds", "snapshot_cache_hit")

@@ -7,7 +7,8 @@
 // in memory and is answered {"echo": message, "memory_count": N}. /local/<path> relays a call to
 // ate's local endpoint (see local below), so an actor can suspend itself or ask for a wake.
 // POST /fetch makes an outbound request from inside the sandbox (fetch.go), through ate's
-// egress proxy or around it.
+// egress proxy or around it. POST /restored takes ate's post_restore notices, GET /restored lists
+// them, GET /random answers 16 fresh random bytes (restored.go).
 //
 // Idle keep-alive connections are closed after ~1 s: gVisor cannot checkpoint a connected
 // socket cleanly, so a suspended actor should hold none.
@@ -318,6 +319,9 @@ func main() {
 	mux.HandleFunc("/ws", s.ws)
 	mux.HandleFunc("/local/", s.local)
 	mux.HandleFunc("/fetch", s.fetch)
+	told := &notices{}
+	mux.HandleFunc("/restored", told.restored)
+	mux.HandleFunc("/random", random)
 	srv := &http.Server{
 		Addr:              "0.0.0.0:" + port,
 		Handler:           mux,

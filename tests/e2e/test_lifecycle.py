@@ -18,7 +18,7 @@ import httpx
 import pytest
 from temporalio.client import Client
 
-from tests.e2e.conftest import PORTS, Stack
+from tests.e2e.conftest import PORTS, REPO, Stack
 from tests.e2e.test_tour import get
 
 pytestmark = [pytest.mark.slow, pytest.mark.runsc]
@@ -101,6 +101,63 @@ def test_revert_to_a_kept_generation_and_past_a_damaged_latest(stack: Stack) -> 
     stack.ate("suspend", "actor", "gf-1", "-a", "gens")
     own = sorted(p.name.split("-")[0] for p in (stack.data_dir / "snapshots/gens/actors/gf-1").iterdir())
     assert own == ["1", "2"], own
+
+
+def hooked_template(stack: Stack, tmp_path: Path, atespace: str, name: str, port: int) -> None:
+    """The counter's template with `lifecycle.postRestore.httpPost` to its /restored on `port`."""
+    text = (REPO / "examples/counter/template.yaml").read_text()
+    hooked = text.replace(
+        "    volumeMounts: [{name: data, mountPath: /data}]\n",
+        "    volumeMounts: [{name: data, mountPath: /data}]\n"
+        f"    lifecycle: {{postRestore: {{httpPost: {{path: /restored, port: {port}}}}}}}\n",
+    )
+    assert hooked != text
+    (tmp_path / f"{name}.yaml").write_text(hooked)
+    stack.ate("create", "atespace", atespace, check=False)
+    stack.ate("create", "template", name, "-a", atespace, "-f", str(tmp_path / f"{name}.yaml"))
+
+
+def router_get(stack: Stack, target: str, path: str) -> httpx.Response:
+    return httpx.get(stack.router + path, headers={"ate-target-actor": target}, timeout=120)
+
+
+def test_a_restored_or_forked_actor_is_told_before_traffic_and_draws_fresh_randomness(
+    stack: Stack, tmp_path: Path
+) -> None:
+    hooked_template(stack, tmp_path, "hooks", "counter-hook", 8080)
+    stack.ate("create", "actor", "h1", "-a", "hooks", "--template", "counter-hook")
+    # the first resume restores the template's golden snapshot: a copy, told so before any request
+    [first] = router_get(stack, "hooks/h1", "/restored").json()["notices"]
+    assert {k: first[k] for k in ("actor", "source", "generation", "forked")} == {
+        "actor": "hooks/h1", "source": "template/hooks/counter-hook", "generation": 1, "forked": True}, first  # fmt: skip
+    stack.ate("suspend", "actor", "h1", "-a", "hooks")
+    time.sleep(1.0)
+    # its own snapshot: not a fork, suspended about a second (the notices live in its memory)
+    own = router_get(stack, "hooks/h1", "/restored").json()["notices"]
+    assert own[0] == first and len(own) == 2, own
+    assert {k: own[1][k] for k in ("actor", "source", "generation", "forked")} == {
+        "actor": "hooks/h1", "source": "actor/hooks/h1", "generation": 1, "forked": False}, own  # fmt: skip
+    assert 1.0 <= own[1]["suspended_seconds"] < 60, own[1]
+    stack.ate("suspend", "actor", "h1", "-a", "hooks")  # generation 2
+
+    stack.ate("create", "actor", "hf", "-a", "hooks", "--from-actor", "h1", "--count", "2")
+    drawn = []
+    for name in ("hf-1", "hf-2"):
+        told = router_get(stack, f"hooks/{name}", "/restored").json()["notices"][-1]
+        assert {k: told[k] for k in ("actor", "source", "generation", "forked")} == {
+            "actor": f"hooks/{name}", "source": "actor/hooks/h1", "generation": 2, "forked": True}, told  # fmt: skip
+        drawn.append(router_get(stack, f"hooks/{name}", "/random").json()["random"])
+        stack.ate("suspend", "actor", name, "-a", "hooks")
+    assert drawn[0] != drawn[1], drawn  # two copies of one memory do not draw the same bytes
+
+    # a hook that cannot be reached: the restore fails and the actor is not let in
+    hooked_template(stack, tmp_path, "hooks", "counter-deaf", 9)
+    stack.ate("create", "actor", "d1", "-a", "hooks", "--template", "counter-deaf")
+    refused = router_get(stack, "hooks/d1", "/")
+    assert refused.status_code == 503, refused.text
+    assert "postRestore hook POST :9/restored of container counter gave no answer" in refused.text, refused.text
+    # the resume retries the refusal in the background for a while; a forced delete ends it
+    stack.ate("delete", "actor", "d1", "-a", "hooks", "--force")
 
 
 def test_revert_takes_over_a_stuck_resume(stack: Stack) -> None:
