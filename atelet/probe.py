@@ -13,12 +13,14 @@ from collections.abc import Iterator
 from atelet.errors import precondition, unavailable
 
 
-async def http_status(host: str, port: int, path: str, timeout: float = 1.0) -> int | None:
-    """Status code of ``GET http://host:port/path``, None when the connection fails."""
+async def _status_of(host: str, port: int, request: bytes, timeout: float) -> int | None:
+    """Send one HTTP/1.1 ``request`` (head and body, ``Connection: close``) and return the status
+    code of the answer, None when the connection fails or no status line comes within ``timeout``
+    seconds; the client closes first."""
     writer = None
     try:
         reader, writer = await asyncio.wait_for(asyncio.open_connection(host, port), timeout)
-        writer.write(f"GET {path} HTTP/1.1\r\nHost: {host}:{port}\r\nConnection: close\r\n\r\n".encode())
+        writer.write(request)
         await writer.drain()
         line = await asyncio.wait_for(reader.readline(), timeout)
         parts = line.decode(errors="replace").split()
@@ -32,30 +34,20 @@ async def http_status(host: str, port: int, path: str, timeout: float = 1.0) -> 
                 await writer.wait_closed()
             except OSError:
                 pass
+
+
+async def http_status(host: str, port: int, path: str, timeout: float = 1.0) -> int | None:
+    """Status code of ``GET http://host:port/path``, None when the connection fails."""
+    head = f"GET {path} HTTP/1.1\r\nHost: {host}:{port}\r\nConnection: close\r\n\r\n"
+    return await _status_of(host, port, head.encode(), timeout)
 
 
 async def http_post(host: str, port: int, path: str, body: bytes, timeout: float) -> int | None:
     """Status code of ``POST http://host:port/path`` with a JSON ``body``, None when the connection
-    fails or no status line comes within ``timeout`` seconds (the client closes first, as a probe)."""
-    writer = None
-    try:
-        reader, writer = await asyncio.wait_for(asyncio.open_connection(host, port), timeout)
-        head = (f"POST {path} HTTP/1.1\r\nHost: {host}:{port}\r\nContent-Type: application/json\r\n"
-                f"Content-Length: {len(body)}\r\nConnection: close\r\n\r\n")  # fmt: skip
-        writer.write(head.encode() + body)
-        await writer.drain()
-        line = await asyncio.wait_for(reader.readline(), timeout)
-        parts = line.decode(errors="replace").split()
-        return int(parts[1]) if len(parts) >= 2 and parts[1].isdigit() else None
-    except (TimeoutError, OSError, ValueError):
-        return None
-    finally:
-        if writer is not None:
-            writer.close()
-            try:
-                await writer.wait_closed()
-            except OSError:
-                pass
+    fails or no status line comes within ``timeout`` seconds."""
+    head = (f"POST {path} HTTP/1.1\r\nHost: {host}:{port}\r\nContent-Type: application/json\r\n"
+            f"Content-Length: {len(body)}\r\nConnection: close\r\n\r\n")  # fmt: skip
+    return await _status_of(host, port, head.encode() + body, timeout)
 
 
 FIRST_RETRY_SECONDS = 0.002

@@ -17,7 +17,7 @@ import time
 from datetime import UTC, datetime
 
 from atelet import probe
-from atelet.errors import AteletError, precondition
+from atelet.errors import precondition
 from atelet.proto import atelet_pb2 as pb
 
 POST_RESTORE_TIMEOUT_SECONDS = 10.0
@@ -58,8 +58,7 @@ async def tell_restored(worker_ip: str, actor: tuple[str, str], spec: pb.Workloa
         if status is None or not 200 <= status < 300:
             answer = f"answered {status}" if status is not None else (
                 f"gave no answer (nothing listening, or no answer within {POST_RESTORE_TIMEOUT_SECONDS:g} s)")  # fmt: skip
-            error: AteletError = precondition(
+            raise precondition(
                 f"postRestore hook POST :{hook.port}{hook.path or '/'} of container {container.name} {answer}; "
                 "the restored actor was not let in: fix the hook, or remove lifecycle.postRestore from the template"
             )
-            raise error
