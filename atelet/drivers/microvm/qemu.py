@@ -92,6 +92,9 @@ class Vm:
         self.machine = machine
         self.qmp = QMPClient(f"ate-{workdir.name}")
         self._agent = asyncio.Lock()  # the guest's channel takes one client at a time
+        self._unanswered = False
+        """A request went to the guest and its answer was not read (a call timed out or was
+        cancelled): that answer may still come, so the next request resynchronises first."""
 
     @property
     def ram(self) -> Path:
@@ -271,13 +274,33 @@ class Vm:
             async with self._agent, asyncio.timeout(timeout):
                 reader, writer = await asyncio.open_unix_connection(self.workdir / AGENT_SOCKET, limit=1 << 24)
                 try:
+                    if self._unanswered:
+                        await self._resync(reader, writer)
+                    self._unanswered = True
                     writer.write(f"{request}\n".encode())
                     await writer.drain()
-                    return (await reader.readline()).decode(errors="replace").strip()
+                    answer = (await reader.readline()).decode(errors="replace").strip()
+                    self._unanswered = False
+                    return answer
                 finally:
                     writer.close()
         except (OSError, TimeoutError, ValueError) as error:
             raise VmError(f"no answer from the guest: {error or 'timed out'}") from error
+
+    async def _resync(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        """Read past the answers of earlier requests nobody read: send a request no init knows,
+        ``sync <nonce>``, and discard lines up to its echo (``failed: sync <nonce>``; every init
+        echoes an unknown request, and answers its requests in order)."""
+        nonce = uuid.uuid4().hex
+        writer.write(f"sync {nonce}\n".encode())
+        await writer.drain()
+        while True:
+            line = await reader.readline()
+            if not line:
+                raise OSError("the guest's channel closed")
+            if line.decode(errors="replace").strip() == f"failed: sync {nonce}":
+                break
+        self._unanswered = False
 
     async def readdress(self, address: str, gateway: str, timeout: float = 30.0) -> None:
         """Give the guest's eth0 a new address and default route (a VM restored on another
@@ -385,6 +408,7 @@ class Vm:
         if os.fsencode(str(workdir / RAM_FILE)) not in b",".join(cmdline) or not any(b"qemu" in w for w in cmdline[:8]):
             raise VmError(f"process {pid} is not the QEMU of {workdir}")
         vm = cls(config, workdir, process, machine)  # type: ignore[arg-type]
+        vm._unanswered = True  # the previous atelet may have left an answer unread
         try:
             await asyncio.wait_for(vm.qmp.connect(str(workdir / QMP_SOCKET)), 5)
         except (OSError, QMPError, TimeoutError) as error:
